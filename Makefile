@@ -1,0 +1,69 @@
+# walden build, test and tooling. Every tool the targets need is pinned in
+# tools/go.mod and built from the Go module proxy into bin/tools.
+
+GO        ?= go
+BIN       := bin
+TOOLS     := $(BIN)/tools
+PKGS      := ./...
+# Packages with goroutines of their own: run under the race detector.
+RACE_PKGS ?= ./raftnode/... ./server/... ./wal/...
+FUZZTIME  ?= 10s
+
+.PHONY: all build tools proto proto-check lint vet fmt-check test test-unit test-race fuzz-short bench run e2e clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/walden ./cmd/walden
+	$(GO) build -o $(BIN)/waldenctl ./cmd/waldenctl
+
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+
+$(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc: tools/go.mod tools/go.sum
+	cd tools && $(GO) build -o ../$(TOOLS)/ \
+		github.com/bufbuild/buf/cmd/buf \
+		google.golang.org/protobuf/cmd/protoc-gen-go \
+		google.golang.org/grpc/cmd/protoc-gen-go-grpc
+
+# proto regenerates the Go code committed beside proto/walden/v1/*.proto.
+proto: tools
+	$(TOOLS)/buf lint
+	$(TOOLS)/buf generate
+
+# proto-check fails when the committed generated code differs from what
+# `make proto` produces.
+proto-check: proto
+	@if [ -n "$$(git status --porcelain -- proto)" ]; then \
+		echo "generated protobuf code is out of date; run 'make proto' and commit:"; \
+		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+lint: proto-check fmt-check vet
+
+test-unit:
+	$(GO) test -count=1 $(PKGS)
+
+test-race:
+	$(GO) test -count=1 -race $(RACE_PKGS)
+
+fuzz-short:
+	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
+
+# test is what CI runs (.ci/run): lint, every test, the race detector on the
+# concurrent packages and a short fuzz run of the WAL reader.
+test: lint build test-unit test-race fuzz-short
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchtime=1x ./wal ./raftnode
+
+run: build
+	$(BIN)/walden dev
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,25 @@
+// Command walden runs every walden process: the coordinator (server), and the
+// tools around it. Each subcommand lives in its own file and registers itself
+// on rootCmd in an init function.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+var rootCmd = &cobra.Command{
+	Use:           "walden",
+	Short:         "walden: failover coordinator for S3-backed log brokers",
+	SilenceUsage:  true,
+	SilenceErrors: true,
+}
+
+func main() {
+	if err := rootCmd.Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "walden: %v\n", err)
+		os.Exit(1)
+	}
+}
