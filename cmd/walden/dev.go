@@ -239,6 +239,7 @@ func (m *devMember) start(exe string) error {
 	}
 	m.cmd = exec.Command(exe, "server", "--config", m.config)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
+	dieWithParent(m.cmd)
 	if err := m.cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("dev: start %s: %w", m.id, err)
