@@ -1,0 +1,351 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Server is the configuration of one `walden server` coordinator member.
+type Server struct {
+	// ClusterName names the Raft group; a data directory or a peer of
+	// another cluster is refused. Required.
+	ClusterName string `yaml:"cluster_name"`
+	// NodeID is this member's id (e.g. "c1"). Required.
+	NodeID string `yaml:"node_id"`
+	// DataDir holds the raft log and snapshots (bbolt). Required.
+	DataDir string `yaml:"data_dir"`
+	// Listen holds the addresses this member listens on.
+	Listen Listen `yaml:"listen"`
+	// InitialClusterState is "new" when the members of InitialCluster found
+	// the cluster together, "existing" when this member joins a running
+	// cluster after `waldenctl member add`. Default "new".
+	InitialClusterState string `yaml:"initial_cluster_state"`
+	// InitialCluster lists the founding members; ignored once DataDir holds
+	// state. Required when InitialClusterState is "new".
+	InitialCluster []Member `yaml:"initial_cluster"`
+	// Log configures the process log.
+	Log Log `yaml:"log"`
+	// TLS, when set, makes every listener and client use mutual TLS.
+	TLS TLS `yaml:"tls"`
+	// Raft tunes the consensus module.
+	Raft Raft `yaml:"raft"`
+
+	src *source
+}
+
+// Listen holds the listen addresses (host:port) of one member.
+type Listen struct {
+	// Admin serves gRPC: walden.v1.Cluster, health, reflection. Required.
+	Admin string `yaml:"admin"`
+	// Raft serves the gRPC raft peer transport. Required.
+	Raft string `yaml:"raft"`
+	// Gossip is the memberlist address (used by failure detection). Optional.
+	Gossip string `yaml:"gossip"`
+	// HTTP serves /metrics, /healthz and /readyz. Optional: empty disables it.
+	HTTP string `yaml:"http"`
+}
+
+// Member is one founding member: its id and advertised addresses.
+type Member struct {
+	ID    string `yaml:"id"`
+	Raft  string `yaml:"raft"`
+	Admin string `yaml:"admin"`
+}
+
+// Log configures the process log.
+type Log struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is json or text. Default json.
+	Format string `yaml:"format"`
+}
+
+// TLS names the PEM files for mutual TLS. All three are set, or none.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
+
+// Raft tunes the consensus module.
+type Raft struct {
+	// TickInterval is the length of one raft tick. Default 100ms.
+	TickInterval time.Duration `yaml:"tick_interval"`
+	// ElectionTicks is the election timeout in ticks. Default 10.
+	ElectionTicks int `yaml:"election_ticks"`
+	// HeartbeatTicks is the leader's heartbeat interval in ticks. Default 1.
+	HeartbeatTicks int `yaml:"heartbeat_ticks"`
+	// SnapshotCount is the number of applied entries between snapshots.
+	// Default 10000.
+	SnapshotCount uint64 `yaml:"snapshot_count"`
+	// SnapshotCatchUpEntries is the number of entries kept in the log after
+	// a snapshot, so that a slow follower can catch up without one.
+	// Default 5000.
+	SnapshotCatchUpEntries uint64 `yaml:"snapshot_catchup_entries"`
+}
+
+// Values of InitialClusterState.
+const (
+	ClusterStateNew      = "new"
+	ClusterStateExisting = "existing"
+)
+
+// DefaultServerConfig returns a Server with every default set and every
+// required key empty.
+func DefaultServerConfig() *Server {
+	return &Server{
+		InitialClusterState: ClusterStateNew,
+		Log:                 Log{Level: "info", Format: "json"},
+		Raft: Raft{
+			TickInterval:           100 * time.Millisecond,
+			ElectionTicks:          10,
+			HeartbeatTicks:         1,
+			SnapshotCount:          10000,
+			SnapshotCatchUpEntries: 5000,
+		},
+	}
+}
+
+// LoadServer reads the YAML file at path over DefaultServerConfig() and
+// validates it. Every error is an *Error naming the file, the line and the
+// key. It reads nothing but path.
+func LoadServer(path string) (*Server, error) {
+	cfg := DefaultServerConfig()
+	src, err := decodeFile(path, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.src = src
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ParseServer is LoadServer for YAML already in memory; name is used as
+// the file name in errors.
+func ParseServer(name string, data []byte) (*Server, error) {
+	cfg := DefaultServerConfig()
+	src, err := decodeBytes(name, data, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.src = src
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Validate checks every key and returns all mistakes found (errors.Join of
+// *Error, in file order of the checks), or nil.
+func (c *Server) Validate() error {
+	v := validator{src: c.src}
+	v.name("cluster_name", c.ClusterName)
+	v.name("node_id", c.NodeID)
+	v.required("data_dir", c.DataDir)
+
+	v.listenAddr("listen.admin", c.Listen.Admin, true)
+	v.listenAddr("listen.raft", c.Listen.Raft, true)
+	v.listenAddr("listen.gossip", c.Listen.Gossip, false)
+	v.listenAddr("listen.http", c.Listen.HTTP, false)
+	seen := map[string]string{}
+	for _, l := range []struct{ key, addr string }{
+		{"listen.admin", c.Listen.Admin}, {"listen.raft", c.Listen.Raft},
+		{"listen.gossip", c.Listen.Gossip}, {"listen.http", c.Listen.HTTP},
+	} {
+		if l.addr == "" || strings.HasSuffix(l.addr, ":0") {
+			continue // port 0 picks a free port: never a clash
+		}
+		if other, dup := seen[l.addr]; dup {
+			v.add(l.key, "address %s is already used by %s", l.addr, other)
+		}
+		seen[l.addr] = l.key
+	}
+
+	switch c.InitialClusterState {
+	case ClusterStateNew, ClusterStateExisting:
+	default:
+		v.add("initial_cluster_state", "must be new or existing, got %q", c.InitialClusterState)
+	}
+	if len(c.InitialCluster) == 0 && c.InitialClusterState != ClusterStateExisting {
+		v.missing("initial_cluster", "must list the founding members")
+	}
+	ids, raftAddrs, adminAddrs := map[string]int{}, map[string]int{}, map[string]int{}
+	self := false
+	for i, m := range c.InitialCluster {
+		p := fmt.Sprintf("initial_cluster[%d]", i)
+		if v.name(p+".id", m.ID) {
+			if j, dup := ids[m.ID]; dup {
+				v.add(p+".id", "duplicate member id %q (also initial_cluster[%d])", m.ID, j)
+			}
+			ids[m.ID] = i
+		}
+		if v.peerAddr(p+".raft", m.Raft) {
+			if j, dup := raftAddrs[m.Raft]; dup {
+				v.add(p+".raft", "duplicate address %s (also initial_cluster[%d])", m.Raft, j)
+			}
+			raftAddrs[m.Raft] = i
+		}
+		if v.peerAddr(p+".admin", m.Admin) {
+			if j, dup := adminAddrs[m.Admin]; dup {
+				v.add(p+".admin", "duplicate address %s (also initial_cluster[%d])", m.Admin, j)
+			}
+			adminAddrs[m.Admin] = i
+		}
+		if m.ID == c.NodeID {
+			self = true
+		}
+	}
+	if c.InitialClusterState == ClusterStateNew && len(c.InitialCluster) > 0 && c.NodeID != "" && !self {
+		v.add("node_id", "%q is not in initial_cluster (a founding member must list itself)", c.NodeID)
+	}
+
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		v.add("log.level", "must be one of debug, info, warn, error, got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		v.add("log.format", "must be json or text, got %q", c.Log.Format)
+	}
+
+	if c.TLS.Enabled() {
+		for _, f := range []struct{ key, val string }{
+			{"tls.cert_file", c.TLS.CertFile}, {"tls.key_file", c.TLS.KeyFile}, {"tls.ca_file", c.TLS.CAFile},
+		} {
+			if f.val == "" {
+				v.add(f.key, "must be set when any tls file is set (cert_file, key_file and ca_file go together)")
+			}
+		}
+	}
+
+	r := c.Raft
+	if r.TickInterval < time.Millisecond {
+		v.add("raft.tick_interval", "must be at least 1ms, got %s", r.TickInterval)
+	}
+	if r.HeartbeatTicks < 1 {
+		v.add("raft.heartbeat_ticks", "must be at least 1, got %d", r.HeartbeatTicks)
+	}
+	if r.ElectionTicks <= r.HeartbeatTicks {
+		v.add("raft.election_ticks", "must be greater than heartbeat_ticks (%d), got %d", r.HeartbeatTicks, r.ElectionTicks)
+	}
+	if r.SnapshotCount < 1 {
+		v.add("raft.snapshot_count", "must be at least 1")
+	}
+	return errors.Join(v.errs...)
+}
+
+// Source returns the file the configuration was read from ("" when built
+// in code).
+func (c *Server) Source() string {
+	if c.src == nil {
+		return ""
+	}
+	return c.src.file
+}
+
+type validator struct {
+	src  *source
+	errs []error
+}
+
+func (v *validator) add(key, format string, args ...any) {
+	v.errs = append(v.errs, v.src.errAt(key, format, args...))
+}
+
+// missing reports a required key that is absent or empty.
+func (v *validator) missing(key, what string) {
+	if v.src.has(key) {
+		v.add(key, "must not be empty (%s)", what)
+	} else {
+		v.add(key, "missing required key (%s)", what)
+	}
+}
+
+func (v *validator) required(key, val string) bool {
+	if val == "" {
+		v.missing(key, "required")
+		return false
+	}
+	return true
+}
+
+func (v *validator) name(key, val string) bool {
+	if !v.required(key, val) {
+		return false
+	}
+	if !nameRE.MatchString(val) {
+		v.add(key, "invalid name %q (letters, digits, '.', '_' and '-', at most 63, starting with a letter or digit)", val)
+		return false
+	}
+	return true
+}
+
+// listenAddr checks a host:port to listen on; the host may be empty (all
+// interfaces) and the port 0 (any free port).
+func (v *validator) listenAddr(key, val string, required bool) bool {
+	if val == "" {
+		if required {
+			v.missing(key, "host:port")
+		}
+		return false
+	}
+	if err := checkHostPort(val, false); err != nil {
+		v.add(key, "invalid address %q: %v", val, err)
+		return false
+	}
+	return true
+}
+
+// peerAddr checks an address other members dial: host and a non-zero port.
+func (v *validator) peerAddr(key, val string) bool {
+	if val == "" {
+		v.missing(key, "host:port")
+		return false
+	}
+	if err := checkHostPort(val, true); err != nil {
+		v.add(key, "invalid address %q: %v", val, err)
+		return false
+	}
+	return true
+}
+
+// CheckHostPort reports why addr is not a usable host:port. With dial set,
+// the host must be present and the port non-zero (an address others dial).
+func CheckHostPort(addr string, dial bool) error { return checkHostPort(addr, dial) }
+
+func checkHostPort(addr string, dial bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if dial && p == 0 {
+		return errors.New("port must not be 0")
+	}
+	if dial && host == "" {
+		return errors.New("host must not be empty")
+	}
+	if host != "" && net.ParseIP(host) == nil && !hostnameRE.MatchString(host) {
+		return fmt.Errorf("host %q is neither an IP address nor a host name", host)
+	}
+	return nil
+}
+
+var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?$`)

@@ -1,0 +1,301 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// source remembers where each key of a configuration was written, so that
+// validation errors can name the file and the line.
+type source struct {
+	file string
+	// root is the line of the top-level mapping.
+	root int
+	// keys maps a dotted key ("listen.raft", "initial_cluster[0].id") to the
+	// line it was written on. A key absent from the map was not written.
+	keys map[string]int
+}
+
+// line returns the line of key, or, when key was not written, the line of
+// the nearest enclosing key that was (the mapping that should hold it).
+func (s *source) line(key string) int {
+	if s == nil {
+		return 0
+	}
+	for key != "" {
+		if l, ok := s.keys[key]; ok {
+			return l
+		}
+		key = parentKey(key)
+	}
+	return s.root
+}
+
+// has reports whether key was written in the file.
+func (s *source) has(key string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.keys[key]
+	return ok
+}
+
+func parentKey(key string) string {
+	i := strings.LastIndexAny(key, ".[")
+	if i < 0 {
+		return ""
+	}
+	return key[:i]
+}
+
+// errAt builds the *Error for key as written in s (s may be nil).
+func (s *source) errAt(key, format string, args ...any) *Error {
+	e := &Error{Key: key, Reason: fmt.Sprintf(format, args...)}
+	if s != nil {
+		e.File = s.file
+		e.Line = s.line(key)
+	}
+	return e
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?`)
+
+// decodeFile reads path and decodes it strictly into out, a pointer to a
+// struct whose fields carry `yaml:"name"` tags. Values already in out are
+// defaults that the file overrides.
+func decodeFile(path string, out any) (*source, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return decodeBytes(path, data, out)
+}
+
+func decodeBytes(file string, data []byte, out any) (*source, error) {
+	src := &source{file: file, root: 1, keys: map[string]int{}}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		// yaml's messages read "yaml: line N: reason"; move N to the front.
+		msg := err.Error()
+		line := 0
+		if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+			if m[1] != "" {
+				line, _ = strconv.Atoi(m[1])
+			}
+			msg = "invalid YAML: " + strings.TrimPrefix(msg, m[0])
+		}
+		return nil, &Error{File: file, Line: line, Reason: msg}
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, &Error{File: file, Line: 1, Reason: "file is empty"}
+	}
+	root := doc.Content[0]
+	src.root = root.Line
+	d := decoder{src: src}
+	if err := d.decode(root, reflect.ValueOf(out).Elem(), ""); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) > 1 {
+		return nil, &Error{File: file, Line: doc.Content[1].Line, Reason: "more than one YAML document"}
+	}
+	return src, nil
+}
+
+type decoder struct{ src *source }
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!str":
+			return fmt.Sprintf("the string %q", n.Value)
+		case "!!int":
+			return "the integer " + n.Value
+		case "!!bool":
+			return "the boolean " + n.Value
+		case "!!float":
+			return "the number " + n.Value
+		case "!!null":
+			return "an empty value"
+		}
+		return "the value " + n.Value
+	}
+	return "an unsupported YAML node"
+}
+
+func (d *decoder) fail(n *yaml.Node, key, format string, args ...any) *Error {
+	return &Error{File: d.src.file, Line: n.Line, Key: key, Reason: fmt.Sprintf(format, args...)}
+}
+
+func joinKey(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "." + name
+}
+
+// decode stores n into v. key is n's dotted key ("" for the root).
+func (d *decoder) decode(n *yaml.Node, v reflect.Value, key string) error {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if v.Type() == durationType {
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+			return d.fail(n, key, "expected a duration such as \"100ms\" or \"5s\", got %s", describe(n))
+		}
+		dur, err := time.ParseDuration(n.Value)
+		if err != nil {
+			return d.fail(n, key, "invalid duration %q (use Go syntax such as \"100ms\" or \"5s\")", n.Value)
+		}
+		v.SetInt(int64(dur))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		return d.decodeStruct(n, v, key)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return d.fail(n, key, "expected a list, got %s", describe(n))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			ik := fmt.Sprintf("%s[%d]", key, i)
+			d.src.keys[ik] = item.Line
+			if err := d.decode(item, s.Index(i), ik); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+		return nil
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+			return d.fail(n, key, "expected a string, got %s", describe(n))
+		}
+		v.SetString(n.Value)
+		return nil
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+			return d.fail(n, key, "expected true or false, got %s", describe(n))
+		}
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			return d.fail(n, key, "expected true or false, got %s", describe(n))
+		}
+		v.SetBool(b)
+		return nil
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+			return d.fail(n, key, "expected an integer, got %s", describe(n))
+		}
+		i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, v.Type().Bits())
+		if err != nil || (v.Kind() == reflect.Int && (i > math.MaxInt32 || i < math.MinInt32)) {
+			return d.fail(n, key, "integer %s out of range", n.Value)
+		}
+		v.SetInt(i)
+		return nil
+	case reflect.Uint, reflect.Uint32, reflect.Uint64:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+			return d.fail(n, key, "expected a non-negative integer, got %s", describe(n))
+		}
+		if strings.HasPrefix(n.Value, "-") {
+			return d.fail(n, key, "must not be negative, got %s", n.Value)
+		}
+		u, err := strconv.ParseUint(strings.ReplaceAll(strings.TrimPrefix(n.Value, "+"), "_", ""), 0, v.Type().Bits())
+		if err != nil {
+			return d.fail(n, key, "integer %s out of range", n.Value)
+		}
+		v.SetUint(u)
+		return nil
+	}
+	return d.fail(n, key, "internal: unsupported field type %s", v.Type())
+}
+
+func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, key string) error {
+	if n.Kind != yaml.MappingNode {
+		return d.fail(n, key, "expected a mapping, got %s", describe(n))
+	}
+	fields := map[string]int{}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			fields[name] = i
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return d.fail(k, key, "keys must be plain names, got %s", describe(k))
+		}
+		full := joinKey(key, k.Value)
+		if k.Value == "<<" {
+			return d.fail(k, full, "merge keys are not supported")
+		}
+		if _, dup := d.src.keys[full]; dup {
+			return d.fail(k, full, "duplicate key (first set on line %d)", d.src.keys[full])
+		}
+		fi, ok := fields[k.Value]
+		if !ok {
+			return d.fail(k, full, "unknown key%s", suggest(k.Value, fields))
+		}
+		d.src.keys[full] = k.Line
+		if err := d.decode(val, v.Field(fi), full); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// suggest names the known key closest to an unknown one, if one is close.
+func suggest(name string, fields map[string]int) string {
+	best, bestD := "", 3
+	for f := range fields {
+		if dd := editDistance(name, f); dd < bestD || (dd == bestD && f < best) {
+			best, bestD = f, dd
+		}
+	}
+	if best == "" {
+		keys := make([]string, 0, len(fields))
+		for f := range fields {
+			keys = append(keys, f)
+		}
+		slices.Sort(keys)
+		return " (known keys: " + strings.Join(keys, ", ") + ")"
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
