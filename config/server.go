@@ -287,8 +287,8 @@ func (v *validator) name(key, val string) bool {
 	if !v.required(key, val) {
 		return false
 	}
-	if !nameRE.MatchString(val) {
-		v.add(key, "invalid name %q (letters, digits, '.', '_' and '-', at most 63, starting with a letter or digit)", val)
+	if err := CheckName(val); err != nil {
+		v.add(key, "%v", err)
 		return false
 	}
 	return true
@@ -321,6 +321,14 @@ func (v *validator) peerAddr(key, val string) bool {
 		return false
 	}
 	return true
+}
+
+// CheckName reports why name is not a valid cluster or member name.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("invalid name %q (letters, digits, '.', '_' and '-', at most 63, starting with a letter or digit)", name)
+	}
+	return nil
 }
 
 // CheckHostPort reports why addr is not a usable host:port. With dial set,
