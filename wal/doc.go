@@ -1,0 +1,31 @@
+// Package wal reads and writes the block write-ahead log of AutoMQ 1.4 byte
+// for byte: the two 4 KiB header slots, the ring of 4 KiB-aligned
+// group-commit blocks, data and padding records, and the stream record batch
+// body (StreamRecordBatchCodec).
+//
+// It owns:
+//
+//   - the on-disk format (format.go): header slots, record headers, record
+//     bodies and the masked CRC32 used by all of them;
+//   - the Writer: creates or reopens a WAL on a regular file or block
+//     device, appends batches with group commit and acknowledges each one
+//     only after fdatasync, trims, wraps round the ring with padding
+//     records, refuses to overwrite untrimmed data (ErrFull), and writes a
+//     graceful shutdown type on Close;
+//   - the Reader: opens a WAL read-only, picks the header slot, and walks
+//     the records from the trim offset with the recovery rules of format
+//     version 1 (and the sliding-window rules of version 0), counting every
+//     byte it skips and why.
+//
+// It must never:
+//
+//   - open a file for writing from the Reader (recovery reads a dead
+//     broker's volume and leaves it exactly as it was);
+//   - return a record whose header or body CRC does not match;
+//   - acknowledge an Append before the block holding it is durable;
+//   - overwrite a record at or after the trim offset;
+//   - panic on any input: damaged files are errors or skipped bytes.
+//
+// The format, the recovery rules as implemented and the choices made where
+// AutoMQ leaves room are described in docs/wal.md.
+package wal

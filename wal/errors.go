@@ -1,0 +1,46 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the package. They are wrapped with the file name and the
+// detail; test for them with errors.Is.
+var (
+	// ErrNotWAL means neither header slot holds a known magic: the file is
+	// not a block WAL (or was never initialised).
+	ErrNotWAL = errors.New("not a WAL: no header slot has a known magic")
+	// ErrHeaderCRC means a header slot has a known magic but its CRC does not
+	// match; returned when no slot is valid and at least one failed its CRC.
+	ErrHeaderCRC = errors.New("header CRC mismatch in both slots")
+	// ErrBadMagic is the per-slot reason for a slot without a known magic.
+	ErrBadMagic = errors.New("unknown header magic")
+	// ErrCapacityMismatch means the header's capacity disagrees with the file
+	// or device size, or with the capacity asked for.
+	ErrCapacityMismatch = errors.New("capacity disagrees with the file size")
+	// ErrBadCapacity means a capacity is too small or not 4 KiB-aligned.
+	ErrBadCapacity = errors.New("invalid capacity")
+	// ErrBadBody means a record whose CRCs match holds a malformed stream
+	// record batch body; it is skipped like a body CRC failure.
+	ErrBadBody = errors.New("malformed record body")
+	// ErrFull means the record does not fit in the ring without overwriting
+	// untrimmed records; trim and retry.
+	ErrFull = errors.New("WAL is full: trim before appending")
+	// ErrTooLarge means a record can never fit in the ring.
+	ErrTooLarge = errors.New("record larger than the WAL")
+	// ErrClosed means the Writer has been closed.
+	ErrClosed = errors.New("WAL writer closed")
+	// ErrBadTrim means a trim offset is beyond the durable end of the log.
+	ErrBadTrim = errors.New("trim offset beyond the durable end of the log")
+	// ErrExists means Create found an existing regular file at the path.
+	ErrExists = errors.New("file exists")
+	// ErrFailed means an earlier write or fdatasync failed; the Writer
+	// acknowledges nothing after that and must be reopened.
+	ErrFailed = errors.New("WAL writer failed")
+)
+
+// fileError wraps err with the package prefix and the file name.
+func fileError(name, op string, err error) error {
+	return fmt.Errorf("wal: %s: %s: %w", name, op, err)
+}

@@ -1,0 +1,462 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Reasons a scan skips bytes or stops. They are the keys of
+// ScanStats.SkippedByReason and the values of ScanStats.EndReason.
+const (
+	ReasonTrimmedRecord   = "trimmed record"     // the valid record at the trim offset (trimming is inclusive)
+	ReasonPadding         = "padding record"     // a padding record running to the end of the device
+	ReasonShortHeader     = "short header read"  // fewer than 24 bytes readable
+	ReasonRecordMagic     = "bad record magic"   // neither data nor padding magic
+	ReasonHeaderCRC       = "record header crc"  // header CRC mismatch
+	ReasonBodyLength      = "bad body length"    // body length <= 0 or larger than the ring
+	ReasonBodyOffset      = "bad body offset"    // body offset is not record start + 24 (stale data)
+	ReasonShortBody       = "short body read"    // the body runs past the readable bytes
+	ReasonBodyCRC         = "record body crc"    // body CRC mismatch
+	ReasonMalformedBody   = "malformed body"     // CRCs match but the batch body does not parse
+	ReasonRingBound       = "ring bound"         // the scan covered a whole ring from the trim offset
+	ReasonWindow          = "v0 window"          // version 0: past the sliding window after the first invalid record
+	reasonNone            = ""
+	maxSkips              = 256
+	readChunk             = 1 << 20
+	maxV0ExtraAfterLastOK = 1 << 22
+)
+
+// Record is one recovered data record.
+type Record struct {
+	// Offset is the logical WAL offset of the record start (what Append
+	// returned and what Trim takes).
+	Offset int64
+	// Size is the record's size on disk, header included.
+	Size int
+	// Batch is the decoded body. Records returned by Reader.Next alias the
+	// Reader's buffer until the next call; Recover copies them.
+	Batch Batch
+}
+
+// Skip is one run of bytes the scan stepped over.
+type Skip struct {
+	// Offset is the logical offset where the skipped run starts.
+	Offset int64
+	// Length is the number of logical bytes skipped.
+	Length int64
+	// Reason is one of the Reason constants.
+	Reason string
+}
+
+// ScanStats says what a scan skipped and where and why the log ended.
+type ScanStats struct {
+	// Records is the number of records returned.
+	Records int
+	// SkippedBytes is the total of all skipped runs, padding and the trimmed
+	// record included.
+	SkippedBytes int64
+	// SkippedByReason splits SkippedBytes by reason.
+	SkippedByReason map[string]int64
+	// Skips lists the first 256 skipped runs in log order.
+	Skips []Skip
+	// EndOffset is the logical offset at which the log ended.
+	EndOffset int64
+	// EndReason says why the log ended there (the failure at an aligned
+	// offset, ReasonRingBound or ReasonWindow).
+	EndReason string
+}
+
+// Reader walks a WAL read-only. Create it with Open or NewReader, call Next
+// until io.EOF, then read Stats. It is not safe for concurrent use.
+type Reader struct {
+	name      string
+	r         io.ReaderAt
+	file      *os.File
+	size      int64
+	header    Header
+	slot      int
+	slotErrs  [HeaderSlots]error
+	capacity  int64
+	recordCap int64
+
+	// scan state
+	next, start, skipAt, bound int64
+	done                       bool
+	stats                      ScanStats
+
+	// version 0 window state (RecoverIteratorV0)
+	v0FirstInvalidCycle, v0FirstInvalidOffset, v0LastValid int64
+
+	// read buffer: buf holds the device bytes [bufPos, bufPos+bufLen)
+	buf    []byte
+	bufPos int64
+	bufLen int
+	big    []byte
+}
+
+// Open opens the WAL at path read-only (a regular file whose size must equal
+// the header's capacity, or a block device at least that large) and reads
+// its header.
+func Open(path string) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fileError(path, "stat", err)
+	}
+	var size int64
+	exact := true
+	switch {
+	case fi.Mode().IsRegular():
+		size = fi.Size()
+	case fi.Mode()&os.ModeDevice != 0:
+		exact = false
+		size, err = f.Seek(0, io.SeekEnd)
+		if err != nil {
+			f.Close()
+			return nil, fileError(path, "size of device", err)
+		}
+	default:
+		f.Close()
+		return nil, fileError(path, "open", fmt.Errorf("%w: not a regular file or block device", ErrNotWAL))
+	}
+	rd, err := newReader(f, size, path, exact)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	rd.file = f
+	return rd, nil
+}
+
+// NewReader reads the WAL held by r, a device of size bytes (the header's
+// capacity must not exceed size). name appears in errors.
+func NewReader(r io.ReaderAt, size int64, name string) (*Reader, error) {
+	return newReader(r, size, name, false)
+}
+
+func newReader(r io.ReaderAt, size int64, name string, exact bool) (*Reader, error) {
+	rd := &Reader{name: name, r: r, size: size}
+	if err := rd.readHeader(); err != nil {
+		return nil, err
+	}
+	h := rd.header
+	if h.Capacity%BlockSize != 0 || h.Capacity < MinCapacity || h.Capacity > 1<<62 {
+		return nil, fileError(name, "header", fmt.Errorf("%w: %d (must be a multiple of %d and at least %d)", ErrBadCapacity, h.Capacity, BlockSize, MinCapacity))
+	}
+	capacity := int64(h.Capacity)
+	if exact && capacity != size {
+		return nil, fileError(name, "header", fmt.Errorf("%w: header capacity %d, file size %d", ErrCapacityMismatch, capacity, size))
+	}
+	if capacity > size {
+		return nil, fileError(name, "header", fmt.Errorf("%w: header capacity %d, device size %d", ErrCapacityMismatch, capacity, size))
+	}
+	rd.capacity = capacity
+	rd.recordCap = capacity - HeaderRegionSize
+	rd.start = max(h.TrimOffset, 0)
+	rd.skipAt = h.TrimOffset
+	rd.next = rd.start
+	rd.bound = rd.start + rd.recordCap
+	rd.v0FirstInvalidCycle, rd.v0FirstInvalidOffset, rd.v0LastValid = -1, -1, -1
+	rd.stats.SkippedByReason = map[string]int64{}
+	rd.stats.EndOffset = -1
+	return rd, nil
+}
+
+// readHeader picks the valid slot with the strictly larger timestamp (slot 0
+// on a tie), as AutoMQ's tryReadWALHeader does.
+func (rd *Reader) readHeader() error {
+	best := -1
+	var p [HeaderSize]byte
+	for i := 0; i < HeaderSlots; i++ {
+		n, err := rd.r.ReadAt(p[:], int64(i)*BlockSize)
+		if n < HeaderSize {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			rd.slotErrs[i] = err
+			continue
+		}
+		h, err := decodeHeader(p[:])
+		if err != nil {
+			rd.slotErrs[i] = err
+			continue
+		}
+		if best < 0 || h.LastWriteTimestamp > rd.header.LastWriteTimestamp {
+			best = i
+			rd.header = h
+		}
+	}
+	if best >= 0 {
+		rd.slot = best
+		return nil
+	}
+	for i, err := range rd.slotErrs {
+		if !errors.Is(err, ErrHeaderCRC) && !errors.Is(err, ErrBadMagic) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return fileError(rd.name, fmt.Sprintf("read header slot %d", i), err)
+		}
+	}
+	if errors.Is(rd.slotErrs[0], ErrHeaderCRC) || errors.Is(rd.slotErrs[1], ErrHeaderCRC) {
+		return fileError(rd.name, "header", fmt.Errorf("%w (slot 0: %v; slot 1: %v)", ErrHeaderCRC, rd.slotErrs[0], rd.slotErrs[1]))
+	}
+	return fileError(rd.name, "header", fmt.Errorf("%w (slot 0: %v; slot 1: %v)", ErrNotWAL, rd.slotErrs[0], rd.slotErrs[1]))
+}
+
+// Header returns the header of the winning slot.
+func (rd *Reader) Header() Header { return rd.header }
+
+// Slot returns the index (0 or 1) of the winning header slot.
+func (rd *Reader) Slot() int { return rd.slot }
+
+// SlotError returns why slot i was not usable, or nil if it was valid.
+func (rd *Reader) SlotError(i int) error { return rd.slotErrs[i] }
+
+// Stats returns what the scan has skipped so far and, once Next has
+// returned io.EOF, where the log ended.
+func (rd *Reader) Stats() ScanStats { return rd.stats }
+
+// Close releases the file opened by Open. It never writes.
+func (rd *Reader) Close() error {
+	if rd.file == nil {
+		return nil
+	}
+	err := rd.file.Close()
+	rd.file = nil
+	return err
+}
+
+// Next returns the next valid data record, io.EOF at the end of the log, or
+// an I/O error. The returned payload is valid until the next call.
+func (rd *Reader) Next() (Record, error) {
+	if rd.done {
+		return Record{}, io.EOF
+	}
+	for {
+		if rd.header.Version() == 0 {
+			if stop, reason := rd.v0Stop(); stop {
+				return rd.finish(reason)
+			}
+		}
+		if rd.next >= rd.bound {
+			return rd.finish(ReasonRingBound)
+		}
+		at := rd.next
+		rec, jump, reason, err := rd.readRecord(at)
+		if err != nil {
+			return Record{}, err
+		}
+		if reason == reasonNone {
+			rd.next = at + int64(rec.Size)
+			if rd.header.Version() == 0 {
+				rd.v0Valid(at)
+			}
+			if at == rd.skipAt {
+				rd.skip(at, int64(rec.Size), ReasonTrimmedRecord)
+				continue
+			}
+			rd.stats.Records++
+			return rec, nil
+		}
+		if reason == ReasonPadding {
+			rd.skip(at, jump-at, ReasonPadding)
+			rd.next = jump
+			continue
+		}
+		if rd.header.Version() == 0 {
+			// RecoverIteratorV0: remember the first invalid aligned offset
+			// and keep scanning within the sliding window after it.
+			if rd.v0FirstInvalidOffset == -1 && isAligned(at) && at != rd.skipAt {
+				rd.v0FirstInvalidCycle = at / rd.recordCap
+				rd.v0FirstInvalidOffset = at
+			}
+		} else if isAligned(at) {
+			// Version 1: an invalid record on a block boundary ends the log.
+			return rd.finish(reason)
+		}
+		rd.skip(at, jump-at, reason)
+		rd.next = jump
+	}
+}
+
+func (rd *Reader) finish(reason string) (Record, error) {
+	rd.done = true
+	rd.stats.EndOffset = rd.next
+	rd.stats.EndReason = reason
+	return Record{}, io.EOF
+}
+
+func (rd *Reader) skip(at, n int64, reason string) {
+	rd.stats.SkippedBytes += n
+	rd.stats.SkippedByReason[reason] += n
+	if len(rd.stats.Skips) < maxSkips {
+		rd.stats.Skips = append(rd.stats.Skips, Skip{Offset: at, Length: n, Reason: reason})
+	}
+}
+
+// v0Valid updates the version 0 window state after a valid record at at.
+func (rd *Reader) v0Valid(at int64) {
+	rd.v0LastValid = at
+	if rd.v0FirstInvalidCycle != -1 && rd.v0FirstInvalidCycle != at/rd.recordCap {
+		// A valid record in a later cycle: the earlier "invalid" one was not
+		// the end of the log.
+		rd.v0FirstInvalidCycle, rd.v0FirstInvalidOffset = -1, -1
+	}
+}
+
+// v0Stop is RecoverIteratorV0.shouldContinue inverted (non-strict mode).
+func (rd *Reader) v0Stop() (bool, string) {
+	window := int64(min(rd.header.SlidingWindowMaxLength, uint64(rd.recordCap)))
+	if rd.v0FirstInvalidOffset == -1 || rd.next < rd.v0FirstInvalidOffset+window {
+		return false, ""
+	}
+	if rd.next < rd.v0LastValid+min(window, maxV0ExtraAfterLastOK) {
+		return false, ""
+	}
+	return true, ReasonWindow
+}
+
+// readRecord reads the record at logical offset at. It returns the record
+// (reason empty), or the failure reason and the offset to jump to, following
+// BlockWALService.parseRecordHeader / parseRecordBody. err is set only for
+// I/O errors other than end of file.
+func (rd *Reader) readRecord(at int64) (rec Record, jump int64, reason string, err error) {
+	hp, err := rd.read(physical(at, rd.capacity), RecordHeaderSize)
+	if err != nil {
+		return rec, 0, "", err
+	}
+	if hp == nil {
+		return rec, nextBlock(at), ReasonShortHeader, nil
+	}
+	h := decodeRecordHeader(hp)
+	if h.magic == RecordMagicPadding && h.bodyLength >= 0 {
+		// A padding record is recognised by its magic alone.
+		return rec, at + RecordHeaderSize + int64(h.bodyLength), ReasonPadding, nil
+	}
+	if h.magic != RecordMagicData {
+		return rec, nextBlock(at), ReasonRecordMagic, nil
+	}
+	if Checksum(hp[:20]) != h.headerCRC {
+		return rec, nextBlock(at), ReasonHeaderCRC, nil
+	}
+	if h.bodyLength <= 0 || int64(h.bodyLength) > rd.recordCap-RecordHeaderSize {
+		return rec, nextBlock(at), ReasonBodyLength, nil
+	}
+	if h.bodyOffset != at+RecordHeaderSize {
+		return rec, nextBlock(at), ReasonBodyOffset, nil
+	}
+	end := at + RecordHeaderSize + int64(h.bodyLength)
+	bp, err := rd.read(physical(at+RecordHeaderSize, rd.capacity), int(h.bodyLength))
+	if err != nil {
+		return rec, 0, "", err
+	}
+	if bp == nil {
+		return rec, nextBlock(end), ReasonShortBody, nil
+	}
+	if Checksum(bp) != h.bodyCRC {
+		return rec, nextBlock(end), ReasonBodyCRC, nil
+	}
+	b, derr := decodeBody(bp)
+	if derr != nil {
+		return rec, nextBlock(end), ReasonMalformedBody, nil
+	}
+	return Record{Offset: at, Size: RecordHeaderSize + int(h.bodyLength), Batch: b}, 0, "", nil
+}
+
+// read returns n bytes at physical position pos, or nil if they are not all
+// readable inside the WAL's capacity. The slice is valid until the next read.
+func (rd *Reader) read(pos int64, n int) ([]byte, error) {
+	if pos+int64(n) > rd.capacity {
+		return nil, nil
+	}
+	if pos >= rd.bufPos && pos+int64(n) <= rd.bufPos+int64(rd.bufLen) {
+		off := int(pos - rd.bufPos)
+		return rd.buf[off : off+n], nil
+	}
+	if n > readChunk/2 {
+		if cap(rd.big) < n {
+			rd.big = make([]byte, n)
+		}
+		p := rd.big[:n]
+		m, err := rd.r.ReadAt(p, pos)
+		if m < n {
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, fileError(rd.name, "read", err)
+			}
+			return nil, nil
+		}
+		return p, nil
+	}
+	if rd.buf == nil {
+		rd.buf = make([]byte, readChunk)
+	}
+	start := pos / BlockSize * BlockSize
+	want := int64(readChunk)
+	if start+want > rd.capacity {
+		want = rd.capacity - start
+	}
+	m, err := rd.r.ReadAt(rd.buf[:want], start)
+	if m < int(want) && err != nil && !errors.Is(err, io.EOF) {
+		rd.bufLen = 0
+		return nil, fileError(rd.name, "read", err)
+	}
+	rd.bufPos, rd.bufLen = start, m
+	if pos+int64(n) > start+int64(m) {
+		return nil, nil
+	}
+	off := int(pos - start)
+	return rd.buf[off : off+n], nil
+}
+
+// Recovery is the result of scanning a whole WAL.
+type Recovery struct {
+	// Header is the winning header slot.
+	Header Header
+	// Slot is the index of the winning slot.
+	Slot int
+	// Records are the valid data records in log order; payloads are copies.
+	Records []Record
+	// Stats says what was skipped and where the log ended.
+	Stats ScanStats
+}
+
+// Recover scans the WAL held by r (see NewReader) and returns every valid
+// record with copied payloads.
+func Recover(r io.ReaderAt, size int64, name string) (*Recovery, error) {
+	rd, err := NewReader(r, size, name)
+	if err != nil {
+		return nil, err
+	}
+	return rd.collect()
+}
+
+// RecoverFile opens path read-only (see Open) and returns every valid record.
+func RecoverFile(path string) (*Recovery, error) {
+	rd, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return rd.collect()
+}
+
+func (rd *Reader) collect() (*Recovery, error) {
+	rec := &Recovery{Header: rd.header, Slot: rd.slot}
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.Batch.Payload = append([]byte(nil), r.Batch.Payload...)
+		rec.Records = append(rec.Records, r)
+	}
+	rec.Stats = rd.Stats()
+	return rec, nil
+}

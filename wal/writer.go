@@ -1,0 +1,715 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of WriterOptions, taken from AutoMQ's BlockWALService builder.
+const (
+	// DefaultBlockSoftLimit is the size at which a block is sealed unless it
+	// holds a single larger record (AutoMQ blockSoftLimit, 256 KiB).
+	DefaultBlockSoftLimit = 256 << 10
+	// DefaultWindowMaxLength is the sliding window length written into a new
+	// header (AutoMQ slidingWindowInitialSize, 1 MiB).
+	DefaultWindowMaxLength = 1 << 20
+)
+
+// WriterOptions tune a Writer. The zero value takes the defaults.
+type WriterOptions struct {
+	// BlockSoftLimit seals a block once adding a record would exceed it
+	// (a block always takes its first record). Default 256 KiB.
+	BlockSoftLimit int
+	// WindowMaxLength is the most bytes written by one group commit and the
+	// sliding_window_max_length recorded in the header; a record larger
+	// than it raises it first. Default 1 MiB, capped at the ring size.
+	WindowMaxLength int64
+	// Clock supplies header timestamps (default: wall clock in
+	// nanoseconds). The Writer makes them strictly increasing whatever the
+	// clock returns, so the newest slot always wins.
+	Clock func() uint64
+	// Logger receives the writer's events. Default: discard.
+	Logger *slog.Logger
+}
+
+// CreateOptions describe a new WAL.
+type CreateOptions struct {
+	// Capacity is the size in bytes of the WAL, header slots included; a
+	// multiple of 4096 and at least 12 KiB. Required.
+	Capacity int64
+	// NodeID is the broker that owns the WAL.
+	NodeID uint32
+	// NodeEpoch is the broker's current epoch.
+	NodeEpoch uint64
+	WriterOptions
+}
+
+// OpenOptions describe how to reopen an existing WAL for appending.
+type OpenOptions struct {
+	// NodeEpoch, when non-zero, replaces the node epoch in the header.
+	NodeEpoch uint64
+	WriterOptions
+}
+
+// Validate reports the first invalid option, naming it.
+func (o WriterOptions) Validate() error {
+	if o.BlockSoftLimit < 0 {
+		return fmt.Errorf("wal: block_soft_limit: must not be negative, got %d", o.BlockSoftLimit)
+	}
+	if o.WindowMaxLength < 0 {
+		return fmt.Errorf("wal: window_max_length: must not be negative, got %d", o.WindowMaxLength)
+	}
+	return nil
+}
+
+// Validate reports the first invalid option, naming it.
+func (o CreateOptions) Validate() error {
+	if o.Capacity < MinCapacity || o.Capacity%BlockSize != 0 {
+		return fmt.Errorf("wal: capacity: %w: %d (must be a multiple of %d and at least %d)", ErrBadCapacity, o.Capacity, BlockSize, MinCapacity)
+	}
+	return o.WriterOptions.Validate()
+}
+
+func (o WriterOptions) withDefaults(recordCap int64) WriterOptions {
+	if o.BlockSoftLimit == 0 {
+		o.BlockSoftLimit = DefaultBlockSoftLimit
+	}
+	if o.WindowMaxLength == 0 {
+		o.WindowMaxLength = DefaultWindowMaxLength
+	}
+	o.WindowMaxLength = min(o.WindowMaxLength, recordCap)
+	if o.Clock == nil {
+		o.Clock = func() uint64 { return uint64(time.Now().UnixNano()) }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Writer appends stream record batches to a WAL with group commit. Append
+// is safe for concurrent use; one goroutine forms blocks, writes them,
+// calls fdatasync and then wakes the appenders of that group.
+type Writer struct {
+	name      string
+	f         *os.File
+	fd        int
+	capacity  int64
+	recordCap int64
+	opts      WriterOptions
+	log       *slog.Logger
+
+	headerMu sync.Mutex // serialises header writes; guards hdr, slot, lastTS
+	hdr      Header
+	slot     int // slot the next header write goes to
+	lastTS   uint64
+
+	flushedTrim atomic.Int64 // trim offset durable in a header slot
+	durable     atomic.Int64 // every block before this logical offset is durable
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*request
+	closed  bool
+	failure error
+	exited  chan struct{}
+
+	// owned by the loop goroutine
+	next     int64 // start of the next block
+	buf      []byte
+	segments []segment
+}
+
+type request struct {
+	batch  Batch
+	crc    uint32
+	size   int
+	offset int64
+	err    error
+	done   chan struct{}
+}
+
+// segment is a physically contiguous run of the group buffer.
+type segment struct {
+	pos        int64
+	begin, end int
+}
+
+var zeroBlock = make([]byte, 1<<20)
+
+// Create makes a new WAL at path: a regular file that must not exist yet
+// (created and allocated to opts.Capacity bytes), or an existing block device
+// at least that large. It writes header slot 0 with trim offset -1, then
+// slot 1 with trim offset capacity-1, as AutoMQ's start and reset do, so the
+// first record goes to logical offset capacity. On a block device that
+// already holds a valid header, the new log starts past every offset the old
+// one used, so old records can never be read as new.
+func Create(path string, opts CreateOptions) (*Writer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.Mode()&os.ModeDevice != 0:
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("wal: %w", err)
+		}
+		size, err := f.Seek(0, io.SeekEnd)
+		if err != nil {
+			f.Close()
+			return nil, fileError(path, "size of device", err)
+		}
+		if size < opts.Capacity {
+			f.Close()
+			return nil, fileError(path, "create", fmt.Errorf("%w: capacity %d, device size %d", ErrCapacityMismatch, opts.Capacity, size))
+		}
+		w, err := create(f, path, opts)
+		if err != nil {
+			f.Close()
+		}
+		return w, err
+	case err == nil:
+		return nil, fileError(path, "create", ErrExists)
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	fail := func(op string, err error) (*Writer, error) {
+		f.Close()
+		os.Remove(path)
+		return nil, fileError(path, op, err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, opts.Capacity); err != nil {
+		if err := f.Truncate(opts.Capacity); err != nil {
+			return fail("allocate", err)
+		}
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fail("sync directory", err)
+	}
+	w, err := create(f, path, opts)
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+	}
+	return w, err
+}
+
+// create initialises the header slots on an open device or file.
+func create(f *os.File, name string, opts CreateOptions) (*Writer, error) {
+	recordCap := opts.Capacity - HeaderRegionSize
+	w := newWriter(f, name, opts.Capacity, opts.WriterOptions.withDefaults(recordCap))
+	trim := int64(-1)
+	// A device may hold an older WAL: start past every offset it used.
+	if rd, err := newReader(f, opts.Capacity, name, false); err == nil && rd.header.Capacity == uint64(opts.Capacity) {
+		trim = alignUp(max(rd.header.TrimOffset, 0)+opts.Capacity) - 1
+		w.lastTS = rd.header.LastWriteTimestamp
+	}
+	w.hdr = Header{
+		Magic:                  MagicV1,
+		Capacity:               uint64(opts.Capacity),
+		TrimOffset:             trim,
+		SlidingWindowMaxLength: uint64(w.opts.WindowMaxLength),
+		ShutdownType:           ShutdownUngraceful,
+		NodeID:                 opts.NodeID,
+		NodeEpoch:              opts.NodeEpoch,
+	}
+	if err := w.writeHeader(); err != nil {
+		return nil, err
+	}
+	if err := w.reset(); err != nil {
+		return nil, err
+	}
+	w.start()
+	w.log.Info("wal created", "path", name, "capacity", opts.Capacity, "node_id", opts.NodeID, "node_epoch", opts.NodeEpoch)
+	return w, nil
+}
+
+// OpenWriter reopens an existing WAL for appending. Like AutoMQ's reset it
+// discards every record: the next record goes to the block boundary at or
+// after trim offset + capacity, past anything the old log wrote, and the
+// header's trim offset moves just before it. Recover the records first.
+func OpenWriter(path string, opts OpenOptions) (*Writer, error) {
+	if err := opts.WriterOptions.Validate(); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	w, err := openWriter(f, path, opts)
+	if err != nil {
+		f.Close()
+	}
+	return w, err
+}
+
+func openWriter(f *os.File, path string, opts OpenOptions) (*Writer, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileError(path, "stat", err)
+	}
+	exact := fi.Mode().IsRegular()
+	size := fi.Size()
+	if !exact {
+		if size, err = f.Seek(0, io.SeekEnd); err != nil {
+			return nil, fileError(path, "size of device", err)
+		}
+	}
+	rd, err := newReader(f, size, path, exact)
+	if err != nil {
+		return nil, err
+	}
+	capacity := int64(rd.header.Capacity)
+	w := newWriter(f, path, capacity, opts.WriterOptions.withDefaults(capacity-HeaderRegionSize))
+	w.hdr = rd.header
+	w.hdr.Magic = MagicV1
+	w.hdr.ShutdownType = ShutdownUngraceful
+	w.hdr.SlidingWindowMaxLength = max(w.hdr.SlidingWindowMaxLength, uint64(w.opts.WindowMaxLength))
+	if opts.NodeEpoch != 0 {
+		w.hdr.NodeEpoch = opts.NodeEpoch
+	}
+	// Write the slot that did not win first, so the current header stays
+	// intact until its successor is durable.
+	w.slot = 1 - rd.slot
+	var p [HeaderSize]byte
+	for i := 0; i < HeaderSlots; i++ {
+		if n, _ := f.ReadAt(p[:], int64(i)*BlockSize); n == HeaderSize {
+			if h, err := decodeHeader(p[:]); err == nil {
+				w.lastTS = max(w.lastTS, h.LastWriteTimestamp)
+			}
+		}
+	}
+	if err := w.reset(); err != nil {
+		return nil, err
+	}
+	w.start()
+	w.log.Info("wal reopened", "path", path, "capacity", capacity, "node_id", w.hdr.NodeID, "node_epoch", w.hdr.NodeEpoch, "next_offset", w.next)
+	return w, nil
+}
+
+func newWriter(f *os.File, name string, capacity int64, opts WriterOptions) *Writer {
+	w := &Writer{
+		name:      name,
+		f:         f,
+		fd:        int(f.Fd()),
+		capacity:  capacity,
+		recordCap: capacity - HeaderRegionSize,
+		opts:      opts,
+		log:       opts.Logger,
+		exited:    make(chan struct{}),
+	}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// reset moves the log start past every offset the previous log could have
+// used (AutoMQ BlockWALService.reset) and makes that durable.
+func (w *Writer) reset() error {
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
+	start := alignUp(w.hdr.TrimOffset + w.capacity)
+	w.hdr.TrimOffset = start - 1
+	if err := w.writeHeaderLocked(); err != nil {
+		return err
+	}
+	w.next = start
+	w.durable.Store(start)
+	w.flushedTrim.Store(start - 1)
+	return nil
+}
+
+func (w *Writer) start() { go w.loop() }
+
+func (w *Writer) writeHeader() error {
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
+	return w.writeHeaderLocked()
+}
+
+// writeHeaderLocked writes w.hdr to the next slot and makes it durable.
+func (w *Writer) writeHeaderLocked() error {
+	ts := w.opts.Clock()
+	if ts <= w.lastTS {
+		ts = w.lastTS + 1
+	}
+	w.hdr.LastWriteTimestamp = ts
+	var p [HeaderSize]byte
+	encodeHeader(p[:], &w.hdr)
+	pos := int64(w.slot) * BlockSize
+	if _, err := w.f.WriteAt(p[:], pos); err != nil {
+		return fileError(w.name, fmt.Sprintf("write header slot %d", w.slot), err)
+	}
+	if err := unix.Fdatasync(w.fd); err != nil {
+		return fileError(w.name, "fdatasync header", err)
+	}
+	w.lastTS = ts
+	w.slot = 1 - w.slot
+	return nil
+}
+
+// Header returns the header as last written.
+func (w *Writer) Header() Header {
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
+	return w.hdr
+}
+
+// NextOffset returns the logical offset before which every block is durable
+// (the start of the next block).
+func (w *Writer) NextOffset() int64 { return w.durable.Load() }
+
+// Append writes b and returns the logical offset of its record once the
+// block holding it is durable. It fails with ErrFull when the record does
+// not fit before the trim offset, ErrTooLarge when it never can, ErrClosed
+// after Close and ErrFailed after an I/O error. If ctx ends first, Append
+// returns ctx.Err() and the record may or may not be durable.
+func (w *Writer) Append(ctx context.Context, b Batch) (int64, error) {
+	offsets, err := w.AppendAll(ctx, []Batch{b})
+	if err != nil {
+		return 0, err
+	}
+	return offsets[0], nil
+}
+
+// AppendAll writes the batches back to back in one group commit (as far as
+// the window allows) and returns their offsets once all are durable. On
+// error it returns the first error; offsets of records that were written
+// are still filled in.
+func (w *Writer) AppendAll(ctx context.Context, batches []Batch) ([]int64, error) {
+	reqs := make([]*request, len(batches))
+	for i := range batches {
+		b := &batches[i]
+		size := int64(b.recordSize())
+		if size > w.recordCap || size > math.MaxInt32 {
+			return nil, fileError(w.name, "append", fmt.Errorf("%w: record of %d bytes, ring of %d", ErrTooLarge, size, w.recordCap))
+		}
+		reqs[i] = &request{batch: *b, crc: bodyChecksum(b), size: int(size), offset: -1, done: make(chan struct{})}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	switch {
+	case w.closed:
+		w.mu.Unlock()
+		return nil, fileError(w.name, "append", ErrClosed)
+	case w.failure != nil:
+		err := w.failure
+		w.mu.Unlock()
+		return nil, fileError(w.name, "append", fmt.Errorf("%w: %w", ErrFailed, err))
+	}
+	w.queue = append(w.queue, reqs...)
+	w.cond.Signal()
+	w.mu.Unlock()
+	offsets := make([]int64, len(reqs))
+	var first error
+	for i, r := range reqs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return offsets, ctx.Err()
+		}
+		offsets[i] = r.offset
+		if r.err != nil && first == nil {
+			first = r.err
+		}
+	}
+	return offsets, first
+}
+
+// Trim marks every record up to and including the one at offset as no
+// longer needed, and makes that durable in a header slot before it returns.
+// offset must be below NextOffset; a trim at or below the current trim
+// offset changes nothing.
+func (w *Writer) Trim(offset int64) error {
+	if offset >= w.durable.Load() {
+		return fileError(w.name, "trim", fmt.Errorf("%w: offset %d, durable end %d", ErrBadTrim, offset, w.durable.Load()))
+	}
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
+	if offset <= w.hdr.TrimOffset {
+		return nil
+	}
+	prev := w.hdr.TrimOffset
+	w.hdr.TrimOffset = offset
+	if err := w.writeHeaderLocked(); err != nil {
+		w.hdr.TrimOffset = prev
+		return err
+	}
+	w.flushedTrim.Store(offset)
+	return nil
+}
+
+// Close waits for every queued Append, writes a header with the graceful
+// shutdown type (ungraceful if a write failed) and closes the file.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return fileError(w.name, "close", ErrClosed)
+	}
+	w.closed = true
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	<-w.exited
+
+	w.mu.Lock()
+	failed := w.failure != nil
+	w.mu.Unlock()
+	var err error
+	if !failed {
+		w.headerMu.Lock()
+		w.hdr.ShutdownType = ShutdownGraceful
+		err = w.writeHeaderLocked()
+		w.headerMu.Unlock()
+	}
+	if cerr := w.f.Close(); cerr != nil && err == nil {
+		err = fileError(w.name, "close", cerr)
+	}
+	w.log.Info("wal closed", "path", w.name, "graceful", !failed && err == nil)
+	return err
+}
+
+// loop is the only goroutine that writes records: it takes every queued
+// request, packs them into blocks, writes the blocks, calls fdatasync once
+// and then completes the requests.
+func (w *Writer) loop() {
+	defer close(w.exited)
+	var batch []*request
+	for {
+		w.mu.Lock()
+		for len(w.queue) == 0 && !w.closed {
+			w.cond.Wait()
+		}
+		if len(w.queue) == 0 && w.closed {
+			w.mu.Unlock()
+			return
+		}
+		batch, w.queue = w.queue, batch[:0]
+		failure := w.failure
+		w.mu.Unlock()
+
+		if failure != nil {
+			for _, r := range batch {
+				r.err = fileError(w.name, "append", fmt.Errorf("%w: %w", ErrFailed, failure))
+				close(r.done)
+			}
+			continue
+		}
+		for len(batch) > 0 {
+			n := w.commit(batch)
+			batch = batch[n:]
+		}
+		clear(batch[:cap(batch)])
+		batch = batch[:0]
+	}
+}
+
+// commit writes as many requests from the front of batch as fit in one
+// window, makes them durable and completes them. It returns how many
+// requests it consumed (at least one).
+func (w *Writer) commit(batch []*request) int {
+	trim := w.flushedTrim.Load()
+	w.buf = w.buf[:0]
+	w.segments = w.segments[:0]
+	groupStart := w.next
+	window := w.opts.WindowMaxLength
+
+	var (
+		used     int
+		blockBeg = int64(-1) // logical start of the open block, -1 if none
+		blockLen int64
+		blockMax int64
+		written  []*request
+	)
+	sealBlock := func() {
+		if blockBeg < 0 {
+			return
+		}
+		padded := alignUp(blockLen)
+		w.zeroPad(int(padded - blockLen))
+		w.next = blockBeg + padded
+		blockBeg = -1
+	}
+	for used < len(batch) {
+		r := batch[used]
+		size := int64(r.size)
+		if blockBeg >= 0 && (blockLen+size > int64(w.opts.BlockSoftLimit) || blockLen+size > blockMax) {
+			sealBlock()
+		}
+		if blockBeg < 0 {
+			start := w.next
+			remDev := w.recordCap - start%w.recordCap
+			ringRem := w.recordCap - start + trim
+			need := size
+			if remDev < size {
+				need = remDev + size
+			}
+			if ringRem < need {
+				r.err = fileError(w.name, "append", fmt.Errorf("%w: record of %d bytes at offset %d, trim offset %d, ring of %d", ErrFull, size, start, trim, w.recordCap))
+				close(r.done)
+				batch[used] = nil
+				used++
+				continue
+			}
+			// Keep one group commit within the window, except that a group
+			// always takes its first record.
+			if len(written) > 0 && w.next+need-groupStart > window {
+				break
+			}
+			if w.next+need-groupStart > window {
+				if err := w.growWindow(alignUp(need)); err != nil {
+					w.fail(err, batch[used:used+1])
+					return used + 1
+				}
+				window = w.opts.WindowMaxLength
+			}
+			if remDev < size {
+				// The block does not fit before the end of the device: a
+				// padding record runs to the end and writing wraps.
+				w.appendPadding(start, remDev)
+				w.next = start + remDev
+				start = w.next
+				remDev = w.recordCap
+			}
+			blockBeg, blockLen = start, 0
+			blockMax = min(remDev, w.recordCap-start+trim)
+			w.openSegment(physical(start, w.capacity))
+		} else if w.next+alignUp(blockLen+size)-groupStart > window && len(written) > 0 {
+			break
+		}
+		r.offset = blockBeg + blockLen
+		w.appendRecord(r)
+		blockLen += size
+		written = append(written, r)
+		used++
+	}
+	sealBlock()
+	if len(written) == 0 {
+		return used
+	}
+	if err := w.flush(); err != nil {
+		w.next = groupStart
+		w.fail(err, written)
+		return used
+	}
+	w.durable.Store(w.next)
+	for _, r := range written {
+		close(r.done)
+	}
+	return used
+}
+
+// growWindow raises sliding_window_max_length to at least n and makes the
+// header durable before a group that large is written.
+func (w *Writer) growWindow(n int64) error {
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
+	n = min(n, w.recordCap)
+	w.opts.WindowMaxLength = max(w.opts.WindowMaxLength, n)
+	if uint64(n) <= w.hdr.SlidingWindowMaxLength {
+		return nil
+	}
+	w.hdr.SlidingWindowMaxLength = uint64(n)
+	return w.writeHeaderLocked()
+}
+
+func (w *Writer) openSegment(pos int64) {
+	if k := len(w.segments); k > 0 {
+		s := &w.segments[k-1]
+		if s.pos+int64(s.end-s.begin) == pos {
+			return
+		}
+	}
+	w.segments = append(w.segments, segment{pos: pos, begin: len(w.buf), end: len(w.buf)})
+}
+
+func (w *Writer) grow(n int) []byte {
+	l := len(w.buf)
+	if cap(w.buf)-l < n {
+		nb := make([]byte, l, max(2*cap(w.buf), l+n, 1<<20))
+		copy(nb, w.buf)
+		w.buf = nb
+	}
+	w.buf = w.buf[:l+n]
+	w.segments[len(w.segments)-1].end = l + n
+	return w.buf[l : l+n]
+}
+
+func (w *Writer) zeroPad(n int) {
+	if n > 0 {
+		clear(w.grow(n))
+	}
+}
+
+func (w *Writer) appendRecord(r *request) {
+	p := w.grow(r.size)
+	bodyLen := r.size - RecordHeaderSize
+	encodeRecordHeader(p, RecordMagicData, r.offset, bodyLen, r.crc)
+	encodeBodyHeader(p[RecordHeaderSize:], &r.batch)
+	copy(p[RecordHeaderSize+BodyHeaderSize:], r.batch.Payload)
+}
+
+// appendPadding adds a padding record of length n at logical offset start:
+// a header with a zero body CRC and a zero-filled body (WALUtil
+// generatePaddingRecord).
+func (w *Writer) appendPadding(start, n int64) {
+	w.openSegment(physical(start, w.capacity))
+	p := w.grow(int(n))
+	clear(p)
+	encodeRecordHeader(p, RecordMagicPadding, start, int(n-RecordHeaderSize), 0)
+}
+
+// flush writes every segment and calls fdatasync once.
+func (w *Writer) flush() error {
+	for _, s := range w.segments {
+		if _, err := w.f.WriteAt(w.buf[s.begin:s.end], s.pos); err != nil {
+			return fileError(w.name, "write", err)
+		}
+	}
+	if err := unix.Fdatasync(w.fd); err != nil {
+		return fileError(w.name, "fdatasync", err)
+	}
+	return nil
+}
+
+// fail makes the writer refuse every further append: after a failed write
+// or fdatasync the state of the page cache is unknown.
+func (w *Writer) fail(err error, reqs []*request) {
+	w.log.Error("wal write failed; the writer acknowledges nothing from now on", "path", w.name, "err", err)
+	w.mu.Lock()
+	if w.failure == nil {
+		w.failure = err
+	}
+	w.mu.Unlock()
+	for _, r := range reqs {
+		r.offset = -1
+		r.err = fmt.Errorf("%w: %w", ErrFailed, err)
+		close(r.done)
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
