@@ -10,18 +10,18 @@ import (
 // Reasons a scan skips bytes or stops. They are the keys of
 // ScanStats.SkippedByReason and the values of ScanStats.EndReason.
 const (
-	ReasonTrimmedRecord   = "trimmed record"     // the valid record at the trim offset (trimming is inclusive)
-	ReasonPadding         = "padding record"     // a padding record running to the end of the device
-	ReasonShortHeader     = "short header read"  // fewer than 24 bytes readable
-	ReasonRecordMagic     = "bad record magic"   // neither data nor padding magic
-	ReasonHeaderCRC       = "record header crc"  // header CRC mismatch
-	ReasonBodyLength      = "bad body length"    // body length <= 0 or larger than the ring
-	ReasonBodyOffset      = "bad body offset"    // body offset is not record start + 24 (stale data)
-	ReasonShortBody       = "short body read"    // the body runs past the readable bytes
-	ReasonBodyCRC         = "record body crc"    // body CRC mismatch
-	ReasonMalformedBody   = "malformed body"     // CRCs match but the batch body does not parse
-	ReasonRingBound       = "ring bound"         // the scan covered a whole ring from the trim offset
-	ReasonWindow          = "v0 window"          // version 0: past the sliding window after the first invalid record
+	ReasonTrimmedRecord   = "trimmed record"    // the valid record at the trim offset (trimming is inclusive)
+	ReasonPadding         = "padding record"    // a padding record running to the end of the device
+	ReasonShortHeader     = "short header read" // fewer than 24 bytes readable
+	ReasonRecordMagic     = "bad record magic"  // neither data nor padding magic
+	ReasonHeaderCRC       = "record header crc" // header CRC mismatch
+	ReasonBodyLength      = "bad body length"   // body length <= 0 or larger than the ring
+	ReasonBodyOffset      = "bad body offset"   // body offset is not record start + 24 (stale data)
+	ReasonShortBody       = "short body read"   // the body runs past the readable bytes
+	ReasonBodyCRC         = "record body crc"   // body CRC mismatch
+	ReasonMalformedBody   = "malformed body"    // CRCs match but the batch body does not parse
+	ReasonRingBound       = "ring bound"        // the scan covered a whole ring from the trim offset
+	ReasonWindow          = "v0 window"         // version 0: past the sliding window after the first invalid record
 	reasonNone            = ""
 	maxSkips              = 256
 	readChunk             = 1 << 20
