@@ -377,7 +377,10 @@ func (rd *Reader) read(pos int64, n int) ([]byte, error) {
 		off := int(pos - rd.bufPos)
 		return rd.buf[off : off+n], nil
 	}
-	if n > readChunk/2 {
+	if rd.buf == nil {
+		rd.buf = make([]byte, min(readChunk, rd.capacity))
+	}
+	if n > len(rd.buf)/2 {
 		if cap(rd.big) < n {
 			rd.big = make([]byte, n)
 		}
@@ -391,11 +394,8 @@ func (rd *Reader) read(pos int64, n int) ([]byte, error) {
 		}
 		return p, nil
 	}
-	if rd.buf == nil {
-		rd.buf = make([]byte, readChunk)
-	}
 	start := pos / BlockSize * BlockSize
-	want := int64(readChunk)
+	want := int64(len(rd.buf))
 	if start+want > rd.capacity {
 		want = rd.capacity - start
 	}

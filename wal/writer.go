@@ -538,13 +538,14 @@ func (w *Writer) commit(batch []*request) int {
 		blockMax int64
 		written  []*request
 	)
+	// A sealed block's tail up to the next boundary is left as it is on
+	// disk: padding it could overwrite the record at the trim offset, which
+	// recovery still reads.
 	sealBlock := func() {
 		if blockBeg < 0 {
 			return
 		}
-		padded := alignUp(blockLen)
-		w.zeroPad(int(padded - blockLen))
-		w.next = blockBeg + padded
+		w.next = blockBeg + alignUp(blockLen)
 		blockBeg = -1
 	}
 	for used < len(batch) {
@@ -650,12 +651,6 @@ func (w *Writer) grow(n int) []byte {
 	w.buf = w.buf[:l+n]
 	w.segments[len(w.segments)-1].end = l + n
 	return w.buf[l : l+n]
-}
-
-func (w *Writer) zeroPad(n int) {
-	if n > 0 {
-		clear(w.grow(n))
-	}
 }
 
 func (w *Writer) appendRecord(r *request) {
