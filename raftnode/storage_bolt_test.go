@@ -450,7 +450,7 @@ func equalSnapshots(a, b *raftpb.Snapshot) bool {
 // BoltStorage and raft.MemoryStorage and requires the same answers and
 // errors, including across restarts of the BoltStorage.
 func TestStorageDifferential(t *testing.T) {
-	seeds, ops := 120, 150
+	seeds, ops := 80, 150
 	if testing.Short() {
 		seeds = 20
 	}
