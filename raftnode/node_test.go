@@ -1,0 +1,364 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// testLogger discards logs unless WALDEN_TEST_LOG is set.
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("WALDEN_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// memStorage adapts raft.MemoryStorage to Storage for tests that need no
+// disk.
+type memStorage struct {
+	*raft.MemoryStorage
+}
+
+func newMemStorage() *memStorage { return &memStorage{raft.NewMemoryStorage()} }
+
+func (s *memStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	if !raft.IsEmptySnap(snap) {
+		if err := s.ApplySnapshot(snap); err != nil {
+			return err
+		}
+	}
+	if len(ents) > 0 {
+		if err := s.Append(ents); err != nil {
+			return err
+		}
+	}
+	if !raft.IsEmptyHardState(hs) {
+		return s.SetHardState(hs)
+	}
+	return nil
+}
+
+func (s *memStorage) Close() error { return nil }
+
+// errRefused is what testSM returns for a Noop whose payload is "refuse".
+var errRefused = errors.New("test: command refused")
+
+// testSM is a small deterministic state machine: it counts Noops and keeps
+// the membership from conf change contexts.
+type testSM struct {
+	mu      sync.Mutex
+	applied uint64
+	count   uint64
+	members map[string]*waldenv1.Member
+}
+
+func newTestSM() *testSM { return &testSM{members: make(map[string]*waldenv1.Member)} }
+
+func (s *testSM) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied = index
+	if string(cmd.GetNoop().GetPayload()) == "refuse" {
+		return nil, errRefused
+	}
+	s.count++
+	return &waldenv1.Result{Index: index, Value: &waldenv1.Result_Noop{Noop: &waldenv1.NoopResult{Count: s.count}}}, nil
+}
+
+func (s *testSM) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *waldenv1.ConfChangeContext, _ *raftpb.ConfState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied = index
+	for _, ch := range cc.GetChanges() {
+		switch ch.GetType() {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			if m := ctx.GetMember(); m != nil && RaftID(m.GetId()) == ch.GetNodeId() {
+				s.members[m.GetId()] = &waldenv1.Member{Id: m.GetId(), RaftId: ch.GetNodeId(), RaftAddr: m.GetRaftAddr(), AdminAddr: m.GetAdminAddr()}
+			}
+		case raftpb.ConfChangeRemoveNode:
+			for id, m := range s.members {
+				if m.GetRaftId() == ch.GetNodeId() {
+					delete(s.members, id)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (s *testSM) Snapshot() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := &waldenv1.StateSnapshot{Version: 1, AppliedIndex: s.applied, NoopCount: s.count}
+	for _, m := range s.membersLocked() {
+		snap.Members = append(snap.Members, m)
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+}
+
+func (s *testSM) Restore(data []byte) error {
+	snap := new(waldenv1.StateSnapshot)
+	if err := proto.Unmarshal(data, snap); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied, s.count = snap.GetAppliedIndex(), snap.GetNoopCount()
+	s.members = make(map[string]*waldenv1.Member)
+	for _, m := range snap.GetMembers() {
+		s.members[m.GetId()] = m
+	}
+	return nil
+}
+
+func (s *testSM) AppliedIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
+func (s *testSM) Members() []*waldenv1.Member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.membersLocked()
+}
+
+func (s *testSM) membersLocked() []*waldenv1.Member {
+	out := make([]*waldenv1.Member, 0, len(s.members))
+	for _, m := range s.members {
+		out = append(out, proto.Clone(m).(*waldenv1.Member))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	return out
+}
+
+func TestRaftIDDeterministicNonZero(t *testing.T) {
+	seen := make(map[uint64]string)
+	for i := range 1000 {
+		name := fmt.Sprintf("c%d", i)
+		id := RaftID(name)
+		if id == 0 {
+			t.Fatalf("RaftID(%q) = 0", name)
+		}
+		if id != RaftID(name) {
+			t.Fatalf("RaftID(%q) not deterministic", name)
+		}
+		if other, dup := seen[id]; dup {
+			t.Fatalf("RaftID(%q) == RaftID(%q)", name, other)
+		}
+		seen[id] = name
+	}
+}
+
+func TestRequestIDsUniqueAndPrefixed(t *testing.T) {
+	g := newRequestIDs("c1", time.Unix(0, 12345))
+	prefix := (RaftID("c1") & 0xffff) << requestCounterBits
+	seen := make(map[uint64]bool)
+	for range 10000 {
+		id := g.Next()
+		if id == 0 || seen[id] {
+			t.Fatalf("request id %x is zero or repeated", id)
+		}
+		if id&^(1<<requestCounterBits-1) != prefix {
+			t.Fatalf("request id %x lacks member prefix %x", id, prefix)
+		}
+		seen[id] = true
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := func() Config {
+		return Config{ClusterName: "demo", NodeID: "c1", InitialCluster: []*waldenv1.MemberContext{
+			{Id: "c1", RaftAddr: "127.0.0.1:7101"}, {Id: "c2", RaftAddr: "127.0.0.1:7102"},
+		}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // substring of the error; "" means valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"no cluster", func(c *Config) { c.ClusterName = "" }, "cluster_name"},
+		{"no node", func(c *Config) { c.NodeID = "" }, "node_id"},
+		{"election not above heartbeat", func(c *Config) { c.ElectionTicks, c.HeartbeatTicks = 2, 2 }, "election_ticks"},
+		{"tiny tick", func(c *Config) { c.TickInterval = time.Microsecond }, "tick_interval"},
+		{"member without id", func(c *Config) { c.InitialCluster[1].Id = "" }, "initial_cluster[1].id"},
+		{"member without raft addr", func(c *Config) { c.InitialCluster[0].RaftAddr = "" }, "initial_cluster[0].raft"},
+		{"duplicate member", func(c *Config) { c.InitialCluster[1].Id = "c1" }, "listed twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want ErrInvalidConfig naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestWaitRegistry(t *testing.T) {
+	w := newWaitRegistry()
+	ch := w.Register(7)
+	if w.Register(7) != nil {
+		t.Fatal("second Register of the same id succeeded")
+	}
+	if w.Trigger(8, applied{}) {
+		t.Fatal("Trigger of an unregistered id found a waiter")
+	}
+	res := &waldenv1.Result{Index: 3}
+	if !w.Trigger(7, applied{result: res}) {
+		t.Fatal("Trigger found no waiter")
+	}
+	if got := <-ch; got.result.GetIndex() != 3 {
+		t.Fatalf("waiter got %v", got)
+	}
+	ch2 := w.Register(9)
+	w.FailAll(ErrStopped)
+	if got := <-ch2; !errors.Is(got.err, ErrStopped) {
+		t.Fatalf("FailAll delivered %v", got.err)
+	}
+	if w.Len() != 0 {
+		t.Fatalf("%d waiters left", w.Len())
+	}
+}
+
+func TestIndexWaiter(t *testing.T) {
+	w := newIndexWaiter(5)
+	select {
+	case <-w.Wait(5):
+	default:
+		t.Fatal("wait for an applied index blocked")
+	}
+	ch := w.Wait(8)
+	w.Applied(7)
+	select {
+	case <-ch:
+		t.Fatal("woken before index 8 was applied")
+	default:
+	}
+	w.Applied(9)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not woken after index 9 was applied")
+	}
+}
+
+// TestSingleMemberNode runs the node against the in-memory storage adapter:
+// a one-member cluster elects itself, applies proposals, returns the state
+// machine's refusal, serves a linearizable read, and snapshots.
+func TestSingleMemberNode(t *testing.T) {
+	nw := NewNetwork(1)
+	sm := newTestSM()
+	st := newMemStorage()
+	n, err := NewNode(Config{
+		ClusterName: "demo", NodeID: "solo", TickInterval: 5 * time.Millisecond,
+		InitialCluster: []*waldenv1.MemberContext{{Id: "solo", RaftAddr: "mem"}},
+		SnapshotCount:  10, SnapshotCatchUpEntries: 2, Logger: testLogger(t),
+	}, sm, st, nw.Transport("solo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	waitFor(t, 5*time.Second, "self-election", func() bool { return n.IsLeader() && n.Ready() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 25 {
+		res, err := n.Propose(ctx, noop(fmt.Sprint(i)))
+		if err != nil {
+			t.Fatalf("propose %d: %v", i, err)
+		}
+		if res.GetNoop().GetCount() != uint64(i+1) {
+			t.Fatalf("proposal %d: count %d", i, res.GetNoop().GetCount())
+		}
+	}
+	if _, err := n.Propose(ctx, noop("refuse")); !errors.Is(err, errRefused) {
+		t.Fatalf("refused command: err = %v, want errRefused", err)
+	}
+	if err := n.LinearizableRead(ctx); err != nil {
+		t.Fatalf("LinearizableRead: %v", err)
+	}
+	snap, err := st.Snapshot()
+	if err != nil || snap.GetMetadata().GetIndex() == 0 {
+		t.Fatalf("no snapshot after 25 entries with SnapshotCount 10: %v %v", snap.GetMetadata(), err)
+	}
+	if first, _ := st.FirstIndex(); first <= 1 {
+		t.Fatalf("log not compacted: first index %d", first)
+	}
+	s := n.Status()
+	if s.LeaderID != "solo" || s.RaftState != "leader" || len(s.Members) != 1 || s.Members[0].GetRole() != "leader" || !s.Members[0].GetReachable() {
+		t.Fatalf("status = %+v", s)
+	}
+	if err := n.TransferLeadership(ctx, "nobody"); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("transfer to unknown member: %v", err)
+	}
+	if err := n.RemoveMember(ctx, "solo"); !errors.Is(err, ErrLastVoter) {
+		t.Fatalf("remove last voter: %v", err)
+	}
+	if err := n.AddMember(ctx, &waldenv1.MemberContext{Id: "solo", RaftAddr: "x"}); !errors.Is(err, ErrMemberExists) {
+		t.Fatalf("add existing member: %v", err)
+	}
+	if err := n.AddMember(ctx, &waldenv1.MemberContext{Id: "x"}); !errors.Is(err, ErrInvalidMember) {
+		t.Fatalf("add member without address: %v", err)
+	}
+
+	n.Stop()
+	if _, err := n.Propose(ctx, noop("late")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("propose after stop: %v", err)
+	}
+	select {
+	case <-n.Done():
+	default:
+		t.Fatal("Done not closed after Stop")
+	}
+}
+
+func TestNewNodeRejectsBadInput(t *testing.T) {
+	nw := NewNetwork(1)
+	if _, err := NewNode(Config{NodeID: "c1"}, newTestSM(), newMemStorage(), nw.Transport("c1")); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("missing cluster name: %v", err)
+	}
+	if _, err := NewNode(Config{ClusterName: "demo", NodeID: "c1"}, nil, newMemStorage(), nw.Transport("c1")); err == nil {
+		t.Fatal("nil state machine accepted")
+	}
+}
+
+func noop(payload string) *waldenv1.Command {
+	return &waldenv1.Command{Op: &waldenv1.Command_Noop{Noop: &waldenv1.Noop{Payload: []byte(payload)}}}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
