@@ -130,6 +130,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%s: 3 members up with a leader in %s\n", name, time.Since(t0).Round(time.Millisecond))
 	}
 
+	loadBefore := loadAverage()
 	payload := make([]byte, o.Payload)
 	for i := range payload {
 		payload[i] = byte('a' + i%26)
@@ -182,12 +183,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i, s := range systems {
 		names[i] = s.Name()
 	}
-	return printTable(stdout, o, names, results)
+	return printTable(stdout, o, names, results, loadBefore, loadAverage())
 }
 
 // startSystem starts the named 3-member cluster under dir.
 func startSystem(ctx context.Context, name, dir string, maxWorkers int) (system, error) {
 	switch name {
+	case "walden":
+		return startWalden(ctx, dir+"/walden", 3)
 	case "etcd":
 		return startEtcd(ctx, dir+"/etcd", 3, maxWorkers)
 	default:
@@ -201,13 +204,13 @@ func fmtMs(d time.Duration) string {
 
 // printTable writes one row per concurrency level with each system's median
 // rate and latencies, and the ratios when both systems ran.
-func printTable(w io.Writer, o options, names []string, results map[string][]cellResult) error {
+func printTable(w io.Writer, o options, names []string, results map[string][]cellResult, loadBefore, loadAfter string) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "3-member clusters on 127.0.0.1, fsync on, payload %d B; %s/%s, %d CPUs (%s), %s; %s\n",
 		o.Payload, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), runtime.Version(),
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(bw, "median of %d rounds per cell, each bounded by %s and %d proposals, after a %s warm-up\n\n",
-		o.Rounds, o.Duration, o.Count, o.Warmup)
+	fmt.Fprintf(bw, "median of %d rounds per cell, each bounded by %s and %d proposals, after a %s warm-up; 1-min load average %s before, %s after\n\n",
+		o.Rounds, o.Duration, o.Count, o.Warmup, loadBefore, loadAfter)
 
 	header := []string{"concurrency"}
 	for _, n := range names {
@@ -271,6 +274,19 @@ func fmtRatio(a, b float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f", a/b)
+}
+
+// loadAverage reads the 1-minute load average from /proc/loadavg, if there
+// is one: other work on the machine skews both systems' figures.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
 
 // cpuModel reads the processor name from /proc/cpuinfo, if there is one.
