@@ -1,0 +1,304 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"walden/config"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
+)
+
+// Metadata keys of the admin API.
+const (
+	// TrailerLeaderID and TrailerLeaderAddr carry the leader hint of an
+	// Unavailable "not leader" answer: the leader's member id and admin
+	// address. The same values are in an errdetails.ErrorInfo detail
+	// (reason NOT_LEADER, metadata leader_id and leader_addr).
+	TrailerLeaderID   = "walden-leader-id"
+	TrailerLeaderAddr = "walden-leader-addr"
+	// headerForwardedBy marks a request one member forwarded to the leader,
+	// so that the receiver answers with a hint instead of forwarding again.
+	headerForwardedBy = "walden-forwarded-by"
+	// ReasonNotLeader is the ErrorInfo reason of a not-leader answer.
+	ReasonNotLeader = "NOT_LEADER"
+	errorDomain     = "walden.v1"
+)
+
+// adminService implements walden.v1.Cluster over a ClusterNode.
+type adminService struct {
+	waldenv1.UnimplementedClusterServer
+
+	node   ClusterNode
+	nodeID string
+	logger *slog.Logger
+	// creds secure the connections to the leader when forwarding.
+	creds credentials.TransportCredentials
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // by leader admin address
+}
+
+func newAdminService(node ClusterNode, nodeID string, creds credentials.TransportCredentials, logger *slog.Logger) *adminService {
+	return &adminService{node: node, nodeID: nodeID, creds: creds, logger: logger, conns: map[string]*grpc.ClientConn{}}
+}
+
+// close drops the forwarding connections.
+func (a *adminService) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for addr, c := range a.conns {
+		_ = c.Close()
+		delete(a.conns, addr)
+	}
+}
+
+func (a *adminService) Status(ctx context.Context, _ *waldenv1.StatusRequest) (*waldenv1.StatusResponse, error) {
+	st := a.node.Status()
+	return &waldenv1.StatusResponse{
+		ClusterName:  st.ClusterName,
+		NodeId:       st.NodeID,
+		LeaderId:     st.LeaderID,
+		Term:         st.Term,
+		CommitIndex:  st.CommitIndex,
+		AppliedIndex: st.AppliedIndex,
+		Members:      st.Members,
+		RaftState:    st.RaftState,
+	}, nil
+}
+
+func (a *adminService) MemberList(ctx context.Context, req *waldenv1.MemberListRequest) (*waldenv1.MemberListResponse, error) {
+	if req.GetLinearizable() {
+		if err := a.node.LinearizableRead(ctx); err != nil {
+			return nil, a.toStatus(ctx, err)
+		}
+	}
+	return &waldenv1.MemberListResponse{Members: a.node.Status().Members}, nil
+}
+
+func (a *adminService) MemberAdd(ctx context.Context, req *waldenv1.MemberAddRequest) (*waldenv1.MemberAddResponse, error) {
+	if err := checkMemberID("id", req.GetId()); err != nil {
+		return nil, err
+	}
+	if err := checkAddr("raft_addr", req.GetRaftAddr()); err != nil {
+		return nil, err
+	}
+	if err := checkAddr("admin_addr", req.GetAdminAddr()); err != nil {
+		return nil, err
+	}
+	mc := &waldenv1.MemberContext{Id: req.GetId(), RaftAddr: req.GetRaftAddr(), AdminAddr: req.GetAdminAddr()}
+	if err := a.node.AddMember(ctx, mc); err != nil {
+		a.logger.WarnContext(ctx, "member add failed", "member_id", mc.Id, "raft_addr", mc.RaftAddr, "err", err)
+		return nil, a.toStatus(ctx, err)
+	}
+	st := a.node.Status()
+	a.logger.InfoContext(ctx, "member added as learner", "member_id", mc.Id, "raft_addr", mc.RaftAddr, "admin_addr", mc.AdminAddr, "term", st.Term)
+	resp := &waldenv1.MemberAddResponse{Members: st.Members}
+	for _, m := range st.Members {
+		if m.GetId() == mc.Id {
+			resp.Member = m
+		}
+	}
+	if resp.Member == nil {
+		resp.Member = &waldenv1.Member{Id: mc.Id, RaftId: raftnode.RaftID(mc.Id), RaftAddr: mc.RaftAddr, AdminAddr: mc.AdminAddr, Role: "learner"}
+	}
+	return resp, nil
+}
+
+func (a *adminService) MemberRemove(ctx context.Context, req *waldenv1.MemberRemoveRequest) (*waldenv1.MemberRemoveResponse, error) {
+	if req.GetId() == "" {
+		return nil, invalidArg("id", "must not be empty")
+	}
+	if err := a.node.RemoveMember(ctx, req.GetId()); err != nil {
+		a.logger.WarnContext(ctx, "member remove failed", "member_id", req.GetId(), "err", err)
+		return nil, a.toStatus(ctx, err)
+	}
+	st := a.node.Status()
+	a.logger.InfoContext(ctx, "member removed", "member_id", req.GetId(), "term", st.Term)
+	return &waldenv1.MemberRemoveResponse{Members: st.Members}, nil
+}
+
+func (a *adminService) LeaderTransfer(ctx context.Context, req *waldenv1.LeaderTransferRequest) (*waldenv1.LeaderTransferResponse, error) {
+	if req.GetId() == "" {
+		return nil, invalidArg("id", "must not be empty")
+	}
+	st := a.node.Status()
+	if st.LeaderID != "" && st.LeaderID != st.NodeID {
+		return a.forwardLeaderTransfer(ctx, req, st)
+	}
+	if st.LeaderID == "" {
+		return nil, a.toStatus(ctx, raftnode.ErrNoLeader)
+	}
+	if err := a.node.TransferLeadership(ctx, req.GetId()); err != nil {
+		a.logger.WarnContext(ctx, "leader transfer failed", "target_id", req.GetId(), "term", st.Term, "err", err)
+		return nil, a.toStatus(ctx, err)
+	}
+	after := a.node.Status()
+	a.logger.InfoContext(ctx, "leadership transferred", "from_id", st.NodeID, "target_id", req.GetId(), "leader_id", after.LeaderID, "term", after.Term)
+	return &waldenv1.LeaderTransferResponse{LeaderId: after.LeaderID, Term: after.Term}, nil
+}
+
+// forwardLeaderTransfer sends req to the leader's admin address. A request
+// that was itself forwarded, or a leader that cannot be reached, gets
+// Unavailable with the leader hint instead.
+func (a *adminService) forwardLeaderTransfer(ctx context.Context, req *waldenv1.LeaderTransferRequest, st NodeStatus) (*waldenv1.LeaderTransferResponse, error) {
+	addr := adminAddrOf(st, st.LeaderID)
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(headerForwardedBy)) > 0 || addr == "" {
+		return nil, a.notLeader(ctx, st.LeaderID, addr)
+	}
+	client, err := a.leaderClient(addr)
+	if err != nil {
+		return nil, a.notLeader(ctx, st.LeaderID, addr)
+	}
+	fctx := metadata.AppendToOutgoingContext(ctx, headerForwardedBy, a.nodeID)
+	resp, err := client.LeaderTransfer(fctx, req)
+	if err != nil {
+		s, _ := status.FromError(err)
+		if s.Code() == codes.Unavailable && !hasLeaderHint(s) {
+			// The leader could not be reached: give the caller the hint.
+			a.logger.InfoContext(ctx, "forward to leader failed", "leader_id", st.LeaderID, "leader_addr", addr, "term", st.Term, "err", err)
+			return nil, a.notLeader(ctx, st.LeaderID, addr)
+		}
+		if s.Code() == codes.Unavailable {
+			copyLeaderHint(ctx, s)
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (a *adminService) leaderClient(addr string) (waldenv1.ClusterClient, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.conns[addr]
+	if !ok {
+		var err error
+		c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(a.creds))
+		if err != nil {
+			return nil, fmt.Errorf("server: dial leader %s: %w", addr, err)
+		}
+		a.conns[addr] = c
+	}
+	return waldenv1.NewClusterClient(c), nil
+}
+
+func adminAddrOf(st NodeStatus, id string) string {
+	for _, m := range st.Members {
+		if m.GetId() == id {
+			return m.GetAdminAddr()
+		}
+	}
+	return ""
+}
+
+// notLeader is the Unavailable answer naming the leader, with the hint in a
+// status detail and in trailers.
+func (a *adminService) notLeader(ctx context.Context, leaderID, addr string) error {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(TrailerLeaderID, leaderID, TrailerLeaderAddr, addr))
+	s := status.New(codes.Unavailable, fmt.Sprintf("not leader; leader=%s addr=%s", leaderID, addr))
+	if d, err := s.WithDetails(&errdetails.ErrorInfo{
+		Reason:   ReasonNotLeader,
+		Domain:   errorDomain,
+		Metadata: map[string]string{"leader_id": leaderID, "leader_addr": addr},
+	}); err == nil {
+		s = d
+	}
+	return s.Err()
+}
+
+func hasLeaderHint(s *status.Status) bool {
+	_, addr := LeaderHint(s)
+	return addr != ""
+}
+
+// copyLeaderHint passes a hint received from a forwarded call on to our caller.
+func copyLeaderHint(ctx context.Context, s *status.Status) {
+	if id, addr := LeaderHint(s); addr != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(TrailerLeaderID, id, TrailerLeaderAddr, addr))
+	}
+}
+
+// LeaderHint returns the leader id and admin address carried by a
+// not-leader status, or empty strings.
+func LeaderHint(s *status.Status) (id, addr string) {
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonNotLeader {
+			return info.GetMetadata()["leader_id"], info.GetMetadata()["leader_addr"]
+		}
+	}
+	return "", ""
+}
+
+// toStatus maps a node error to a gRPC status error.
+func (a *adminService) toStatus(ctx context.Context, err error) error {
+	if _, ok := status.FromError(err); ok && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	switch {
+	case errors.Is(err, raftnode.ErrNotLeader):
+		st := a.node.Status()
+		if st.LeaderID == "" || st.LeaderID == st.NodeID {
+			return status.Error(codes.Unavailable, "no leader")
+		}
+		return a.notLeader(ctx, st.LeaderID, adminAddrOf(st, st.LeaderID))
+	case errors.Is(err, raftnode.ErrNoLeader):
+		return status.Error(codes.Unavailable, "no leader")
+	case errors.Is(err, raftnode.ErrStopped):
+		return status.Error(codes.Unavailable, "member is stopping")
+	case errors.Is(err, raftnode.ErrUnknownMember):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, raftnode.ErrMemberExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, raftnode.ErrInvalidMember):
+		return invalidArg("id", err.Error())
+	case errors.Is(err, raftnode.ErrNotVoter), errors.Is(err, raftnode.ErrLastVoter):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, raftnode.ErrProposalDropped):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func invalidArg(field, reason string) error {
+	s := status.New(codes.InvalidArgument, field+": "+reason)
+	if d, err := s.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+		{Field: field, Description: reason},
+	}}); err == nil {
+		s = d
+	}
+	return s.Err()
+}
+
+func checkMemberID(field, id string) error {
+	if id == "" {
+		return invalidArg(field, "must not be empty")
+	}
+	if err := config.CheckName(id); err != nil {
+		return invalidArg(field, err.Error())
+	}
+	return nil
+}
+
+func checkAddr(field, addr string) error {
+	if addr == "" {
+		return invalidArg(field, "must not be empty")
+	}
+	if err := config.CheckHostPort(addr, true); err != nil {
+		return invalidArg(field, fmt.Sprintf("invalid address %q: %v", addr, err))
+	}
+	return nil
+}

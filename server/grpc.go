@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// newAdminGRPC builds the admin gRPC server: walden.v1.Cluster, the health
+// service and reflection, behind recovery, request metrics and logging
+// interceptors.
+func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.TransportCredentials, reg prometheus.Registerer, logger *slog.Logger) (*grpc.Server, error) {
+	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	if err := reg.Register(metrics); err != nil {
+		return nil, err
+	}
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(codeToLevel),
+	}
+	panicHandler := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		logger.ErrorContext(ctx, "panic in gRPC handler", "panic", p, "stack", string(debug.Stack()))
+		return status.Error(codes.Internal, "internal error")
+	})
+	s := grpc.NewServer(
+		grpc.Creds(creds),
+		grpc.ChainUnaryInterceptor(
+			recovery.UnaryServerInterceptor(panicHandler),
+			metrics.UnaryServerInterceptor(),
+			logging.UnaryServerInterceptor(slogAdapter(logger), logOpts...),
+		),
+		grpc.ChainStreamInterceptor(
+			recovery.StreamServerInterceptor(panicHandler),
+			metrics.StreamServerInterceptor(),
+			logging.StreamServerInterceptor(slogAdapter(logger), logOpts...),
+		),
+	)
+	waldenv1.RegisterClusterServer(s, admin)
+	healthpb.RegisterHealthServer(s, hs)
+	reflection.Register(s)
+	metrics.InitializeMetrics(s)
+	return s, nil
+}
+
+// codeToLevel logs successful calls at debug (status polling is frequent),
+// caller mistakes at info and server-side failures at warn or error.
+func codeToLevel(code codes.Code) logging.Level {
+	switch code {
+	case codes.OK:
+		return logging.LevelDebug
+	case codes.Canceled, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists,
+		codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.OutOfRange, codes.Unavailable:
+		return logging.LevelInfo
+	case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return logging.LevelWarn
+	default:
+		return logging.LevelError
+	}
+}
+
+func slogAdapter(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		l.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+}
+
+// healthServices are the names the health service reports on: "" (the
+// whole member) and the admin API.
+var healthServices = []string{"", waldenv1.Cluster_ServiceDesc.ServiceName}
+
+// watchLeader keeps the health service in step with leadership: NOT_SERVING
+// while the member knows no leader, SERVING while it knows one. It logs
+// every leader change with the term. It returns when ctx is done.
+func watchLeader(ctx context.Context, node ClusterNode, hs *health.Server, every time.Duration, logger *slog.Logger) {
+	set := func(st healthpb.HealthCheckResponse_ServingStatus) {
+		for _, svc := range healthServices {
+			hs.SetServingStatus(svc, st)
+		}
+	}
+	set(healthpb.HealthCheckResponse_NOT_SERVING)
+	leader := ""
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if now := node.LeaderID(); now != leader {
+			st := node.Status()
+			switch {
+			case now == "":
+				logger.Warn("leader lost", "previous_leader_id", leader, "term", st.Term)
+				set(healthpb.HealthCheckResponse_NOT_SERVING)
+			default:
+				logger.Info("leader known", "leader_id", now, "previous_leader_id", leader, "term", st.Term, "raft_state", st.RaftState)
+				set(healthpb.HealthCheckResponse_SERVING)
+			}
+			leader = now
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

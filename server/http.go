@@ -1,0 +1,34 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// newHTTPHandler serves /metrics, /healthz (200 while the process runs) and
+// /readyz (200 only while the node is ready: it knows a leader and has
+// applied what was committed when it started).
+func newHTTPHandler(reg *prometheus.Registry, node ClusterNode) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if node.Ready() {
+			_, _ = w.Write([]byte("ok\n"))
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		if node.LeaderID() == "" {
+			_, _ = w.Write([]byte("not ready: no leader\n"))
+			return
+		}
+		_, _ = w.Write([]byte("not ready: catching up with the log\n"))
+	})
+	return mux
+}

@@ -1,0 +1,44 @@
+package server
+
+import (
+	"context"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// ClusterNode is what the admin API needs from the raft node of this member.
+// *raftnode.Node satisfies it through raftNode.
+type ClusterNode interface {
+	// Status is this member's current view of the group.
+	Status() NodeStatus
+	// LeaderID is the leader's member id, "" while there is none.
+	LeaderID() string
+	// Ready reports whether the member knows a leader and has applied up to
+	// the commit index it learned at start.
+	Ready() bool
+	// LinearizableRead returns once the local state reflects every entry
+	// committed before the call (ReadIndex).
+	LinearizableRead(ctx context.Context) error
+	// AddMember adds a member as a learner and returns once it is applied.
+	AddMember(ctx context.Context, m *waldenv1.MemberContext) error
+	// RemoveMember removes a member and returns once it is applied.
+	RemoveMember(ctx context.Context, id string) error
+	// TransferLeadership hands leadership to id; on a member that is not the
+	// leader it fails with raftnode.ErrNotLeader.
+	TransferLeadership(ctx context.Context, id string) error
+}
+
+// NodeStatus is one member's view of the raft group.
+type NodeStatus struct {
+	ClusterName  string
+	NodeID       string
+	LeaderID     string
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	// RaftState is "leader", "follower", "candidate", "pre-candidate" or
+	// "learner".
+	RaftState string
+	// Members have role, reachable and match_index filled.
+	Members []*waldenv1.Member
+}

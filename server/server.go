@@ -1,0 +1,265 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"walden/config"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
+)
+
+// ErrNodeStopped is returned by Run when the raft node stopped on its own
+// (a fatal storage error, or this member was removed from the cluster).
+var ErrNodeStopped = errors.New("server: raft node stopped")
+
+// stopGrace bounds how long Stop waits for in-flight requests.
+const stopGrace = 3 * time.Second
+
+// Server is one running coordinator member.
+type Server struct {
+	cfg    *config.Server
+	logger *slog.Logger
+
+	storage   *raftnode.BoltStorage
+	node      *raftnode.Node
+	admin     *adminService
+	health    *health.Server
+	adminGRPC *grpc.Server
+	raftGRPC  *grpc.Server
+	httpSrv   *http.Server
+
+	adminLis, raftLis, httpLis net.Listener
+
+	stopOnce sync.Once
+}
+
+// New validates cfg, binds the listeners, opens the raft storage in
+// data_dir (refusing a foreign or damaged one), and starts the raft node.
+// Nothing is served until Run. Nothing in data_dir is touched when cfg is
+// invalid, a TLS file is unusable or a listen address is taken.
+func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	base := logger // raftnode adds node_id itself
+	logger = logger.With("node_id", cfg.NodeID)
+	tlsCfg, err := loadTLS(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &Server{cfg: cfg, logger: logger}
+	defer func() {
+		if err != nil {
+			s.closeListeners()
+		}
+	}()
+	if s.adminLis, err = net.Listen("tcp", cfg.Listen.Admin); err != nil {
+		return nil, fmt.Errorf("server: listen.admin: %w", err)
+	}
+	if s.raftLis, err = net.Listen("tcp", cfg.Listen.Raft); err != nil {
+		return nil, fmt.Errorf("server: listen.raft: %w", err)
+	}
+	if cfg.Listen.HTTP != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {
+			return nil, fmt.Errorf("server: listen.http: %w", err)
+		}
+	}
+
+	s.storage, err = raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, base.With("component", "storage"))
+	if err != nil {
+		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = s.storage.Close()
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	trMetrics, err := raftnode.NewTransportMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: transport metrics: %w", err)
+	}
+	tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{
+		ClusterName: cfg.ClusterName,
+		NodeID:      cfg.NodeID,
+		Creds:       tlsCfg.clientCreds(),
+		Logger:      base,
+		Metrics:     trMetrics,
+	})
+	s.raftGRPC = grpc.NewServer(append(raftnode.ServerOptions(), grpc.Creds(tlsCfg.serverCreds()))...)
+	tr.Register(s.raftGRPC)
+
+	s.node, err = raftnode.NewNode(raftConfig(cfg, base, reg), fsm.New(cfg.ClusterName), s.storage, tr)
+	if err != nil {
+		return nil, fmt.Errorf("server: start raft node: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.node.Stop()
+		}
+	}()
+
+	node := raftNode{s.node}
+	s.health = health.NewServer()
+	s.admin = newAdminService(node, cfg.NodeID, tlsCfg.clientCreds(), logger.With("component", "admin"))
+	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, tlsCfg.serverCreds(), reg, logger.With("component", "grpc")); err != nil {
+		return nil, fmt.Errorf("server: admin grpc: %w", err)
+	}
+	if s.httpLis != nil {
+		if tlsCfg.enabled() {
+			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.server)
+		}
+		s.httpSrv = &http.Server{
+			Handler:           newHTTPHandler(reg, node),
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+		}
+	}
+	return s, nil
+}
+
+// raftConfig turns the server config into the node's.
+func raftConfig(cfg *config.Server, logger *slog.Logger, reg prometheus.Registerer) raftnode.Config {
+	rc := raftnode.DefaultConfig()
+	rc.ClusterName = cfg.ClusterName
+	rc.NodeID = cfg.NodeID
+	for _, m := range cfg.InitialCluster {
+		if cfg.InitialClusterState == config.ClusterStateExisting && m.ID == cfg.NodeID {
+			continue // a joining member must not bootstrap a cluster of its own
+		}
+		rc.InitialCluster = append(rc.InitialCluster, &waldenv1.MemberContext{Id: m.ID, RaftAddr: m.Raft, AdminAddr: m.Admin})
+	}
+	rc.TickInterval = cfg.Raft.TickInterval
+	rc.ElectionTicks = cfg.Raft.ElectionTicks
+	rc.HeartbeatTicks = cfg.Raft.HeartbeatTicks
+	rc.SnapshotCount = cfg.Raft.SnapshotCount
+	rc.SnapshotCatchUpEntries = cfg.Raft.SnapshotCatchUpEntries
+	rc.Logger = logger
+	rc.Registerer = reg
+	return rc
+}
+
+// Addrs are the bound listen addresses (useful with port 0).
+type Addrs struct{ Admin, Raft, HTTP string }
+
+// Addrs returns the addresses the server listens on.
+func (s *Server) Addrs() Addrs {
+	a := Addrs{Admin: s.adminLis.Addr().String(), Raft: s.raftLis.Addr().String()}
+	if s.httpLis != nil {
+		a.HTTP = s.httpLis.Addr().String()
+	}
+	return a
+}
+
+// Run serves until ctx is done, a listener fails or the raft node stops,
+// then stops everything. It returns nil after ctx is done.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 3)
+	go func() { errc <- wrapServe("raft", s.raftGRPC.Serve(s.raftLis)) }()
+	go func() { errc <- wrapServe("admin", s.adminGRPC.Serve(s.adminLis)) }()
+	if s.httpSrv != nil {
+		go func() { errc <- wrapServe("http", s.httpSrv.Serve(s.httpLis)) }()
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go watchLeader(wctx, raftNode{s.node}, s.health, s.cfg.Raft.TickInterval, s.logger)
+	s.logger.Info("walden server serving", "cluster_name", s.cfg.ClusterName,
+		"admin", s.adminLis.Addr().String(), "raft", s.raftLis.Addr().String(), "http", s.cfg.Listen.HTTP,
+		"tls", s.cfg.TLS.Enabled(), "data_dir", s.cfg.DataDir)
+
+	var err error
+	select {
+	case <-ctx.Done():
+		s.logger.Info("walden server stopping", "reason", context.Cause(ctx))
+	case <-s.node.Done():
+		err = ErrNodeStopped
+		s.logger.Error("raft node stopped; shutting down", "term", s.node.Status().Term)
+	case err = <-errc:
+		s.logger.Error("listener failed; shutting down", "err", err)
+	}
+	s.Stop()
+	return err
+}
+
+func wrapServe(name string, err error) error {
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("server: %s listener closed", name)
+	}
+	return fmt.Errorf("server: serve %s: %w", name, err)
+}
+
+// Stop stops serving, stops the raft node and closes the storage. It is
+// idempotent.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		s.health.Shutdown()
+		done := make(chan struct{})
+		go func() {
+			s.adminGRPC.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(stopGrace):
+			s.adminGRPC.Stop()
+		}
+		if s.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+			_ = s.httpSrv.Shutdown(ctx)
+			cancel()
+		}
+		s.admin.close()
+		s.node.Stop()
+		s.raftGRPC.Stop()
+		if err := s.storage.Close(); err != nil {
+			s.logger.Warn("close storage", "err", err)
+		}
+		s.logger.Info("walden server stopped")
+	})
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range []net.Listener{s.adminLis, s.raftLis, s.httpLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// raftNode adapts *raftnode.Node to ClusterNode.
+type raftNode struct{ *raftnode.Node }
+
+func (n raftNode) Status() NodeStatus {
+	st := n.Node.Status()
+	return NodeStatus{
+		ClusterName:  st.ClusterName,
+		NodeID:       st.NodeID,
+		LeaderID:     st.LeaderID,
+		Term:         st.Term,
+		CommitIndex:  st.CommitIndex,
+		AppliedIndex: st.AppliedIndex,
+		RaftState:    st.RaftState,
+		Members:      st.Members,
+	}
+}

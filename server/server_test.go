@@ -1,0 +1,249 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"walden/config"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// singleMember returns the config of a one-member cluster on free loopback
+// ports.
+func singleMember(t *testing.T) *config.Server {
+	cfg := config.DefaultServerConfig()
+	cfg.ClusterName, cfg.NodeID = "solo", "c1"
+	cfg.DataDir = filepath.Join(t.TempDir(), "c1")
+	cfg.Listen = config.Listen{Admin: "127.0.0.1:0", Raft: "127.0.0.1:0", HTTP: "127.0.0.1:0"}
+	// The only member is never dialed: its own address is a placeholder.
+	cfg.InitialCluster = []config.Member{{ID: "c1", Raft: "127.0.0.1:1", Admin: "127.0.0.1:2"}}
+	cfg.Raft.TickInterval = 10 * time.Millisecond
+	return cfg
+}
+
+func startServer(t *testing.T, cfg *config.Server) *Server {
+	t.Helper()
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return s
+}
+
+func waitServing(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health: %v %v", r, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestServerSingleMember(t *testing.T) {
+	cfg := singleMember(t)
+	s := startServer(t, cfg)
+	a := s.Addrs()
+	conn, err := grpc.NewClient(a.Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	st, err := waldenv1.NewClusterClient(conn).Status(context.Background(), &waldenv1.StatusRequest{})
+	if err != nil || st.GetLeaderId() != "c1" || st.GetClusterName() != "solo" || len(st.GetMembers()) != 1 {
+		t.Fatalf("status %v %v", st, err)
+	}
+	resp, err := http.Get("http://" + a.HTTP + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+func TestServerRefusesBadConfigBeforeDataDir(t *testing.T) {
+	cfg := singleMember(t)
+	cfg.Log.Level = "loud"
+	if _, err := New(cfg, nil); err == nil || !strings.Contains(err.Error(), "log.level") {
+		t.Fatalf("got %v", err)
+	}
+	cfg = singleMember(t)
+	cfg.TLS = config.TLS{CertFile: "/nonexistent/c.pem", KeyFile: "/nonexistent/k.pem", CAFile: "/nonexistent/ca.pem"}
+	if _, err := New(cfg, nil); err == nil || !strings.Contains(err.Error(), "tls.cert_file") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := os.Stat(cfg.DataDir); !os.IsNotExist(err) {
+		t.Fatalf("data_dir touched: %v", err)
+	}
+}
+
+func TestServerMutualTLS(t *testing.T) {
+	p := newTestPKI(t, t.TempDir())
+	cfg := singleMember(t)
+	cfg.TLS = p.config()
+	s := startServer(t, cfg)
+	a := s.Addrs()
+
+	ts, err := loadTLS(cfg.TLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(a.Admin, grpc.WithTransportCredentials(ts.clientCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+
+	// Clients without a certificate of the cluster's CA are refused on
+	// every listener.
+	pool := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(p.CA)
+	pool.AppendCertsFromPEM(caPEM)
+	other, err := tls.LoadX509KeyPair(p.OtherCert, p.OtherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]credentials.TransportCredentials{
+		"plaintext":       insecure.NewCredentials(),
+		"no client cert":  credentials.NewTLS(&tls.Config{RootCAs: pool}),
+		"foreign CA cert": credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{other}}),
+	}
+	for name, creds := range refused {
+		for _, addr := range []string{a.Admin, a.Raft} {
+			c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			c.Close()
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("%s to %s: got %v, want Unavailable (handshake refused)", name, addr, err)
+			}
+		}
+	}
+
+	// HTTP serves TLS and requires the client certificate too.
+	good := &http.Client{Transport: &http.Transport{TLSClientConfig: ts.client}, Timeout: 2 * time.Second}
+	resp, err := good.Get("https://" + a.HTTP + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("https with client cert: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 2 * time.Second}
+	if resp, err := anon.Get("https://" + a.HTTP + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatal("https without client cert accepted")
+	}
+	if resp, err := http.Get("http://" + a.HTTP + "/healthz"); err == nil && resp.StatusCode == 200 {
+		resp.Body.Close()
+		t.Fatal("plain http accepted")
+	}
+}
+
+// TestServerThreeMembersMutualTLS runs three members in one process with
+// TLS on: raft traffic and the forwarding of LeaderTransfer go over mTLS.
+func TestServerThreeMembersMutualTLS(t *testing.T) {
+	p := newTestPKI(t, t.TempDir())
+	free := func() string {
+		l := listen(t)
+		defer l.Close()
+		return l.Addr().String()
+	}
+	var cfgs []*config.Server
+	var initial []config.Member
+	for _, id := range []string{"c1", "c2", "c3"} {
+		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
+	}
+	for _, m := range initial {
+		cfg := config.DefaultServerConfig()
+		cfg.ClusterName, cfg.NodeID = "tls", m.ID
+		cfg.DataDir = filepath.Join(t.TempDir(), m.ID)
+		cfg.Listen = config.Listen{Admin: m.Admin, Raft: m.Raft}
+		cfg.InitialCluster = initial
+		cfg.TLS = p.config()
+		cfg.Raft.TickInterval = 20 * time.Millisecond
+		cfgs = append(cfgs, cfg)
+	}
+	for _, cfg := range cfgs {
+		startServer(t, cfg)
+	}
+	ts, err := loadTLS(p.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients []waldenv1.ClusterClient
+	for _, m := range initial {
+		conn, err := grpc.NewClient(m.Admin, grpc.WithTransportCredentials(ts.clientCreds()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		waitServing(t, conn)
+		clients = append(clients, waldenv1.NewClusterClient(conn))
+	}
+	st, err := clients[0].Status(context.Background(), &waldenv1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ask a follower to hand leadership to the other follower.
+	var follower waldenv1.ClusterClient
+	target := ""
+	for i, m := range initial {
+		if m.ID == st.GetLeaderId() {
+			continue
+		}
+		if follower == nil {
+			follower = clients[i]
+		} else {
+			target = m.ID
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := follower.LeaderTransfer(ctx, &waldenv1.LeaderTransferRequest{Id: target})
+	if err != nil || resp.GetLeaderId() != target {
+		t.Fatalf("transfer to %s via a follower: %v %v", target, resp, err)
+	}
+}
