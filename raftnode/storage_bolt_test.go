@@ -634,3 +634,30 @@ func BenchmarkStorageSave(b *testing.B) {
 		})
 	}
 }
+
+// TestStorageFailedWriteIsSticky checks that after a write transaction
+// failed every method refuses with ErrStorageFailed.
+func TestStorageFailedWriteIsSticky(t *testing.T) {
+	s := openTestStorage(t, t.TempDir())
+	e := &raftpb.Entry{Index: new(uint64(1)), Term: new(uint64(1))}
+	if err := s.Save(nil, []*raftpb.Entry{e}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Pull the file out from under the storage: the next write fails.
+	if err := s.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2 := &raftpb.Entry{Index: new(uint64(2)), Term: new(uint64(1))}
+	if err := s.Save(nil, []*raftpb.Entry{e2}, nil); !errors.Is(err, ErrStorageFailed) {
+		t.Fatalf("Save on a failed file: %v, want ErrStorageFailed", err)
+	}
+	if _, err := s.LastIndex(); !errors.Is(err, ErrStorageFailed) {
+		t.Fatalf("LastIndex after a failed write: %v", err)
+	}
+	if _, err := s.Entries(1, 2, math.MaxUint64); !errors.Is(err, ErrStorageFailed) {
+		t.Fatalf("Entries after a failed write: %v", err)
+	}
+	if err := s.Compact(1); !errors.Is(err, ErrStorageFailed) {
+		t.Fatalf("Compact after a failed write: %v", err)
+	}
+}

@@ -207,6 +207,51 @@ func TestOpenStorageRefuses(t *testing.T) {
 			wantText: []string{"not a bbolt file", "file size too small"},
 		},
 		{
+			name: "corrupted leaf page",
+			prepare: func(t *testing.T) string {
+				dir := populatedDir(t)
+				db, err := bolt.Open(dbPath(dir), 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				leaf := -1
+				_ = db.View(func(tx *bolt.Tx) error {
+					for id := 2; leaf < 0; id++ {
+						p, err := tx.Page(id)
+						if err != nil || p == nil {
+							break
+						}
+						if p.Type == "leaf" {
+							leaf = id
+						}
+					}
+					return nil
+				})
+				pageSize := db.Info().PageSize
+				_ = db.Close()
+				if leaf < 0 {
+					t.Fatal("no leaf page found")
+				}
+				f, err := os.OpenFile(dbPath(dir), os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				garbage := make([]byte, pageSize)
+				for i := range garbage {
+					garbage[i] = 0xa5
+				}
+				if _, err := f.WriteAt(garbage, int64(leaf*pageSize)); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return dir
+			},
+			want:     ErrDamagedDataDir,
+			wantText: []string{"bbolt consistency check"},
+		},
+		{
 			name: "unknown format version",
 			prepare: func(t *testing.T) string {
 				dir := populatedDir(t)
@@ -333,6 +378,7 @@ func TestOpenStorageRefuses(t *testing.T) {
 				_ = s.Close()
 				t.Fatalf("OpenStorage accepted the directory")
 			}
+			t.Logf("refused: %v", err)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("error %q does not wrap %v", err, tc.want)
 			}
