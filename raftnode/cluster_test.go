@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -86,7 +87,7 @@ func (r *recordingSM) commands() []appliedCommand {
 }
 
 // testCluster is an in-process cluster on a memnet Network with bbolt
-// storage in temporary directories.
+// storage in temporary directories and the fsm state machine.
 type testCluster struct {
 	t       *testing.T
 	name    string
@@ -148,7 +149,7 @@ func (c *testCluster) start(id string) *testMember {
 	if c.tune != nil {
 		c.tune(&cfg)
 	}
-	sm := &recordingSM{inner: newTestSM()}
+	sm := &recordingSM{inner: fsm.New(c.name)}
 	n, err := NewNode(cfg, sm, st, c.net.Transport(id))
 	if err != nil {
 		_ = st.Close()
@@ -695,7 +696,7 @@ func TestGRPCTransportCluster(t *testing.T) {
 		n, err := NewNode(Config{
 			ClusterName: "demo", NodeID: id, InitialCluster: initial,
 			TickInterval: testTick, Logger: testLogger(t),
-		}, newTestSM(), st, tr)
+		}, fsm.New("demo"), st, tr)
 		if err != nil {
 			t.Fatal(err)
 		}

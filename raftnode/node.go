@@ -291,9 +291,12 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		}
 	}
 	n.snapshotIndex = snapIndex
-	n.applied.Store(sm.AppliedIndex())
-	n.applyWait = newIndexWaiter(sm.AppliedIndex())
-	n.metrics.appliedIndex.Set(float64(sm.AppliedIndex()))
+	// The state machine may lag the snapshot index by entries it never sees
+	// (the empty entries of new leaders).
+	applied := max(sm.AppliedIndex(), snapIndex)
+	n.applied.Store(applied)
+	n.applyWait = newIndexWaiter(applied)
+	n.metrics.appliedIndex.Set(float64(applied))
 	n.confState = proto.Clone(raftpb.EnsureConfState(cs)).(*raftpb.ConfState)
 	n.term.Store(hs.GetTerm())
 	n.commit.Store(hs.GetCommit())
