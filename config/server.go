@@ -153,7 +153,7 @@ func (c *Server) Validate() error {
 	v := validator{src: c.src}
 	v.name("cluster_name", c.ClusterName)
 	v.name("node_id", c.NodeID)
-	v.required("data_dir", c.DataDir)
+	v.required("data_dir", c.DataDir, "directory of the raft log")
 
 	v.listenAddr("listen.admin", c.Listen.Admin, true)
 	v.listenAddr("listen.raft", c.Listen.Raft, true)
@@ -266,25 +266,29 @@ func (v *validator) add(key, format string, args ...any) {
 	v.errs = append(v.errs, v.src.errAt(key, format, args...))
 }
 
-// missing reports a required key that is absent or empty.
+// missing reports a required key that is absent or empty; what, when set,
+// says what the key should hold.
 func (v *validator) missing(key, what string) {
+	if what != "" {
+		what = " (" + what + ")"
+	}
 	if v.src.has(key) {
-		v.add(key, "must not be empty (%s)", what)
+		v.add(key, "must not be empty%s", what)
 	} else {
-		v.add(key, "missing required key (%s)", what)
+		v.add(key, "missing required key%s", what)
 	}
 }
 
-func (v *validator) required(key, val string) bool {
+func (v *validator) required(key, val, what string) bool {
 	if val == "" {
-		v.missing(key, "required")
+		v.missing(key, what)
 		return false
 	}
 	return true
 }
 
 func (v *validator) name(key, val string) bool {
-	if !v.required(key, val) {
+	if !v.required(key, val, "") {
 		return false
 	}
 	if err := CheckName(val); err != nil {
