@@ -247,3 +247,77 @@ func TestServerThreeMembersMutualTLS(t *testing.T) {
 		t.Fatalf("transfer to %s via a follower: %v %v", target, resp, err)
 	}
 }
+
+// TestServerJoinExistingCluster adds a fourth member through the admin API
+// and starts it with initial_cluster_state: existing; it joins as a learner
+// and is promoted to voter once caught up.
+func TestServerJoinExistingCluster(t *testing.T) {
+	free := func() string {
+		l := listen(t)
+		defer l.Close()
+		return l.Addr().String()
+	}
+	var initial []config.Member
+	for _, id := range []string{"c1", "c2", "c3"} {
+		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
+	}
+	newCfg := func(m config.Member) *config.Server {
+		cfg := config.DefaultServerConfig()
+		cfg.ClusterName, cfg.NodeID = "grow", m.ID
+		cfg.DataDir = filepath.Join(t.TempDir(), m.ID)
+		cfg.Listen = config.Listen{Admin: m.Admin, Raft: m.Raft}
+		cfg.InitialCluster = initial
+		cfg.Raft.TickInterval = 20 * time.Millisecond
+		return cfg
+	}
+	for _, m := range initial {
+		startServer(t, newCfg(m))
+	}
+	conn, err := grpc.NewClient(initial[0].Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	c := waldenv1.NewClusterClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c4 := config.Member{ID: "c4", Raft: free(), Admin: free()}
+	added, err := c.MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: c4.ID, RaftAddr: c4.Raft, AdminAddr: c4.Admin})
+	if err != nil || added.GetMember().GetRole() != "learner" || len(added.GetMembers()) != 4 {
+		t.Fatalf("member add: %v %v", added, err)
+	}
+	cfg := newCfg(c4)
+	cfg.InitialClusterState = config.ClusterStateExisting
+	cfg.InitialCluster = append(cfg.InitialCluster, c4) // its own entry is ignored when joining
+	startServer(t, cfg)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ml, err := c.MemberList(ctx, &waldenv1.MemberListRequest{Linearizable: true})
+		promoted := false
+		for _, m := range ml.GetMembers() {
+			if m.GetId() == "c4" && m.GetRole() != "learner" {
+				promoted = true
+			}
+		}
+		if err == nil && promoted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c4 not promoted: %v %v", ml, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn4, err := grpc.NewClient(c4.Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn4.Close()
+	waitServing(t, conn4)
+	st, err := waldenv1.NewClusterClient(conn4).Status(ctx, &waldenv1.StatusRequest{})
+	if err != nil || len(st.GetMembers()) != 4 || st.GetLeaderId() == "" {
+		t.Fatalf("c4 status %v %v", st, err)
+	}
+}
