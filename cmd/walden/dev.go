@@ -154,8 +154,12 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return err
 	}
 	sum.RejoinMS = time.Since(restarted).Milliseconds()
-	sum.FinalTerm, sum.FinalAppliedIndex = st.GetTerm(), st.GetAppliedIndex()
 	say("%s rejoined and caught up to index %d in %d ms", victim.id, st.GetAppliedIndex(), sum.RejoinMS)
+	// The leader's view has every member's match index and reachability.
+	if _, lst, err := devWaitLeader(ctx, members, "", o.timeout); err == nil {
+		st = lst
+	}
+	sum.FinalTerm, sum.FinalAppliedIndex = st.GetTerm(), st.GetAppliedIndex()
 
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
