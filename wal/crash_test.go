@@ -80,6 +80,8 @@ func (c cutReader) ReadAt(p []byte, off int64) (int, error) {
 // garbage and the rest was never written (flip). Recovery must return
 // exactly the records that were completely written before the cut.
 func TestCrashEveryCutPoint(t *testing.T) {
+	defer func(n int64) { readChunk = n }(readChunk)
+	readChunk = 8 << 10 // also crosses chunk boundaries inside records
 	rng := rand.New(rand.NewPCG(1, 2))
 	path := filepath.Join(t.TempDir(), "wal")
 	const capacity = 64 << 10
@@ -163,6 +165,8 @@ func TestCrashEveryCutPoint(t *testing.T) {
 // mid-block, the rest of the log when the damaged record starts a block),
 // and no record is ever returned twice or with other content.
 func TestCorruptionNeverYieldsRecord(t *testing.T) {
+	defer func(n int64) { readChunk = n }(readChunk)
+	readChunk = 8 << 10
 	rng := rand.New(rand.NewPCG(3, 4))
 	path := filepath.Join(t.TempDir(), "wal")
 	const capacity = 32 << 10

@@ -21,6 +21,9 @@ var (
 	ErrCapacityMismatch = errors.New("capacity disagrees with the file size")
 	// ErrBadCapacity means a capacity is too small or not 4 KiB-aligned.
 	ErrBadCapacity = errors.New("invalid capacity")
+	// ErrBadHeader means the winning header slot has a valid CRC but a field
+	// out of range (a trim offset beyond 2^62).
+	ErrBadHeader = errors.New("invalid header field")
 	// ErrBadBody means a record whose CRCs match holds a malformed stream
 	// record batch body; it is skipped like a body CRC failure.
 	ErrBadBody = errors.New("malformed record body")

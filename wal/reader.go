@@ -24,9 +24,12 @@ const (
 	ReasonWindow          = "v0 window"         // version 0: past the sliding window after the first invalid record
 	reasonNone            = ""
 	maxSkips              = 256
-	readChunk             = 1 << 20
 	maxV0ExtraAfterLastOK = 1 << 22
 )
+
+// readChunk is how many bytes the Reader reads at a time (tests shrink it
+// to exercise chunk boundaries).
+var readChunk int64 = 1 << 20
 
 // Record is one recovered data record.
 type Record struct {
@@ -148,6 +151,9 @@ func newReader(r io.ReaderAt, size int64, name string, exact bool) (*Reader, err
 	h := rd.header
 	if h.Capacity%BlockSize != 0 || h.Capacity < MinCapacity || h.Capacity > 1<<62 {
 		return nil, fileError(name, "header", fmt.Errorf("%w: %d (must be a multiple of %d and at least %d)", ErrBadCapacity, h.Capacity, BlockSize, MinCapacity))
+	}
+	if h.TrimOffset > 1<<62 {
+		return nil, fileError(name, "header", fmt.Errorf("%w: trim offset %d out of range", ErrBadHeader, h.TrimOffset))
 	}
 	capacity := int64(h.Capacity)
 	if exact && capacity != size {
