@@ -82,7 +82,7 @@ func TestParseErrors(t *testing.T) {
 		want string
 	}{
 		{"broken yaml", func(t *testing.T) string { return replace(t, "  raft: 127.0.0.1:7101\n", "  raft: [127.0.0.1:7101\n") }, 0, "", "invalid YAML"},
-		{"tab indentation", func(t *testing.T) string { return replace(t, "  http:", "\thttp:") }, 0, "", "invalid YAML"},
+		{"tab indentation", func(t *testing.T) string { return replace(t, "  http:", "\thttp:") }, 8, "", "invalid YAML"},
 		{"empty file", func(*testing.T) string { return "# nothing\n" }, 1, "", "file is empty"},
 		{"unknown top-level key", func(t *testing.T) string { return validYAML + "data_dri: /x\n" }, 15, "data_dri", `unknown key (did you mean "data_dir"?)`},
 		{"unknown nested key", func(t *testing.T) string { return replace(t, "  gossip:", "  gosip:") }, 7, "listen.gosip", "unknown key"},

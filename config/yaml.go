@@ -93,6 +93,16 @@ func decodeBytes(file string, data []byte, out any) (*source, error) {
 			}
 			msg = "invalid YAML: " + strings.TrimPrefix(msg, m[0])
 		}
+		if strings.Contains(msg, "tab character") {
+			// yaml names the line of the enclosing construct; point at the
+			// first line indented with a tab instead.
+			for i, l := range strings.Split(string(data), "\n") {
+				if indent := l[:len(l)-len(strings.TrimLeft(l, " \t"))]; strings.Contains(indent, "\t") {
+					line = i + 1
+					break
+				}
+			}
+		}
 		return nil, &Error{File: file, Line: line, Reason: msg}
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
