@@ -13,9 +13,11 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -91,10 +93,26 @@ func NewGRPCTransport(cfg GRPCTransportConfig) *GRPCTransport {
 	return t
 }
 
-// ServerOptions are the options the gRPC server of the raft listener needs
-// (a receive limit large enough for snapshots).
+// Connection tuning of the peer streams: reconnect quickly after a peer
+// comes back (gRPC's default backoff grows to two minutes), and detect a
+// silently dead peer with keepalive pings, which the server side permits.
+var (
+	peerConnectParams = grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 2 * time.Second,
+	}
+	peerKeepalive   = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}
+	serverKeepalive = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
+)
+
+// ServerOptions are the options the gRPC server of the raft listener needs:
+// a receive limit large enough for snapshots and a keepalive policy that
+// permits the peers' pings.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRaftMessageBytes)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRaftMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
+	}
 }
 
 // Register registers the walden.v1.Raft service on s.
@@ -148,6 +166,12 @@ func (t *GRPCTransport) Stream(stream waldenv1.Raft_StreamServer) error {
 		if m.GetFrom() != RaftID(f.GetFromId()) {
 			t.cfg.Metrics.refused()
 			return status.Errorf(codes.InvalidArgument, "raftnode: raft message from %x does not match member %q", m.GetFrom(), f.GetFromId())
+		}
+		if m.GetTo() != RaftID(t.cfg.NodeID) {
+			// The sender has this address down for another member.
+			t.cfg.Metrics.refused()
+			t.logger.Warn("raftnode: refusing raft frame for another member", "from", f.GetFromId(), "to", fmt.Sprintf("%x", m.GetTo()))
+			return status.Errorf(codes.FailedPrecondition, "raftnode: raft message for member %x reached member %q", m.GetTo(), t.cfg.NodeID)
 		}
 		h := t.handlerOf()
 		if h == nil {
@@ -237,6 +261,8 @@ func (t *GRPCTransport) addPeer(id uint64, addr string) (old *grpcPeer, added bo
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(t.cfg.Creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxRaftMessageBytes), grpc.MaxCallRecvMsgSize(MaxRaftMessageBytes)),
+		grpc.WithConnectParams(peerConnectParams),
+		grpc.WithKeepaliveParams(peerKeepalive),
 	)
 	if err != nil {
 		t.logger.Error("raftnode: cannot create client for peer", "peer", fmt.Sprintf("%x", id), "addr", addr, "err", err)

@@ -139,6 +139,7 @@ func TestGRPCTransportRefusesForeignFrames(t *testing.T) {
 		return err
 	}
 	msg, _ := proto.Marshal(appFrom("a", "b", 1))
+	other, _ := proto.Marshal(appFrom("a", "c", 1))
 	tests := []struct {
 		name  string
 		frame *waldenv1.RaftFrame
@@ -147,6 +148,7 @@ func TestGRPCTransportRefusesForeignFrames(t *testing.T) {
 		{"other cluster", &waldenv1.RaftFrame{ClusterName: "other", FromId: "a", Message: msg}, codes.PermissionDenied},
 		{"from id does not match the message", &waldenv1.RaftFrame{ClusterName: "demo", FromId: "c", Message: msg}, codes.InvalidArgument},
 		{"undecodable message", &waldenv1.RaftFrame{ClusterName: "demo", FromId: "a", Message: []byte{0xff, 0xff}}, codes.InvalidArgument},
+		{"message for another member", &waldenv1.RaftFrame{ClusterName: "demo", FromId: "a", Message: other}, codes.FailedPrecondition},
 		{"valid", &waldenv1.RaftFrame{ClusterName: "demo", FromId: "a", Message: msg}, codes.OK},
 	}
 	for _, tc := range tests {
