@@ -243,6 +243,10 @@ func decodeBody(p []byte) (Batch, error) {
 	return b, nil
 }
 
+// PhysicalOffset returns the byte position on the device of logical offset
+// off in a WAL of the given capacity: 8192 + off mod (capacity - 8192).
+func PhysicalOffset(off, capacity int64) int64 { return physical(off, capacity) }
+
 // physical maps a logical offset to its position on the device.
 func physical(logical int64, capacity int64) int64 {
 	return HeaderRegionSize + logical%(capacity-HeaderRegionSize)

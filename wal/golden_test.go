@@ -107,7 +107,7 @@ var goldenCases = []goldenCase{
 		},
 		end:     40960,
 		reason:  ReasonRecordMagic,
-		skipped: map[string]int64{ReasonTrimmedRecord: 62, ReasonRecordMagic: 3971 + 4036},
+		skipped: map[string]int64{ReasonTrimmedRecord: 62, ReasonBlockTail: 3971 + 4036},
 	},
 	{
 		file: "v1-wrap.hex",
@@ -119,7 +119,7 @@ var goldenCases = []goldenCase{
 		},
 		end:     40960,
 		reason:  ReasonRingBound,
-		skipped: map[string]int64{ReasonTrimmedRecord: 157, ReasonRecordMagic: 3939 + 3135, ReasonPadding: 4096},
+		skipped: map[string]int64{ReasonTrimmedRecord: 157, ReasonBlockTail: 3939 + 3135, ReasonPadding: 4096},
 	},
 	{
 		file: "v0-basic.hex",

@@ -12,6 +12,7 @@ import (
 const (
 	ReasonTrimmedRecord   = "trimmed record"    // the valid record at the trim offset (trimming is inclusive)
 	ReasonPadding         = "padding record"    // a padding record running to the end of the device
+	ReasonBlockTail       = "block tail"        // no record header right after a record: the rest of its block
 	ReasonShortHeader     = "short header read" // fewer than 24 bytes readable
 	ReasonRecordMagic     = "bad record magic"  // neither data nor padding magic
 	ReasonHeaderCRC       = "record header crc" // header CRC mismatch
@@ -86,6 +87,7 @@ type Reader struct {
 
 	// scan state
 	next, start, skipAt, bound int64
+	afterRecord                bool // next was reached by stepping over a record
 	done                       bool
 	stats                      ScanStats
 
@@ -256,6 +258,8 @@ func (rd *Reader) Next() (Record, error) {
 		if err != nil {
 			return Record{}, err
 		}
+		afterRecord := rd.afterRecord
+		rd.afterRecord = reason == reasonNone || reason == ReasonPadding
 		if reason == reasonNone {
 			rd.next = at + int64(rec.Size)
 			if rd.header.Version() == 0 {
@@ -284,9 +288,21 @@ func (rd *Reader) Next() (Record, error) {
 			// Version 1: an invalid record on a block boundary ends the log.
 			return rd.finish(reason)
 		}
+		if afterRecord && !isAligned(at) && isHeaderFailure(reason) {
+			// The normal end of a block: whatever follows its last record.
+			reason = ReasonBlockTail
+		}
 		rd.skip(at, jump-at, reason)
 		rd.next = jump
 	}
+}
+
+func isHeaderFailure(reason string) bool {
+	switch reason {
+	case ReasonShortHeader, ReasonRecordMagic, ReasonHeaderCRC, ReasonBodyLength, ReasonBodyOffset:
+		return true
+	}
+	return false
 }
 
 func (rd *Reader) finish(reason string) (Record, error) {

@@ -486,6 +486,26 @@ func (w *Writer) Close() error {
 	return err
 }
 
+// Abandon stops the writer the way a crash would: queued appends are
+// completed, but no shutdown header is written (the header stays
+// ungraceful) and the file is closed. It exists for tests and for
+// `walden wal gen --torn-tail`.
+func (w *Writer) Abandon() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return fileError(w.name, "abandon", ErrClosed)
+	}
+	w.closed = true
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	<-w.exited
+	if err := w.f.Close(); err != nil {
+		return fileError(w.name, "close", err)
+	}
+	return nil
+}
+
 // loop is the only goroutine that writes records: it takes every queued
 // request, packs them into blocks, writes the blocks, calls fdatasync once
 // and then completes the requests.

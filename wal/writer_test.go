@@ -201,12 +201,9 @@ func TestOpenWriterResetsPastOldRecords(t *testing.T) {
 	if len(old.Records) != 5 || old.Header.ShutdownType != ShutdownUngraceful {
 		t.Fatalf("before reopen: %d records, shutdown %v", len(old.Records), old.Header.ShutdownType)
 	}
-	w.mu.Lock()
-	w.closed = true
-	w.cond.Broadcast()
-	w.mu.Unlock()
-	<-w.exited
-	w.f.Close()
+	if err := w.Abandon(); err != nil {
+		t.Fatal(err)
+	}
 
 	w2, err := OpenWriter(path, OpenOptions{NodeEpoch: 2})
 	if err != nil {
