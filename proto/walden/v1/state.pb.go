@@ -39,6 +39,22 @@ type Command struct {
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_Noop
+	//	*Command_RegisterBroker
+	//	*Command_ObserveBroker
+	//	*Command_DeclareFailed
+	//	*Command_SetPolicy
+	//	*Command_AckBroker
+	//	*Command_SetMaintenance
+	//	*Command_RecordEvent
+	//	*Command_OpenStream
+	//	*Command_CommitObject
+	//	*Command_CloseStream
+	//	*Command_RenewJobLease
+	//	*Command_ReassignJob
+	//	*Command_CheckpointJob
+	//	*Command_FinishJob
+	//	*Command_CancelJob
+	//	*Command_RetryJob
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -111,6 +127,150 @@ func (x *Command) GetNoop() *Noop {
 	return nil
 }
 
+func (x *Command) GetRegisterBroker() *RegisterBroker {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RegisterBroker); ok {
+			return x.RegisterBroker
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetObserveBroker() *ObserveBroker {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ObserveBroker); ok {
+			return x.ObserveBroker
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeclareFailed() *DeclareFailed {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DeclareFailed); ok {
+			return x.DeclareFailed
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetPolicy() *SetPolicy {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetPolicy); ok {
+			return x.SetPolicy
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAckBroker() *AckBroker {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AckBroker); ok {
+			return x.AckBroker
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetMaintenance() *SetMaintenance {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetMaintenance); ok {
+			return x.SetMaintenance
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRecordEvent() *RecordEvent {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RecordEvent); ok {
+			return x.RecordEvent
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetOpenStream() *OpenStreamRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_OpenStream); ok {
+			return x.OpenStream
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCommitObject() *CommitObjectRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CommitObject); ok {
+			return x.CommitObject
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCloseStream() *CloseStreamRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CloseStream); ok {
+			return x.CloseStream
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRenewJobLease() *RenewJobLease {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RenewJobLease); ok {
+			return x.RenewJobLease
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReassignJob() *ReassignJob {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReassignJob); ok {
+			return x.ReassignJob
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCheckpointJob() *CheckpointJob {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CheckpointJob); ok {
+			return x.CheckpointJob
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFinishJob() *FinishJob {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FinishJob); ok {
+			return x.FinishJob
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCancelJob() *CancelJob {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CancelJob); ok {
+			return x.CancelJob
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRetryJob() *RetryJob {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RetryJob); ok {
+			return x.RetryJob
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -119,7 +279,106 @@ type Command_Noop struct {
 	Noop *Noop `protobuf:"bytes,10,opt,name=noop,proto3,oneof"`
 }
 
+type Command_RegisterBroker struct {
+	// Brokers, detection and fencing.
+	RegisterBroker *RegisterBroker `protobuf:"bytes,20,opt,name=register_broker,json=registerBroker,proto3,oneof"`
+}
+
+type Command_ObserveBroker struct {
+	ObserveBroker *ObserveBroker `protobuf:"bytes,21,opt,name=observe_broker,json=observeBroker,proto3,oneof"`
+}
+
+type Command_DeclareFailed struct {
+	DeclareFailed *DeclareFailed `protobuf:"bytes,22,opt,name=declare_failed,json=declareFailed,proto3,oneof"`
+}
+
+type Command_SetPolicy struct {
+	SetPolicy *SetPolicy `protobuf:"bytes,23,opt,name=set_policy,json=setPolicy,proto3,oneof"`
+}
+
+type Command_AckBroker struct {
+	AckBroker *AckBroker `protobuf:"bytes,24,opt,name=ack_broker,json=ackBroker,proto3,oneof"`
+}
+
+type Command_SetMaintenance struct {
+	SetMaintenance *SetMaintenance `protobuf:"bytes,25,opt,name=set_maintenance,json=setMaintenance,proto3,oneof"`
+}
+
+type Command_RecordEvent struct {
+	RecordEvent *RecordEvent `protobuf:"bytes,26,opt,name=record_event,json=recordEvent,proto3,oneof"`
+}
+
+type Command_OpenStream struct {
+	// Stream catalog.
+	OpenStream *OpenStreamRequest `protobuf:"bytes,40,opt,name=open_stream,json=openStream,proto3,oneof"`
+}
+
+type Command_CommitObject struct {
+	CommitObject *CommitObjectRequest `protobuf:"bytes,41,opt,name=commit_object,json=commitObject,proto3,oneof"`
+}
+
+type Command_CloseStream struct {
+	CloseStream *CloseStreamRequest `protobuf:"bytes,42,opt,name=close_stream,json=closeStream,proto3,oneof"`
+}
+
+type Command_RenewJobLease struct {
+	// Recovery jobs.
+	RenewJobLease *RenewJobLease `protobuf:"bytes,60,opt,name=renew_job_lease,json=renewJobLease,proto3,oneof"`
+}
+
+type Command_ReassignJob struct {
+	ReassignJob *ReassignJob `protobuf:"bytes,61,opt,name=reassign_job,json=reassignJob,proto3,oneof"`
+}
+
+type Command_CheckpointJob struct {
+	CheckpointJob *CheckpointJob `protobuf:"bytes,62,opt,name=checkpoint_job,json=checkpointJob,proto3,oneof"`
+}
+
+type Command_FinishJob struct {
+	FinishJob *FinishJob `protobuf:"bytes,63,opt,name=finish_job,json=finishJob,proto3,oneof"`
+}
+
+type Command_CancelJob struct {
+	CancelJob *CancelJob `protobuf:"bytes,64,opt,name=cancel_job,json=cancelJob,proto3,oneof"`
+}
+
+type Command_RetryJob struct {
+	RetryJob *RetryJob `protobuf:"bytes,65,opt,name=retry_job,json=retryJob,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Op() {}
+
+func (*Command_RegisterBroker) isCommand_Op() {}
+
+func (*Command_ObserveBroker) isCommand_Op() {}
+
+func (*Command_DeclareFailed) isCommand_Op() {}
+
+func (*Command_SetPolicy) isCommand_Op() {}
+
+func (*Command_AckBroker) isCommand_Op() {}
+
+func (*Command_SetMaintenance) isCommand_Op() {}
+
+func (*Command_RecordEvent) isCommand_Op() {}
+
+func (*Command_OpenStream) isCommand_Op() {}
+
+func (*Command_CommitObject) isCommand_Op() {}
+
+func (*Command_CloseStream) isCommand_Op() {}
+
+func (*Command_RenewJobLease) isCommand_Op() {}
+
+func (*Command_ReassignJob) isCommand_Op() {}
+
+func (*Command_CheckpointJob) isCommand_Op() {}
+
+func (*Command_FinishJob) isCommand_Op() {}
+
+func (*Command_CancelJob) isCommand_Op() {}
+
+func (*Command_RetryJob) isCommand_Op() {}
 
 // Noop carries an opaque payload. It is proposed by a new leader to commit an
 // entry of its term, and by benchmarks.
@@ -174,6 +433,15 @@ type Result struct {
 	// Types that are valid to be assigned to Value:
 	//
 	//	*Result_Noop
+	//	*Result_RegisterBroker
+	//	*Result_DeclareFailed
+	//	*Result_Broker
+	//	*Result_Policy
+	//	*Result_Event
+	//	*Result_OpenStream
+	//	*Result_CommitObject
+	//	*Result_CloseStream
+	//	*Result_Job
 	Value         isResult_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -232,6 +500,87 @@ func (x *Result) GetNoop() *NoopResult {
 	return nil
 }
 
+func (x *Result) GetRegisterBroker() *RegisterBrokerResult {
+	if x != nil {
+		if x, ok := x.Value.(*Result_RegisterBroker); ok {
+			return x.RegisterBroker
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetDeclareFailed() *DeclareFailedResult {
+	if x != nil {
+		if x, ok := x.Value.(*Result_DeclareFailed); ok {
+			return x.DeclareFailed
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetBroker() *Broker {
+	if x != nil {
+		if x, ok := x.Value.(*Result_Broker); ok {
+			return x.Broker
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetPolicy() *PolicyOverrides {
+	if x != nil {
+		if x, ok := x.Value.(*Result_Policy); ok {
+			return x.Policy
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetEvent() *Event {
+	if x != nil {
+		if x, ok := x.Value.(*Result_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetOpenStream() *OpenStreamResponse {
+	if x != nil {
+		if x, ok := x.Value.(*Result_OpenStream); ok {
+			return x.OpenStream
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetCommitObject() *CommitObjectResponse {
+	if x != nil {
+		if x, ok := x.Value.(*Result_CommitObject); ok {
+			return x.CommitObject
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetCloseStream() *CloseStreamResponse {
+	if x != nil {
+		if x, ok := x.Value.(*Result_CloseStream); ok {
+			return x.CloseStream
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetJob() *Job {
+	if x != nil {
+		if x, ok := x.Value.(*Result_Job); ok {
+			return x.Job
+		}
+	}
+	return nil
+}
+
 type isResult_Value interface {
 	isResult_Value()
 }
@@ -240,7 +589,61 @@ type Result_Noop struct {
 	Noop *NoopResult `protobuf:"bytes,10,opt,name=noop,proto3,oneof"`
 }
 
+type Result_RegisterBroker struct {
+	RegisterBroker *RegisterBrokerResult `protobuf:"bytes,20,opt,name=register_broker,json=registerBroker,proto3,oneof"`
+}
+
+type Result_DeclareFailed struct {
+	DeclareFailed *DeclareFailedResult `protobuf:"bytes,22,opt,name=declare_failed,json=declareFailed,proto3,oneof"`
+}
+
+type Result_Broker struct {
+	Broker *Broker `protobuf:"bytes,23,opt,name=broker,proto3,oneof"`
+}
+
+type Result_Policy struct {
+	Policy *PolicyOverrides `protobuf:"bytes,24,opt,name=policy,proto3,oneof"`
+}
+
+type Result_Event struct {
+	Event *Event `protobuf:"bytes,26,opt,name=event,proto3,oneof"`
+}
+
+type Result_OpenStream struct {
+	OpenStream *OpenStreamResponse `protobuf:"bytes,40,opt,name=open_stream,json=openStream,proto3,oneof"`
+}
+
+type Result_CommitObject struct {
+	CommitObject *CommitObjectResponse `protobuf:"bytes,41,opt,name=commit_object,json=commitObject,proto3,oneof"`
+}
+
+type Result_CloseStream struct {
+	CloseStream *CloseStreamResponse `protobuf:"bytes,42,opt,name=close_stream,json=closeStream,proto3,oneof"`
+}
+
+type Result_Job struct {
+	Job *Job `protobuf:"bytes,60,opt,name=job,proto3,oneof"`
+}
+
 func (*Result_Noop) isResult_Value() {}
+
+func (*Result_RegisterBroker) isResult_Value() {}
+
+func (*Result_DeclareFailed) isResult_Value() {}
+
+func (*Result_Broker) isResult_Value() {}
+
+func (*Result_Policy) isResult_Value() {}
+
+func (*Result_Event) isResult_Value() {}
+
+func (*Result_OpenStream) isResult_Value() {}
+
+func (*Result_CommitObject) isResult_Value() {}
+
+func (*Result_CloseStream) isResult_Value() {}
+
+func (*Result_Job) isResult_Value() {}
 
 type NoopResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -413,8 +816,17 @@ type StateSnapshot struct {
 	Members           []*Member              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
 	NoopCount         uint64                 `protobuf:"varint,5,opt,name=noop_count,json=noopCount,proto3" json:"noop_count,omitempty"`
 	LastAppliedUnixMs int64                  `protobuf:"varint,6,opt,name=last_applied_unix_ms,json=lastAppliedUnixMs,proto3" json:"last_applied_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// next_epoch is the next fencing token to issue (cluster-wide, monotonic).
+	NextEpoch uint64           `protobuf:"varint,7,opt,name=next_epoch,json=nextEpoch,proto3" json:"next_epoch,omitempty"`
+	Brokers   []*Broker        `protobuf:"bytes,8,rep,name=brokers,proto3" json:"brokers,omitempty"`
+	Policy    *PolicyOverrides `protobuf:"bytes,9,opt,name=policy,proto3" json:"policy,omitempty"`
+	// events is the bounded event log, oldest first.
+	Events        []*Event  `protobuf:"bytes,10,rep,name=events,proto3" json:"events,omitempty"`
+	Streams       []*Stream `protobuf:"bytes,11,rep,name=streams,proto3" json:"streams,omitempty"`
+	Objects       []*Object `protobuf:"bytes,12,rep,name=objects,proto3" json:"objects,omitempty"`
+	Jobs          []*Job    `protobuf:"bytes,13,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StateSnapshot) Reset() {
@@ -489,11 +901,115 @@ func (x *StateSnapshot) GetLastAppliedUnixMs() int64 {
 	return 0
 }
 
+func (x *StateSnapshot) GetNextEpoch() uint64 {
+	if x != nil {
+		return x.NextEpoch
+	}
+	return 0
+}
+
+func (x *StateSnapshot) GetBrokers() []*Broker {
+	if x != nil {
+		return x.Brokers
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetPolicy() *PolicyOverrides {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetStreams() []*Stream {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetObjects() []*Object {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// PolicyOverrides are the runtime policy changes made through raft.
+type PolicyOverrides struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// values by key, in the config file's syntax.
+	Values map[string]string `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// set_index is the raft index at which each key was last set.
+	SetIndex      map[string]uint64 `protobuf:"bytes,2,rep,name=set_index,json=setIndex,proto3" json:"set_index,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyOverrides) Reset() {
+	*x = PolicyOverrides{}
+	mi := &file_walden_v1_state_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyOverrides) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyOverrides) ProtoMessage() {}
+
+func (x *PolicyOverrides) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_state_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyOverrides.ProtoReflect.Descriptor instead.
+func (*PolicyOverrides) Descriptor() ([]byte, []int) {
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PolicyOverrides) GetValues() map[string]string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *PolicyOverrides) GetSetIndex() map[string]uint64 {
+	if x != nil {
+		return x.SetIndex
+	}
+	return nil
+}
+
 var File_walden_v1_state_proto protoreflect.FileDescriptor
 
 const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x17walden/v1/cluster.proto\"\xa0\x01\n" +
+	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\x8f\t\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12(\n" +
@@ -501,14 +1017,45 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\vproposer_id\x18\x03 \x01(\tR\n" +
 	"proposerId\x12%\n" +
 	"\x04noop\x18\n" +
-	" \x01(\v2\x0f.walden.v1.NoopH\x00R\x04noopB\x04\n" +
+	" \x01(\v2\x0f.walden.v1.NoopH\x00R\x04noop\x12D\n" +
+	"\x0fregister_broker\x18\x14 \x01(\v2\x19.walden.v1.RegisterBrokerH\x00R\x0eregisterBroker\x12A\n" +
+	"\x0eobserve_broker\x18\x15 \x01(\v2\x18.walden.v1.ObserveBrokerH\x00R\robserveBroker\x12A\n" +
+	"\x0edeclare_failed\x18\x16 \x01(\v2\x18.walden.v1.DeclareFailedH\x00R\rdeclareFailed\x125\n" +
+	"\n" +
+	"set_policy\x18\x17 \x01(\v2\x14.walden.v1.SetPolicyH\x00R\tsetPolicy\x125\n" +
+	"\n" +
+	"ack_broker\x18\x18 \x01(\v2\x14.walden.v1.AckBrokerH\x00R\tackBroker\x12D\n" +
+	"\x0fset_maintenance\x18\x19 \x01(\v2\x19.walden.v1.SetMaintenanceH\x00R\x0esetMaintenance\x12;\n" +
+	"\frecord_event\x18\x1a \x01(\v2\x16.walden.v1.RecordEventH\x00R\vrecordEvent\x12?\n" +
+	"\vopen_stream\x18( \x01(\v2\x1c.walden.v1.OpenStreamRequestH\x00R\n" +
+	"openStream\x12E\n" +
+	"\rcommit_object\x18) \x01(\v2\x1e.walden.v1.CommitObjectRequestH\x00R\fcommitObject\x12B\n" +
+	"\fclose_stream\x18* \x01(\v2\x1d.walden.v1.CloseStreamRequestH\x00R\vcloseStream\x12B\n" +
+	"\x0frenew_job_lease\x18< \x01(\v2\x18.walden.v1.RenewJobLeaseH\x00R\rrenewJobLease\x12;\n" +
+	"\freassign_job\x18= \x01(\v2\x16.walden.v1.ReassignJobH\x00R\vreassignJob\x12A\n" +
+	"\x0echeckpoint_job\x18> \x01(\v2\x18.walden.v1.CheckpointJobH\x00R\rcheckpointJob\x125\n" +
+	"\n" +
+	"finish_job\x18? \x01(\v2\x14.walden.v1.FinishJobH\x00R\tfinishJob\x125\n" +
+	"\n" +
+	"cancel_job\x18@ \x01(\v2\x14.walden.v1.CancelJobH\x00R\tcancelJob\x122\n" +
+	"\tretry_job\x18A \x01(\v2\x13.walden.v1.RetryJobH\x00R\bretryJobB\x04\n" +
 	"\x02op\" \n" +
 	"\x04Noop\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"T\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\xe9\x04\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12+\n" +
 	"\x04noop\x18\n" +
-	" \x01(\v2\x15.walden.v1.NoopResultH\x00R\x04noopB\a\n" +
+	" \x01(\v2\x15.walden.v1.NoopResultH\x00R\x04noop\x12J\n" +
+	"\x0fregister_broker\x18\x14 \x01(\v2\x1f.walden.v1.RegisterBrokerResultH\x00R\x0eregisterBroker\x12G\n" +
+	"\x0edeclare_failed\x18\x16 \x01(\v2\x1e.walden.v1.DeclareFailedResultH\x00R\rdeclareFailed\x12+\n" +
+	"\x06broker\x18\x17 \x01(\v2\x11.walden.v1.BrokerH\x00R\x06broker\x124\n" +
+	"\x06policy\x18\x18 \x01(\v2\x1a.walden.v1.PolicyOverridesH\x00R\x06policy\x12(\n" +
+	"\x05event\x18\x1a \x01(\v2\x10.walden.v1.EventH\x00R\x05event\x12@\n" +
+	"\vopen_stream\x18( \x01(\v2\x1d.walden.v1.OpenStreamResponseH\x00R\n" +
+	"openStream\x12F\n" +
+	"\rcommit_object\x18) \x01(\v2\x1f.walden.v1.CommitObjectResponseH\x00R\fcommitObject\x12C\n" +
+	"\fclose_stream\x18* \x01(\v2\x1e.walden.v1.CloseStreamResponseH\x00R\vcloseStream\x12\"\n" +
+	"\x03job\x18< \x01(\v2\x0e.walden.v1.JobH\x00R\x03jobB\a\n" +
 	"\x05value\"\"\n" +
 	"\n" +
 	"NoopResult\x12\x14\n" +
@@ -521,7 +1068,7 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\x11ConfChangeContext\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
-	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\xee\x01\n" +
+	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\x96\x04\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12!\n" +
 	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12#\n" +
@@ -529,7 +1076,25 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x03(\v2\x11.walden.v1.MemberR\amembers\x12\x1d\n" +
 	"\n" +
 	"noop_count\x18\x05 \x01(\x04R\tnoopCount\x12/\n" +
-	"\x14last_applied_unix_ms\x18\x06 \x01(\x03R\x11lastAppliedUnixMsB!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
+	"\x14last_applied_unix_ms\x18\x06 \x01(\x03R\x11lastAppliedUnixMs\x12\x1d\n" +
+	"\n" +
+	"next_epoch\x18\a \x01(\x04R\tnextEpoch\x12+\n" +
+	"\abrokers\x18\b \x03(\v2\x11.walden.v1.BrokerR\abrokers\x122\n" +
+	"\x06policy\x18\t \x01(\v2\x1a.walden.v1.PolicyOverridesR\x06policy\x12(\n" +
+	"\x06events\x18\n" +
+	" \x03(\v2\x10.walden.v1.EventR\x06events\x12+\n" +
+	"\astreams\x18\v \x03(\v2\x11.walden.v1.StreamR\astreams\x12+\n" +
+	"\aobjects\x18\f \x03(\v2\x11.walden.v1.ObjectR\aobjects\x12\"\n" +
+	"\x04jobs\x18\r \x03(\v2\x0e.walden.v1.JobR\x04jobs\"\x90\x02\n" +
+	"\x0fPolicyOverrides\x12>\n" +
+	"\x06values\x18\x01 \x03(\v2&.walden.v1.PolicyOverrides.ValuesEntryR\x06values\x12E\n" +
+	"\tset_index\x18\x02 \x03(\v2(.walden.v1.PolicyOverrides.SetIndexEntryR\bsetIndex\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rSetIndexEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01B!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
 
 var (
 	file_walden_v1_state_proto_rawDescOnce sync.Once
@@ -543,27 +1108,89 @@ func file_walden_v1_state_proto_rawDescGZIP() []byte {
 	return file_walden_v1_state_proto_rawDescData
 }
 
-var file_walden_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_walden_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_walden_v1_state_proto_goTypes = []any{
-	(*Command)(nil),           // 0: walden.v1.Command
-	(*Noop)(nil),              // 1: walden.v1.Noop
-	(*Result)(nil),            // 2: walden.v1.Result
-	(*NoopResult)(nil),        // 3: walden.v1.NoopResult
-	(*MemberContext)(nil),     // 4: walden.v1.MemberContext
-	(*ConfChangeContext)(nil), // 5: walden.v1.ConfChangeContext
-	(*StateSnapshot)(nil),     // 6: walden.v1.StateSnapshot
-	(*Member)(nil),            // 7: walden.v1.Member
+	(*Command)(nil),              // 0: walden.v1.Command
+	(*Noop)(nil),                 // 1: walden.v1.Noop
+	(*Result)(nil),               // 2: walden.v1.Result
+	(*NoopResult)(nil),           // 3: walden.v1.NoopResult
+	(*MemberContext)(nil),        // 4: walden.v1.MemberContext
+	(*ConfChangeContext)(nil),    // 5: walden.v1.ConfChangeContext
+	(*StateSnapshot)(nil),        // 6: walden.v1.StateSnapshot
+	(*PolicyOverrides)(nil),      // 7: walden.v1.PolicyOverrides
+	nil,                          // 8: walden.v1.PolicyOverrides.ValuesEntry
+	nil,                          // 9: walden.v1.PolicyOverrides.SetIndexEntry
+	(*RegisterBroker)(nil),       // 10: walden.v1.RegisterBroker
+	(*ObserveBroker)(nil),        // 11: walden.v1.ObserveBroker
+	(*DeclareFailed)(nil),        // 12: walden.v1.DeclareFailed
+	(*SetPolicy)(nil),            // 13: walden.v1.SetPolicy
+	(*AckBroker)(nil),            // 14: walden.v1.AckBroker
+	(*SetMaintenance)(nil),       // 15: walden.v1.SetMaintenance
+	(*RecordEvent)(nil),          // 16: walden.v1.RecordEvent
+	(*OpenStreamRequest)(nil),    // 17: walden.v1.OpenStreamRequest
+	(*CommitObjectRequest)(nil),  // 18: walden.v1.CommitObjectRequest
+	(*CloseStreamRequest)(nil),   // 19: walden.v1.CloseStreamRequest
+	(*RenewJobLease)(nil),        // 20: walden.v1.RenewJobLease
+	(*ReassignJob)(nil),          // 21: walden.v1.ReassignJob
+	(*CheckpointJob)(nil),        // 22: walden.v1.CheckpointJob
+	(*FinishJob)(nil),            // 23: walden.v1.FinishJob
+	(*CancelJob)(nil),            // 24: walden.v1.CancelJob
+	(*RetryJob)(nil),             // 25: walden.v1.RetryJob
+	(*RegisterBrokerResult)(nil), // 26: walden.v1.RegisterBrokerResult
+	(*DeclareFailedResult)(nil),  // 27: walden.v1.DeclareFailedResult
+	(*Broker)(nil),               // 28: walden.v1.Broker
+	(*Event)(nil),                // 29: walden.v1.Event
+	(*OpenStreamResponse)(nil),   // 30: walden.v1.OpenStreamResponse
+	(*CommitObjectResponse)(nil), // 31: walden.v1.CommitObjectResponse
+	(*CloseStreamResponse)(nil),  // 32: walden.v1.CloseStreamResponse
+	(*Job)(nil),                  // 33: walden.v1.Job
+	(*Member)(nil),               // 34: walden.v1.Member
+	(*Stream)(nil),               // 35: walden.v1.Stream
+	(*Object)(nil),               // 36: walden.v1.Object
 }
 var file_walden_v1_state_proto_depIdxs = []int32{
-	1, // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
-	3, // 1: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
-	4, // 2: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
-	7, // 3: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
+	10, // 1: walden.v1.Command.register_broker:type_name -> walden.v1.RegisterBroker
+	11, // 2: walden.v1.Command.observe_broker:type_name -> walden.v1.ObserveBroker
+	12, // 3: walden.v1.Command.declare_failed:type_name -> walden.v1.DeclareFailed
+	13, // 4: walden.v1.Command.set_policy:type_name -> walden.v1.SetPolicy
+	14, // 5: walden.v1.Command.ack_broker:type_name -> walden.v1.AckBroker
+	15, // 6: walden.v1.Command.set_maintenance:type_name -> walden.v1.SetMaintenance
+	16, // 7: walden.v1.Command.record_event:type_name -> walden.v1.RecordEvent
+	17, // 8: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
+	18, // 9: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
+	19, // 10: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
+	20, // 11: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
+	21, // 12: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
+	22, // 13: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
+	23, // 14: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
+	24, // 15: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
+	25, // 16: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
+	3,  // 17: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
+	26, // 18: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
+	27, // 19: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
+	28, // 20: walden.v1.Result.broker:type_name -> walden.v1.Broker
+	7,  // 21: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
+	29, // 22: walden.v1.Result.event:type_name -> walden.v1.Event
+	30, // 23: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
+	31, // 24: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
+	32, // 25: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
+	33, // 26: walden.v1.Result.job:type_name -> walden.v1.Job
+	4,  // 27: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
+	34, // 28: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
+	28, // 29: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
+	7,  // 30: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
+	29, // 31: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
+	35, // 32: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
+	36, // 33: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
+	33, // 34: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
+	8,  // 35: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
+	9,  // 36: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_state_proto_init() }
@@ -571,12 +1198,40 @@ func file_walden_v1_state_proto_init() {
 	if File_walden_v1_state_proto != nil {
 		return
 	}
+	file_walden_v1_broker_proto_init()
+	file_walden_v1_catalog_proto_init()
 	file_walden_v1_cluster_proto_init()
+	file_walden_v1_jobs_proto_init()
 	file_walden_v1_state_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_Noop)(nil),
+		(*Command_RegisterBroker)(nil),
+		(*Command_ObserveBroker)(nil),
+		(*Command_DeclareFailed)(nil),
+		(*Command_SetPolicy)(nil),
+		(*Command_AckBroker)(nil),
+		(*Command_SetMaintenance)(nil),
+		(*Command_RecordEvent)(nil),
+		(*Command_OpenStream)(nil),
+		(*Command_CommitObject)(nil),
+		(*Command_CloseStream)(nil),
+		(*Command_RenewJobLease)(nil),
+		(*Command_ReassignJob)(nil),
+		(*Command_CheckpointJob)(nil),
+		(*Command_FinishJob)(nil),
+		(*Command_CancelJob)(nil),
+		(*Command_RetryJob)(nil),
 	}
 	file_walden_v1_state_proto_msgTypes[2].OneofWrappers = []any{
 		(*Result_Noop)(nil),
+		(*Result_RegisterBroker)(nil),
+		(*Result_DeclareFailed)(nil),
+		(*Result_Broker)(nil),
+		(*Result_Policy)(nil),
+		(*Result_Event)(nil),
+		(*Result_OpenStream)(nil),
+		(*Result_CommitObject)(nil),
+		(*Result_CloseStream)(nil),
+		(*Result_Job)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -584,7 +1239,7 @@ func file_walden_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_state_proto_rawDesc), len(file_walden_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
