@@ -59,8 +59,11 @@ fuzz-short:
 # concurrent packages and a short fuzz run of the WAL reader.
 test: lint build test-unit test-race fuzz-short
 
+# bench prints the benchmark tables: the WAL against raw write+fdatasync,
+# raft storage, and a 3-member walden cluster against embedded etcd.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchtime=1x ./wal ./raftnode
+	cd bench && $(GO) run ./raftcompare
 
 run: build
 	$(BIN)/walden dev
