@@ -282,8 +282,8 @@ func (p *Pool) Join(addrs []string) (int, error) {
 	return n, nil
 }
 
-// Events returns the channel of membership events. There is one channel per
-// Pool; it is closed by Shutdown. Read it continuously: while nobody reads,
+// Events returns the channel of membership events, this member's own Join at
+// start included. There is one channel per Pool; it is closed by Shutdown. Read it continuously: while nobody reads,
 // events accumulate up to EventQueueSize and then the oldest are dropped
 // (Stats.EventsDropped).
 func (p *Pool) Events() <-chan Event { return p.events }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +210,7 @@ func TestPoolsJoinAndSeeEachOther(t *testing.T) {
 		eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })
 	}
 
-	for _, name := range []string{"agent/b1", "agent/b2"} {
+	for _, name := range []string{"coordinator/c1", "agent/b1", "agent/b2"} {
 		eventually(t, 10*time.Second, "join event of "+name, func() error {
 			ev, ok := events.find(func(ev Event) bool { return ev.Kind == EventJoin && ev.Node == name })
 			if !ok {
@@ -543,4 +544,102 @@ func TestSlowConsumerNeverBlocksMemberlist(t *testing.T) {
 		}
 	}
 	t.Logf("stats after drain: %+v, drained %d events before b2's join", a.Stats(), len(drained))
+}
+
+func TestRestartedMemberRejoinsAtANewAddress(t *testing.T) {
+	h := newHarness(t)
+	pools, want := threePools(t, h, func(c *Config) { c.DeadNodeReclaimTime = 200 * time.Millisecond })
+	for _, p := range pools {
+		eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
+	}
+	a, victim := pools[0], pools[2]
+	ea := collect(a)
+	oldAddr := victim.Addr()
+	if err := victim.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "killed member dead", func() error {
+		if _, ok := ea.find(func(ev Event) bool { return ev.Kind == EventLeave && ev.Node == "agent/b2" }); !ok {
+			return fmt.Errorf("no leave event")
+		}
+		return nil
+	})
+
+	// The broker comes back on another port (another host, in production)
+	// with a new agent address.
+	meta := agentMeta("b2")
+	meta.AgentAddr = "127.0.0.1:17521"
+	c := fastConfig(t, "demo", "agent/b2", meta, &h.logs)
+	c.Join = []string{a.Addr()}
+	restarted := h.start(c)
+	if restarted.Addr() == oldAddr {
+		t.Fatalf("restarted on the old address %s", oldAddr)
+	}
+	want["agent/b2"] = withCluster(meta, "demo")
+	for _, p := range []*Pool{a, pools[1], restarted} {
+		eventually(t, 20*time.Second, "restarted member alive again", func() error { return seesAlive(p, want) })
+	}
+	eventually(t, 10*time.Second, "join event after the leave", func() error {
+		ev, ok := ea.find(func(ev Event) bool {
+			return ev.Kind == EventJoin && ev.Node == "agent/b2" && ev.Addr == restarted.Addr()
+		})
+		if !ok {
+			return fmt.Errorf("no join event at the new address")
+		}
+		if ev.Meta != want["agent/b2"] {
+			return fmt.Errorf("join event %+v", ev)
+		}
+		return nil
+	})
+}
+
+// freeLoopbackPort returns a port that was free for TCP and UDP a moment ago.
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		_ = l.Close()
+		if err == nil {
+			_ = u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free loopback port")
+	return 0
+}
+
+func TestAloneMemberRetriesJoin(t *testing.T) {
+	h := newHarness(t)
+	seed := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+
+	// The agent starts before any coordinator: its join fails, Start does not.
+	ca := fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
+	ca.Join = []string{seed}
+	ca.RejoinInterval = 100 * time.Millisecond
+	agent := h.start(ca)
+	if got := aliveSet(agent); len(got) != 1 {
+		t.Fatalf("agent sees %v before any coordinator exists", keys(got))
+	}
+
+	cc := fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs)
+	cc.BindAddr = seed
+	coord := h.start(cc)
+	want := map[string]Meta{
+		"coordinator/c1": withCluster(coordMeta("c1"), "demo"),
+		"agent/b1":       withCluster(agentMeta("b1"), "demo"),
+	}
+	for _, p := range []*Pool{agent, coord} {
+		eventually(t, 10*time.Second, "the alone member joined once the seed came up", func() error { return seesAlive(p, want) })
+	}
+	logs := h.logs.String()
+	for _, want := range []string{"initial join reached no member", "rejoined the pool"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q", want)
+		}
+	}
 }
