@@ -27,5 +27,8 @@ var ErrForeignCluster = errors.New("gossip: member of another cluster refused")
 // ErrJoin means a join contacted none of the given addresses successfully.
 var ErrJoin = errors.New("gossip: join failed")
 
+// ErrLeft is returned by UpdateMeta after Leave.
+var ErrLeft = errors.New("gossip: the member has left the pool")
+
 // ErrShutdown is returned by the methods of a Pool that has been shut down.
 var ErrShutdown = errors.New("gossip: pool is shut down")

@@ -93,11 +93,12 @@ type Pool struct {
 
 	refused atomic.Uint64
 
-	// lifecycle serializes UpdateMeta, Leave and Shutdown: memberlist
-	// panics on Leave after Shutdown.
+	// lifecycle serializes UpdateMeta, Leave and Shutdown (memberlist
+	// panics on Leave after Shutdown); left and stopped change only under
+	// it and may be read without it.
 	lifecycle sync.Mutex
-	left      bool
-	stopped   bool
+	left      atomic.Bool
+	stopped   atomic.Bool
 }
 
 // refuseLogEvery and dropLogEvery bound how often a repeated refusal of one
@@ -222,7 +223,7 @@ func (p *Pool) memberlistConfig(key []byte) (*memberlist.Config, error) {
 	mc.Ping = eventDelegate{p}
 	mc.Alive = clusterGuard{p}
 	mc.Merge = clusterGuard{p}
-	mc.Logger = log.New(logWriter{p.log}, "", 0)
+	mc.Logger = log.New(logWriter{cfg.Logger.With("node", cfg.NodeName)}, "", 0)
 	return mc, nil
 }
 
@@ -239,10 +240,7 @@ func (p *Pool) rejoinLoop() {
 			return
 		case <-t.C:
 		}
-		p.lifecycle.Lock()
-		skip := p.left || p.stopped
-		p.lifecycle.Unlock()
-		if skip || p.ml.NumMembers() > 1 {
+		if p.left.Load() || p.stopped.Load() || p.ml.NumMembers() > 1 {
 			continue
 		}
 		n, err := p.Join(p.cfg.Join)
@@ -310,12 +308,10 @@ func (p *Pool) LocalNode() Member {
 	p.metaMu.Unlock()
 	m := p.local
 	m.Meta = meta
-	p.lifecycle.Lock()
 	m.State = StateAlive
-	if p.left {
+	if p.left.Load() {
 		m.State = StateLeft
 	}
-	p.lifecycle.Unlock()
 	return m
 }
 
@@ -332,15 +328,15 @@ func (p *Pool) Stats() Stats {
 
 // UpdateMeta replaces this member's metadata (ClusterName is kept, Role and
 // ID may not change) and gossips it, waiting up to timeout for the broadcast
-// to go out.
+// to go out. The new metadata is in effect even when the wait times out.
 func (p *Pool) UpdateMeta(m Meta, timeout time.Duration) error {
 	p.lifecycle.Lock()
 	defer p.lifecycle.Unlock()
-	if p.stopped {
+	if p.stopped.Load() {
 		return ErrShutdown
 	}
-	if p.left {
-		return fmt.Errorf("gossip: update metadata: the member has left")
+	if p.left.Load() {
+		return fmt.Errorf("gossip: update metadata: %w", ErrLeft)
 	}
 	p.metaMu.Lock()
 	cur := p.meta
@@ -379,10 +375,10 @@ func (p *Pool) setMeta(m Meta, timeout time.Duration) error {
 func (p *Pool) Leave(timeout time.Duration) error {
 	p.lifecycle.Lock()
 	defer p.lifecycle.Unlock()
-	if p.stopped {
+	if p.stopped.Load() {
 		return ErrShutdown
 	}
-	if p.left {
+	if p.left.Load() {
 		return nil
 	}
 	p.metaMu.Lock()
@@ -393,7 +389,7 @@ func (p *Pool) Leave(timeout time.Duration) error {
 		// Others will report the member dead instead of left; still leave.
 		p.log.Warn("leaving flag not confirmed sent", "err", err)
 	}
-	p.left = true
+	p.left.Store(true)
 	if err := p.ml.Leave(timeout); err != nil {
 		return fmt.Errorf("gossip: leave: %w", err)
 	}
@@ -406,15 +402,15 @@ func (p *Pool) Leave(timeout time.Duration) error {
 // answering and eventually declare it dead. Calling it again does nothing.
 func (p *Pool) Shutdown() error {
 	p.lifecycle.Lock()
-	if p.stopped {
+	if p.stopped.Load() {
 		p.lifecycle.Unlock()
 		return nil
 	}
-	p.stopped = true
+	p.stopped.Store(true)
 	err := p.ml.Shutdown()
 	close(p.done)
 	p.lifecycle.Unlock()
-	// The rejoin loop takes lifecycle: wait for it without holding it.
+	// Wait for the forwarder and the rejoin loop without holding lifecycle.
 	p.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("gossip: shutdown: %w", err)
@@ -423,11 +419,7 @@ func (p *Pool) Shutdown() error {
 	return nil
 }
 
-func (p *Pool) isStopped() bool {
-	p.lifecycle.Lock()
-	defer p.lifecycle.Unlock()
-	return p.stopped
-}
+func (p *Pool) isStopped() bool { return p.stopped.Load() }
 
 // enqueue records a callback in the member table and the event queue. It is
 // called from memberlist's goroutines and must stay short and non-blocking.

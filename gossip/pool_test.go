@@ -466,6 +466,9 @@ func TestPoolLeaveIsReportedAsLeft(t *testing.T) {
 	if ln := leaver.LocalNode(); ln.State != StateLeft || !ln.Meta.Leaving {
 		t.Errorf("LocalNode after Leave = %+v", ln)
 	}
+	if err := leaver.UpdateMeta(agentMeta("b1"), time.Second); !errors.Is(err, ErrLeft) {
+		t.Errorf("UpdateMeta after Leave = %v, want ErrLeft", err)
+	}
 	if err := leaver.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
