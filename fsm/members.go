@@ -32,6 +32,7 @@ func (s *State) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *wald
 	if err := s.advance(index); err != nil {
 		return err
 	}
+	defer s.notifyLocked()
 	mc := ctx.GetMember()
 	ctxUsed := false
 	var errs []error
@@ -113,6 +114,16 @@ func (s *State) Members() []*waldenv1.Member {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.sortedMembers()
+}
+
+// isMember reports whether id names a current member.
+func (s *State) isMember(id string) bool {
+	for _, m := range s.members {
+		if m.GetId() == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *State) sortedMembers() []*waldenv1.Member {

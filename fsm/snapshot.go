@@ -8,11 +8,19 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// snapshotVersion is the StateSnapshot layout this package writes and reads.
-const snapshotVersion uint32 = 1
+// snapshotVersion is the StateSnapshot layout this package writes. Version 2
+// adds the fencing token counter, brokers, policy overrides, events,
+// streams, objects and jobs (fields 7–13); version 1 snapshots (membership
+// and noops only) are still read, with those empty.
+const snapshotVersion uint32 = 2
+
+// snapshotVersionV1 is the layout before brokers, catalog and jobs.
+const snapshotVersionV1 uint32 = 1
 
 // Snapshot serializes the state as of the last applied index as a
-// walden.v1.StateSnapshot (deterministic encoding, members sorted by id).
+// walden.v1.StateSnapshot (deterministic encoding; members, brokers,
+// streams, objects and jobs sorted by id, events oldest first), so that two
+// members with the same applied entries produce byte-identical snapshots.
 func (s *State) Snapshot() ([]byte, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -31,7 +39,46 @@ func (s *State) snapshotLocked() *waldenv1.StateSnapshot {
 		Members:           s.sortedMembers(),
 		NoopCount:         s.noopCount,
 		LastAppliedUnixMs: s.lastAppliedUnixMs,
+		NextEpoch:         s.nextEpoch,
+		Brokers:           s.sortedBrokers(),
+		Policy:            clone(s.overrides),
+		Events:            s.copyEvents(),
+		Streams:           s.sortedStreams(),
+		Objects:           s.sortedObjects(),
+		Jobs:              s.sortedJobsByID(),
 	}
+}
+
+func (s *State) copyEvents() []*waldenv1.Event {
+	out := make([]*waldenv1.Event, len(s.events))
+	for i, e := range s.events {
+		out[i] = clone(e)
+	}
+	return out
+}
+
+func (s *State) sortedStreams() []*waldenv1.Stream {
+	out := make([]*waldenv1.Stream, 0, len(s.streams))
+	for _, id := range sortedKeys(s.streams) {
+		out = append(out, clone(s.streams[id]))
+	}
+	return out
+}
+
+func (s *State) sortedObjects() []*waldenv1.Object {
+	out := make([]*waldenv1.Object, 0, len(s.objects))
+	for _, id := range sortedKeys(s.objects) {
+		out = append(out, clone(s.objects[id]))
+	}
+	return out
+}
+
+func (s *State) sortedJobsByID() []*waldenv1.Job {
+	out := make([]*waldenv1.Job, 0, len(s.jobs))
+	for _, id := range sortedKeys(s.jobs) {
+		out = append(out, clone(s.jobs[id]))
+	}
+	return out
 }
 
 // Restore replaces the state with a snapshot's data. A snapshot of another
@@ -42,8 +89,8 @@ func (s *State) Restore(data []byte) error {
 	if err := proto.Unmarshal(data, snap); err != nil {
 		return fmt.Errorf("fsm: restore: %w: %v", ErrInvalidSnapshot, err)
 	}
-	if v := snap.GetVersion(); v != snapshotVersion {
-		return fmt.Errorf("fsm: restore: %w: version %d, this walden reads version %d", ErrSnapshotVersion, v, snapshotVersion)
+	if v := snap.GetVersion(); v != snapshotVersion && v != snapshotVersionV1 {
+		return fmt.Errorf("fsm: restore: %w: version %d, this walden reads versions %d and %d", ErrSnapshotVersion, v, snapshotVersionV1, snapshotVersion)
 	}
 	if c := snap.GetClusterName(); c != s.clusterName {
 		return fmt.Errorf("fsm: restore: %w: snapshot of cluster %q, this is cluster %q", ErrForeignSnapshot, c, s.clusterName)
@@ -63,11 +110,110 @@ func (s *State) Restore(data []byte) error {
 		members[m.GetRaftId()] = proto.Clone(m).(*waldenv1.Member)
 	}
 
+	d, err := restoreDomains(snap)
+	if err != nil {
+		return err
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applied = snap.GetAppliedIndex()
 	s.lastAppliedUnixMs = snap.GetLastAppliedUnixMs()
 	s.members = members
 	s.noopCount = snap.GetNoopCount()
+	s.nextEpoch = d.nextEpoch
+	s.brokers = d.brokers
+	s.overrides = d.overrides
+	s.events = d.events
+	s.streams = d.streams
+	s.objects = d.objects
+	s.jobs = d.jobs
+	s.indexStreamObjects()
+	s.notifyLocked()
 	return nil
+}
+
+// domains are the parts of the state added in snapshot version 2.
+type domains struct {
+	nextEpoch uint64
+	brokers   map[string]*waldenv1.Broker
+	overrides *waldenv1.PolicyOverrides
+	events    []*waldenv1.Event
+	streams   map[uint64]*waldenv1.Stream
+	objects   map[string]*waldenv1.Object
+	jobs      map[string]*waldenv1.Job
+}
+
+// restoreDomains copies and checks the brokers, policy, events, catalog and
+// jobs of snap: unique non-empty ids, every issued token below next_epoch,
+// objects naming known streams, jobs naming known brokers.
+func restoreDomains(snap *waldenv1.StateSnapshot) (*domains, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("fsm: restore: %w: "+format, append([]any{ErrInvalidSnapshot}, args...)...)
+	}
+	d := &domains{
+		nextEpoch: snap.GetNextEpoch(),
+		brokers:   map[string]*waldenv1.Broker{},
+		overrides: clone(snap.GetPolicy()),
+		streams:   map[uint64]*waldenv1.Stream{},
+		objects:   map[string]*waldenv1.Object{},
+		jobs:      map[string]*waldenv1.Job{},
+	}
+	if d.nextEpoch == 0 {
+		d.nextEpoch = 1
+	}
+	if d.overrides == nil {
+		d.overrides = &waldenv1.PolicyOverrides{}
+	}
+	if n := len(snap.GetEvents()); n > MaxEvents {
+		return nil, bad("%d events, at most %d are kept", n, MaxEvents)
+	}
+	for _, b := range snap.GetBrokers() {
+		switch {
+		case b.GetBrokerId() == "":
+			return nil, bad("broker without id")
+		case d.brokers[b.GetBrokerId()] != nil:
+			return nil, bad("broker %q twice", b.GetBrokerId())
+		case b.GetEpoch() >= d.nextEpoch:
+			return nil, bad("broker %q has epoch %d, next epoch is %d", b.GetBrokerId(), b.GetEpoch(), d.nextEpoch)
+		}
+		d.brokers[b.GetBrokerId()] = clone(b)
+	}
+	for _, st := range snap.GetStreams() {
+		if d.streams[st.GetStreamId()] != nil {
+			return nil, bad("stream %d twice", st.GetStreamId())
+		}
+		d.streams[st.GetStreamId()] = clone(st)
+	}
+	for _, o := range snap.GetObjects() {
+		switch {
+		case o.GetObjectId() == "":
+			return nil, bad("object without id")
+		case d.objects[o.GetObjectId()] != nil:
+			return nil, bad("object %q twice", o.GetObjectId())
+		}
+		for _, r := range o.GetRanges() {
+			if d.streams[r.GetStreamId()] == nil {
+				return nil, bad("object %q names unknown stream %d", o.GetObjectId(), r.GetStreamId())
+			}
+		}
+		d.objects[o.GetObjectId()] = clone(o)
+	}
+	for _, j := range snap.GetJobs() {
+		switch {
+		case j.GetJobId() == "":
+			return nil, bad("job without id")
+		case d.jobs[j.GetJobId()] != nil:
+			return nil, bad("job %q twice", j.GetJobId())
+		case d.brokers[j.GetBrokerId()] == nil:
+			return nil, bad("job %q of unknown broker %q", j.GetJobId(), j.GetBrokerId())
+		case j.GetToken() >= d.nextEpoch:
+			return nil, bad("job %q has token %d, next epoch is %d", j.GetJobId(), j.GetToken(), d.nextEpoch)
+		}
+		d.jobs[j.GetJobId()] = clone(j)
+	}
+	for _, e := range snap.GetEvents() {
+		d.events = append(d.events, clone(e))
+	}
+	return d, nil
 }

@@ -58,15 +58,77 @@ type State struct {
 	members map[uint64]*waldenv1.Member
 	// noopCount counts the applied Noop commands.
 	noopCount uint64
+
+	// nextEpoch is the next fencing token to issue (starts at 1).
+	nextEpoch uint64
+	// brokers by id.
+	brokers map[string]*waldenv1.Broker
+	// overrides are the runtime policy overrides.
+	overrides *waldenv1.PolicyOverrides
+	// events is the bounded event log, oldest first.
+	events []*waldenv1.Event
+	// streams by id.
+	streams map[uint64]*waldenv1.Stream
+	// objects by id; streamObjects lists each stream's object ids in commit
+	// (= offset) order, derived from objects.
+	objects       map[string]*waldenv1.Object
+	streamObjects map[uint64][]string
+	// jobs by id.
+	jobs map[string]*waldenv1.Job
+
+	// changed is closed at the next apply that changes anything.
+	changed chan struct{}
 }
 
 // New returns the empty state of the cluster clusterName.
 func New(clusterName string) *State {
-	return &State{clusterName: clusterName, members: map[uint64]*waldenv1.Member{}}
+	s := &State{clusterName: clusterName}
+	s.reset()
+	return s
+}
+
+// reset empties every domain of the state (not the cluster name).
+func (s *State) reset() {
+	s.applied = 0
+	s.lastAppliedUnixMs = 0
+	s.members = map[uint64]*waldenv1.Member{}
+	s.noopCount = 0
+	s.nextEpoch = 1
+	s.brokers = map[string]*waldenv1.Broker{}
+	s.overrides = &waldenv1.PolicyOverrides{}
+	s.events = nil
+	s.streams = map[uint64]*waldenv1.Stream{}
+	s.objects = map[string]*waldenv1.Object{}
+	s.streamObjects = map[uint64][]string{}
+	s.jobs = map[string]*waldenv1.Job{}
+}
+
+// Changed returns a channel that is closed at the next apply (or restore)
+// that changes anything; call it again for the one after.
+func (s *State) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+// notifyLocked wakes the waiters of Changed.
+func (s *State) notifyLocked() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 }
 
 // Apply applies the command of the normal entry at index. Each operation is
 // applied by a function of its own; an error is the proposer's result.
+//
+// A refused command (an error wrapping a fencing sentinel, e.g.
+// fencing.ErrNodeFenced or fencing.ErrInvalidArgument) changes nothing but
+// the applied index and the state machine's time: every apply function
+// validates fully before it mutates.
 func (s *State) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,15 +144,51 @@ func (s *State) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, er
 	switch op := cmd.GetOp().(type) {
 	case *waldenv1.Command_Noop:
 		res, err = s.applyNoop(op.Noop)
+	case *waldenv1.Command_RegisterBroker:
+		res, err = s.applyRegisterBroker(index, cmd, op.RegisterBroker)
+	case *waldenv1.Command_ObserveBroker:
+		res, err = s.applyObserveBroker(index, cmd, op.ObserveBroker)
+	case *waldenv1.Command_DeclareFailed:
+		res, err = s.applyDeclareFailed(index, cmd, op.DeclareFailed)
+	case *waldenv1.Command_SetPolicy:
+		res, err = s.applySetPolicy(index, cmd, op.SetPolicy)
+	case *waldenv1.Command_AckBroker:
+		res, err = s.applyAckBroker(index, cmd, op.AckBroker)
+	case *waldenv1.Command_SetMaintenance:
+		res, err = s.applySetMaintenance(index, cmd, op.SetMaintenance)
+	case *waldenv1.Command_RecordEvent:
+		res, err = s.applyRecordEvent(index, cmd, op.RecordEvent)
+	case *waldenv1.Command_OpenStream:
+		res, err = s.applyOpenStream(index, op.OpenStream)
+	case *waldenv1.Command_CommitObject:
+		res, err = s.applyCommitObject(index, op.CommitObject)
+	case *waldenv1.Command_CloseStream:
+		res, err = s.applyCloseStream(index, op.CloseStream)
+	case *waldenv1.Command_RenewJobLease:
+		res, err = s.applyRenewJobLease(index, cmd, op.RenewJobLease)
+	case *waldenv1.Command_ReassignJob:
+		res, err = s.applyReassignJob(index, cmd, op.ReassignJob)
+	case *waldenv1.Command_CheckpointJob:
+		res, err = s.applyCheckpointJob(index, op.CheckpointJob)
+	case *waldenv1.Command_FinishJob:
+		res, err = s.applyFinishJob(index, cmd, op.FinishJob)
+	case *waldenv1.Command_CancelJob:
+		res, err = s.applyCancelJob(index, cmd, op.CancelJob)
+	case *waldenv1.Command_RetryJob:
+		res, err = s.applyRetryJob(index, cmd, op.RetryJob)
 	default:
 		err = fmt.Errorf("fsm: apply index %d, request %d: %w", index, cmd.GetRequestId(), ErrUnknownCommand)
 	}
 	if err != nil {
 		return nil, err
 	}
+	s.notifyLocked()
 	res.Index = index
 	return res, nil
 }
+
+// now is the state machine's time: the largest proposer time applied so far.
+func (s *State) now() int64 { return s.lastAppliedUnixMs }
 
 // advance moves the applied index to index, refusing an index that is not
 // beyond it.

@@ -288,7 +288,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if !proto.Equal(a, b) {
 		t.Fatalf("restored state differs:\n %v\n %v", a, b)
 	}
-	if a.GetVersion() != 1 || a.GetAppliedIndex() != 5 || a.GetNoopCount() != 2 || len(a.GetMembers()) != 3 || a.GetLastAppliedUnixMs() != 1700000000123 {
+	if a.GetVersion() != 2 || a.GetAppliedIndex() != 5 || a.GetNoopCount() != 2 || len(a.GetMembers()) != 3 || a.GetLastAppliedUnixMs() != 1700000000123 {
 		t.Fatalf("snapshot content = %v", a)
 	}
 	// Both go on identically.
@@ -327,7 +327,7 @@ func TestRestoreRefuses(t *testing.T) {
 		want     error
 		wantText string
 	}{
-		{"unknown version", edit(func(s *waldenv1.StateSnapshot) { s.Version = 2 }), fsm.ErrSnapshotVersion, "version 2, this walden reads version 1"},
+		{"unknown version", edit(func(s *waldenv1.StateSnapshot) { s.Version = 3 }), fsm.ErrSnapshotVersion, "version 3, this walden reads versions 1 and 2"},
 		{"no version", edit(func(s *waldenv1.StateSnapshot) { s.Version = 0 }), fsm.ErrSnapshotVersion, "version 0"},
 		{"other cluster", edit(func(s *waldenv1.StateSnapshot) { s.ClusterName = "prod" }), fsm.ErrForeignSnapshot, `snapshot of cluster "prod", this is cluster "demo"`},
 		{"garbage", []byte{0xff, 0xff, 0xff, 0xff}, fsm.ErrInvalidSnapshot, "invalid snapshot"},

@@ -1,0 +1,349 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	"walden/fencing"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Broker states, as spelled in the API and the CLI.
+const (
+	BrokerAlive       = "alive"
+	BrokerSuspect     = "suspect"
+	BrokerFailed      = "failed"
+	BrokerRecovering  = "recovering"
+	BrokerRecovered   = "recovered"
+	BrokerMaintenance = "maintenance"
+)
+
+// Observation states.
+const (
+	ObservedAlive   = "alive"
+	ObservedSuspect = "suspect"
+	ObservedDead    = "dead"
+)
+
+// invalid returns a refusal of a malformed command naming the field.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("fsm: "+format+": %w", append(args, fencing.ErrInvalidArgument)...)
+}
+
+// unknownBroker returns the refusal for a broker id that is not registered.
+func unknownBroker(op, id string) error {
+	return fmt.Errorf("fsm: %s: broker %q: %w", op, id, fencing.ErrUnknownNode)
+}
+
+// applyRegisterBroker registers a broker (again): a new epoch, unfenced,
+// observations reset. Refused while a recovery job of the broker is pending
+// or running.
+func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *waldenv1.RegisterBroker) (*waldenv1.Result, error) {
+	id := op.GetBrokerId()
+	if id == "" {
+		return nil, invalid("register broker: broker_id is empty")
+	}
+	if j := s.activeJobOf(id); j != nil {
+		return nil, fmt.Errorf("fsm: register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), fencing.ErrRecoveryRunning)
+	}
+	b, ok := s.brokers[id]
+	if !ok {
+		b = &waldenv1.Broker{BrokerId: id, RecoveredWalOffset: -1}
+		s.brokers[id] = b
+	}
+	epoch := s.issueEpoch()
+	b.Epoch = epoch
+	b.Fenced = false
+	b.LeftGracefully = false
+	b.LeaseRemainingMs = -1
+	b.AgentAddr = op.GetAgentAddr()
+	b.BrokerAddr = op.GetBrokerAddr()
+	b.Wal = clone(op.GetWal())
+	b.GossipName = op.GetGossipName()
+	b.Observations = nil
+	b.RegisteredUnixMs = s.now()
+	s.deriveState(b)
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "register", BrokerId: id,
+		Actor: cmd.GetProposerId(), Message: fmt.Sprintf("registered with epoch %d", epoch)})
+	return &waldenv1.Result{Value: &waldenv1.Result_RegisterBroker{RegisterBroker: &waldenv1.RegisterBrokerResult{
+		Epoch: epoch, RecoveredWalOffset: b.GetRecoveredWalOffset()}}}, nil
+}
+
+// issueEpoch returns the next fencing token.
+func (s *State) issueEpoch() uint64 {
+	e := s.nextEpoch
+	s.nextEpoch++
+	return e
+}
+
+// applyObserveBroker records one coordinator's observation of a broker. The
+// same state proposed again keeps its since time.
+func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *waldenv1.ObserveBroker) (*waldenv1.Result, error) {
+	switch op.GetState() {
+	case ObservedAlive, ObservedSuspect, ObservedDead:
+	default:
+		return nil, invalid("observe broker %q: state %q is not alive, suspect or dead", op.GetBrokerId(), op.GetState())
+	}
+	if !s.isMember(op.GetObserverId()) {
+		return nil, invalid("observe broker %q: observer_id %q is not a member", op.GetBrokerId(), op.GetObserverId())
+	}
+	b, ok := s.brokers[op.GetBrokerId()]
+	if !ok {
+		return nil, unknownBroker("observe", op.GetBrokerId())
+	}
+	var cur *waldenv1.Observation
+	for _, o := range b.Observations {
+		if o.GetObserverId() == op.GetObserverId() {
+			cur = o
+		}
+	}
+	if cur != nil && cur.GetState() == op.GetState() {
+		cur.Reason = op.GetReason()
+		return brokerResult(b), nil
+	}
+	if cur == nil {
+		cur = &waldenv1.Observation{ObserverId: op.GetObserverId()}
+		b.Observations = append(b.Observations, cur)
+		sort.Slice(b.Observations, func(i, j int) bool {
+			return b.Observations[i].GetObserverId() < b.Observations[j].GetObserverId()
+		})
+	}
+	cur.State = op.GetState()
+	cur.SinceUnixMs = s.now()
+	cur.Reason = op.GetReason()
+	cur.Index = index
+	s.deriveState(b)
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "observation", BrokerId: b.GetBrokerId(),
+		Actor: op.GetObserverId(), Message: fmt.Sprintf("%s observes %s: %s", op.GetObserverId(), op.GetState(), op.GetReason())})
+	return brokerResult(b), nil
+}
+
+// applyDeclareFailed applies a failover decision: new epoch, fenced, state
+// failed, and a recovery job assigned to one live member. It applies only
+// while the broker still has the decided epoch, so at most once per epoch.
+func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *waldenv1.DeclareFailed) (*waldenv1.Result, error) {
+	b, ok := s.brokers[op.GetBrokerId()]
+	if !ok {
+		return nil, unknownBroker("declare failed", op.GetBrokerId())
+	}
+	if b.GetFenced() || b.GetEpoch() != op.GetEpoch() {
+		return nil, fmt.Errorf("fsm: declare broker %q failed at epoch %d: broker epoch %d, fenced %t: %w",
+			b.GetBrokerId(), op.GetEpoch(), b.GetEpoch(), b.GetFenced(), fencing.ErrEpochExpired)
+	}
+	if b.GetMaintenance() && !op.GetEvidence().GetManual() {
+		return nil, fmt.Errorf("fsm: declare broker %q failed: %w", b.GetBrokerId(), fencing.ErrMaintenance)
+	}
+	actor := op.GetEvidence().GetDecidedBy()
+	if actor == "" {
+		actor = cmd.GetProposerId()
+	}
+	ev := clone(op.GetEvidence())
+	if op.GetDryRun() {
+		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "dry_run", BrokerId: b.GetBrokerId(),
+			Actor: actor, Evidence: ev, Message: fmt.Sprintf("dry run: would fence epoch %d: %s", b.GetEpoch(), op.GetEvidence().GetReason())})
+		return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{DryRun: true}}}, nil
+	}
+	assignee := s.pickAssignee(op.GetLiveMembers(), "")
+	token := s.issueEpoch()
+	b.Epoch = token
+	b.Fenced = true
+	b.FailedUnixMs = s.now()
+	b.Failovers++
+	j := &waldenv1.Job{
+		JobId:              fmt.Sprintf("job-%s-%d", b.GetBrokerId(), token),
+		BrokerId:           b.GetBrokerId(),
+		Token:              token,
+		Attempt:            1,
+		AssigneeId:         assignee,
+		State:              JobPending,
+		Step:               StepFence,
+		CreatedUnixMs:      s.now(),
+		UpdatedUnixMs:      s.now(),
+		RecoveredWalOffset: -1,
+	}
+	j.Wal = clone(b.GetWal())
+	s.jobs[j.GetJobId()] = j
+	b.LastJobId = j.GetJobId()
+	s.deriveState(b)
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "decision", BrokerId: b.GetBrokerId(),
+		Actor: actor, Evidence: ev, JobId: j.GetJobId(),
+		Message: fmt.Sprintf("declared failed: epoch %d fenced, new epoch %d; job %s assigned to %q: %s",
+			op.GetEpoch(), token, j.GetJobId(), assignee, op.GetEvidence().GetReason())})
+	return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{
+		NewEpoch: token, JobId: j.GetJobId()}}}, nil
+}
+
+// applyAckBroker clears a broker's cooldown block.
+func (s *State) applyAckBroker(index uint64, cmd *waldenv1.Command, op *waldenv1.AckBroker) (*waldenv1.Result, error) {
+	b, ok := s.brokers[op.GetBrokerId()]
+	if !ok {
+		return nil, unknownBroker("ack", op.GetBrokerId())
+	}
+	b.CooldownBlocked = false
+	b.AckedUnixMs = s.now()
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "ack", BrokerId: b.GetBrokerId(),
+		Actor: actorOf(op.GetActor(), cmd), Message: "cooldown block cleared"})
+	return brokerResult(b), nil
+}
+
+// applySetMaintenance turns a broker's maintenance on or off.
+func (s *State) applySetMaintenance(index uint64, cmd *waldenv1.Command, op *waldenv1.SetMaintenance) (*waldenv1.Result, error) {
+	b, ok := s.brokers[op.GetBrokerId()]
+	if !ok {
+		return nil, unknownBroker("set maintenance", op.GetBrokerId())
+	}
+	b.Maintenance = op.GetOn()
+	s.deriveState(b)
+	msg := "maintenance off"
+	if op.GetOn() {
+		msg = "maintenance on"
+	}
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "maintenance", BrokerId: b.GetBrokerId(),
+		Actor: actorOf(op.GetActor(), cmd), Message: msg})
+	return brokerResult(b), nil
+}
+
+func actorOf(actor string, cmd *waldenv1.Command) string {
+	if actor != "" {
+		return actor
+	}
+	return cmd.GetProposerId()
+}
+
+// deriveState sets b.State from its flags, its last job and its
+// observations: maintenance first; a fenced broker follows its recovery job
+// (failed while pending, recovering while running or retried, recovered
+// once it succeeded, failed when it failed or was cancelled); otherwise
+// suspect when any coordinator observes it suspect or dead, else alive.
+func (s *State) deriveState(b *waldenv1.Broker) {
+	switch {
+	case b.GetMaintenance():
+		b.State = BrokerMaintenance
+	case b.GetFenced():
+		b.State = BrokerFailed
+		if j := s.jobs[b.GetLastJobId()]; j != nil {
+			switch j.GetState() {
+			case JobRunning:
+				b.State = BrokerRecovering
+			case JobPending:
+				if j.GetAttempt() > 1 {
+					b.State = BrokerRecovering
+				}
+			case JobSucceeded:
+				b.State = BrokerRecovered
+			}
+		}
+	default:
+		b.State = BrokerAlive
+		for _, o := range b.GetObservations() {
+			if o.GetState() != ObservedAlive {
+				b.State = BrokerSuspect
+			}
+		}
+	}
+}
+
+func brokerResult(b *waldenv1.Broker) *waldenv1.Result {
+	return &waldenv1.Result{Value: &waldenv1.Result_Broker{Broker: proto.Clone(b).(*waldenv1.Broker)}}
+}
+
+// Broker returns a copy of the broker id.
+func (s *State) Broker(id string) (*waldenv1.Broker, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b, ok := s.brokers[id]
+	if !ok {
+		return nil, false
+	}
+	return proto.Clone(b).(*waldenv1.Broker), true
+}
+
+// Brokers returns copies of every broker, sorted by id.
+func (s *State) Brokers() []*waldenv1.Broker {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.sortedBrokers()
+}
+
+func (s *State) sortedBrokers() []*waldenv1.Broker {
+	out := make([]*waldenv1.Broker, 0, len(s.brokers))
+	for _, id := range sortedKeys(s.brokers) {
+		out = append(out, proto.Clone(s.brokers[id]).(*waldenv1.Broker))
+	}
+	return out
+}
+
+// NextEpoch is the next fencing token the state machine will issue.
+func (s *State) NextEpoch() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.nextEpoch
+}
+
+// CheckBroker applies the catalog's epoch rule to a request of broker
+// brokerID at epoch, optionally in failover mode (fo non-nil with a job id):
+//   - without fo: unknown broker → UNKNOWN_NODE; fenced → NODE_FENCED;
+//     epoch not current → EPOCH_EXPIRED;
+//   - with fo: the job must exist for the broker (JOB_NOT_FOUND), be pending
+//     or running (JOB_NOT_RUNNING), at fo.attempt (STALE_ATTEMPT), and
+//     fo.token must equal the job's token and the broker's current epoch,
+//     with the broker fenced (EPOCH_EXPIRED).
+func (s *State) CheckBroker(brokerID string, epoch uint64, fo *waldenv1.FailoverContext) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, err := s.checkBroker(brokerID, epoch, fo)
+	return err
+}
+
+// checkBroker is CheckBroker under the lock; it returns the broker and, in
+// failover mode, the job.
+func (s *State) checkBroker(brokerID string, epoch uint64, fo *waldenv1.FailoverContext) (*waldenv1.Job, error) {
+	b, ok := s.brokers[brokerID]
+	if !ok {
+		return nil, unknownBroker("check", brokerID)
+	}
+	if fo.GetJobId() == "" {
+		if err := fencing.Check(fencing.Token(b.GetEpoch()), b.GetFenced(), fencing.Token(epoch)); err != nil {
+			return nil, fmt.Errorf("fsm: broker %q: %w", brokerID, err)
+		}
+		return nil, nil
+	}
+	j, ok := s.jobs[fo.GetJobId()]
+	if !ok || j.GetBrokerId() != brokerID {
+		return nil, fmt.Errorf("fsm: broker %q: job %q: %w", brokerID, fo.GetJobId(), fencing.ErrUnknownJob)
+	}
+	if !jobActive(j) {
+		return nil, fmt.Errorf("fsm: broker %q: job %s is %s: %w", brokerID, j.GetJobId(), j.GetState(), fencing.ErrJobNotRunning)
+	}
+	if fo.GetAttempt() != j.GetAttempt() {
+		return nil, fmt.Errorf("fsm: broker %q: job %s attempt %d, current attempt %d: %w",
+			brokerID, j.GetJobId(), fo.GetAttempt(), j.GetAttempt(), fencing.ErrStaleAttempt)
+	}
+	if fo.GetToken() != j.GetToken() || j.GetToken() != b.GetEpoch() || !b.GetFenced() {
+		return nil, fmt.Errorf("fsm: broker %q: job %s token %d, job token %d, broker epoch %d, fenced %t: %w",
+			brokerID, j.GetJobId(), fo.GetToken(), j.GetToken(), b.GetEpoch(), b.GetFenced(), fencing.ErrEpochExpired)
+	}
+	return j, nil
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[K string | uint64, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// clone returns a deep copy of m (nil for nil).
+func clone[T proto.Message](m T) T {
+	c := proto.Clone(m)
+	if c == nil {
+		var zero T
+		return zero
+	}
+	return c.(T)
+}

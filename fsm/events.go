@@ -1,0 +1,65 @@
+package fsm
+
+import (
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// MaxEvents is the number of newest events the event log keeps.
+const MaxEvents = 1000
+
+// appendEvent appends e to the bounded event log, dropping the oldest.
+func (s *State) appendEvent(e *waldenv1.Event) {
+	s.events = append(s.events, e)
+	if n := len(s.events); n > MaxEvents {
+		kept := make([]*waldenv1.Event, MaxEvents)
+		copy(kept, s.events[n-MaxEvents:])
+		s.events = kept
+	}
+}
+
+// applyRecordEvent appends an event that no other command produces. Its
+// index is the entry's; its time the entry's unless it carries one. Kind
+// "cooldown" with a broker sets the broker's cooldown block.
+func (s *State) applyRecordEvent(index uint64, cmd *waldenv1.Command, op *waldenv1.RecordEvent) (*waldenv1.Result, error) {
+	in := op.GetEvent()
+	if in.GetKind() == "" {
+		return nil, invalid("record event: event.kind is empty")
+	}
+	var b *waldenv1.Broker
+	if in.GetKind() == "cooldown" {
+		var ok bool
+		if b, ok = s.brokers[in.GetBrokerId()]; !ok {
+			return nil, unknownBroker("record cooldown event", in.GetBrokerId())
+		}
+	}
+	e := clone(in)
+	e.Index = index
+	if e.UnixMs == 0 {
+		e.UnixMs = s.now()
+	}
+	if e.Actor == "" {
+		e.Actor = cmd.GetProposerId()
+	}
+	if b != nil {
+		b.CooldownBlocked = true
+	}
+	s.appendEvent(e)
+	return &waldenv1.Result{Value: &waldenv1.Result_Event{Event: clone(e)}}, nil
+}
+
+// Events returns copies of the newest limit events (all kept when limit
+// <= 0) of broker brokerID (all brokers when empty), oldest first.
+func (s *State) Events(brokerID string, limit int) []*waldenv1.Event {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*waldenv1.Event
+	for i := len(s.events) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
+		if e := s.events[i]; brokerID == "" || e.GetBrokerId() == brokerID {
+			out = append(out, clone(e))
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}

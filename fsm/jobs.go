@@ -1,0 +1,371 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+
+	"walden/fencing"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Job states, as spelled in the API.
+const (
+	JobPending   = "pending"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
+	JobCancelled = "cancelled"
+)
+
+// Executor steps, in order.
+const (
+	StepFence  = "fence"
+	StepAttach = "attach"
+	StepRead   = "read"
+	StepUpload = "upload"
+	StepCommit = "commit"
+	StepClose  = "close"
+	StepDetach = "detach"
+	StepDone   = "done"
+)
+
+// Steps lists the executor steps in order.
+func Steps() []string {
+	return []string{StepFence, StepAttach, StepRead, StepUpload, StepCommit, StepClose, StepDetach, StepDone}
+}
+
+func stepIndex(step string) int {
+	for i, s := range Steps() {
+		if s == step {
+			return i
+		}
+	}
+	return -1
+}
+
+func jobActive(j *waldenv1.Job) bool {
+	return j.GetState() == JobPending || j.GetState() == JobRunning
+}
+
+// activeJobOf returns the pending or running job of broker id, or nil.
+func (s *State) activeJobOf(brokerID string) *waldenv1.Job {
+	for _, id := range sortedKeys(s.jobs) {
+		if j := s.jobs[id]; j.GetBrokerId() == brokerID && jobActive(j) {
+			return j
+		}
+	}
+	return nil
+}
+
+// pickAssignee chooses a job's assignee among the live members that are
+// current members: the one with the fewest pending or running jobs, ties to
+// the smallest id. exclude (the previous assignee) is skipped unless it is
+// the only candidate. "" when there is none.
+func (s *State) pickAssignee(live []string, exclude string) string {
+	seen := map[string]bool{}
+	var cands []string
+	for _, id := range live {
+		if id != "" && !seen[id] && s.isMember(id) {
+			seen[id] = true
+			cands = append(cands, id)
+		}
+	}
+	if len(cands) > 1 && seen[exclude] {
+		kept := cands[:0]
+		for _, id := range cands {
+			if id != exclude {
+				kept = append(kept, id)
+			}
+		}
+		cands = kept
+	}
+	load := map[string]int{}
+	for _, j := range s.jobs {
+		if jobActive(j) {
+			load[j.GetAssigneeId()]++
+		}
+	}
+	sort.Strings(cands)
+	best := ""
+	for _, id := range cands {
+		if best == "" || load[id] < load[best] {
+			best = id
+		}
+	}
+	return best
+}
+
+// job returns job id, or JOB_NOT_FOUND.
+func (s *State) job(op, id string) (*waldenv1.Job, error) {
+	j, ok := s.jobs[id]
+	if !ok {
+		return nil, fmt.Errorf("fsm: %s: job %q: %w", op, id, fencing.ErrUnknownJob)
+	}
+	return j, nil
+}
+
+// currentAttempt refuses a command for job j that is not pending or running
+// (JOB_NOT_RUNNING) or not of its current attempt (STALE_ATTEMPT).
+func currentAttempt(op string, j *waldenv1.Job, attempt uint32) error {
+	if !jobActive(j) {
+		return fmt.Errorf("fsm: %s: job %s is %s: %w", op, j.GetJobId(), j.GetState(), fencing.ErrJobNotRunning)
+	}
+	if attempt != j.GetAttempt() {
+		return fmt.Errorf("fsm: %s: job %s attempt %d, current attempt %d: %w",
+			op, j.GetJobId(), attempt, j.GetAttempt(), fencing.ErrStaleAttempt)
+	}
+	return nil
+}
+
+func (s *State) jobEvent(index uint64, kind, actor string, j *waldenv1.Job, format string, args ...any) {
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: kind, BrokerId: j.GetBrokerId(),
+		JobId: j.GetJobId(), Actor: actor, Message: fmt.Sprintf(format, args...)})
+}
+
+// touchBroker re-derives the state of job j's broker.
+func (s *State) touchBroker(j *waldenv1.Job) {
+	if b, ok := s.brokers[j.GetBrokerId()]; ok {
+		s.deriveState(b)
+	}
+}
+
+func jobResult(j *waldenv1.Job) *waldenv1.Result {
+	return &waldenv1.Result{Value: &waldenv1.Result_Job{Job: clone(j)}}
+}
+
+// applyRenewJobLease renews the job lease of the current attempt's
+// assignee; the first renewal moves the job from pending to running.
+func (s *State) applyRenewJobLease(index uint64, cmd *waldenv1.Command, op *waldenv1.RenewJobLease) (*waldenv1.Result, error) {
+	j, err := s.job("renew job lease", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if err := currentAttempt("renew job lease", j, op.GetAttempt()); err != nil {
+		return nil, err
+	}
+	if op.GetAssigneeId() != j.GetAssigneeId() {
+		return nil, fmt.Errorf("fsm: renew job lease: job %s is assigned to %q, not %q: %w",
+			j.GetJobId(), j.GetAssigneeId(), op.GetAssigneeId(), fencing.ErrStaleAttempt)
+	}
+	j.LeaseRenewedUnixMs = s.now()
+	j.UpdatedUnixMs = s.now()
+	if j.GetState() == JobPending {
+		j.State = JobRunning
+		s.touchBroker(j)
+		s.jobEvent(index, "job", op.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
+	}
+	return jobResult(j), nil
+}
+
+// applyReassignJob starts attempt+1 of a pending or running job on another
+// live member. It applies only if the job is still at attempt.
+func (s *State) applyReassignJob(index uint64, cmd *waldenv1.Command, op *waldenv1.ReassignJob) (*waldenv1.Result, error) {
+	j, err := s.job("reassign job", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if err := currentAttempt("reassign job", j, op.GetAttempt()); err != nil {
+		return nil, err
+	}
+	prev := j.GetAssigneeId()
+	// The job's own load must not count against the candidates.
+	j.State = ""
+	next := s.pickAssignee(op.GetLiveMembers(), prev)
+	j.State = JobPending
+	j.Attempt++
+	j.AssigneeId = next
+	j.Error = op.GetReason()
+	j.UpdatedUnixMs = s.now()
+	s.touchBroker(j)
+	s.jobEvent(index, "job", cmd.GetProposerId(), j, "attempt %d reassigned from %q to %q: %s", j.GetAttempt(), prev, next, op.GetReason())
+	return jobResult(j), nil
+}
+
+// applyCheckpointJob records the progress of the current attempt. Non-zero
+// counters replace the job's; error replaces it (empty clears); step_done
+// appends a Checkpoint and moves to the next step.
+func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*waldenv1.Result, error) {
+	j, err := s.job("checkpoint job", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if err := currentAttempt("checkpoint job", j, op.GetAttempt()); err != nil {
+		return nil, err
+	}
+	if op.GetStep() != "" && stepIndex(op.GetStep()) < 0 {
+		return nil, invalid("checkpoint job %s: step %q is not one of %v", j.GetJobId(), op.GetStep(), Steps())
+	}
+	if op.GetStepDone() && op.GetStep() == "" {
+		return nil, invalid("checkpoint job %s: step_done without step", j.GetJobId())
+	}
+	if j.GetState() == JobPending {
+		j.State = JobRunning
+		s.touchBroker(j)
+	}
+	if op.GetStep() != "" {
+		j.Step = op.GetStep()
+	}
+	setNonZero(&j.BytesUploaded, op.GetBytesUploaded())
+	setNonZero(&j.BytesTotal, op.GetBytesTotal())
+	setNonZero(&j.StreamsClosed, op.GetStreamsClosed())
+	setNonZero(&j.StreamsTotal, op.GetStreamsTotal())
+	setNonZero(&j.SkippedBytes, op.GetSkippedBytes())
+	setNonZero(&j.RecordsUploaded, op.GetRecordsUploaded())
+	if op.GetRecoveredWalOffset() != 0 {
+		j.RecoveredWalOffset = op.GetRecoveredWalOffset()
+	}
+	if len(op.GetGaps()) > 0 {
+		j.Gaps = append([]string(nil), op.GetGaps()...)
+	}
+	j.Error = op.GetError()
+	j.UpdatedUnixMs = s.now()
+	if op.GetStepDone() {
+		j.Checkpoints = append(j.Checkpoints, &waldenv1.Checkpoint{Step: op.GetStep(), Attempt: j.GetAttempt(),
+			Index: index, UnixMs: s.now(), Detail: op.GetDetail()})
+		if i := stepIndex(op.GetStep()); i+1 < len(Steps()) {
+			j.Step = Steps()[i+1]
+		}
+	}
+	return jobResult(j), nil
+}
+
+func setNonZero[T uint32 | uint64](dst *T, v T) {
+	if v != 0 {
+		*dst = v
+	}
+}
+
+// applyFinishJob ends the current attempt. "succeeded" needs every stream of
+// the broker closed (STREAM_NOT_CLOSED) and marks the broker recovered with
+// the recovered WAL offset; "failed" records the error.
+func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1.FinishJob) (*waldenv1.Result, error) {
+	j, err := s.job("finish job", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if err := currentAttempt("finish job", j, op.GetAttempt()); err != nil {
+		return nil, err
+	}
+	switch op.GetState() {
+	case JobSucceeded:
+		for _, id := range sortedKeys(s.streams) {
+			if st := s.streams[id]; st.GetOwnerBrokerId() == j.GetBrokerId() && st.GetState() == StreamOpened {
+				return nil, fmt.Errorf("fsm: finish job %s: stream %d of broker %q is still opened: %w",
+					j.GetJobId(), id, j.GetBrokerId(), fencing.ErrStreamNotClosed)
+			}
+		}
+	case JobFailed:
+	default:
+		return nil, invalid("finish job %s: state %q is not succeeded or failed", j.GetJobId(), op.GetState())
+	}
+	j.State = op.GetState()
+	j.Error = op.GetError()
+	j.FinishedUnixMs = s.now()
+	j.UpdatedUnixMs = s.now()
+	if op.GetState() == JobSucceeded {
+		j.Step = StepDone
+		j.RecoveredWalOffset = op.GetRecoveredWalOffset()
+		if b, ok := s.brokers[j.GetBrokerId()]; ok && b.GetLastJobId() == j.GetJobId() {
+			b.RecoveredWalOffset = op.GetRecoveredWalOffset()
+			b.RecoveredUnixMs = s.now()
+		}
+	}
+	s.touchBroker(j)
+	s.jobEvent(index, "job", cmd.GetProposerId(), j, "attempt %d %s %s", j.GetAttempt(), op.GetState(), op.GetError())
+	return jobResult(j), nil
+}
+
+// applyCancelJob cancels a pending or running job; its broker stays fenced.
+func (s *State) applyCancelJob(index uint64, cmd *waldenv1.Command, op *waldenv1.CancelJob) (*waldenv1.Result, error) {
+	j, err := s.job("cancel job", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if !jobActive(j) {
+		return nil, fmt.Errorf("fsm: cancel job: job %s is %s: %w", j.GetJobId(), j.GetState(), fencing.ErrJobNotRunning)
+	}
+	j.State = JobCancelled
+	j.FinishedUnixMs = s.now()
+	j.UpdatedUnixMs = s.now()
+	s.touchBroker(j)
+	s.jobEvent(index, "job", actorOf(op.GetActor(), cmd), j, "attempt %d cancelled", j.GetAttempt())
+	return jobResult(j), nil
+}
+
+// applyRetryJob starts a failed or cancelled job again with attempt+1, while
+// its broker is still fenced at the job's token.
+func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.RetryJob) (*waldenv1.Result, error) {
+	j, err := s.job("retry job", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	switch j.GetState() {
+	case JobFailed, JobCancelled:
+	case JobPending, JobRunning:
+		return nil, fmt.Errorf("fsm: retry job: job %s is %s: %w", j.GetJobId(), j.GetState(), fencing.ErrRecoveryRunning)
+	default:
+		return nil, invalid("retry job: job %s already succeeded", j.GetJobId())
+	}
+	if b, ok := s.brokers[j.GetBrokerId()]; !ok || !b.GetFenced() || b.GetEpoch() != j.GetToken() {
+		return nil, fmt.Errorf("fsm: retry job: job %s token %d: broker %q registered again since: %w",
+			j.GetJobId(), j.GetToken(), j.GetBrokerId(), fencing.ErrEpochExpired)
+	}
+	next := s.pickAssignee(op.GetLiveMembers(), "")
+	j.State = JobPending
+	j.Attempt++
+	j.AssigneeId = next
+	j.Error = ""
+	j.FinishedUnixMs = 0
+	j.UpdatedUnixMs = s.now()
+	s.touchBroker(j)
+	s.jobEvent(index, "job", actorOf(op.GetActor(), cmd), j, "retried as attempt %d on %q", j.GetAttempt(), next)
+	return jobResult(j), nil
+}
+
+// Job returns a copy of job id.
+func (s *State) Job(id string) (*waldenv1.Job, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	j, ok := s.jobs[id]
+	if !ok {
+		return nil, false
+	}
+	return clone(j), true
+}
+
+// Jobs returns copies of the jobs of brokerID (all when empty) in state
+// (all when empty), oldest first (by token).
+func (s *State) Jobs(brokerID, state string) []*waldenv1.Job {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*waldenv1.Job
+	for _, j := range s.sortedJobs() {
+		if (brokerID == "" || j.GetBrokerId() == brokerID) && (state == "" || j.GetState() == state) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// sortedJobs returns copies of every job ordered by token.
+func (s *State) sortedJobs() []*waldenv1.Job {
+	out := make([]*waldenv1.Job, 0, len(s.jobs))
+	for _, id := range sortedKeys(s.jobs) {
+		out = append(out, clone(s.jobs[id]))
+	}
+	sort.SliceStable(out, func(i, k int) bool { return out[i].GetToken() < out[k].GetToken() })
+	return out
+}
+
+// ActiveJobs is the number of pending or running jobs.
+func (s *State) ActiveJobs() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for _, j := range s.jobs {
+		if jobActive(j) {
+			n++
+		}
+	}
+	return n
+}
