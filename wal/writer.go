@@ -24,6 +24,8 @@ const (
 	// DefaultWindowMaxLength is the sliding window length written into a new
 	// header (AutoMQ slidingWindowInitialSize, 1 MiB).
 	DefaultWindowMaxLength = 1 << 20
+	// DefaultMaxSyncs is how many fdatasync calls may be in flight.
+	DefaultMaxSyncs = 4
 )
 
 // WriterOptions tune a Writer. The zero value takes the defaults.
@@ -39,6 +41,9 @@ type WriterOptions struct {
 	// nanoseconds). The Writer makes them strictly increasing whatever the
 	// clock returns, so the newest slot always wins.
 	Clock func() uint64
+	// MaxSyncs is how many fdatasync calls may run at once, each covering
+	// every group written before it started. Default 4.
+	MaxSyncs int
 	// Logger receives the writer's events. Default: discard.
 	Logger *slog.Logger
 }
@@ -70,6 +75,9 @@ func (o WriterOptions) Validate() error {
 	if o.WindowMaxLength < 0 {
 		return fmt.Errorf("wal: window_max_length: must not be negative, got %d", o.WindowMaxLength)
 	}
+	if o.MaxSyncs < 0 {
+		return fmt.Errorf("wal: max_syncs: must not be negative, got %d", o.MaxSyncs)
+	}
 	return nil
 }
 
@@ -89,6 +97,9 @@ func (o WriterOptions) withDefaults(recordCap int64) WriterOptions {
 		o.WindowMaxLength = DefaultWindowMaxLength
 	}
 	o.WindowMaxLength = min(o.WindowMaxLength, recordCap)
+	if o.MaxSyncs == 0 {
+		o.MaxSyncs = DefaultMaxSyncs
+	}
 	if o.Clock == nil {
 		o.Clock = func() uint64 { return uint64(time.Now().UnixNano()) }
 	}
@@ -125,10 +136,26 @@ type Writer struct {
 	failure error
 	exited  chan struct{}
 
-	// owned by the loop goroutine
+	writeMu sync.Mutex // held while forming and writing blocks; guards next, buf, segments
+
+	slots chan struct{}  // one token per fdatasync in flight
+	syncs sync.WaitGroup // running sync goroutines
+
+	syncMu     sync.Mutex // guards pending, writtenSeq
+	pending    []*group   // written groups waiting for a sync, in order
+	writtenSeq uint64     // seq of the last written group
+
+	// guarded by writeMu
 	next     int64 // start of the next block
 	buf      []byte
 	segments []segment
+}
+
+// group is the requests of one commit, written and waiting for a sync.
+type group struct {
+	reqs []*request
+	end  int64 // w.next after the group: durable once the group is
+	seq  uint64
 }
 
 type request struct {
@@ -313,6 +340,7 @@ func newWriter(f *os.File, name string, capacity int64, opts WriterOptions) *Wri
 		opts:      opts,
 		log:       opts.Logger,
 		exited:    make(chan struct{}),
+		slots:     make(chan struct{}, opts.MaxSyncs),
 	}
 	w.cond = sync.NewCond(&w.mu)
 	return w
@@ -414,9 +442,24 @@ func (w *Writer) AppendAll(ctx context.Context, batches []Batch) ([]int64, error
 		w.mu.Unlock()
 		return nil, fileError(w.name, "append", fmt.Errorf("%w: %w", ErrFailed, err))
 	}
-	w.queue = append(w.queue, reqs...)
-	w.cond.Signal()
-	w.mu.Unlock()
+	inline := false
+	if len(w.queue) == 0 && w.writeMu.TryLock() {
+		select {
+		case w.slots <- struct{}{}:
+			inline = true
+			w.syncs.Add(1)
+		default:
+			w.writeMu.Unlock()
+		}
+	}
+	if inline {
+		w.mu.Unlock()
+		w.appendInline(reqs)
+	} else {
+		w.queue = append(w.queue, reqs...)
+		w.cond.Signal()
+		w.mu.Unlock()
+	}
 	offsets := make([]int64, len(reqs))
 	var first error
 	for i, r := range reqs {
@@ -506,11 +549,14 @@ func (w *Writer) Abandon() error {
 	return nil
 }
 
-// loop is the only goroutine that writes records: it takes every queued
-// request, packs them into blocks, writes the blocks, calls fdatasync once
-// and then completes the requests.
+// loop is the only goroutine that writes records. It waits for a free
+// sync slot (requests queue up meanwhile), takes every queued request, packs
+// them into blocks, writes them, and hands one fdatasync covering them to a
+// sync goroutine; up to MaxSyncs such calls run at once, and each completes
+// every group written before it started.
 func (w *Writer) loop() {
 	defer close(w.exited)
+	defer w.syncs.Wait()
 	var batch []*request
 	for {
 		w.mu.Lock()
@@ -521,6 +567,9 @@ func (w *Writer) loop() {
 			w.mu.Unlock()
 			return
 		}
+		w.mu.Unlock()
+		w.slots <- struct{}{}
+		w.mu.Lock()
 		batch, w.queue = w.queue, batch[:0]
 		failure := w.failure
 		w.mu.Unlock()
@@ -530,21 +579,84 @@ func (w *Writer) loop() {
 				r.err = fileError(w.name, "append", fmt.Errorf("%w: %w", ErrFailed, failure))
 				close(r.done)
 			}
+			<-w.slots
 			continue
 		}
-		for len(batch) > 0 {
-			n := w.commit(batch)
-			batch = batch[n:]
-		}
+		w.writeMu.Lock()
+		wrote, seq := w.commitAll(batch)
+		w.writeMu.Unlock()
 		clear(batch[:cap(batch)])
 		batch = batch[:0]
+		if !wrote {
+			<-w.slots
+			continue
+		}
+		w.syncs.Add(1)
+		go w.sync(seq)
 	}
 }
 
+// commitAll writes every request of batch (w.writeMu held). It returns
+// whether anything was written and the seq of the last written group.
+func (w *Writer) commitAll(batch []*request) (bool, uint64) {
+	wrote := false
+	for len(batch) > 0 {
+		n, ok := w.commit(batch)
+		batch = batch[n:]
+		wrote = wrote || ok
+	}
+	w.syncMu.Lock()
+	seq := w.writtenSeq
+	w.syncMu.Unlock()
+	return wrote, seq
+}
+
+// appendInline is the uncontended path of AppendAll: the caller holds
+// w.writeMu and a sync slot, and writes and syncs its own records without
+// waking the loop goroutine. Records others append meanwhile go through the
+// loop and may share this sync.
+func (w *Writer) appendInline(reqs []*request) {
+	wrote, seq := w.commitAll(reqs)
+	w.writeMu.Unlock()
+	if !wrote {
+		<-w.slots
+		w.syncs.Done()
+		return
+	}
+	w.sync(seq)
+}
+
+// sync makes every group up to seq durable and completes its requests.
+func (w *Writer) sync(seq uint64) {
+	defer w.syncs.Done()
+	defer func() { <-w.slots }()
+	err := unix.Fdatasync(w.fd)
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	if err != nil {
+		var reqs []*request
+		for _, g := range w.pending {
+			reqs = append(reqs, g.reqs...)
+		}
+		w.pending = nil
+		w.fail(fileError(w.name, "fdatasync", err), reqs)
+		return
+	}
+	k := 0
+	for ; k < len(w.pending) && w.pending[k].seq <= seq; k++ {
+		g := w.pending[k]
+		w.durable.Store(g.end)
+		for _, r := range g.reqs {
+			close(r.done)
+		}
+	}
+	w.pending = append(w.pending[:0], w.pending[k:]...)
+}
+
 // commit writes as many requests from the front of batch as fit in one
-// window, makes them durable and completes them. It returns how many
-// requests it consumed (at least one).
-func (w *Writer) commit(batch []*request) int {
+// window and queues them as a group for the next sync. It returns how many
+// requests it consumed (at least one) and whether it wrote any.
+func (w *Writer) commit(batch []*request) (int, bool) {
 	trim := w.flushedTrim.Load()
 	w.buf = w.buf[:0]
 	w.segments = w.segments[:0]
@@ -585,7 +697,6 @@ func (w *Writer) commit(batch []*request) int {
 			if ringRem < need {
 				r.err = fileError(w.name, "append", fmt.Errorf("%w: record of %d bytes at offset %d, trim offset %d, ring of %d", ErrFull, size, start, trim, w.recordCap))
 				close(r.done)
-				batch[used] = nil
 				used++
 				continue
 			}
@@ -597,7 +708,7 @@ func (w *Writer) commit(batch []*request) int {
 			if w.next+need-groupStart > window {
 				if err := w.growWindow(alignUp(need)); err != nil {
 					w.fail(err, batch[used:used+1])
-					return used + 1
+					return used + 1, false
 				}
 				window = w.opts.WindowMaxLength
 			}
@@ -623,18 +734,18 @@ func (w *Writer) commit(batch []*request) int {
 	}
 	sealBlock()
 	if len(written) == 0 {
-		return used
+		return used, false
 	}
-	if err := w.flush(); err != nil {
+	if err := w.write(); err != nil {
 		w.next = groupStart
 		w.fail(err, written)
-		return used
+		return used, false
 	}
-	w.durable.Store(w.next)
-	for _, r := range written {
-		close(r.done)
-	}
-	return used
+	w.syncMu.Lock()
+	w.writtenSeq++
+	w.pending = append(w.pending, &group{reqs: written, end: w.next, seq: w.writtenSeq})
+	w.syncMu.Unlock()
+	return used, true
 }
 
 // growWindow raises sliding_window_max_length to at least n and makes the
@@ -691,15 +802,13 @@ func (w *Writer) appendPadding(start, n int64) {
 	encodeRecordHeader(p, RecordMagicPadding, start, int(n-RecordHeaderSize), 0)
 }
 
-// flush writes every segment and calls fdatasync once.
-func (w *Writer) flush() error {
+// write writes every segment of the group buffer (into the page cache; a
+// sync makes it durable).
+func (w *Writer) write() error {
 	for _, s := range w.segments {
 		if _, err := w.f.WriteAt(w.buf[s.begin:s.end], s.pos); err != nil {
 			return fileError(w.name, "write", err)
 		}
-	}
-	if err := unix.Fdatasync(w.fd); err != nil {
-		return fileError(w.name, "fdatasync", err)
 	}
 	return nil
 }
