@@ -541,13 +541,11 @@ func (a *Agent) confirm(epoch uint64, sent time.Time, ttl time.Duration) {
 	if a.st.epoch != epoch || a.st.fenced {
 		return
 	}
-	first := a.st.confirmedSent.IsZero()
-	if first || sent.After(a.st.confirmedSent) {
+	if a.st.confirmedSent.IsZero() || sent.After(a.st.confirmedSent) {
 		a.st.confirmedSent = sent
 		a.st.confirmedTTL = ttl
 		a.st.ttl = ttl
-	}
-	if first {
+		// Wake WaitRegistered: the lease may have been void until now.
 		a.notifyLocked()
 	}
 }
