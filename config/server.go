@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"walden/gossip"
+	"walden/policy"
+	waldenv1 "walden/proto/walden/v1"
 )
 
 // Server is the configuration of one `walden server` coordinator member.
@@ -34,6 +38,14 @@ type Server struct {
 	TLS TLS `yaml:"tls"`
 	// Raft tunes the consensus module.
 	Raft Raft `yaml:"raft"`
+	// Gossip is this member's membership in the gossip pool (memberlist),
+	// used by failure detection: listen address, join list, encryption key
+	// file and the probe timings (memberlist's LAN defaults). Gossip is on
+	// when gossip.listen (or the older listen.gossip) is set.
+	Gossip gossip.Config `yaml:"gossip"`
+	// Policy holds the bootstrap failover policy; `waldenctl policy set`
+	// overrides keys at runtime through raft.
+	Policy Policy `yaml:"policy"`
 
 	src *source
 }
@@ -92,6 +104,86 @@ type Raft struct {
 	SnapshotCatchUpEntries uint64 `yaml:"snapshot_catchup_entries"`
 }
 
+// Policy is the `policy:` section: the failover policy's bootstrap values.
+// Every key defaults to policy.Defaults(); see package policy for what each
+// guards against.
+type Policy struct {
+	// FailureTimeout is how long a quorum of coordinators must observe a
+	// broker suspect or dead before it may be declared failed. Default 5s.
+	FailureTimeout time.Duration `yaml:"failure_timeout"`
+	// SuspicionQuorum is the number of coordinators that must agree; 0
+	// means a majority of the voters. Default 0.
+	SuspicionQuorum uint32 `yaml:"suspicion_quorum"`
+	// LeaseTTL is the broker lease; the agent renews every third of it.
+	// Default 3s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// RestartGrace extends FailureTimeout for a broker that left
+	// gracefully. Default 0s.
+	RestartGrace time.Duration `yaml:"restart_grace"`
+	// MaxConcurrentRecoveries bounds the running recoveries. Default 4.
+	MaxConcurrentRecoveries uint32 `yaml:"max_concurrent_recoveries"`
+	// MaxFailedFraction freezes automatic failover when more than this
+	// fraction of brokers look failed at once. Default 0.5.
+	MaxFailedFraction float64 `yaml:"max_failed_fraction"`
+	// Cooldown blocks a second automatic failover of a recovered broker
+	// until an operator acks it. Default 10m.
+	Cooldown time.Duration `yaml:"cooldown"`
+	// DryRun records decisions without fencing. Default false.
+	DryRun bool `yaml:"dry_run"`
+	// DriftMargin is added to lease expiry before a decision. Default
+	// 500ms.
+	DriftMargin time.Duration `yaml:"drift_margin"`
+}
+
+// DefaultPolicy returns policy.Defaults() as a config section.
+func DefaultPolicy() Policy {
+	d := policy.Defaults()
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	return Policy{
+		FailureTimeout:          ms(d.GetFailureTimeoutMs()),
+		SuspicionQuorum:         d.GetSuspicionQuorum(),
+		LeaseTTL:                ms(d.GetLeaseTtlMs()),
+		RestartGrace:            ms(d.GetRestartGraceMs()),
+		MaxConcurrentRecoveries: d.GetMaxConcurrentRecoveries(),
+		MaxFailedFraction:       d.GetMaxFailedFraction(),
+		Cooldown:                ms(d.GetCooldownMs()),
+		DryRun:                  d.GetDryRun(),
+		DriftMargin:             ms(d.GetDriftMarginMs()),
+	}
+}
+
+// Proto returns the section as the replicated policy message.
+func (p Policy) Proto() *waldenv1.Policy {
+	return &waldenv1.Policy{
+		FailureTimeoutMs:        p.FailureTimeout.Milliseconds(),
+		SuspicionQuorum:         p.SuspicionQuorum,
+		LeaseTtlMs:              p.LeaseTTL.Milliseconds(),
+		RestartGraceMs:          p.RestartGrace.Milliseconds(),
+		MaxConcurrentRecoveries: p.MaxConcurrentRecoveries,
+		MaxFailedFraction:       p.MaxFailedFraction,
+		CooldownMs:              p.Cooldown.Milliseconds(),
+		DryRun:                  p.DryRun,
+		DriftMarginMs:           p.DriftMargin.Milliseconds(),
+	}
+}
+
+// GossipConfig returns the gossip pool configuration of this member, and
+// whether gossip is on: gossip.listen, or else listen.gossip, is the bind
+// address; the node name is "coordinator/<node_id>".
+func (c *Server) GossipConfig() (gossip.Config, bool) {
+	g := c.Gossip
+	if g.BindAddr == "" {
+		g.BindAddr = c.Listen.Gossip
+	}
+	g.ClusterName = c.ClusterName
+	g.NodeName = string(gossip.RoleCoordinator) + "/" + c.NodeID
+	g.Meta = gossip.Meta{Role: gossip.RoleCoordinator, ID: c.NodeID}
+	if !strings.HasSuffix(c.Listen.Admin, ":0") {
+		g.Meta.AdminAddr = c.Listen.Admin
+	}
+	return g, g.BindAddr != ""
+}
+
 // Values of InitialClusterState.
 const (
 	ClusterStateNew      = "new"
@@ -111,6 +203,8 @@ func DefaultServerConfig() *Server {
 			SnapshotCount:          10000,
 			SnapshotCatchUpEntries: 5000,
 		},
+		Gossip: func() gossip.Config { g := gossip.DefaultConfig(); g.BindAddr = ""; return g }(),
+		Policy: DefaultPolicy(),
 	}
 }
 
@@ -244,6 +338,31 @@ func (c *Server) Validate() error {
 	}
 	if r.SnapshotCount < 1 {
 		v.add("raft.snapshot_count", "must be at least 1")
+	}
+
+	if g, on := c.GossipConfig(); on && c.ClusterName != "" && c.NodeID != "" {
+		if err := g.Validate(); err != nil {
+			var ge *gossip.ConfigError
+			if errors.As(err, &ge) && !strings.HasPrefix(ge.Key, "meta") && ge.Key != "cluster_name" && ge.Key != "node_name" {
+				key := "gossip." + ge.Key
+				if ge.Key == "listen" && c.Gossip.BindAddr == "" {
+					key = "listen.gossip"
+				}
+				v.add(key, "%s", ge.Reason)
+			} else if errors.As(err, &ge) && strings.HasPrefix(ge.Key, "meta.admin_addr") {
+				v.add("listen.admin", "%s", ge.Reason)
+			} else {
+				v.add("gossip", "%v", err)
+			}
+		}
+	}
+	if err := policy.Validate(c.Policy.Proto()); err != nil {
+		var ke *policy.KeyError
+		if errors.As(err, &ke) {
+			v.add("policy."+ke.Key, "%s", ke.Reason)
+		} else {
+			v.add("policy", "%v", err)
+		}
 	}
 	return errors.Join(v.errs...)
 }

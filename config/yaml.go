@@ -218,6 +218,16 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 		}
 		v.SetInt(i)
 		return nil
+	case reflect.Float64:
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") {
+			return d.fail(n, key, "expected a number, got %s", describe(n))
+		}
+		f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+		if err != nil {
+			return d.fail(n, key, "invalid number %s", n.Value)
+		}
+		v.SetFloat(f)
+		return nil
 	case reflect.Uint, reflect.Uint32, reflect.Uint64:
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
 			return d.fail(n, key, "expected a non-negative integer, got %s", describe(n))
