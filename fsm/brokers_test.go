@@ -1,0 +1,229 @@
+package fsm_test
+
+import (
+	"strings"
+	"testing"
+
+	"walden/fencing"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+func TestRegisterBroker(t *testing.T) {
+	h := newHarness(t)
+	if e := h.register("b1"); e != 1 {
+		t.Fatalf("first epoch = %d, want 1", e)
+	}
+	if e := h.register("b2"); e != 2 {
+		t.Fatalf("second epoch = %d, want 2", e)
+	}
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "suspect"})
+	res := h.ok(&waldenv1.RegisterBroker{BrokerId: "b1", AgentAddr: "a"}).GetRegisterBroker()
+	if res.GetEpoch() != 3 || res.GetRecoveredWalOffset() != -1 {
+		t.Fatalf("re-register = %v, want epoch 3, offset -1", res)
+	}
+	b := h.broker("b1")
+	if b.GetState() != fsm.BrokerAlive || len(b.GetObservations()) != 0 || b.GetFenced() || b.GetAgentAddr() != "a" || b.GetWal() != nil {
+		t.Fatalf("re-registered broker = %v", b)
+	}
+	if h.s.NextEpoch() != 4 {
+		t.Fatalf("NextEpoch = %d", h.s.NextEpoch())
+	}
+	h.refuse(&waldenv1.RegisterBroker{}, fencing.ErrInvalidArgument)
+
+	// Maintenance survives a registration.
+	h.ok(&waldenv1.SetMaintenance{BrokerId: "b2", On: true})
+	h.register("b2")
+	if got := h.broker("b2").GetState(); got != fsm.BrokerMaintenance {
+		t.Fatalf("state = %q, want maintenance", got)
+	}
+
+	// Refused while a recovery job is pending or running.
+	h.declare("b1")
+	h.refuse(&waldenv1.RegisterBroker{BrokerId: "b1"}, fencing.ErrRecoveryRunning)
+}
+
+func TestObserveBroker(t *testing.T) {
+	h := newHarness(t)
+	h.register("b1")
+	cases := []struct {
+		name      string
+		op        *waldenv1.ObserveBroker
+		want      error
+		wantState string
+	}{
+		{"c1 suspects", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "suspect", Reason: "probe timeout"}, nil, "suspect"},
+		{"c2 sees it dead", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "dead"}, nil, "suspect"},
+		{"c1 sees it alive again", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "alive"}, nil, "suspect"},
+		{"c2 sees it alive", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "alive"}, nil, "alive"},
+		{"unknown state", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "zombie"}, fencing.ErrInvalidArgument, ""},
+		{"observer not a member", &waldenv1.ObserveBroker{ObserverId: "c9", BrokerId: "b1", State: "dead"}, fencing.ErrInvalidArgument, ""},
+		{"unknown broker", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b9", State: "dead"}, fencing.ErrUnknownNode, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h.t = t
+			if c.want != nil {
+				h.refuse(c.op, c.want)
+				return
+			}
+			got := h.ok(c.op).GetBroker().GetState()
+			if got != c.wantState {
+				t.Fatalf("state = %q, want %q", got, c.wantState)
+			}
+		})
+	}
+	h.t = t
+	// The same state again keeps its since time and adds no event.
+	h.nowMs += 1000
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", State: "suspect"})
+	since := h.broker("b1").GetObservations()[2].GetSinceUnixMs()
+	events := len(h.s.Events("b1", 0))
+	h.nowMs += 1000
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", State: "suspect", Reason: "still"})
+	obs := h.broker("b1").GetObservations()
+	if len(obs) != 3 || obs[2].GetSinceUnixMs() != since || obs[2].GetReason() != "still" || len(h.s.Events("b1", 0)) != events {
+		t.Fatalf("repeated observation changed since or logged: %v", obs)
+	}
+	if obs[0].GetObserverId() != "c1" || obs[1].GetObserverId() != "c2" {
+		t.Fatalf("observations not sorted by observer: %v", obs)
+	}
+}
+
+func TestDeclareFailed(t *testing.T) {
+	h := newHarness(t)
+	e1 := h.register("b1")
+	h.register("b2")
+	ev := &waldenv1.Evidence{Reason: "quorum suspects for 5s", DecidedBy: "c2", SuspectForMs: 5200}
+
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b9", Epoch: 1}, fencing.ErrUnknownNode)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1 + 5}, fencing.ErrEpochExpired)
+
+	// Dry run: an event, nothing fenced.
+	res := h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1, Evidence: ev, DryRun: true}).GetDeclareFailed()
+	if !res.GetDryRun() || res.GetNewEpoch() != 0 || h.broker("b1").GetFenced() || h.s.ActiveJobs() != 0 {
+		t.Fatalf("dry run = %v, broker %v", res, h.broker("b1"))
+	}
+	if evs := h.s.Events("b1", 1); evs[0].GetKind() != "dry_run" || evs[0].GetEvidence().GetSuspectForMs() != 5200 {
+		t.Fatalf("dry run event = %v", evs)
+	}
+
+	// Maintenance blocks an automatic decision, not a manual one.
+	h.ok(&waldenv1.SetMaintenance{BrokerId: "b2", On: true})
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: ev}, fencing.ErrMaintenance)
+	res = h.ok(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: &waldenv1.Evidence{Manual: true}, LiveMembers: []string{"c1"}}).GetDeclareFailed()
+	if res.GetNewEpoch() != 3 || res.GetJobId() != "job-b2-3" {
+		t.Fatalf("manual decision = %v", res)
+	}
+
+	// The decision: new epoch, fenced, failed, job assigned to the least
+	// loaded live member (c1 has b2's job; c2 and c3 tie, c2 wins).
+	res = h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1, Evidence: ev, LiveMembers: []string{"c3", "c1", "c2", "c9"}}).GetDeclareFailed()
+	if res.GetNewEpoch() != 4 || res.GetJobId() != "job-b1-4" {
+		t.Fatalf("decision = %v", res)
+	}
+	b := h.broker("b1")
+	if b.GetEpoch() != 4 || !b.GetFenced() || b.GetState() != fsm.BrokerFailed || b.GetFailovers() != 1 || b.GetLastJobId() != "job-b1-4" {
+		t.Fatalf("broker after decision = %v", b)
+	}
+	j := h.job("job-b1-4")
+	if j.GetAssigneeId() != "c2" || j.GetState() != fsm.JobPending || j.GetAttempt() != 1 || j.GetToken() != 4 ||
+		j.GetWal().GetPath() != "/var/lib/broker/b1.wal" || j.GetRecoveredWalOffset() != -1 {
+		t.Fatalf("job = %v", j)
+	}
+	evs := h.s.Events("b1", 1)
+	if evs[0].GetKind() != "decision" || evs[0].GetActor() != "c2" || evs[0].GetJobId() != "job-b1-4" || evs[0].GetEvidence().GetReason() != ev.GetReason() {
+		t.Fatalf("decision event = %v", evs[0])
+	}
+
+	// At most once per epoch: the same decision proposed again (a new
+	// leader) is refused; so is one at the new epoch while fenced.
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1, Evidence: ev, LiveMembers: []string{"c1"}}, fencing.ErrEpochExpired)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 4, Evidence: ev, LiveMembers: []string{"c1"}}, fencing.ErrEpochExpired)
+
+	// No live member: the job is created unassigned.
+	h.register("b3")
+	res = h.ok(&waldenv1.DeclareFailed{BrokerId: "b3", Epoch: 5, LiveMembers: []string{"c7"}}).GetDeclareFailed()
+	if got := h.job(res.GetJobId()).GetAssigneeId(); got != "" {
+		t.Fatalf("assignee without live members = %q", got)
+	}
+}
+
+func TestAckMaintenanceRecordEvent(t *testing.T) {
+	h := newHarness(t)
+	h.register("b1")
+	h.refuse(&waldenv1.AckBroker{BrokerId: "b9"}, fencing.ErrUnknownNode)
+	h.refuse(&waldenv1.SetMaintenance{BrokerId: "b9", On: true}, fencing.ErrUnknownNode)
+	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{}}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.RecordEvent{}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "cooldown", BrokerId: "b9"}}, fencing.ErrUnknownNode)
+
+	e := h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "cooldown", BrokerId: "b1", Message: "flapping"}}).GetEvent()
+	if e.GetIndex() != h.index || e.GetUnixMs() != h.nowMs || e.GetActor() != "c1" || !h.broker("b1").GetCooldownBlocked() {
+		t.Fatalf("cooldown event %v, broker %v", e, h.broker("b1"))
+	}
+	h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "freeze", Message: "3 of 4 brokers suspected"}})
+	h.nowMs += 5
+	b := h.ok(&waldenv1.AckBroker{BrokerId: "b1", Actor: "operator"}).GetBroker()
+	if b.GetCooldownBlocked() || b.GetAckedUnixMs() != h.nowMs {
+		t.Fatalf("after ack = %v", b)
+	}
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "dead"})
+	if got := h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: true}).GetBroker().GetState(); got != fsm.BrokerMaintenance {
+		t.Fatalf("maintenance on: %q", got)
+	}
+	if got := h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: false}).GetBroker().GetState(); got != fsm.BrokerSuspect {
+		t.Fatalf("maintenance off: %q, want suspect (c1 observes dead)", got)
+	}
+	kinds := []string{}
+	for _, e := range h.s.Events("", 0) {
+		kinds = append(kinds, e.GetKind())
+	}
+	if got := strings.Join(kinds, ","); got != "register,cooldown,freeze,ack,observation,maintenance,maintenance" {
+		t.Fatalf("events = %s", got)
+	}
+	if got := h.s.Events("b1", 2); len(got) != 2 || got[1].GetMessage() != "maintenance off" {
+		t.Fatalf("Events(b1, 2) = %v", got)
+	}
+}
+
+func TestSetPolicy(t *testing.T) {
+	h := newHarness(t)
+	res := h.ok(&waldenv1.SetPolicy{Set: map[string]string{"failure_timeout": "7000ms", "dry_run": "true"}, Actor: "operator"}).GetPolicy()
+	if res.GetValues()["failure_timeout"] != "7s" || res.GetValues()["dry_run"] != "true" || res.GetSetIndex()["dry_run"] != h.index {
+		t.Fatalf("overrides = %v", res)
+	}
+	h.refuse(&waldenv1.SetPolicy{}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"failure_timeout": "soon"}}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"lease_ttl": "10ms"}}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "1m", "nope": "1"}}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Unset: []string{"nope"}}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "1m"}, Unset: []string{"cooldown"}}, fencing.ErrInvalidArgument)
+	h.ok(&waldenv1.SetPolicy{Unset: []string{"dry_run"}, Set: map[string]string{"cooldown": "60s"}})
+	ov := h.s.PolicyOverrides()
+	if len(ov.GetValues()) != 2 || ov.GetValues()["cooldown"] != "1m" || ov.GetSetIndex()["dry_run"] != 0 {
+		t.Fatalf("overrides = %v", ov)
+	}
+	if e := h.s.Events("", 1)[0]; e.GetKind() != "policy" || e.GetMessage() != "cooldown=1m, unset dry_run" {
+		t.Fatalf("policy event = %v", e)
+	}
+}
+
+// TestReadsAreCopies checks that callers cannot change the state through
+// the read methods.
+func TestReadsAreCopies(t *testing.T) {
+	h := newHarness(t)
+	h.register("b1")
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: 1, StreamId: 7})
+	h.ok(&waldenv1.SetPolicy{Set: map[string]string{"dry_run": "true"}})
+	before := domainSnapshot(t, h.s)
+	h.broker("b1").Epoch = 99
+	h.s.Brokers()[0].State = "x"
+	h.stream(7).EndOffset = 99
+	h.s.Streams("", "")[0].State = "x"
+	h.s.PolicyOverrides().Values["dry_run"] = "false"
+	h.s.Events("", 0)[0].Kind = "x"
+	if after := domainSnapshot(t, h.s); !protoEqual(before, after) {
+		t.Fatal("a read method returned the state's own data")
+	}
+}
