@@ -176,3 +176,5 @@ func fo(j *waldenv1.Job) *waldenv1.FailoverContext {
 var _ = fencing.ErrNodeFenced
 
 func protoEqual(a, b *waldenv1.StateSnapshot) bool { return proto.Equal(a, b) }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

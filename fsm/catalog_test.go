@@ -1,0 +1,204 @@
+package fsm_test
+
+import (
+	"testing"
+
+	"walden/fencing"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+func TestOpenStream(t *testing.T) {
+	h := newHarness(t)
+	e1 := h.register("b1") // 1
+	e2 := h.register("b2") // 2
+	open := func(b string, e, id uint64) *waldenv1.OpenStreamRequest {
+		return &waldenv1.OpenStreamRequest{BrokerId: b, BrokerEpoch: e, StreamId: id}
+	}
+	st := h.ok(open("b1", e1, 10)).GetOpenStream().GetStream()
+	if st.GetEpoch() != 1 || st.GetState() != fsm.StreamOpened || st.GetOwnerBrokerId() != "b1" || st.GetOwnerEpoch() != e1 {
+		t.Fatalf("created stream = %v", st)
+	}
+	// A retried open by the same owner and epoch answers the stream as is.
+	if st := h.ok(open("b1", e1, 10)).GetOpenStream().GetStream(); st.GetEpoch() != 1 {
+		t.Fatalf("retried open = %v", st)
+	}
+	h.refuse(open("b2", e2, 10), fencing.ErrStreamNotClosed)
+	h.refuse(open("b9", 1, 10), fencing.ErrUnknownNode)
+	h.refuse(open("b1", e1+1, 11), fencing.ErrEpochExpired)
+	h.refuse(open("b1", 0, 11), fencing.ErrEpochExpired)
+
+	// A restarted owner takes its stream back with a newer epoch.
+	e1b := h.register("b1")
+	st = h.ok(open("b1", e1b, 10)).GetOpenStream().GetStream()
+	if st.GetEpoch() != 2 || st.GetOwnerEpoch() != e1b {
+		t.Fatalf("taken back = %v", st)
+	}
+	// Closed → another broker opens it with epoch+1.
+	h.ok(&waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: e1b, StreamId: 10, StreamEpoch: 2})
+	st = h.ok(open("b2", e2, 10)).GetOpenStream().GetStream()
+	if st.GetEpoch() != 3 || st.GetOwnerBrokerId() != "b2" {
+		t.Fatalf("reopened = %v", st)
+	}
+	// A fenced broker's open is NODE_FENCED.
+	h.declare("b2")
+	h.refuse(open("b2", e2, 12), fencing.ErrNodeFenced)
+}
+
+func TestCommitObject(t *testing.T) {
+	h := newHarness(t)
+	e1 := h.register("b1")
+	e2 := h.register("b2")
+	for _, id := range []uint64{1, 2} {
+		h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: e1, StreamId: id})
+	}
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b2", BrokerEpoch: e2, StreamId: 3})
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: e1, StreamId: 4})
+	h.ok(&waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: e1, StreamId: 4, StreamEpoch: 1})
+	commit := func(b string, e uint64, o *waldenv1.Object) *waldenv1.CommitObjectRequest {
+		return &waldenv1.CommitObjectRequest{BrokerId: b, BrokerEpoch: e, Object: o}
+	}
+
+	res := h.ok(commit("b1", e1, obj("o1", rng(1, 1, 0, 10), rng(2, 1, 0, 5)))).GetCommitObject()
+	if res.GetRedundant() || len(res.GetStreams()) != 2 || res.GetStreams()[0].GetEndOffset() != 10 || res.GetStreams()[1].GetEndOffset() != 5 {
+		t.Fatalf("commit = %v", res)
+	}
+	if o := res.GetObject(); o.GetBrokerId() != "b1" || o.GetBrokerEpoch() != e1 || o.GetCommittedIndex() != h.index || o.GetFailover() {
+		t.Fatalf("object = %v", o)
+	}
+
+	cases := []struct {
+		name string
+		op   *waldenv1.CommitObjectRequest
+		want error
+	}{
+		{"no object id", commit("b1", e1, obj("", rng(1, 1, 10, 20))), fencing.ErrInvalidArgument},
+		{"no ranges", commit("b1", e1, obj("o2")), fencing.ErrInvalidArgument},
+		{"empty range", commit("b1", e1, obj("o2", rng(1, 1, 10, 10))), fencing.ErrInvalidArgument},
+		{"stream twice", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(1, 1, 20, 30))), fencing.ErrInvalidArgument},
+		{"unknown broker", commit("b9", 1, obj("o2", rng(1, 1, 10, 20))), fencing.ErrUnknownNode},
+		{"epoch never issued", commit("b1", 100, obj("o2", rng(1, 1, 10, 20))), fencing.ErrEpochExpired},
+		{"unknown stream", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(9, 1, 0, 1))), fencing.ErrUnknownStream},
+		{"closed stream", commit("b1", e1, obj("o2", rng(4, 1, 0, 1))), fencing.ErrStreamNotOpened},
+		{"other owner's stream", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(3, 1, 0, 1))), fencing.ErrNotOwner},
+		{"old stream epoch", commit("b1", e1, obj("o2", rng(1, 0, 10, 20))), fencing.ErrEpochExpired},
+		{"gap", commit("b1", e1, obj("o2", rng(1, 1, 11, 20))), fencing.ErrOffsetMismatch},
+		{"overlap, second range bad (all or nothing)", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(2, 1, 4, 9))), fencing.ErrOffsetMismatch},
+		{"failover context of no job", &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: e1, Object: obj("o2", rng(1, 1, 10, 20)),
+			Failover: &waldenv1.FailoverContext{JobId: "job-b1-9", Attempt: 1, Token: 9}}, fencing.ErrUnknownJob},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h.t = t
+			h.refuse(c.op, c.want)
+		})
+	}
+	h.t = t
+
+	// The same object id again is a redundant success that changes nothing.
+	before := domainSnapshot(t, h.s)
+	res = h.ok(commit("b1", e1, obj("o1", rng(1, 1, 0, 10), rng(2, 1, 0, 5)))).GetCommitObject()
+	if !res.GetRedundant() || res.GetObject().GetCommittedIndex() == h.index {
+		t.Fatalf("redundant commit = %v", res)
+	}
+	if !protoEqual(before, domainSnapshot(t, h.s)) {
+		t.Fatal("redundant commit changed the state")
+	}
+
+	h.ok(commit("b1", e1, obj("o2", rng(1, 1, 10, 20))))
+	h.ok(commit("b1", e1, obj("o3", rng(2, 1, 5, 6), rng(1, 1, 20, 25))))
+	ids := func(objs []*waldenv1.Object) (out []string) {
+		for _, o := range objs {
+			out = append(out, o.GetObjectId())
+		}
+		return out
+	}
+	if got := ids(h.s.StreamObjects(1, 0, 0)); len(got) != 3 || got[0] != "o1" || got[2] != "o3" {
+		t.Fatalf("StreamObjects(1) = %v", got)
+	}
+	if got := ids(h.s.StreamObjects(1, 10, 1)); len(got) != 1 || got[0] != "o2" {
+		t.Fatalf("StreamObjects(1, from 10, max 1) = %v", got)
+	}
+	if st := h.stream(1); st.GetEndOffset() != 25 || st.GetObjects() != 3 {
+		t.Fatalf("stream 1 = %v", st)
+	}
+	if _, ok := h.s.Object("o3"); !ok {
+		t.Fatal("Object(o3) not found")
+	}
+
+	// A restarted broker must take its streams back before committing.
+	e1b := h.register("b1")
+	h.refuse(commit("b1", e1b, obj("o4", rng(1, 1, 25, 30))), fencing.ErrNotOwner)
+	h.refuse(commit("b1", e1, obj("o4", rng(1, 1, 25, 30))), fencing.ErrEpochExpired)
+}
+
+func TestCloseStream(t *testing.T) {
+	h := newHarness(t)
+	e1 := h.register("b1")
+	e2 := h.register("b2")
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: e1, StreamId: 1})
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: e1, StreamId: 2})
+	closeReq := func(b string, e, id, se uint64) *waldenv1.CloseStreamRequest {
+		return &waldenv1.CloseStreamRequest{BrokerId: b, BrokerEpoch: e, StreamId: id, StreamEpoch: se}
+	}
+	h.refuse(closeReq("b1", e1, 9, 1), fencing.ErrUnknownStream)
+	h.refuse(closeReq("b2", e2, 1, 1), fencing.ErrNotOwner)
+	h.refuse(closeReq("b1", e1, 1, 2), fencing.ErrEpochExpired)
+	h.refuse(closeReq("b1", e1+7, 1, 1), fencing.ErrEpochExpired)
+	h.refuse(closeReq("b9", 1, 1, 1), fencing.ErrUnknownNode)
+	st := h.ok(closeReq("b1", e1, 1, 1)).GetCloseStream().GetStream()
+	if st.GetState() != fsm.StreamClosed {
+		t.Fatalf("closed = %v", st)
+	}
+	// Closing a closed stream succeeds and changes nothing.
+	before := domainSnapshot(t, h.s)
+	h.ok(closeReq("b1", e1, 1, 1))
+	if !protoEqual(before, domainSnapshot(t, h.s)) {
+		t.Fatal("closing a closed stream changed the state")
+	}
+	if got := h.s.OpeningStreams("b1"); len(got) != 1 || got[0].GetStreamId() != 2 {
+		t.Fatalf("OpeningStreams = %v", got)
+	}
+	if got := h.s.Streams("", fsm.StreamClosed); len(got) != 1 || got[0].GetStreamId() != 1 {
+		t.Fatalf("Streams(closed) = %v", got)
+	}
+	// A fenced broker closes only in failover mode.
+	h.declare("b1")
+	h.refuse(closeReq("b1", e1, 2, 1), fencing.ErrNodeFenced)
+}
+
+func TestCheckBroker(t *testing.T) {
+	h := newHarness(t)
+	e1 := h.register("b1")
+	h.register("b2")
+	if err := h.s.CheckBroker("b1", e1, nil); err != nil {
+		t.Fatalf("CheckBroker current = %v", err)
+	}
+	d := h.declare("b1")
+	j := h.job(d.GetJobId())
+	cases := []struct {
+		name   string
+		broker string
+		epoch  uint64
+		fo     *waldenv1.FailoverContext
+		want   error
+	}{
+		{"zombie", "b1", e1, nil, fencing.ErrNodeFenced},
+		{"zombie with the new epoch", "b1", j.GetToken(), nil, fencing.ErrNodeFenced},
+		{"unknown broker", "b9", 1, nil, fencing.ErrUnknownNode},
+		{"failover", "b1", e1, fo(j), nil},
+		{"job of another broker", "b2", 2, fo(j), fencing.ErrUnknownJob},
+		{"stale attempt", "b1", e1, &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 2, Token: j.GetToken()}, fencing.ErrStaleAttempt},
+		{"old token", "b1", e1, &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: e1}, fencing.ErrEpochExpired},
+	}
+	for _, c := range cases {
+		err := h.s.CheckBroker(c.broker, c.epoch, c.fo)
+		if (c.want == nil) != (err == nil) || (c.want != nil && !errorsIs(err, c.want)) {
+			t.Errorf("%s: CheckBroker = %v, want %v", c.name, err, c.want)
+		}
+	}
+	h.ok(&waldenv1.CancelJob{JobId: j.GetJobId()})
+	if err := h.s.CheckBroker("b1", e1, fo(j)); !errorsIs(err, fencing.ErrJobNotRunning) {
+		t.Fatalf("CheckBroker after cancel = %v", err)
+	}
+}
