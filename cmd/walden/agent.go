@@ -1,0 +1,59 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"walden/agent"
+	"walden/config"
+	"walden/server"
+)
+
+func init() { rootCmd.AddCommand(newAgentCmd()) }
+
+func newAgentCmd() *cobra.Command {
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "agent --config FILE",
+		Short: "Run the lease agent beside one broker",
+		Long: `agent runs beside one storage broker (any language). It registers the broker
+with the coordinators (the answer is the broker's epoch, its fencing token),
+renews the broker's lease every lease_ttl/3, joins the gossip pool so that the
+coordinators see it, and answers the broker on the local HTTP endpoint:
+
+  GET /v1/lease  {"broker_id","epoch","valid","remaining_ms","fenced"}
+  GET /healthz   200 ok while the agent runs (the coordinators probe it)
+
+The broker acknowledges a write only while valid is true, with the epoch the
+endpoint returned. valid turns false before the cluster could declare the
+broker failed (self-fencing on the monotonic clock).
+
+The configuration is checked strictly first: an unknown key, a wrong type, a
+missing required key or an invalid value stops the process with
+FILE:LINE: KEY: reason. SIGTERM or SIGINT leaves the gossip pool and exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configPath == "" {
+				return errors.New("agent: --config FILE is required")
+			}
+			cfg, err := config.LoadAgent(configPath)
+			if err != nil {
+				return err
+			}
+			logger := server.NewLogger(cfg.Log, os.Stderr)
+			a, err := agent.New(cfg, agent.Options{Logger: logger})
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return a.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "YAML configuration file (required)")
+	return cmd
+}
