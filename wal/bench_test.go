@@ -20,7 +20,7 @@ import (
 // finish in a few tens of seconds on two cores.
 const (
 	benchFileSize   = 128 << 20              // WAL capacity and raw file size
-	benchRounds     = 3                      // rounds per measurement; the median is reported
+	benchRounds     = 5                      // rounds per measurement; the median is reported
 	benchPhase      = 250 * time.Millisecond // length of one append measurement
 	benchRecoverMiB = 96                     // bytes of records written for the recovery scan
 )

@@ -192,6 +192,7 @@ type walGenOptions struct {
 	streams   int
 	payload   int
 	count     int
+	group     int
 	capacity  int64
 	nodeID    uint32
 	nodeEpoch uint64
@@ -206,7 +207,9 @@ func newWALGenCmd() *cobra.Command {
 		Short: "Write a test WAL in AutoMQ 1.4 block WAL format (version 1)",
 		Long: `gen creates FILE (it must not exist) and appends --records batches spread
 round-robin over --streams streams (ids 1..S), each with --payload bytes and
---count offsets; every stream's offsets are contiguous from 0. --trim-at K
+--count offsets; every stream's offsets are contiguous from 0. --group G
+appends G batches per group commit, so they share blocks (1: one batch per
+block). --trim-at K
 trims the first K records (the trim offset becomes the offset of record K;
 trimming is inclusive). --torn-tail then starts one more record and leaves it
 half written with no shutdown header, as a crash during that write would:
@@ -221,6 +224,7 @@ recovery returns the acknowledged records only.`,
 	f.IntVar(&o.streams, "streams", 4, "number of streams (ids 1..S)")
 	f.IntVar(&o.payload, "payload", 1024, "payload bytes per batch")
 	f.IntVar(&o.count, "count", 1, "offsets per batch (the body's lastOffsetDelta)")
+	f.IntVar(&o.group, "group", 1, "batches per group commit (packed into shared blocks)")
 	f.Int64Var(&o.capacity, "capacity", 64<<20, "WAL capacity in bytes, header slots included (multiple of 4096)")
 	f.Uint32Var(&o.nodeID, "node-id", 1, "node id written in the header")
 	f.Uint64Var(&o.nodeEpoch, "node-epoch", 1, "node epoch written in the header")
@@ -237,6 +241,8 @@ func genWAL(ctx context.Context, out io.Writer, path string, o walGenOptions) er
 		return fmt.Errorf("--streams: must be at least 1, got %d", o.streams)
 	case o.payload < 0:
 		return fmt.Errorf("--payload: must not be negative, got %d", o.payload)
+	case o.group < 1:
+		return fmt.Errorf("--group: must be at least 1, got %d", o.group)
 	case o.count < 1:
 		return fmt.Errorf("--count: must be at least 1, got %d", o.count)
 	case o.trimAt < 0 || o.trimAt > o.records:
@@ -261,13 +267,23 @@ func genWAL(ctx context.Context, out io.Writer, path string, o walGenOptions) er
 		return b
 	}
 	offsets := make([]int64, 0, o.records)
-	for i := 0; i < o.records; i++ {
-		off, err := w.Append(ctx, batch(i))
+	for i := 0; i < o.records; i += o.group {
+		group := make([]wal.Batch, 0, o.group)
+		for j := i; j < min(i+o.group, o.records); j++ {
+			group = append(group, batch(j))
+		}
+		offs, err := w.AppendAll(ctx, group)
+		for k, off := range offs {
+			if err != nil && off < 0 {
+				w.Abandon()
+				return fmt.Errorf("record %d: %w", i+k, err)
+			}
+		}
 		if err != nil {
 			w.Abandon()
-			return fmt.Errorf("record %d: %w", i, err)
+			return err
 		}
-		offsets = append(offsets, off)
+		offsets = append(offsets, offs...)
 	}
 	if o.trimAt > 0 {
 		if err := w.Trim(offsets[o.trimAt-1]); err != nil {

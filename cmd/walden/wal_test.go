@@ -98,7 +98,7 @@ func TestWALGenInspectJSON(t *testing.T) {
 
 func TestWALGenInspectTable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "clean.wal")
-	out, err := runWAL(t, "gen", path, "--records", "10", "--streams", "2", "--payload", "64", "--capacity", "262144")
+	out, err := runWAL(t, "gen", path, "--records", "10", "--streams", "2", "--payload", "64", "--capacity", "262144", "--group", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +148,7 @@ func TestWALCommandErrors(t *testing.T) {
 		{"gen over existing file", []string{"gen", good}, wal.ErrExists, "good.wal"},
 		{"gen bad capacity", []string{"gen", filepath.Join(dir, "x"), "--capacity", "5000"}, wal.ErrBadCapacity, "capacity"},
 		{"gen ring too small", []string{"gen", filepath.Join(dir, "y"), "--records", "10", "--payload", "3000", "--capacity", "16384"}, wal.ErrFull, "record 2"},
+		{"gen bad group", []string{"gen", filepath.Join(dir, "g"), "--group", "0"}, nil, "--group"},
 		{"gen bad trim", []string{"gen", filepath.Join(dir, "z"), "--records", "2", "--trim-at", "3"}, nil, "--trim-at"},
 		{"no file", []string{"inspect"}, nil, "arg"},
 	}
