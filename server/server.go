@@ -37,6 +37,7 @@ type Server struct {
 	storage   *raftnode.BoltStorage
 	node      *raftnode.Node
 	admin     *adminService
+	detector  *detector
 	health    *health.Server
 	adminGRPC *grpc.Server
 	raftGRPC  *grpc.Server
@@ -110,7 +111,8 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	s.raftGRPC = grpc.NewServer(append(raftnode.ServerOptions(), grpc.Creds(tlsCfg.serverCreds()))...)
 	tr.Register(s.raftGRPC)
 
-	s.node, err = raftnode.NewNode(raftConfig(cfg, base, reg), fsm.New(cfg.ClusterName), s.storage, tr)
+	state := fsm.New(cfg.ClusterName)
+	s.node, err = raftnode.NewNode(raftConfig(cfg, base, reg), state, s.storage, tr)
 	if err != nil {
 		return nil, fmt.Errorf("server: start raft node: %w", err)
 	}
@@ -126,6 +128,12 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, tlsCfg.serverCreds(), reg, logger.With("component", "grpc")); err != nil {
 		return nil, fmt.Errorf("server: admin grpc: %w", err)
 	}
+	// Failure detection: gossip, observer, decider, Agent and Brokers APIs.
+	if s.detector, err = newDetector(cfg, s.admin, node, s.node, state, s.adminLis.Addr().String(), nil, logger); err != nil {
+		return nil, err
+	}
+	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
+	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
 	if s.httpLis != nil {
 		if tlsCfg.enabled() {
 			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.server)
@@ -184,6 +192,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go watchLeader(wctx, raftNode{s.node}, s.health, s.cfg.Raft.TickInterval, s.logger)
+	s.detector.run(wctx)
 	s.logger.Info("walden server serving", "cluster_name", s.cfg.ClusterName,
 		"admin", s.adminLis.Addr().String(), "raft", s.raftLis.Addr().String(), "http", s.cfg.Listen.HTTP,
 		"tls", s.cfg.TLS.Enabled(), "data_dir", s.cfg.DataDir)
@@ -229,6 +238,7 @@ func (s *Server) Stop() {
 			_ = s.httpSrv.Shutdown(ctx)
 			cancel()
 		}
+		s.detector.stop()
 		s.admin.close()
 		s.node.Stop()
 		s.raftGRPC.Stop()
