@@ -433,9 +433,9 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 				waitingLogged = true
 			}
 		} else {
-			lvl := slog.LevelWarn
-			if attempt > 1 {
-				lvl = slog.LevelDebug
+			lvl := slog.LevelDebug
+			if attempt%10 == 1 { // the first failure, then about every 20s
+				lvl = slog.LevelWarn
 			}
 			a.log.Log(ctx, lvl, "registration failed; retrying", "attempt", attempt, "err", err)
 		}
