@@ -116,7 +116,7 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 	cur.Index = index
 	s.deriveState(b)
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "observation", BrokerId: b.GetBrokerId(),
-		Actor: op.GetObserverId(), Message: fmt.Sprintf("%s observes %s: %s", op.GetObserverId(), op.GetState(), op.GetReason())})
+		Actor: op.GetObserverId(), Message: withReason(fmt.Sprintf("%s observes %s", op.GetObserverId(), op.GetState()), op.GetReason())})
 	return brokerResult(b), nil
 }
 
@@ -142,7 +142,7 @@ func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *wald
 	ev := clone(op.GetEvidence())
 	if op.GetDryRun() {
 		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "dry_run", BrokerId: b.GetBrokerId(),
-			Actor: actor, Evidence: ev, Message: fmt.Sprintf("dry run: would fence epoch %d: %s", b.GetEpoch(), op.GetEvidence().GetReason())})
+			Actor: actor, Evidence: ev, Message: withReason(fmt.Sprintf("dry run: would fence epoch %d", b.GetEpoch()), op.GetEvidence().GetReason())})
 		return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{DryRun: true}}}, nil
 	}
 	assignee := s.pickAssignee(op.GetLiveMembers(), "")
@@ -169,8 +169,8 @@ func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *wald
 	s.deriveState(b)
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "decision", BrokerId: b.GetBrokerId(),
 		Actor: actor, Evidence: ev, JobId: j.GetJobId(),
-		Message: fmt.Sprintf("declared failed: epoch %d fenced, new epoch %d; job %s assigned to %q: %s",
-			op.GetEpoch(), token, j.GetJobId(), assignee, op.GetEvidence().GetReason())})
+		Message: withReason(fmt.Sprintf("declared failed: epoch %d fenced, new epoch %d; job %s assigned to %q",
+			op.GetEpoch(), token, j.GetJobId(), assignee), op.GetEvidence().GetReason())})
 	return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{
 		NewEpoch: token, JobId: j.GetJobId()}}}, nil
 }
@@ -203,6 +203,14 @@ func (s *State) applySetMaintenance(index uint64, cmd *waldenv1.Command, op *wal
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "maintenance", BrokerId: b.GetBrokerId(),
 		Actor: actorOf(op.GetActor(), cmd), Message: msg})
 	return brokerResult(b), nil
+}
+
+// withReason appends ": reason" to msg when there is a reason.
+func withReason(msg, reason string) string {
+	if reason == "" {
+		return msg
+	}
+	return msg + ": " + reason
 }
 
 func actorOf(actor string, cmd *waldenv1.Command) string {

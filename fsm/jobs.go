@@ -177,7 +177,7 @@ func (s *State) applyReassignJob(index uint64, cmd *waldenv1.Command, op *walden
 	j.Error = op.GetReason()
 	j.UpdatedUnixMs = s.now()
 	s.touchBroker(j)
-	s.jobEvent(index, "job", cmd.GetProposerId(), j, "attempt %d reassigned from %q to %q: %s", j.GetAttempt(), prev, next, op.GetReason())
+	s.jobEvent(index, "job", cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d reassigned from %q to %q", j.GetAttempt(), prev, next), op.GetReason()))
 	return jobResult(j), nil
 }
 
@@ -271,7 +271,7 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 		}
 	}
 	s.touchBroker(j)
-	s.jobEvent(index, "job", cmd.GetProposerId(), j, "attempt %d %s %s", j.GetAttempt(), op.GetState(), op.GetError())
+	s.jobEvent(index, "job", cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d %s", j.GetAttempt(), op.GetState()), op.GetError()))
 	return jobResult(j), nil
 }
 
