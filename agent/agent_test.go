@@ -281,6 +281,16 @@ func TestFencedReregisters(t *testing.T) {
 	if got := a.RecoveredWALOffset(); got != 16384 {
 		t.Fatalf("RecoveredWALOffset = %d, want 16384", got)
 	}
+	resp, err := http.Get("http://" + a.Addr() + "/v1/registration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg RegistrationJSON
+	err = json.NewDecoder(resp.Body).Decode(&reg)
+	resp.Body.Close()
+	if err != nil || reg != (RegistrationJSON{BrokerID: "b1", Registered: true, Epoch: 3, RecoveredWALOffset: 16384}) {
+		t.Fatalf("/v1/registration = %+v, %v", reg, err)
+	}
 	select {
 	case l := <-epochs:
 		if l.Epoch != 3 {

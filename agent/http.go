@@ -16,10 +16,24 @@ type LeaseJSON struct {
 	Fenced      bool  `json:"fenced"`
 }
 
+// RegistrationJSON is the body of GET /v1/registration.
+type RegistrationJSON struct {
+	BrokerID string `json:"broker_id"`
+	// Registered is false until the cluster first answered the
+	// registration.
+	Registered bool   `json:"registered"`
+	Epoch      uint64 `json:"epoch"`
+	// RecoveredWALOffset is the WAL offset up to which the last recovery
+	// uploaded the broker's WAL; the broker trims its WAL to it before it
+	// serves. -1 when no recovery ran.
+	RecoveredWALOffset int64 `json:"recovered_wal_offset"`
+}
+
 // Handler serves the agent's local endpoint:
 //
-//	GET /v1/lease  → 200 LeaseJSON (whatever the lease's state)
-//	GET /healthz   → 200 "ok" while the agent runs
+//	GET /v1/lease         → 200 LeaseJSON (whatever the lease's state)
+//	GET /v1/registration  → 200 RegistrationJSON
+//	GET /healthz          → 200 "ok" while the agent runs
 //
 // A Go broker embedding the agent may mount it on its own server instead of
 // the agent's listen address.
@@ -36,6 +50,17 @@ func (a *Agent) Handler() http.Handler {
 			RemainingMS: max(0, l.Remaining.Milliseconds()),
 			Fenced:      l.Fenced,
 		})
+	})
+	mux.HandleFunc("GET /v1/registration", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		body := RegistrationJSON{BrokerID: a.cfg.BrokerID, Registered: a.st.registered, Epoch: a.st.epoch, RecoveredWALOffset: -1}
+		if a.st.registered {
+			body.RecoveredWALOffset = a.st.recovered
+		}
+		a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
