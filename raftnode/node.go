@@ -794,25 +794,28 @@ func (n *Node) stopped() bool {
 // with a leader change is never answered).
 func (n *Node) Propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {
 	start := time.Now()
-	result, applyErr, err := n.propose(ctx, cmd)
+	out, err := n.propose(ctx, cmd)
 	if err != nil {
 		n.metrics.proposalsFailed.Inc()
 		return nil, err
 	}
 	n.metrics.proposalsCommitted.Inc()
 	n.metrics.proposalDuration.Observe(time.Since(start).Seconds())
-	return result, applyErr
+	return out.result, out.err
 }
 
-func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error, error) {
+// propose returns the outcome of applying cmd (which may be the state
+// machine's refusal), or an error when cmd was not applied (or its fate is
+// unknown).
+func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, error) {
 	if cmd == nil {
-		return nil, nil, errors.New("raftnode: propose: nil command")
+		return applied{}, errors.New("raftnode: propose: nil command")
 	}
 	if n.stopped() {
-		return nil, nil, ErrStopped
+		return applied{}, ErrStopped
 	}
 	if n.leader.Load() == raft.None {
-		return nil, nil, ErrNoLeader
+		return applied{}, ErrNoLeader
 	}
 	cmd = proto.Clone(cmd).(*waldenv1.Command)
 	cmd.RequestId = n.reqIDs.Next()
@@ -822,23 +825,23 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Re
 	}
 	data, err := proto.Marshal(cmd)
 	if err != nil {
-		return nil, nil, fmt.Errorf("raftnode: propose: marshal command: %w", err)
+		return applied{}, fmt.Errorf("raftnode: propose: marshal command: %w", err)
 	}
 	ch := n.wait.Register(cmd.GetRequestId())
 	defer n.wait.Cancel(cmd.GetRequestId())
 	if err := n.raft.Propose(ctx, data); err != nil {
-		return nil, nil, n.raftError("propose", err)
+		return applied{}, n.raftError("propose", err)
 	}
 	select {
 	case a := <-ch:
 		if errors.Is(a.err, ErrStopped) {
-			return nil, nil, ErrStopped
+			return applied{}, ErrStopped
 		}
-		return a.result, a.err, nil
+		return a, nil
 	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("raftnode: propose: %w", ctx.Err())
+		return applied{}, fmt.Errorf("raftnode: propose: %w", ctx.Err())
 	case <-n.donec:
-		return nil, nil, ErrStopped
+		return applied{}, ErrStopped
 	}
 }
 

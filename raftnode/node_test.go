@@ -424,3 +424,50 @@ func TestNodeMetrics(t *testing.T) {
 		t.Fatalf("duplicate registration: %v", err)
 	}
 }
+
+// failingStorage fails every Save after the first ok ones.
+type failingStorage struct {
+	*memStorage
+	mu sync.Mutex
+	ok int
+}
+
+func (s *failingStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ok == 0 {
+		return errors.New("test: disk full")
+	}
+	s.ok--
+	return s.memStorage.Save(hs, ents, snap)
+}
+
+func TestNodeStopsOnStorageError(t *testing.T) {
+	nw := NewNetwork(1)
+	st := &failingStorage{memStorage: newMemStorage(), ok: 1000}
+	n, err := NewNode(Config{
+		ClusterName: "demo", NodeID: "solo", TickInterval: 5 * time.Millisecond,
+		InitialCluster: []*waldenv1.MemberContext{{Id: "solo", RaftAddr: "mem"}}, Logger: testLogger(t),
+	}, newTestSM(), st, nw.Transport("solo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	waitFor(t, 5*time.Second, "self-election", n.IsLeader)
+	st.mu.Lock()
+	st.ok = 0
+	st.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := n.Propose(ctx, noop("lost")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("propose when the disk fails: %v, want ErrStopped", err)
+	}
+	select {
+	case <-n.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after a storage error")
+	}
+	if n.Ready() || n.IsLeader() {
+		t.Fatal("stopped member still ready or leading")
+	}
+}
