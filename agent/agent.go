@@ -184,6 +184,9 @@ func (a *Agent) Start() error {
 	if a.started {
 		return fmt.Errorf("%w: already started", ErrStart)
 	}
+	if a.stopDone {
+		return fmt.Errorf("%w: %w", ErrStart, ErrStopped)
+	}
 	a.started = true
 	ln, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
@@ -240,13 +243,15 @@ func (a *Agent) Addr() string {
 func (a *Agent) Stop(graceful bool) error {
 	a.lifecycle.Lock()
 	defer a.lifecycle.Unlock()
-	if !a.started || a.stopDone {
-		a.markStopped()
+	if a.stopDone {
 		return nil
 	}
 	a.stopDone = true
-	a.cancel()
 	a.markStopped()
+	if a.cancel == nil { // never started, or Start failed
+		return nil
+	}
+	a.cancel()
 	var errs []error
 	if graceful {
 		if err := a.pool.Leave(time.Second); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -538,5 +539,31 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 	_, err := New(cfg, Options{})
 	if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, config.ErrInvalid) {
 		t.Fatalf("New with no coordinators = %v", err)
+	}
+}
+
+func TestStartFailsOnBusyListen(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg := testConfig(closedAddr(t))
+	cfg.Listen = busy.Addr().String()
+	a, err := New(cfg, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); !errors.Is(err, ErrStart) {
+		t.Fatalf("Start on a busy port = %v, want ErrStart", err)
+	}
+	if err := a.Stop(true); err != nil {
+		t.Fatalf("Stop after a failed Start = %v", err)
+	}
+	if err := a.Check(); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Check = %v", err)
+	}
+	if err := a.Start(); !errors.Is(err, ErrStart) {
+		t.Fatalf("Start after Stop = %v", err)
 	}
 }

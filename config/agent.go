@@ -130,6 +130,8 @@ func (c *Agent) Validate() error {
 	if v.listenAddr("listen", c.Listen, true) {
 		if host, _, _ := net.SplitHostPort(c.Listen); host == "" {
 			v.add("listen", "invalid address %q: host must not be empty (coordinators dial it)", c.Listen)
+		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			v.add("listen", "invalid address %q: a wildcard address cannot be dialled by the coordinators; name this host's address", c.Listen)
 		}
 	}
 	if c.BrokerAddr != "" {

@@ -68,6 +68,7 @@ func TestParseAgentErrors(t *testing.T) {
 		{"bad coordinator", strings.Replace(validAgentYAML, "127.0.0.1:7002", "127.0.0.1", 1), "coordinators[1]", 3, "want host:port"},
 		{"duplicate coordinator", strings.Replace(validAgentYAML, "127.0.0.1:7003", "127.0.0.1:7001", 1), "coordinators[2]", 3, "duplicate address"},
 		{"listen without host", strings.Replace(validAgentYAML, "listen: 127.0.0.1:7501", "listen: :7501", 1), "listen", 5, "host must not be empty"},
+		{"listen on a wildcard", strings.Replace(validAgentYAML, "listen: 127.0.0.1:7501", "listen: 0.0.0.0:7501", 1), "listen", 5, "wildcard"},
 		{"missing wal path", strings.Replace(validAgentYAML, ", path: /var/lib/broker/b1.wal", "", 1), "wal.path", 6, "missing required key"},
 		{"gossip listen not an ip", strings.Replace(validAgentYAML, "listen: 127.0.0.1:7401", "listen: localhost:7401", 1), "gossip.listen", 4, "not an IP address"},
 		{"missing gossip", strings.Replace(validAgentYAML, "gossip: {listen: 127.0.0.1:7401, join: [127.0.0.1:7201]}\n", "", 1), "gossip.listen", 1, "missing required key"},
