@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+
+	"golang.org/x/sys/unix"
 )
 
 // Reasons a scan skips bytes or stops. They are the keys of
@@ -99,6 +102,13 @@ type Reader struct {
 	bufPos int64
 	bufLen int
 	big    []byte
+
+	// mapped is Open's read-only mapping of [0, capacity), or nil; ahead
+	// tells the prefetch goroutine where the scan is.
+	mapped       []byte
+	ahead        chan int64
+	prefetchDone chan struct{}
+	lastChunk    int64
 }
 
 // Open opens the WAL at path read-only (a regular file whose size must equal
@@ -136,7 +146,44 @@ func Open(path string) (*Reader, error) {
 		return nil, err
 	}
 	rd.file = f
+	rd.mapFile()
 	return rd, nil
+}
+
+// prefetchAhead is how far ahead of the scan a mapped Reader asks the
+// kernel to read.
+const prefetchAhead = 8
+
+// mapFile maps the WAL read-only so the scan checksums the page cache in
+// place instead of copying it, and starts a goroutine that populates the
+// mapping a few MiB ahead of the scan so disk reads overlap checksumming.
+// Without a mapping the Reader uses ReadAt.
+func (rd *Reader) mapFile() {
+	m, err := unix.Mmap(int(rd.file.Fd()), 0, int(rd.capacity), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return
+	}
+	rd.mapped = m
+	rd.ahead = make(chan int64, 1)
+	rd.prefetchDone = make(chan struct{})
+	go func() {
+		defer close(rd.prefetchDone)
+		advice := unix.MADV_POPULATE_READ
+		lastLo, lastHi := int64(-1), int64(-1)
+		for pos := range rd.ahead {
+			lo := pos / readChunk * readChunk
+			hi := min(rd.capacity, lo+prefetchAhead*readChunk)
+			for c := lo; c < hi; c += readChunk {
+				if c >= lastLo && c < lastHi {
+					continue // already populated
+				}
+				if err := unix.Madvise(m[c:min(hi, c+readChunk)], advice); errors.Is(err, unix.EINVAL) {
+					advice = unix.MADV_WILLNEED // kernels before 5.14
+				}
+			}
+			lastLo, lastHi = lo, hi
+		}
+	}()
 }
 
 // NewReader reads the WAL held by r, a device of size bytes (the header's
@@ -233,6 +280,12 @@ func (rd *Reader) Close() error {
 	if rd.file == nil {
 		return nil
 	}
+	if rd.mapped != nil {
+		close(rd.ahead)
+		<-rd.prefetchDone
+		_ = unix.Munmap(rd.mapped)
+		rd.mapped = nil
+	}
 	err := rd.file.Close()
 	rd.file = nil
 	return err
@@ -240,10 +293,24 @@ func (rd *Reader) Close() error {
 
 // Next returns the next valid data record, io.EOF at the end of the log, or
 // an I/O error. The returned payload is valid until the next call.
-func (rd *Reader) Next() (Record, error) {
+func (rd *Reader) Next() (rec Record, err error) {
 	if rd.done {
 		return Record{}, io.EOF
 	}
+	if rd.mapped != nil {
+		// A file that shrinks under the mapping faults: report it as an
+		// I/O error instead of crashing.
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if r := recover(); r != nil {
+				rec, err = Record{}, fileError(rd.name, "read", fmt.Errorf("fault reading the mapped WAL: %v", r))
+			}
+		}()
+	}
+	return rd.scan()
+}
+
+func (rd *Reader) scan() (Record, error) {
 	for {
 		if rd.header.Version() == 0 {
 			if stop, reason := rd.v0Stop(); stop {
@@ -394,6 +461,17 @@ func (rd *Reader) readRecord(at int64) (rec Record, jump int64, reason string, e
 func (rd *Reader) read(pos int64, n int) ([]byte, error) {
 	if pos+int64(n) > rd.capacity {
 		return nil, nil
+	}
+	if rd.mapped != nil {
+		if c := pos/readChunk + 1; c != rd.lastChunk {
+			rd.lastChunk = c
+			select { // replace a position the prefetcher has not taken yet
+			case <-rd.ahead:
+			default:
+			}
+			rd.ahead <- pos
+		}
+		return rd.mapped[pos : pos+int64(n)], nil
 	}
 	if pos >= rd.bufPos && pos+int64(n) <= rd.bufPos+int64(rd.bufLen) {
 		off := int(pos - rd.bufPos)

@@ -438,3 +438,35 @@ func TestWriterErrors(t *testing.T) {
 		t.Fatalf("open missing: %v", err)
 	}
 }
+
+// TestReaderSurvivesShrinkingFile truncates the file under an open Reader:
+// the mapped scan reports an error naming the file instead of crashing.
+func TestReaderSurvivesShrinkingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wal")
+	w, err := Create(path, CreateOptions{Capacity: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := w.Append(context.Background(), Batch{StreamID: 1, Payload: make([]byte, 100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if rd.mapped == nil {
+		t.Skip("the file could not be mapped")
+	}
+	if err := os.Truncate(path, HeaderRegionSize); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = rd.Next(); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Next on a shrunk mapped file: %v", err)
+	}
+}
