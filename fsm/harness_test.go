@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -173,8 +174,11 @@ func fo(j *waldenv1.Job) *waldenv1.FailoverContext {
 	return &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: j.GetAttempt(), Token: j.GetToken()}
 }
 
-var _ = fencing.ErrNodeFenced
 
 func protoEqual(a, b *waldenv1.StateSnapshot) bool { return proto.Equal(a, b) }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+var errUnknownNode = fencing.ErrUnknownNode
+
+func bytesContains(s, sub string) bool { return strings.Contains(s, sub) }

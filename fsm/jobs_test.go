@@ -1,0 +1,116 @@
+package fsm_test
+
+import (
+	"testing"
+
+	"walden/fencing"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// jobHarness returns a harness with broker b1 failed over: job-b1-2,
+// attempt 1, assigned to c1, pending.
+func jobHarness(t *testing.T) (*harness, string) {
+	h := newHarness(t)
+	h.register("b1")
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: 1, StreamId: 1})
+	d := h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 1, LiveMembers: []string{"c1"}}).GetDeclareFailed()
+	return h, d.GetJobId()
+}
+
+func TestJobCommandsRefused(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(h *harness, id string)
+		op    func(id string) any
+		want  error
+	}{
+		{"renew unknown job", nil, func(string) any { return &waldenv1.RenewJobLease{JobId: "nope", Attempt: 1, AssigneeId: "c1"} }, fencing.ErrUnknownJob},
+		{"renew stale attempt", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 2, AssigneeId: "c1"} }, fencing.ErrStaleAttempt},
+		{"renew by another member", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c2"} }, fencing.ErrStaleAttempt},
+		{"renew cancelled", cancelJob, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c1"} }, fencing.ErrJobNotRunning},
+		{"reassign unknown", nil, func(string) any { return &waldenv1.ReassignJob{JobId: "nope", Attempt: 1} }, fencing.ErrUnknownJob},
+		{"reassign stale", nil, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 0} }, fencing.ErrStaleAttempt},
+		{"reassign cancelled", cancelJob, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 1} }, fencing.ErrJobNotRunning},
+		{"checkpoint unknown", nil, func(string) any { return &waldenv1.CheckpointJob{JobId: "nope", Attempt: 1} }, fencing.ErrUnknownJob},
+		{"checkpoint stale", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 3, Step: "read"} }, fencing.ErrStaleAttempt},
+		{"checkpoint unknown step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "fly"} }, fencing.ErrInvalidArgument},
+		{"checkpoint done without step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, StepDone: true} }, fencing.ErrInvalidArgument},
+		{"checkpoint cancelled", cancelJob, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "read"} }, fencing.ErrJobNotRunning},
+		{"finish unknown", nil, func(string) any { return &waldenv1.FinishJob{JobId: "nope", Attempt: 1, State: "failed"} }, fencing.ErrUnknownJob},
+		{"finish stale", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 2, State: "failed"} }, fencing.ErrStaleAttempt},
+		{"finish bad state", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "cancelled"} }, fencing.ErrInvalidArgument},
+		{"finish with opened streams", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "succeeded"} }, fencing.ErrStreamNotClosed},
+		{"cancel unknown", nil, func(string) any { return &waldenv1.CancelJob{JobId: "nope"} }, fencing.ErrUnknownJob},
+		{"cancel twice", cancelJob, func(id string) any { return &waldenv1.CancelJob{JobId: id} }, fencing.ErrJobNotRunning},
+		{"retry unknown", nil, func(string) any { return &waldenv1.RetryJob{JobId: "nope"} }, fencing.ErrUnknownJob},
+		{"retry pending", nil, func(id string) any { return &waldenv1.RetryJob{JobId: id} }, fencing.ErrRecoveryRunning},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, id := jobHarness(t)
+			if c.setup != nil {
+				c.setup(h, id)
+			}
+			h.refuse(c.op(id), c.want)
+		})
+	}
+}
+
+func cancelJob(h *harness, id string) { h.ok(&waldenv1.CancelJob{JobId: id, Actor: "operator"}) }
+
+func TestJobProgress(t *testing.T) {
+	h, id := jobHarness(t)
+	h.nowMs += 100
+	j := h.ok(&waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: fsm.StepUpload, BytesTotal: 1000, BytesUploaded: 100,
+		StreamsTotal: 1, SkippedBytes: 4096, Gaps: []string{"stream 1: gap at 10"}, Error: "s3: 503", RecordsUploaded: 3}).GetJob()
+	if j.GetState() != fsm.JobRunning || j.GetStep() != fsm.StepUpload || j.GetBytesTotal() != 1000 || j.GetBytesUploaded() != 100 ||
+		j.GetSkippedBytes() != 4096 || len(j.GetGaps()) != 1 || j.GetError() != "s3: 503" || len(j.GetCheckpoints()) != 0 {
+		t.Fatalf("after checkpoint = %v", j)
+	}
+	if b := h.broker("b1"); b.GetState() != fsm.BrokerRecovering {
+		t.Fatalf("broker state = %q", b.GetState())
+	}
+	j = h.ok(&waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: fsm.StepUpload, BytesUploaded: 1000, StepDone: true, Detail: "3 objects"}).GetJob()
+	if j.GetBytesUploaded() != 1000 || j.GetBytesTotal() != 1000 || j.GetError() != "" || j.GetStep() != fsm.StepCommit ||
+		len(j.GetCheckpoints()) != 1 || j.GetCheckpoints()[0].GetDetail() != "3 objects" || j.GetCheckpoints()[0].GetIndex() != h.index {
+		t.Fatalf("after step done = %v", j)
+	}
+	if got := h.s.Jobs("b1", fsm.JobRunning); len(got) != 1 || h.s.ActiveJobs() != 1 || len(h.s.Jobs("", fsm.JobPending)) != 0 {
+		t.Fatalf("Jobs = %v, active %d", got, h.s.ActiveJobs())
+	}
+}
+
+// TestAssigneeBalance checks that new jobs go to the live member with the
+// fewest pending or running jobs, ties to the smallest id.
+func TestAssigneeBalance(t *testing.T) {
+	h := newHarness(t)
+	var got []string
+	for i, b := range []string{"b1", "b2", "b3", "b4", "b5"} {
+		e := h.register(b)
+		live := []string{"c3", "c2", "c1", "c2"}
+		if i == 4 {
+			live = []string{"c2", "c3"}
+		}
+		d := h.ok(&waldenv1.DeclareFailed{BrokerId: b, Epoch: e, LiveMembers: live}).GetDeclareFailed()
+		got = append(got, h.job(d.GetJobId()).GetAssigneeId())
+	}
+	want := []string{"c1", "c2", "c3", "c1", "c2"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("assignees = %v, want %v", got, want)
+		}
+	}
+	// A finished job no longer counts.
+	j := h.s.Jobs("b1", "")[0]
+	h.ok(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: 1, State: fsm.JobFailed, Error: "attach: no such volume"})
+	e := h.register("b6")
+	d := h.ok(&waldenv1.DeclareFailed{BrokerId: "b6", Epoch: e, LiveMembers: []string{"c1", "c2", "c3"}}).GetDeclareFailed()
+	// Loads are now c1: 1 (b4), c2: 2 (b2, b5), c3: 1 (b3): c1 and c3 tie.
+	if a := h.job(d.GetJobId()).GetAssigneeId(); a != "c1" {
+		t.Fatalf("assignee after c1's first job failed = %q, want c1", a)
+	}
+	if jobs := h.s.Jobs("", ""); len(jobs) != 6 || jobs[0].GetBrokerId() != "b1" || jobs[5].GetBrokerId() != "b6" {
+		t.Fatalf("Jobs not in token order: %v", jobs)
+	}
+}
