@@ -526,6 +526,12 @@ func (n *Node) applySnapshot(snap *raftpb.Snapshot) error {
 // applyEntries applies committed entries; it reports whether one of them
 // removed this member.
 func (n *Node) applyEntries(ents []*raftpb.Entry) (removed bool, err error) {
+	if len(ents) > 0 && ents[0].GetIndex() > n.applied.Load()+1 {
+		// Entries between the applied index and these are missing: the
+		// state machine would silently diverge.
+		return false, fmt.Errorf("raftnode: committed entries start at index %d, applied index is %d",
+			ents[0].GetIndex(), n.applied.Load())
+	}
 	for _, e := range ents {
 		index := e.GetIndex()
 		// Entries at or below the applied index are already in the state
