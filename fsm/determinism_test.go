@@ -74,6 +74,9 @@ func randomOp(r *rand.Rand, s *fsm.State) any {
 	case 7, 8:
 		return &waldenv1.OpenStreamRequest{BrokerId: b, BrokerEpoch: epoch, StreamId: stream}
 	case 9, 10:
+		if fc == nil && st.GetOwnerBrokerId() != "" && r.IntN(2) == 0 {
+			b, epoch = st.GetOwnerBrokerId(), st.GetOwnerEpoch()
+		}
 		start := st.GetEndOffset()
 		if r.IntN(5) == 0 {
 			start++

@@ -174,7 +174,6 @@ func fo(j *waldenv1.Job) *waldenv1.FailoverContext {
 	return &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: j.GetAttempt(), Token: j.GetToken()}
 }
 
-
 func protoEqual(a, b *waldenv1.StateSnapshot) bool { return proto.Equal(a, b) }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
