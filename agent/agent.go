@@ -432,7 +432,7 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 			}
 		} else if ctx.Err() != nil {
 			return 0, 0, false
-		} else if reason := refusalReason(err); reason == ReasonRecoveryRunning {
+		} else if reason := refusalReason(err); reason == reasonRecoveryRunning {
 			if !waitingLogged {
 				a.log.Info("registration waits while a recovery job for it is running", "err", err)
 				waitingLogged = true
@@ -508,7 +508,7 @@ func (a *Agent) renew(ctx context.Context, epoch uint64, ttl time.Duration) {
 		}
 		if err == nil && resp.GetEpoch() != 0 && resp.GetEpoch() != epoch {
 			err = fmt.Errorf("agent: renewal answered epoch %d for epoch %d", resp.GetEpoch(), epoch)
-			a.refused(epoch, ReasonEpochExpired, err)
+			a.refused(epoch, reasonEpochExpired, err)
 			return
 		}
 		if err == nil {
@@ -524,7 +524,7 @@ func (a *Agent) renew(ctx context.Context, epoch uint64, ttl time.Duration) {
 			continue
 		}
 		switch reason := refusalReason(err); reason {
-		case ReasonNodeFenced, ReasonEpochExpired, ReasonUnknownNode:
+		case reasonNodeFenced, reasonEpochExpired, reasonUnknownNode:
 			a.refused(epoch, reason, err)
 			return
 		}
@@ -562,7 +562,7 @@ func (a *Agent) refused(epoch uint64, reason string, err error) {
 	a.mu.Lock()
 	if a.st.epoch == epoch {
 		a.st.confirmedSent = time.Time{}
-		if reason != ReasonUnknownNode {
+		if reason != reasonUnknownNode {
 			a.st.fenced = true
 		}
 		a.notifyLocked()

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -25,28 +26,27 @@ const (
 	// (Unavailable) answer.
 	trailerLeaderAddr = "walden-leader-addr"
 	reasonNotLeader   = "NOT_LEADER"
-	// errorDomain is the ErrorInfo domain of fencing refusals.
-	errorDomain = "walden"
-
-	// Refusal reasons the agent acts on.
-	ReasonNodeFenced      = "NODE_FENCED"
-	ReasonEpochExpired    = "EPOCH_EXPIRED"
-	ReasonRecoveryRunning = "RECOVERY_RUNNING"
-	ReasonUnknownNode     = "UNKNOWN_NODE"
 )
 
-// refusalReason returns the walden reason of a gRPC error: the reason of its
-// ErrorInfo detail of domain "walden", or else a message that starts with an
-// upper-case REASON followed by ':'. "" when it has none.
+// Refusal reasons the agent acts on (package fencing's reasons).
+var (
+	reasonNodeFenced      = fencing.Reason(fencing.ErrNodeFenced)
+	reasonEpochExpired    = fencing.Reason(fencing.ErrEpochExpired)
+	reasonRecoveryRunning = fencing.Reason(fencing.ErrRecoveryRunning)
+	reasonUnknownNode     = fencing.Reason(fencing.ErrUnknownNode)
+)
+
+// refusalReason returns the walden reason of a gRPC error (the reason of
+// its ErrorInfo detail of domain "walden", as fencing.GRPCStatus writes it),
+// or else of a message that starts with an upper-case REASON followed by
+// ':'. "" when it has none.
 func refusalReason(err error) string {
+	if r := fencing.ReasonFromStatus(err); r != "" {
+		return r
+	}
 	s, ok := status.FromError(err)
 	if !ok || s == nil {
 		return ""
-	}
-	for _, d := range s.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
-			return info.GetReason()
-		}
 	}
 	if r, _, ok := strings.Cut(s.Message(), ":"); ok && r != "" && strings.Trim(r, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == "" {
 		return r

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -47,10 +48,9 @@ func newFakeLeader(ttl, drift time.Duration) *fakeLeader {
 	return &fakeLeader{clock: realClock{}, ttl: ttl, drift: drift, nextEpoch: 1, recoveredOffset: -1}
 }
 
-func refusal(code codes.Code, reason string) error {
-	s := status.New(code, reason+": refused by the fake leader")
-	s, _ = s.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "walden"})
-	return s.Err()
+// refusal is the status a coordinator answers for a fencing refusal.
+func refusal(reason string) error {
+	return fencing.GRPCStatus(fencing.FromReason(reason)).Err()
 }
 
 func (f *fakeLeader) Register(_ context.Context, req *waldenv1.RegisterRequest) (*waldenv1.RegisterResponse, error) {
@@ -62,7 +62,7 @@ func (f *fakeLeader) Register(_ context.Context, req *waldenv1.RegisterRequest) 
 		return nil, status.Error(codes.InvalidArgument, "cluster_name: wrong cluster")
 	}
 	if f.recoveryRunning {
-		return nil, refusal(codes.FailedPrecondition, ReasonRecoveryRunning)
+		return nil, refusal(reasonRecoveryRunning)
 	}
 	f.epoch = f.nextEpoch
 	f.nextEpoch++
@@ -80,11 +80,11 @@ func (f *fakeLeader) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseReq
 	defer f.mu.Unlock()
 	switch {
 	case f.epoch == 0:
-		return nil, refusal(codes.NotFound, ReasonUnknownNode)
+		return nil, refusal(reasonUnknownNode)
 	case f.fenced:
-		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced)
+		return nil, refusal(reasonNodeFenced)
 	case req.GetEpoch() != f.epoch:
-		return nil, refusal(codes.FailedPrecondition, ReasonEpochExpired)
+		return nil, refusal(reasonEpochExpired)
 	}
 	f.lastRecv = f.clock.Now()
 	f.renewals++
