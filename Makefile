@@ -70,3 +70,11 @@ run: build
 
 clean:
 	rm -rf $(BIN)
+
+# ---- S3: versitygw (pinned S3 gateway for the end-to-end tests) ----
+# `make versitygw` installs bin/tools/versitygw at the version pinned in
+# scripts/install-versitygw.sh (idempotent). Tests that need it skip when it is
+# missing; add `versitygw` to the prerequisites of `test` to run them.
+.PHONY: versitygw
+versitygw:
+	scripts/install-versitygw.sh

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -128,7 +129,7 @@ func StartVersity(t testing.TB, binPath string) objstore.Config {
 	}
 	cfg := objstore.FakeConfig(endpoint, Bucket)
 	cfg.AccessKeyID, cfg.SecretAccessKey = VersityAccessKeyID, VersitySecretAccessKey
-	c, err := objstore.New(context.Background(), cfg, objstore.Options{})
+	c, err := objstore.New(context.Background(), cfg, objstore.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
