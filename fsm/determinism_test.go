@@ -33,6 +33,15 @@ func randomOp(r *rand.Rand, s *fsm.State) any {
 	var job *waldenv1.Job
 	if jobs := s.Jobs("", ""); len(jobs) > 0 {
 		job = jobs[r.IntN(len(jobs))]
+		var active []*waldenv1.Job
+		for _, j := range jobs {
+			if j.GetState() == fsm.JobPending || j.GetState() == fsm.JobRunning {
+				active = append(active, j)
+			}
+		}
+		if len(active) > 0 && r.IntN(4) > 0 {
+			job = active[r.IntN(len(active))]
+		}
 	} else {
 		job = &waldenv1.Job{JobId: "job-none", Attempt: 1}
 	}
