@@ -4,9 +4,13 @@
 //
 // It owns the cluster's membership as the log describes it (ids and
 // addresses of the coordinators), the applied index and the time carried by
-// the last applied command; later work adds brokers, epochs, recovery jobs
-// and streams the same way: a field of State, a case in Apply and an apply
-// function of its own.
+// the last applied command, and walden's replicated domains, one file each:
+// brokers, observations, failover decisions and fencing tokens (brokers.go),
+// runtime policy overrides (policyops.go), the bounded event log
+// (events.go), the stream catalog (catalog.go) and the recovery jobs
+// (jobs.go). Every command is validated fully before anything changes: a
+// refused command returns an error wrapping a fencing sentinel and leaves
+// the state as it was.
 //
 // It must never read a clock, draw random numbers or do I/O: the same
 // entries in the same order produce the same State on every member. Time and
