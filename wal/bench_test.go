@@ -21,7 +21,7 @@ import (
 const (
 	benchFileSize   = 128 << 20              // WAL capacity and raw file size
 	benchRounds     = 5                      // rounds per measurement; the median is reported
-	benchPhase      = 250 * time.Millisecond // length of one append measurement
+	benchPhase      = 300 * time.Millisecond // length of one append measurement
 	benchRecoverMiB = 96                     // bytes of records written for the recovery scan
 )
 
@@ -52,8 +52,15 @@ func BenchmarkWAL(b *testing.B) {
 		for _, conc := range []int{1, 8} {
 			var wRates, rRates []rate
 			for round := 0; round < benchRounds; round++ {
-				wRates = append(wRates, benchAppendWalden(b, walPath, size, conc))
-				rRates = append(rRates, benchAppendRaw(b, rawPath, size, conc))
+				// Alternate which side goes first, so drift in the machine's
+				// load does not favour one of them.
+				if round%2 == 0 {
+					wRates = append(wRates, benchAppendWalden(b, walPath, size, conc))
+					rRates = append(rRates, benchAppendRaw(b, rawPath, size, conc))
+				} else {
+					rRates = append(rRates, benchAppendRaw(b, rawPath, size, conc))
+					wRates = append(wRates, benchAppendWalden(b, walPath, size, conc))
+				}
 			}
 			w, r := medianRate(wRates), medianRate(rRates)
 			fmt.Printf("| %s | %d | %.1f | %.0f | %.1f | %.0f | %.2f× |\n",
