@@ -126,13 +126,19 @@ type Observer struct {
 	log     *slog.Logger
 
 	mu     sync.Mutex
-	gossip map[string]GossipState // by gossip name
-	probes map[string]*probeState // by broker id
+	gossip map[string]gossipVerdict // by gossip name
+	probes map[string]*probeState   // by broker id
+}
+
+type gossipVerdict struct {
+	state GossipState
+	at    time.Time
 }
 
 type probeState struct {
 	epoch    uint64
-	ok       bool // at least one probe answered at this epoch
+	ok       bool      // at least one probe answered at this epoch
+	lastOK   time.Time // when a probe last answered
 	failures int
 	lastErr  string
 }
@@ -146,17 +152,19 @@ func NewObserver(cfg ObserverConfig, state BrokerSource, propose ProposeFunc, pr
 	return &Observer{
 		cfg: cfg, state: state, propose: propose, prober: prober,
 		log:    cfg.Logger.With("component", "observer", "node_id", cfg.NodeID),
-		gossip: map[string]GossipState{},
+		gossip: map[string]gossipVerdict{},
 		probes: map[string]*probeState{},
 	}
 }
 
 // SetGossip records gossip's verdict on the member named name. It never
-// blocks on I/O.
+// blocks on I/O. A dead or left verdict stands until a direct probe of the
+// broker answers after it (fresher evidence wins: memberlist may keep
+// refusing a restarted agent's name for a while).
 func (o *Observer) SetGossip(name string, st GossipState) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.gossip[name] = st
+	o.gossip[name] = gossipVerdict{state: st, at: time.Now()}
 }
 
 // GossipName is the gossip member name of a broker's agent: its registered
@@ -263,17 +271,19 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool) (state,
 	}
 	if probed {
 		if probeErr == nil {
-			ps.ok, ps.failures, ps.lastErr = true, 0, ""
+			ps.ok, ps.failures, ps.lastErr, ps.lastOK = true, 0, "", time.Now()
 		} else {
 			ps.failures++
 			ps.lastErr = probeErr.Error()
 		}
 	}
-	switch o.gossip[GossipName(b)] {
-	case GossipDead:
-		return StateDead, "gossip: dead", true
-	case GossipLeft:
-		return StateDead, reasonLeft, true
+	if g := o.gossip[GossipName(b)]; g.at.After(ps.lastOK) {
+		switch g.state {
+		case GossipDead:
+			return StateDead, "gossip: dead", true
+		case GossipLeft:
+			return StateDead, reasonLeft, true
+		}
 	}
 	if ps.failures >= o.cfg.SuspectAfter {
 		return StateSuspect, fmt.Sprintf("probe: %d consecutive failures: %s", ps.failures, ps.lastErr), true

@@ -304,6 +304,10 @@ type decisionState struct{ brokerState }
 
 func (s decisionState) ActiveJobs() int { return activeJobs(s.brokerState) }
 
+// proberFor returns the direct prober of a member's observer; nil means
+// HTTP probes. Tests substitute a prober that injects faults.
+var proberFor = func(*config.Server) detect.Prober { return nil }
+
 // newDetector wires detection for a member. prober nil means HTTP probes of
 // the agents' /healthz.
 func newDetector(cfg *config.Server, admin *adminService, node ClusterNode, prop proposer, state brokerState,

@@ -129,7 +129,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 		return nil, fmt.Errorf("server: admin grpc: %w", err)
 	}
 	// Failure detection: gossip, observer, decider, Agent and Brokers APIs.
-	if s.detector, err = newDetector(cfg, s.admin, node, s.node, state, s.adminLis.Addr().String(), nil, logger); err != nil {
+	if s.detector, err = newDetector(cfg, s.admin, node, s.node, state, s.adminLis.Addr().String(), proberFor(cfg), logger); err != nil {
 		return nil, err
 	}
 	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)

@@ -1,0 +1,664 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"walden/agent"
+	"walden/config"
+	"walden/detect"
+	"walden/gossip"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Timings of the detection cluster tests: short, but in the same ratios as
+// the defaults (failure_timeout > lease_ttl + drift_margin).
+const (
+	tFailureTimeout = 1500 * time.Millisecond
+	tLeaseTTL       = 600 * time.Millisecond
+	tDriftMargin    = 200 * time.Millisecond
+	tProbeInterval  = 200 * time.Millisecond
+	tProbeTimeout   = 100 * time.Millisecond
+)
+
+// probeFaults injects faults into the coordinators' direct probes: a
+// coordinator can be cut off from an agent address, or all its probes can
+// suffer loss and jitter.
+type probeFaults struct {
+	mu     sync.Mutex
+	cut    map[string]map[string]bool // node → agent addr → cut
+	lossy  map[string]bool            // node → 20% loss + up to 100ms jitter
+	rng    *rand.Rand
+	probed map[string]int // node → probes attempted (proves probes ran)
+}
+
+func newProbeFaults() *probeFaults {
+	return &probeFaults{cut: map[string]map[string]bool{}, lossy: map[string]bool{}, rng: rand.New(rand.NewPCG(1, 2)), probed: map[string]int{}}
+}
+
+func (f *probeFaults) setCut(node, addr string, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut[node] == nil {
+		f.cut[node] = map[string]bool{}
+	}
+	f.cut[node][addr] = on
+}
+
+func (f *probeFaults) prober(node string) detect.Prober {
+	real := detect.HTTPProber{}
+	return detect.ProberFunc(func(ctx context.Context, addr string) error {
+		f.mu.Lock()
+		f.probed[node]++
+		cut := f.cut[node][addr]
+		lossy := f.lossy[node]
+		drop := lossy && f.rng.Float64() < 0.2
+		jitter := time.Duration(0)
+		if lossy {
+			jitter = time.Duration(f.rng.Int64N(int64(100 * time.Millisecond)))
+		}
+		f.mu.Unlock()
+		if cut || drop {
+			<-ctx.Done()
+			return fmt.Errorf("%w: injected drop", detect.ErrProbe)
+		}
+		select {
+		case <-time.After(jitter):
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", detect.ErrProbe, ctx.Err())
+		}
+		return real.Probe(ctx, addr)
+	})
+}
+
+type detCluster struct {
+	t       *testing.T
+	faults  *probeFaults
+	cfgs    []*config.Server
+	servers []*Server
+	gossip  []string
+	conns   map[string]*grpc.ClientConn
+}
+
+func newDetCluster(t *testing.T, tweak func(p *config.Policy)) *detCluster {
+	t.Helper()
+	free := func() string {
+		l := listen(t)
+		defer l.Close()
+		return l.Addr().String()
+	}
+	c := &detCluster{t: t, faults: newProbeFaults(), conns: map[string]*grpc.ClientConn{}}
+	var initial []config.Member
+	for _, id := range []string{"c1", "c2", "c3"} {
+		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
+		c.gossip = append(c.gossip, free())
+	}
+	old := proberFor
+	proberFor = func(cfg *config.Server) detect.Prober { return c.faults.prober(cfg.NodeID) }
+	t.Cleanup(func() { proberFor = old })
+	for i, m := range initial {
+		cfg := config.DefaultServerConfig()
+		cfg.ClusterName, cfg.NodeID = "det", m.ID
+		cfg.DataDir = filepath.Join(t.TempDir(), m.ID)
+		cfg.Listen = config.Listen{Admin: m.Admin, Raft: m.Raft}
+		cfg.InitialCluster = initial
+		cfg.Raft.TickInterval = 20 * time.Millisecond
+		cfg.Gossip.BindAddr = c.gossip[i]
+		cfg.Gossip.Join = c.gossip
+		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = tProbeInterval, tProbeTimeout
+		cfg.Gossip.GossipInterval = 50 * time.Millisecond
+		cfg.Gossip.RejoinInterval = 500 * time.Millisecond
+		cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
+		if tweak != nil {
+			tweak(&cfg.Policy)
+		}
+		c.cfgs = append(c.cfgs, cfg)
+	}
+	for _, cfg := range c.cfgs {
+		c.servers = append(c.servers, startServer(t, cfg))
+	}
+	for _, m := range initial {
+		conn, err := grpc.NewClient(m.Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		waitServing(t, conn)
+		c.conns[m.ID] = conn
+	}
+	return c
+}
+
+func (c *detCluster) leader() *Server {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range c.servers {
+			if s.node.IsLeader() {
+				return s
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatal("no leader")
+	return nil
+}
+
+func (c *detCluster) brokers(id string) waldenv1.BrokersClient {
+	return waldenv1.NewBrokersClient(c.conns[id])
+}
+
+// broker reads a broker from the leader's replicated state.
+func (c *detCluster) broker(id string) *waldenv1.Broker {
+	b, _ := c.leader().detector.d.state.Broker(id)
+	return b
+}
+
+func (c *detCluster) startAgent(id string, coordinators []string) *agent.Agent {
+	c.t.Helper()
+	cfg := config.DefaultAgentConfig()
+	cfg.BrokerID, cfg.ClusterName = id, "det"
+	if coordinators == nil {
+		for _, conn := range c.conns {
+			coordinators = append(coordinators, conn.Target())
+		}
+	}
+	cfg.Coordinators = coordinators
+	cfg.Listen = "127.0.0.1:0"
+	cfg.WAL = config.WALLocation{VolumeID: "vol-" + id, Path: "/nonexistent/" + id + ".wal"}
+	cfg.LeaseSafetyMargin = 150 * time.Millisecond
+	cfg.Gossip = gossip.DefaultConfig()
+	cfg.Gossip.BindAddr = "127.0.0.1:0"
+	cfg.Gossip.Join = c.gossip
+	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = tProbeInterval, tProbeTimeout
+	cfg.Gossip.GossipInterval = 50 * time.Millisecond
+	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), RegisterBackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = a.Stop(false) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.WaitRegistered(ctx); err != nil {
+		c.t.Fatalf("agent %s: %v", id, err)
+	}
+	return a
+}
+
+// waitAllAlive waits until every coordinator's committed observation of
+// the brokers says alive.
+func (c *detCluster) waitAllAlive(ids ...string) {
+	c.t.Helper()
+	c.waitFor("every coordinator observes "+fmt.Sprint(ids)+" alive", 10*time.Second, func() bool {
+		for _, id := range ids {
+			b := c.broker(id)
+			if b == nil || len(b.GetObservations()) != 3 {
+				return false
+			}
+			for _, o := range b.GetObservations() {
+				if o.GetState() != detect.StateAlive {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func (c *detCluster) waitFor(what string, d time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// hold checks for d that cond stays true.
+func (c *detCluster) hold(what string, d time.Duration, cond func() bool) {
+	c.t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if !cond() {
+			c.t.Fatalf("broken while holding: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *detCluster) events(broker, kind string) []*waldenv1.Event {
+	var out []*waldenv1.Event
+	for _, e := range c.leader().detector.d.state.Events(broker, 0) {
+		if e.GetKind() == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func TestDetectAgentKilledFailedOnceAfterTimeout(t *testing.T) {
+	c := newDetCluster(t, nil)
+	a1 := c.startAgent("b1", nil)
+	c.startAgent("b2", nil)
+	c.waitAllAlive("b1", "b2")
+	before := c.broker("b1")
+
+	killed := time.Now()
+	_ = a1.Stop(false)
+	c.waitFor("b1 failed", 20*time.Second, func() bool { return c.broker("b1").GetFenced() })
+	failedSeen := time.Since(killed)
+	if failedSeen < tFailureTimeout {
+		t.Fatalf("declared failed %v after the kill, before failure_timeout %v", failedSeen, tFailureTimeout)
+	}
+	// The evidence says the leader measured the whole timeout and an
+	// expired lease.
+	ds := c.events("b1", "decision")
+	if len(ds) != 1 {
+		t.Fatalf("decision events %v", ds)
+	}
+	ev := ds[0].GetEvidence()
+	if ev.GetSuspectForMs() < tFailureTimeout.Milliseconds() || ev.GetLeaseExpiredForMs() < tDriftMargin.Milliseconds() ||
+		ev.GetSuspicionQuorum() != 2 || len(ev.GetObservations()) < 2 || ev.GetManual() {
+		t.Fatalf("evidence %v", ev)
+	}
+	// Exactly one epoch bump, and it stays so.
+	c.hold("one failover of b1, b2 untouched", 3*tFailureTimeout, func() bool {
+		b := c.broker("b1")
+		return b.GetEpoch() > before.GetEpoch() && b.GetFailovers() == 1 && !c.broker("b2").GetFenced()
+	})
+	if len(c.events("b1", "decision")) != 1 {
+		t.Fatal("more than one decision")
+	}
+
+	// The API: the broker as an operator sees it.
+	resp, err := c.brokers("c2").GetBroker(context.Background(), &waldenv1.GetBrokerRequest{BrokerId: "b1"})
+	if err != nil || resp.GetBroker().GetState() != detect.StateFailed || !resp.GetBroker().GetFenced() {
+		t.Fatalf("GetBroker %v %v", resp, err)
+	}
+	list, err := c.brokers("c3").ListBrokers(context.Background(), &waldenv1.ListBrokersRequest{})
+	if err != nil || len(list.GetBrokers()) != 2 {
+		t.Fatalf("ListBrokers %v %v", list, err)
+	}
+	for _, b := range list.GetBrokers() {
+		if b.GetBrokerId() == "b2" && (b.GetLeaseRemainingMs() <= 0 || b.GetLeaseRemainingMs() > tLeaseTTL.Milliseconds()) {
+			t.Fatalf("b2 lease remaining %d from a follower (forwarded to the leader)", b.GetLeaseRemainingMs())
+		}
+	}
+}
+
+func TestDetectOneCoordinatorCutOffNeverFailsOver(t *testing.T) {
+	c := newDetCluster(t, nil)
+	a1 := c.startAgent("b1", nil)
+	c.waitAllAlive("b1")
+	// c2 loses the broker entirely: its probes are dropped and its gossip
+	// says dead (the worst gossip could say).
+	c.faults.setCut("c2", a1.Addr(), true)
+	c2 := c.servers[1]
+	stop := make(chan struct{})
+	go func() {
+		for {
+			c2.detector.observer.SetGossip("agent/b1", detect.GossipDead)
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	defer close(stop)
+	c.waitFor("c2 observes b1 suspect or dead", 10*time.Second, func() bool {
+		for _, o := range c.broker("b1").GetObservations() {
+			if o.GetObserverId() == "c2" && o.GetState() != detect.StateAlive {
+				return true
+			}
+		}
+		return false
+	})
+	c.hold("b1 never failed over", 4*tFailureTimeout, func() bool {
+		b := c.broker("b1")
+		return !b.GetFenced() && b.GetFailovers() == 0
+	})
+	if a1.Lease().Valid == false {
+		t.Fatal("b1's lease was lost although only one coordinator lost sight of it")
+	}
+}
+
+func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
+	c := newDetCluster(t, nil)
+	c.startAgent("b1", nil)
+	c.startAgent("b2", nil)
+	c.waitAllAlive("b1", "b2")
+	c.faults.mu.Lock()
+	c.faults.lossy["c3"] = true
+	n0 := c.faults.probed["c3"]
+	c.faults.mu.Unlock()
+	c.hold("no failover under 20% loss and jitter on c3's probes", 5*tFailureTimeout, func() bool {
+		return !c.broker("b1").GetFenced() && !c.broker("b2").GetFenced()
+	})
+	c.faults.mu.Lock()
+	n := c.faults.probed["c3"] - n0
+	c.faults.mu.Unlock()
+	if n < 20 {
+		t.Fatalf("only %d probes ran on c3", n)
+	}
+}
+
+func TestDetectAgentCutOffSelfFencesBeforeFailed(t *testing.T) {
+	c := newDetCluster(t, nil)
+	// The agent reaches the coordinators through proxies the test can cut.
+	var proxies []*cutProxy
+	var addrs []string
+	for _, id := range []string{"c1", "c2", "c3"} {
+		p := newCutProxy(t, c.conns[id].Target())
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.addr())
+	}
+	a1 := c.startAgent("b1", addrs)
+	c.waitAllAlive("b1")
+	c.waitFor("b1's lease valid", 5*time.Second, func() bool { return a1.Lease().Valid })
+
+	var invalidAt, fencedAt time.Time
+	for _, p := range proxies {
+		p.cut()
+	}
+	for _, s := range c.cfgs {
+		c.faults.setCut(s.NodeID, a1.Addr(), true)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for fencedAt.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("b1 never declared failed")
+		}
+		valid := a1.Lease().Valid
+		fenced := c.broker("b1").GetFenced()
+		now := time.Now()
+		if !valid && invalidAt.IsZero() {
+			invalidAt = now
+		}
+		if fenced {
+			fencedAt = now
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if invalidAt.IsZero() || !invalidAt.Before(fencedAt) {
+		t.Fatalf("lease invalid at %v, failed at %v: the agent must stop first", invalidAt, fencedAt)
+	}
+	t.Logf("agent self-fenced %v before the decision was seen", fencedAt.Sub(invalidAt))
+}
+
+func TestDetectMassSuspicionFreezes(t *testing.T) {
+	c := newDetCluster(t, nil)
+	a1 := c.startAgent("b1", nil)
+	a2 := c.startAgent("b2", nil)
+	c.startAgent("b3", nil)
+	c.waitAllAlive("b1", "b2", "b3")
+	_ = a1.Stop(false)
+	_ = a2.Stop(false)
+	c.waitFor("freeze event", 20*time.Second, func() bool { return len(c.events("", "freeze")) > 0 })
+	c.hold("no decision while frozen", 3*tFailureTimeout, func() bool {
+		return !c.broker("b1").GetFenced() && !c.broker("b2").GetFenced() && len(c.events("", "decision")) == 0
+	})
+	if n := len(c.events("", "freeze")); n != 1 {
+		t.Fatalf("%d freeze events, want 1", n)
+	}
+	// The operator can still fail one over by hand.
+	resp, err := c.brokers("c1").Failover(context.Background(), &waldenv1.FailoverRequest{BrokerId: "b1", Reason: "host b1 lost"})
+	if err != nil || resp.GetNewEpoch() == 0 || resp.GetJobId() == "" {
+		t.Fatalf("manual failover %v %v", resp, err)
+	}
+	ev := c.events("b1", "decision")
+	if len(ev) != 1 || !ev[0].GetEvidence().GetManual() {
+		t.Fatalf("decision events %v", ev)
+	}
+	// A second manual failover of the same epoch is refused by the fencing.
+	_, err = c.brokers("c2").Failover(context.Background(), &waldenv1.FailoverRequest{BrokerId: "b1", Reason: "again"})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("second failover: %v", err)
+	}
+}
+
+func TestDetectLeaderChangeWhileSuspectDecidesOnce(t *testing.T) {
+	c := newDetCluster(t, nil)
+	a1 := c.startAgent("b1", nil)
+	c.startAgent("b2", nil)
+	c.waitAllAlive("b1", "b2")
+	epoch := c.broker("b1").GetEpoch()
+	_ = a1.Stop(false)
+	c.waitFor("a quorum observes b1 suspect", 10*time.Second, func() bool {
+		n := 0
+		for _, o := range c.broker("b1").GetObservations() {
+			if o.GetState() != detect.StateAlive {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	old := c.leader()
+	var target string
+	for _, cfg := range c.cfgs {
+		if cfg.NodeID != old.cfg.NodeID {
+			target = cfg.NodeID
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.node.TransferLeadership(ctx, target); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("transfer: %v", err)
+	}
+	elected := time.Now()
+	c.waitFor("b1 failed under the new leader", 20*time.Second, func() bool { return c.broker("b1").GetFenced() })
+	if since := time.Since(elected); since < tFailureTimeout {
+		t.Fatalf("decided %v after the leader change, before a full failure_timeout", since)
+	}
+	c.hold("exactly one decision", 2*tFailureTimeout, func() bool {
+		b := c.broker("b1")
+		return b.GetFailovers() == 1 && b.GetEpoch() > epoch && len(c.events("b1", "decision")) == 1
+	})
+}
+
+func TestDetectDryRunRecordsOnly(t *testing.T) {
+	c := newDetCluster(t, func(p *config.Policy) { p.DryRun = true })
+	a1 := c.startAgent("b1", nil)
+	c.waitAllAlive("b1")
+	epoch := c.broker("b1").GetEpoch()
+	_ = a1.Stop(false)
+	c.waitFor("dry_run event", 20*time.Second, func() bool { return len(c.events("b1", "dry_run")) > 0 })
+	c.hold("nothing fenced, one dry run", 2*tFailureTimeout, func() bool {
+		b := c.broker("b1")
+		return !b.GetFenced() && b.GetEpoch() == epoch && len(c.events("b1", "dry_run")) == 1 && len(c.events("b1", "decision")) == 0
+	})
+}
+
+func TestDetectFlappingBlockedByCooldownUntilAck(t *testing.T) {
+	c := newDetCluster(t, nil)
+	a1 := c.startAgent("b1", nil)
+	c.startAgent("b2", nil)
+	c.startAgent("b3", nil)
+	c.waitAllAlive("b1", "b2", "b3")
+	_ = a1.Stop(false)
+	c.waitFor("b1 failed", 20*time.Second, func() bool { return c.broker("b1").GetFenced() })
+	// The recovery finishes (the executor is another package: finish the
+	// job through raft as it would).
+	b := c.broker("b1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	job, _ := c.leader().detector.d.state.(interface {
+		Job(string) (*waldenv1.Job, bool)
+	}).Job(b.GetLastJobId())
+	if _, err := c.leader().node.Propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_FinishJob{FinishJob: &waldenv1.FinishJob{
+		JobId: b.GetLastJobId(), Attempt: job.GetAttempt(), State: "succeeded", RecoveredWalOffset: 0,
+	}}}); err != nil {
+		t.Fatalf("finish job: %v", err)
+	}
+	c.waitFor("b1 recovered", 5*time.Second, func() bool { return c.broker("b1").GetState() == detect.StateRecovered })
+	// It comes back, registers again, and dies again within the cooldown.
+	a1 = c.startAgent("b1", nil)
+	c.waitAllAlive("b1")
+	epoch := c.broker("b1").GetEpoch()
+	_ = a1.Stop(false)
+	c.waitFor("cooldown event", 20*time.Second, func() bool { return c.broker("b1").GetCooldownBlocked() })
+	c.hold("blocked by the cooldown", 2*tFailureTimeout, func() bool {
+		b := c.broker("b1")
+		return !b.GetFenced() && b.GetEpoch() == epoch && len(c.events("b1", "cooldown")) == 1
+	})
+	if _, err := c.brokers("c3").Ack(context.Background(), &waldenv1.AckRequest{BrokerId: "b1"}); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	c.waitFor("b1 failed after the ack", 20*time.Second, func() bool { return c.broker("b1").GetFenced() })
+	if b := c.broker("b1"); b.GetFailovers() != 2 {
+		t.Fatalf("failovers %d", b.GetFailovers())
+	}
+}
+
+func TestBrokersPolicyAPI(t *testing.T) {
+	c := newDetCluster(t, nil)
+	cl := c.brokers("c2")
+	ctx := context.Background()
+	got, err := cl.GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
+	if err != nil || got.GetPolicy().GetFailureTimeoutMs() != tFailureTimeout.Milliseconds() {
+		t.Fatalf("get policy %v %v", got, err)
+	}
+	for _, e := range got.GetEntries() {
+		if e.GetKey() == "failure_timeout" && e.GetSource() != "config" {
+			t.Fatalf("entry %v", e)
+		}
+	}
+	// An unsafe combination is refused before anything is proposed.
+	_, err = cl.SetPolicy(ctx, &waldenv1.SetPolicyRequest{Set: map[string]string{"lease_ttl": "2s"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "failure_timeout") {
+		t.Fatalf("unsafe set: %v", err)
+	}
+	_, err = cl.SetPolicy(ctx, &waldenv1.SetPolicyRequest{Set: map[string]string{"max_failed_fraction": "2"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "max_failed_fraction") {
+		t.Fatalf("bad value: %v", err)
+	}
+	set, err := cl.SetPolicy(ctx, &waldenv1.SetPolicyRequest{Set: map[string]string{"failure_timeout": "3s", "cooldown": "1m"}})
+	if err != nil || set.GetPolicy().GetFailureTimeoutMs() != 3000 || set.GetPolicy().GetCooldownMs() != 60000 {
+		t.Fatalf("set %v %v", set, err)
+	}
+	if n := len(c.events("", "policy")); n != 1 {
+		t.Fatalf("policy events %d", n)
+	}
+	un, err := cl.SetPolicy(ctx, &waldenv1.SetPolicyRequest{Unset: []string{"failure_timeout"}})
+	if err != nil || un.GetPolicy().GetFailureTimeoutMs() != tFailureTimeout.Milliseconds() {
+		t.Fatalf("unset %v %v", un, err)
+	}
+	// Unknown broker and bad arguments.
+	if _, err := cl.GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown broker: %v", err)
+	}
+	if _, err := cl.Failover(ctx, &waldenv1.FailoverRequest{BrokerId: "b1"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("failover without reason: %v", err)
+	}
+	ag := waldenv1.NewAgentClient(c.conns["c3"])
+	if _, err := ag.Register(ctx, &waldenv1.RegisterRequest{ClusterName: "other", BrokerId: "b1", AgentAddr: "127.0.0.1:1"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("foreign cluster register: %v", err)
+	}
+	r, err := ag.Register(ctx, &waldenv1.RegisterRequest{ClusterName: "det", BrokerId: "b9", AgentAddr: "127.0.0.1:1"})
+	if err != nil || r.GetEpoch() == 0 || r.GetLeaseTtlMs() != tLeaseTTL.Milliseconds() {
+		t.Fatalf("register via a follower: %v %v", r, err)
+	}
+	if _, err := ag.RenewLease(ctx, &waldenv1.RenewLeaseRequest{BrokerId: "b9", Epoch: r.GetEpoch() + 5}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("renew with a wrong epoch: %v", err)
+	}
+	if _, err := ag.RenewLease(ctx, &waldenv1.RenewLeaseRequest{BrokerId: "b9", Epoch: r.GetEpoch()}); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	m, err := cl.SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: "b9", On: true})
+	if err != nil || m.GetBroker().GetState() != detect.StateMaintenance {
+		t.Fatalf("maintenance %v %v", m, err)
+	}
+	evs, err := cl.ListEvents(ctx, &waldenv1.ListEventsRequest{BrokerId: "b9", Limit: 1})
+	if err != nil || len(evs.GetEvents()) != 1 || evs.GetEvents()[0].GetKind() != "maintenance" {
+		t.Fatalf("events %v %v", evs, err)
+	}
+}
+
+// cutProxy stands between an agent and one coordinator's admin address, so
+// that a test can cut the agent off from the coordinators.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	isCut  bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	p := &cutProxy{ln: listen(t), target: target}
+	t.Cleanup(func() { _ = p.ln.Close(); p.cut() })
+	go func() {
+		for {
+			in, err := p.ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.isCut {
+				p.mu.Unlock()
+				_ = in.Close()
+				continue
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				_ = in.Close()
+				continue
+			}
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go pipe(in, out)
+			go pipe(out, in)
+		}
+	}()
+	return p
+}
+
+func pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+// cut closes every proxied connection and refuses new ones.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.isCut = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
