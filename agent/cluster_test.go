@@ -1,0 +1,224 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"walden/agent"
+	"walden/config"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/server"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %s: %v", what, d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAgentWithRealCluster runs the agent against three in-process
+// coordinators: it registers through a follower (forwarded to the leader),
+// renews, appears in the leader's broker table with its endpoint, and after a
+// manual failover reports fenced:true and waits while the recovery job runs.
+func TestAgentWithRealCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a three-member cluster")
+	}
+	type member struct{ id, admin, raft, gossip string }
+	var members []member
+	var initial []config.Member
+	var gossipAddrs []string
+	for _, id := range []string{"c1", "c2", "c3"} {
+		m := member{id: id, admin: freeAddr(t), raft: freeAddr(t), gossip: freeAddr(t)}
+		members = append(members, m)
+		initial = append(initial, config.Member{ID: id, Raft: m.raft, Admin: m.admin})
+		gossipAddrs = append(gossipAddrs, m.gossip)
+	}
+	for _, m := range members {
+		cfg := config.DefaultServerConfig()
+		cfg.ClusterName, cfg.NodeID = "demo", m.id
+		cfg.DataDir = filepath.Join(t.TempDir(), m.id)
+		cfg.Listen = config.Listen{Admin: m.admin, Raft: m.raft}
+		cfg.InitialCluster = initial
+		cfg.Raft.TickInterval = 20 * time.Millisecond
+		cfg.Gossip.BindAddr = m.gossip
+		cfg.Gossip.Join = gossipAddrs
+		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+		cfg.Gossip.GossipInterval = 50 * time.Millisecond
+		cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin, cfg.Policy.FailureTimeout = time.Second, 200*time.Millisecond, 3*time.Second
+		s, err := server.New(cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Error("server did not stop")
+			}
+		})
+	}
+
+	conns := map[string]*grpc.ClientConn{}
+	for _, m := range members {
+		c, err := grpc.NewClient(m.admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns[m.id] = c
+	}
+	var leaderID string
+	waitUntil(t, 15*time.Second, "a leader", func() error {
+		st, err := waldenv1.NewClusterClient(conns["c1"]).Status(context.Background(), &waldenv1.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		if st.GetLeaderId() == "" {
+			return errors.New("no leader yet")
+		}
+		leaderID = st.GetLeaderId()
+		return nil
+	})
+	// The agent knows only one follower.
+	var follower string
+	for _, m := range members {
+		if m.id != leaderID {
+			follower = m.admin
+			break
+		}
+	}
+
+	cfg := config.DefaultAgentConfig()
+	cfg.BrokerID, cfg.ClusterName = "b1", "demo"
+	cfg.Coordinators = []string{follower}
+	cfg.Listen = "127.0.0.1:0"
+	cfg.WAL = config.WALLocation{VolumeID: "vol-b1", Path: "/var/lib/broker/b1.wal"}
+	cfg.LeaseSafetyMargin = 100 * time.Millisecond
+	cfg.Gossip.BindAddr = "127.0.0.1:0"
+	cfg.Gossip.Join = gossipAddrs
+	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+	cfg.Gossip.GossipInterval = 50 * time.Millisecond
+	logs := &lockedBuffer{}
+	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), RegisterBackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(false) })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	l, err := a.WaitRegistered(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Epoch == 0 || !l.Valid || l.Fenced {
+		t.Fatalf("lease after registration %+v", l)
+	}
+
+	brokers := waldenv1.NewBrokersClient(conns[leaderID])
+	waitUntil(t, 10*time.Second, "broker in the leader's table with a lease", func() error {
+		resp, err := brokers.GetBroker(context.Background(), &waldenv1.GetBrokerRequest{BrokerId: "b1"})
+		if err != nil {
+			return err
+		}
+		b := resp.GetBroker()
+		if b.GetEpoch() != l.Epoch || b.GetAgentAddr() != a.Addr() || b.GetLeaseRemainingMs() <= 0 || b.GetFenced() {
+			return errors.New("broker " + b.String())
+		}
+		return nil
+	})
+
+	fo, err := brokers.Failover(context.Background(), &waldenv1.FailoverRequest{BrokerId: "b1", Reason: "agent test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fo.GetNewEpoch() <= l.Epoch {
+		t.Fatalf("failover epoch %d, lease epoch %d", fo.GetNewEpoch(), l.Epoch)
+	}
+	waitUntil(t, 10*time.Second, "fenced", func() error {
+		if got := a.Lease(); !got.Fenced || got.Valid || got.Epoch != l.Epoch {
+			return errors.New("lease not fenced yet")
+		}
+		return nil
+	})
+	if err := a.Check(); !errors.Is(err, agent.ErrFenced) {
+		t.Fatalf("Check = %v, want ErrFenced", err)
+	}
+	resp, err := http.Get("http://" + a.Addr() + "/v1/lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body agent.LeaseJSON
+	err = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if err != nil || body != (agent.LeaseJSON{BrokerID: "b1", Epoch: l.Epoch, Fenced: true}) {
+		t.Fatalf("/v1/lease = %+v, %v", body, err)
+	}
+	// No executor finishes the recovery job here: the cluster refuses the
+	// registration with RECOVERY_RUNNING, and the broker stays fenced on its
+	// old epoch.
+	waitUntil(t, 10*time.Second, "registration refused while the recovery job runs", func() error {
+		if !strings.Contains(logs.String(), "registration waits while a recovery job for it is running") {
+			return errors.New("no RECOVERY_RUNNING answer yet")
+		}
+		return nil
+	})
+	if got := a.Lease(); !got.Fenced || got.Valid || got.Epoch != l.Epoch {
+		t.Fatalf("lease while the recovery job runs %+v", got)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
