@@ -189,9 +189,11 @@ type Broker struct {
 	// cooldown_blocked is set when the broker looked failed again within the
 	// cooldown after a recovery: automatic failover waits for an operator ack.
 	CooldownBlocked bool `protobuf:"varint,14,opt,name=cooldown_blocked,json=cooldownBlocked,proto3" json:"cooldown_blocked,omitempty"`
-	// recovered_wal_offset is the WAL offset up to which the last recovery
-	// uploaded the broker's WAL (the broker trims to it when it registers
-	// again); -1 when no recovery ran since the last registration.
+	// recovered_wal_offset is the WAL offset up to which the last successful
+	// recovery uploaded the broker's WAL (the broker trims to it when it
+	// registers again); -1 when no recovery of the broker ever succeeded. It is
+	// kept across registrations, so that a retried registration gets it too
+	// (trimming to it again is harmless).
 	RecoveredWalOffset int64 `protobuf:"varint,15,opt,name=recovered_wal_offset,json=recoveredWalOffset,proto3" json:"recovered_wal_offset,omitempty"`
 	// gossip_name is the broker's agent's name in the gossip pool.
 	GossipName string `protobuf:"bytes,16,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
