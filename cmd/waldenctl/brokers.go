@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+func init() {
+	commands = append(commands, newBrokersCmd, newBrokerCmd, newFailoverCmd, newAckCmd, newMaintenanceCmd)
+}
+
+func brokersClient(conn grpc.ClientConnInterface) waldenv1.BrokersClient {
+	return waldenv1.NewBrokersClient(conn)
+}
+
+func newBrokersCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "brokers",
+		Short: "List the registered brokers: state, epoch, lease and observations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var resp *waldenv1.ListBrokersResponse
+			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = brokersClient(conn).ListBrokers(ctx, &waldenv1.ListBrokersRequest{}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) { printBrokers(w, resp.GetBrokers()) })
+		},
+	}
+}
+
+func printBrokers(w io.Writer, brokers []*waldenv1.Broker) {
+	fmt.Fprintln(w, "BROKER\tSTATE\tEPOCH\tFENCED\tLEASE\tOBSERVATIONS\tFAILOVERS\tAGENT")
+	for _, b := range brokers {
+		var obs []string
+		for _, o := range b.GetObservations() {
+			obs = append(obs, o.GetObserverId()+"="+o.GetState())
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%t\t%s\t%s\t%d\t%s\n", b.GetBrokerId(), b.GetState(), b.GetEpoch(), b.GetFenced(),
+			leaseText(b.GetLeaseRemainingMs()), orDash(strings.Join(obs, ",")), b.GetFailovers(), orDash(b.GetAgentAddr()))
+	}
+}
+
+// leaseText shows lease_remaining_ms: "-" when the answering member cannot
+// tell (-1), "expired" at 0.
+func leaseText(ms int64) string {
+	switch {
+	case ms < 0:
+		return "-"
+	case ms == 0:
+		return "expired"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+func unixText(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	t := time.UnixMilli(ms).UTC()
+	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), time.Since(t).Truncate(time.Second))
+}
+
+func newBrokerCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "broker ID",
+		Short: "Show one broker: state, epoch, lease remaining and each coordinator's observation since when",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var resp *waldenv1.GetBrokerResponse
+			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = brokersClient(conn).GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: args[0]}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) { printBroker(w, resp.GetBroker()) })
+		},
+	}
+}
+
+func printBroker(w io.Writer, b *waldenv1.Broker) {
+	fmt.Fprintf(w, "broker:\t%s\n", b.GetBrokerId())
+	fmt.Fprintf(w, "state:\t%s\n", b.GetState())
+	fmt.Fprintf(w, "epoch:\t%d\n", b.GetEpoch())
+	fmt.Fprintf(w, "fenced:\t%t\n", b.GetFenced())
+	fmt.Fprintf(w, "maintenance:\t%t\n", b.GetMaintenance())
+	fmt.Fprintf(w, "lease remaining:\t%s\n", leaseText(b.GetLeaseRemainingMs()))
+	fmt.Fprintf(w, "agent:\t%s\n", orDash(b.GetAgentAddr()))
+	fmt.Fprintf(w, "broker addr:\t%s\n", orDash(b.GetBrokerAddr()))
+	fmt.Fprintf(w, "wal:\t%s %s\n", orDash(b.GetWal().GetVolumeId()), orDash(b.GetWal().GetPath()))
+	fmt.Fprintf(w, "registered:\t%s\n", unixText(b.GetRegisteredUnixMs()))
+	fmt.Fprintf(w, "failed:\t%s\n", unixText(b.GetFailedUnixMs()))
+	fmt.Fprintf(w, "recovered:\t%s\n", unixText(b.GetRecoveredUnixMs()))
+	fmt.Fprintf(w, "failovers:\t%d\n", b.GetFailovers())
+	fmt.Fprintf(w, "last job:\t%s\n", orDash(b.GetLastJobId()))
+	fmt.Fprintf(w, "cooldown blocked:\t%t\n", b.GetCooldownBlocked())
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "OBSERVER\tSTATE\tSINCE\tREASON")
+	for _, o := range b.GetObservations() {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", o.GetObserverId(), o.GetState(), unixText(o.GetSinceUnixMs()), orDash(o.GetReason()))
+	}
+}
+
+func newFailoverCmd(c *cli) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "failover ID --reason TEXT",
+		Short: "Declare a broker failed now: skips the timeouts and policy gates, never the fencing",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var resp *waldenv1.FailoverResponse
+			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = brokersClient(conn).Failover(ctx, &waldenv1.FailoverRequest{BrokerId: args[0], Reason: reason}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) {
+				if resp.GetDryRun() {
+					fmt.Fprintf(w, "dry run: broker %s would be fenced (recorded in the event log)\n", resp.GetBrokerId())
+					return
+				}
+				fmt.Fprintf(w, "broker %s fenced: new epoch %d, recovery job %s\n", resp.GetBrokerId(), resp.GetNewEpoch(), resp.GetJobId())
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why the broker is failed over (kept in the event log)")
+	_ = cmd.MarkFlagRequired("reason")
+	return cmd
+}
+
+func newAckCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ack ID",
+		Short: "Acknowledge a broker: clears its cooldown block so automatic failover applies again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var resp *waldenv1.AckResponse
+			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = brokersClient(conn).Ack(ctx, &waldenv1.AckRequest{BrokerId: args[0]}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) {
+				fmt.Fprintf(w, "broker %s acknowledged (state %s, epoch %d)\n", resp.GetBroker().GetBrokerId(), resp.GetBroker().GetState(), resp.GetBroker().GetEpoch())
+			})
+		},
+	}
+}
+
+func newMaintenanceCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:       "maintenance on|off ID",
+		Short:     "Turn a broker's maintenance on (no automatic failover) or off",
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"on", "off"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var on bool
+			switch args[0] {
+			case "on":
+				on = true
+			case "off":
+			default:
+				return fmt.Errorf("maintenance: first argument must be on or off, got %q", args[0])
+			}
+			var resp *waldenv1.SetMaintenanceResponse
+			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = brokersClient(conn).SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: args[1], On: on}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) {
+				fmt.Fprintf(w, "broker %s maintenance %s (state %s)\n", resp.GetBroker().GetBrokerId(), args[0], resp.GetBroker().GetState())
+			})
+		},
+	}
+}

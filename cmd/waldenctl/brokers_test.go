@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// fakeBrokers is a walden.v1.Brokers server with canned answers.
+type fakeBrokers struct {
+	waldenv1.UnimplementedBrokersServer
+	brokers []*waldenv1.Broker
+	got     []any
+}
+
+func (f *fakeBrokers) ListBrokers(context.Context, *waldenv1.ListBrokersRequest) (*waldenv1.ListBrokersResponse, error) {
+	return &waldenv1.ListBrokersResponse{Brokers: f.brokers}, nil
+}
+
+func (f *fakeBrokers) GetBroker(_ context.Context, r *waldenv1.GetBrokerRequest) (*waldenv1.GetBrokerResponse, error) {
+	for _, b := range f.brokers {
+		if b.GetBrokerId() == r.GetBrokerId() {
+			return &waldenv1.GetBrokerResponse{Broker: b}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "broker %q is not registered", r.GetBrokerId())
+}
+
+func (f *fakeBrokers) Failover(_ context.Context, r *waldenv1.FailoverRequest) (*waldenv1.FailoverResponse, error) {
+	f.got = append(f.got, r)
+	return &waldenv1.FailoverResponse{BrokerId: r.GetBrokerId(), NewEpoch: 8, JobId: "job-b1-8"}, nil
+}
+
+func (f *fakeBrokers) SetMaintenance(_ context.Context, r *waldenv1.SetMaintenanceRequest) (*waldenv1.SetMaintenanceResponse, error) {
+	f.got = append(f.got, r)
+	return &waldenv1.SetMaintenanceResponse{Broker: &waldenv1.Broker{BrokerId: r.GetBrokerId(), State: "maintenance"}}, nil
+}
+
+func (f *fakeBrokers) SetPolicy(_ context.Context, r *waldenv1.SetPolicyRequest) (*waldenv1.SetPolicyResponse, error) {
+	f.got = append(f.got, r)
+	if _, ok := r.GetSet()["lease_ttl"]; ok {
+		return nil, status.Error(codes.InvalidArgument, "failure_timeout: must be greater than lease_ttl + drift_margin")
+	}
+	return &waldenv1.SetPolicyResponse{Entries: []*waldenv1.PolicyEntry{{Key: "failure_timeout", Value: "8s", Source: "runtime", SetIndex: 40}}}, nil
+}
+
+func (f *fakeBrokers) ListEvents(_ context.Context, r *waldenv1.ListEventsRequest) (*waldenv1.ListEventsResponse, error) {
+	f.got = append(f.got, r)
+	return &waldenv1.ListEventsResponse{Events: []*waldenv1.Event{{Index: 9, UnixMs: 1700000000000, Kind: "decision", BrokerId: "b1", Actor: "c1", Message: "declared failed"}}}, nil
+}
+
+func serveBrokers(t *testing.T, f *fakeBrokers) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	waldenv1.RegisterBrokersServer(s, f)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return l.Addr().String()
+}
+
+func sampleBrokers() []*waldenv1.Broker {
+	return []*waldenv1.Broker{
+		{BrokerId: "b1", State: "failed", Epoch: 7, Fenced: true, LeaseRemainingMs: 0, Failovers: 1,
+			Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "dead", SinceUnixMs: 1700000000000, Reason: "gossip: dead"}}},
+		{BrokerId: "b2", State: "alive", Epoch: 3, LeaseRemainingMs: 2500},
+	}
+}
+
+func TestBrokersJSONShape(t *testing.T) {
+	addr := serveBrokers(t, &fakeBrokers{brokers: sampleBrokers()})
+	code, out, errOut := runCtl(t, "--endpoints", addr, "brokers", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		Brokers []map[string]any `json:"brokers"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(doc.Brokers) != 2 {
+		t.Fatalf("%s", out)
+	}
+	for _, k := range []string{"broker_id", "state", "epoch", "lease_remaining_ms", "observations"} {
+		if _, ok := doc.Brokers[1][k]; !ok {
+			t.Fatalf("key %s missing from %v", k, doc.Brokers[1])
+		}
+	}
+	obs := doc.Brokers[0]["observations"].([]any)[0].(map[string]any)
+	for _, k := range []string{"observer_id", "state", "since_unix_ms"} {
+		if _, ok := obs[k]; !ok {
+			t.Fatalf("key %s missing from %v", k, obs)
+		}
+	}
+}
+
+func TestBrokersTables(t *testing.T) {
+	f := &fakeBrokers{brokers: sampleBrokers()}
+	addr := serveBrokers(t, f)
+	code, out, _ := runCtl(t, "--endpoints", addr, "brokers")
+	if code != 0 || !strings.Contains(out, "b1") || !strings.Contains(out, "c1=dead") || !strings.Contains(out, "2.5s") || !strings.Contains(out, "expired") {
+		t.Fatalf("brokers table (%d):\n%s", code, out)
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "broker", "b1")
+	if code != 0 || !strings.Contains(out, "gossip: dead") || !strings.Contains(out, "2023-11-14T22:13:20Z") {
+		t.Fatalf("broker table (%d):\n%s", code, out)
+	}
+	code, _, errOut := runCtl(t, "--endpoints", addr, "broker", "nope")
+	if code == 0 || !strings.Contains(errOut, "NotFound") {
+		t.Fatalf("unknown broker (%d): %s", code, errOut)
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "failover", "b1", "--reason", "host lost")
+	if code != 0 || !strings.Contains(out, "new epoch 8") || f.got[0].(*waldenv1.FailoverRequest).GetReason() != "host lost" {
+		t.Fatalf("failover (%d): %s", code, out)
+	}
+	if code, _, _ = runCtl(t, "--endpoints", addr, "failover", "b1"); code == 0 {
+		t.Fatal("failover without --reason accepted")
+	}
+	code, _, _ = runCtl(t, "--endpoints", addr, "maintenance", "on", "b2")
+	if code != 0 || !f.got[1].(*waldenv1.SetMaintenanceRequest).GetOn() {
+		t.Fatalf("maintenance (%d) %v", code, f.got)
+	}
+	if code, _, _ = runCtl(t, "--endpoints", addr, "maintenance", "maybe", "b2"); code == 0 {
+		t.Fatal("maintenance maybe accepted")
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "events", "--broker", "b1", "--limit", "5")
+	if r := f.got[2].(*waldenv1.ListEventsRequest); code != 0 || r.GetBrokerId() != "b1" || r.GetLimit() != 5 || !strings.Contains(out, "decision") {
+		t.Fatalf("events (%d): %s", code, out)
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "policy", "set", "failure_timeout=8s")
+	if r := f.got[3].(*waldenv1.SetPolicyRequest); code != 0 || r.GetSet()["failure_timeout"] != "8s" || !strings.Contains(out, "runtime (index 40)") {
+		t.Fatalf("policy set (%d): %s", code, out)
+	}
+	code, _, errOut = runCtl(t, "--endpoints", addr, "policy", "set", "lease_ttl=9s")
+	if code == 0 || !strings.Contains(errOut, "failure_timeout: must be greater") {
+		t.Fatalf("unsafe policy set (%d): %s", code, errOut)
+	}
+	if code, _, _ = runCtl(t, "--endpoints", addr, "policy", "set", "nokey"); code == 0 {
+		t.Fatal("policy set without = accepted")
+	}
+}
