@@ -244,8 +244,13 @@ func TestFencedReregisters(t *testing.T) {
 	epochs := make(chan Lease, 8)
 	a.OnEpochChange(func(l Lease) { epochs <- l })
 	waitRegistered(t, a)
-	if l := <-epochs; l.Epoch != 1 {
-		t.Fatalf("first epoch change = %+v", l)
+	select {
+	case l := <-epochs:
+		if l.Epoch != 1 {
+			t.Fatalf("first epoch change = %+v", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no epoch change notification for the first registration")
 	}
 
 	f.failover() // epoch 2 fenced, recovery running
@@ -364,16 +369,17 @@ func TestFollowsLeaderHint(t *testing.T) {
 			if follower.count() == 0 {
 				t.Fatal("the follower was never asked")
 			}
-			// Renewals go straight to the leader from now on.
+			// Renewals go straight to the leader from now on (the
+			// follower is asked again only after a renewal failed).
 			asked := follower.count()
 			eventually(t, 5*time.Second, "renewals", func() error {
-				if s := f.stats(); s.renewals < 3 {
+				if s := f.stats(); s.renewals < 4 {
 					return errorf("%d renewals", s.renewals)
 				}
 				return nil
 			})
-			if follower.count() != asked {
-				t.Fatalf("follower asked %d times after registration", follower.count()-asked)
+			if extra, renewals := follower.count()-asked, f.stats().renewals; extra >= renewals {
+				t.Fatalf("follower asked %d times after registration, for %d renewals", extra, renewals)
 			}
 		})
 	}
