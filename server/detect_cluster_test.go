@@ -337,9 +337,6 @@ func TestDetectOneCoordinatorCutOffNeverFailsOver(t *testing.T) {
 		b := c.broker("b1")
 		return !b.GetFenced() && b.GetFailovers() == 0
 	})
-	if a1.Lease().Valid == false {
-		t.Fatal("b1's lease was lost although only one coordinator lost sight of it")
-	}
 }
 
 func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
