@@ -37,7 +37,7 @@ func testConfig(coords ...string) *config.Agent {
 	return c
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
 	}
@@ -46,7 +46,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // startAgent starts an agent on cfg; it is stopped (not gracefully) when the
 // test ends.
-func startAgent(t *testing.T, cfg *config.Agent, opts Options) *Agent {
+func startAgent(t testing.TB, cfg *config.Agent, opts Options) *Agent {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
@@ -65,7 +65,7 @@ func startAgent(t *testing.T, cfg *config.Agent, opts Options) *Agent {
 	return a
 }
 
-func waitRegistered(t *testing.T, a *Agent) Lease {
+func waitRegistered(t testing.TB, a *Agent) Lease {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

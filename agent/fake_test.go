@@ -175,7 +175,7 @@ func (f *fakeFollower) count() int {
 }
 
 // serveAgent serves srv on a free loopback port until the test ends.
-func serveAgent(t *testing.T, srv waldenv1.AgentServer) string {
+func serveAgent(t testing.TB, srv waldenv1.AgentServer) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -189,7 +189,7 @@ func serveAgent(t *testing.T, srv waldenv1.AgentServer) string {
 }
 
 // closedAddr is a loopback address nobody listens on.
-func closedAddr(t *testing.T) string {
+func closedAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
