@@ -275,7 +275,8 @@ func (rd *Reader) SlotError(i int) error { return rd.slotErrs[i] }
 // returned io.EOF, where the log ended.
 func (rd *Reader) Stats() ScanStats { return rd.stats }
 
-// Close releases the file opened by Open. It never writes.
+// Close releases what Open took: the file, its mapping and the prefetch
+// goroutine. It never writes. Payloads returned by Next are invalid after it.
 func (rd *Reader) Close() error {
 	if rd.file == nil {
 		return nil
