@@ -418,6 +418,11 @@ func (c *Client) ListIncompleteUploads(ctx context.Context, prefix string) ([]Pe
 	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(c.cfg.Bucket), Prefix: aws.String(prefix)}
 	for page := 0; page < 10000; page++ {
 		out, err := c.s3.ListMultipartUploads(ctx, in)
+		if err != nil && hasCode(err, "NoSuchUpload") {
+			// gofakes3 answers so for a bucket that has never had an
+			// upload since it started: there is none.
+			return ups, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("objstore: list multipart uploads %s/%s: %w", c.cfg.Bucket, prefix, c.mapErr(err))
 		}
@@ -508,9 +513,11 @@ func (c *Client) mapErr(err error) error {
 
 func (c *Client) bucketMissing(err error) bool {
 	var nsb *types.NoSuchBucket
-	if errors.As(err, &nsb) {
-		return true
-	}
+	return errors.As(err, &nsb) || hasCode(err, "NoSuchBucket")
+}
+
+// hasCode reports whether err is an S3 API error with the given code.
+func hasCode(err error, code string) bool {
 	var api smithy.APIError
-	return errors.As(err, &api) && api.ErrorCode() == "NoSuchBucket"
+	return errors.As(err, &api) && api.ErrorCode() == code
 }
