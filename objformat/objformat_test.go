@@ -254,3 +254,22 @@ func FuzzReadAll(f *testing.F) {
 		}
 	})
 }
+
+func TestRanges(t *testing.T) {
+	_, ix, err := sample(t).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := ix.Ranges()
+	if len(rs) != 2 || rs[1].GetStreamId() != 7 || rs[1].GetStreamEpoch() != 2 || rs[1].GetStartOffset() != 100 ||
+		rs[1].GetEndOffset() != 105 || rs[1].GetPosition() != 49 || rs[1].GetLength() != 37 {
+		t.Fatalf("Ranges = %v", rs)
+	}
+	if e, ok := ix.EntryOf(rs[1]); !ok || e != ix.Entries[1] {
+		t.Fatalf("EntryOf = %+v, %v", e, ok)
+	}
+	rs[1].Length++
+	if _, ok := ix.EntryOf(rs[1]); ok {
+		t.Fatal("EntryOf accepted a range of another length")
+	}
+}
