@@ -30,6 +30,9 @@ type Config struct {
 	// Logger receives the pool's structured log and memberlist's own log
 	// lines. nil discards them.
 	Logger *slog.Logger `yaml:"-"`
+	// Faults, when set, injects network faults into what this member sends
+	// (tests only; nil in production).
+	Faults *Faults `yaml:"-"`
 
 	// BindAddr is the "ip:port" memberlist listens on, UDP and TCP on the
 	// same port. The host must be an IP literal; port 0 picks a free port.

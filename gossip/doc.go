@@ -8,7 +8,8 @@
 // a MergeDelegate compare Meta.ClusterName), the optional gossip encryption
 // key read from a file, and a bounded event queue: memberlist's callbacks only
 // enqueue Join, Leave, Update and Ping events, and a consumer reads them from
-// Pool.Events.
+// Pool.Events. For tests, Faults injects packet loss, delay and cut links
+// into what a member sends.
 //
 // It must never decide anything: gossip suggests, Raft decides. A Leave event
 // (memberlist declared the member dead, or it left) is one input for the

@@ -153,6 +153,9 @@ func Start(cfg Config) (*Pool, error) {
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if mc.Transport != nil {
+			_ = mc.Transport.Shutdown()
+		}
 		return nil, fmt.Errorf("gossip: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
 	p.ml = ml
@@ -224,6 +227,13 @@ func (p *Pool) memberlistConfig(key []byte) (*memberlist.Config, error) {
 	mc.Alive = clusterGuard{p}
 	mc.Merge = clusterGuard{p}
 	mc.Logger = log.New(logWriter{cfg.Logger.With("node", cfg.NodeName)}, "", 0)
+	if cfg.Faults != nil {
+		t, err := newFaultTransport(mc.BindAddr, mc.BindPort, mc.Logger, cfg.Faults)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: start transport on %s: %w", cfg.BindAddr, err)
+		}
+		mc.Transport = t
+	}
 	return mc, nil
 }
 
