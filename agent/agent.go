@@ -324,7 +324,7 @@ func (a *Agent) RecoveredWALOffset() int64 {
 // OnEpochChange registers fn to be called with the lease each time the
 // broker gets a new epoch (the first registration and every registration
 // after a fencing). Calls come from one goroutine, in order, and must not
-// block for long.
+// block for long. Register hooks before Start to see the first epoch.
 func (a *Agent) OnEpochChange(fn func(Lease)) {
 	a.mu.Lock()
 	a.hooks = append(a.hooks, fn)

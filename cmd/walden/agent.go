@@ -25,12 +25,14 @@ with the coordinators (the answer is the broker's epoch, its fencing token),
 renews the broker's lease every lease_ttl/3, joins the gossip pool so that the
 coordinators see it, and answers the broker on the local HTTP endpoint:
 
-  GET /v1/lease  {"broker_id","epoch","valid","remaining_ms","fenced"}
-  GET /healthz   200 ok while the agent runs (the coordinators probe it)
+  GET /v1/lease         {"broker_id","epoch","valid","remaining_ms","fenced"}
+  GET /v1/registration  {"broker_id","registered","epoch","recovered_wal_offset"}
+  GET /healthz          200 ok while the agent runs (the coordinators probe it)
 
 The broker acknowledges a write only while valid is true, with the epoch the
 endpoint returned. valid turns false before the cluster could declare the
-broker failed (self-fencing on the monotonic clock).
+broker failed (self-fencing on the monotonic clock). After fenced:true the
+agent registers again and the epoch changes: re-read it before writing.
 
 The configuration is checked strictly first: an unknown key, a wrong type, a
 missing required key or an invalid value stops the process with
