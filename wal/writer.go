@@ -184,7 +184,7 @@ var zeroBlock = make([]byte, 1<<20)
 // one used, so old records can never be read as new.
 func Create(path string, opts CreateOptions) (*Writer, error) {
 	if err := opts.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (creating %s)", err, path)
 	}
 	fi, err := os.Stat(path)
 	switch {
@@ -273,7 +273,7 @@ func create(f *os.File, name string, opts CreateOptions) (*Writer, error) {
 // header's trim offset moves just before it. Recover the records first.
 func OpenWriter(path string, opts OpenOptions) (*Writer, error) {
 	if err := opts.WriterOptions.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (opening %s)", err, path)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -406,7 +406,8 @@ func (w *Writer) NextOffset() int64 { return w.durable.Load() }
 // block holding it is durable. It fails with ErrFull when the record does
 // not fit before the trim offset, ErrTooLarge when it never can, ErrClosed
 // after Close and ErrFailed after an I/O error. If ctx ends first, Append
-// returns ctx.Err() and the record may or may not be durable.
+// returns ctx.Err() and the record may or may not be durable. b.Payload must
+// not change until Append returns.
 func (w *Writer) Append(ctx context.Context, b Batch) (int64, error) {
 	offsets, err := w.AppendAll(ctx, []Batch{b})
 	if err != nil {
@@ -500,7 +501,8 @@ func (w *Writer) Trim(offset int64) error {
 }
 
 // Close waits for every queued Append, writes a header with the graceful
-// shutdown type (ungraceful if a write failed) and closes the file.
+// shutdown type and closes the file. After a failed write or sync it leaves
+// the header ungraceful and returns ErrFailed.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	if w.closed {
@@ -513,10 +515,13 @@ func (w *Writer) Close() error {
 	<-w.exited
 
 	w.mu.Lock()
-	failed := w.failure != nil
+	failure := w.failure
 	w.mu.Unlock()
+	failed := failure != nil
 	var err error
-	if !failed {
+	if failed {
+		err = fileError(w.name, "close", fmt.Errorf("%w: %w", ErrFailed, failure))
+	} else {
 		w.headerMu.Lock()
 		w.hdr.ShutdownType = ShutdownGraceful
 		err = w.writeHeaderLocked()
@@ -633,13 +638,23 @@ func (w *Writer) sync(seq uint64) {
 	err := unix.Fdatasync(w.fd)
 	w.syncMu.Lock()
 	defer w.syncMu.Unlock()
+	w.mu.Lock()
+	failure := w.failure
+	w.mu.Unlock()
+	if err != nil {
+		err = fileError(w.name, "fdatasync", err)
+	} else if failure != nil {
+		// After a failed write or sync, a later sync that succeeds proves
+		// nothing about the pages of the failed one.
+		err = failure
+	}
 	if err != nil {
 		var reqs []*request
 		for _, g := range w.pending {
 			reqs = append(reqs, g.reqs...)
 		}
 		w.pending = nil
-		w.fail(fileError(w.name, "fdatasync", err), reqs)
+		w.fail(err, reqs)
 		return
 	}
 	k := 0

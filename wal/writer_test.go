@@ -470,3 +470,43 @@ func TestReaderSurvivesShrinkingFile(t *testing.T) {
 		t.Fatalf("Next on a shrunk mapped file: %v", err)
 	}
 }
+
+// TestWriterFailsAfterIOError makes the data writes fail (the descriptor is
+// swapped for a read-only one): the append fails, every later append fails
+// at once, and Close leaves the header ungraceful and reports the failure.
+func TestWriterFailsAfterIOError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wal")
+	w, err := Create(path, CreateOptions{Capacity: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := w.Append(ctx, Batch{StreamID: 1, Payload: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.writeMu.Lock()
+	rw := w.f
+	w.f, w.fd = ro, int(ro.Fd())
+	w.writeMu.Unlock()
+	defer rw.Close()
+	if _, err := w.Append(ctx, Batch{StreamID: 1, Payload: []byte("lost")}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append with failing writes: %v", err)
+	}
+	if _, err := w.Append(ctx, Batch{StreamID: 1, Payload: []byte("refused")}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append after a failure: %v", err)
+	}
+	if err := w.Close(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("close after a failure: %v", err)
+	}
+	rec, err := RecoverFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Header.ShutdownType != ShutdownUngraceful || len(rec.Records) != 1 {
+		t.Fatalf("after failure: shutdown %v, %d records", rec.Header.ShutdownType, len(rec.Records))
+	}
+}
