@@ -321,10 +321,18 @@ func TestClusterElectsOneLeader(t *testing.T) {
 			t.Fatalf("%s raft state %q, want %q", id, s.RaftState, wantState)
 		}
 	}
-	// The leader sees every member reachable, with match indexes.
-	s := c.node(leader).Status()
-	for _, m := range s.Members {
-		if !m.GetReachable() || m.GetMatchIndex() == 0 || m.GetRaftId() != RaftID(m.GetId()) || m.GetRaftAddr() != "mem://"+m.GetId() {
+	// The leader sees every member reachable, with match indexes (once the
+	// followers answered its first appends).
+	waitFor(t, testDeadline, "match indexes on the leader", func() bool {
+		for _, m := range c.node(leader).Status().Members {
+			if m.GetMatchIndex() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, m := range c.node(leader).Status().Members {
+		if !m.GetReachable() || m.GetRaftId() != RaftID(m.GetId()) || m.GetRaftAddr() != "mem://"+m.GetId() || m.GetAdminAddr() != "admin://"+m.GetId() {
 			t.Fatalf("leader's view of %s: %v", m.GetId(), m)
 		}
 	}

@@ -434,8 +434,18 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 		n.updateSoftState(rd.SoftState)
 	}
 
-	// 2. Persist the snapshot, the entries and the HardState in one durable
-	//    write. Messages below may promise any of it (a vote, an append).
+	// 2. A leader sends before its own write, so that it writes in parallel
+	//    with its followers (raft thesis §10.2.1, as etcd does): its appends,
+	//    heartbeats and snapshots promise nothing about its own disk. Raft
+	//    counts the leader's copy of an entry towards commit only after
+	//    Advance, and its term and vote were persisted before it campaigned.
+	leading := raft.StateType(n.raftState.Load()) == raft.StateLeader
+	if leading && len(rd.Messages) > 0 {
+		n.tr.Send(rd.Messages)
+	}
+
+	// 3. Persist the snapshot, the entries and the HardState in one durable
+	//    write.
 	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
 		return false, fmt.Errorf("raftnode: persist ready: %w", err)
 	}
@@ -446,36 +456,37 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 		n.metrics.commitIndex.Set(float64(rd.HardState.GetCommit()))
 	}
 
-	// 3. Send messages now that what they depend on is on disk.
-	if len(rd.Messages) > 0 {
+	// 4. Any other member sends only now: its votes and append responses
+	//    promise what was just persisted.
+	if !leading && len(rd.Messages) > 0 {
 		n.tr.Send(rd.Messages)
 	}
 
-	// 4. Hand read indexes to the linearizable reads that asked for them.
+	// 5. Hand read indexes to the linearizable reads that asked for them.
 	for _, rs := range rd.ReadStates {
 		n.deliverReadState(rs)
 	}
 
-	// 5. Apply a snapshot received from the leader.
+	// 6. Apply a snapshot received from the leader.
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.applySnapshot(rd.Snapshot); err != nil {
 			return false, err
 		}
 	}
 
-	// 6. Apply the committed entries in log order.
+	// 7. Apply the committed entries in log order.
 	removed, err = n.applyEntries(rd.CommittedEntries)
 	if err != nil {
 		return false, err
 	}
 
-	// 7. Snapshot the state machine and compact the log every
+	// 8. Snapshot the state machine and compact the log every
 	//    SnapshotCount applied entries.
 	if err := n.maybeSnapshot(); err != nil {
 		return false, err
 	}
 
-	// 8. Tell raft this Ready is done.
+	// 9. Tell raft this Ready is done.
 	n.raft.Advance()
 	return removed, nil
 }
