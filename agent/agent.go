@@ -444,7 +444,8 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 			}
 			a.log.Log(ctx, lvl, "registration failed; retrying", "attempt", attempt, "err", err)
 		}
-		// Full jitter keeps many agents from registering in lock-step.
+		// Jitter (half the backoff) keeps many agents from registering in
+		// lock-step.
 		wait := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(2*backoff, a.opts.RegisterBackoffMax)
 		select {
