@@ -110,8 +110,11 @@ func (o WriterOptions) withDefaults(recordCap int64) WriterOptions {
 }
 
 // Writer appends stream record batches to a WAL with group commit. Append
-// is safe for concurrent use; one goroutine forms blocks, writes them,
-// calls fdatasync and then wakes the appenders of that group.
+// is safe for concurrent use: appenders enqueue, one goroutine forms blocks
+// from everything queued and writes them, and an fdatasync (up to MaxSyncs
+// in flight) wakes the appenders of every group written before it started.
+// An appender that finds the writer idle does the same for its own records
+// inline, without a goroutine handoff.
 type Writer struct {
 	name      string
 	f         *os.File
@@ -172,8 +175,6 @@ type segment struct {
 	pos        int64
 	begin, end int
 }
-
-var zeroBlock = make([]byte, 1<<20)
 
 // Create makes a new WAL at path: a regular file that must not exist yet
 // (created and allocated to opts.Capacity bytes), or an existing block device
