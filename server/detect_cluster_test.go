@@ -86,22 +86,35 @@ func (f *probeFaults) prober(node string) detect.Prober {
 }
 
 type detCluster struct {
-	t       *testing.T
-	faults  *probeFaults
-	cfgs    []*config.Server
-	servers []*Server
-	gossip  []string
-	conns   map[string]*grpc.ClientConn
+	t testing.TB
+	// agentGossip and agentMargin configure the agents started by
+	// startAgent.
+	agentGossip gossip.Config
+	agentMargin time.Duration
+	faults      *probeFaults
+	cfgs        []*config.Server
+	servers     []*Server
+	gossip      []string
+	conns       map[string]*grpc.ClientConn
 }
 
-func newDetCluster(t *testing.T, tweak func(p *config.Policy)) *detCluster {
+// newDetCluster starts 3 coordinators with gossip on loopback, with the
+// test timings (tweak may change any key, e.g. back to the defaults).
+func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 	t.Helper()
 	free := func() string {
-		l := listen(t)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer l.Close()
 		return l.Addr().String()
 	}
 	c := &detCluster{t: t, faults: newProbeFaults(), conns: map[string]*grpc.ClientConn{}}
+	c.agentGossip = gossip.DefaultConfig()
+	c.agentGossip.ProbeInterval, c.agentGossip.ProbeTimeout = tProbeInterval, tProbeTimeout
+	c.agentGossip.GossipInterval = 50 * time.Millisecond
+	c.agentMargin = 150 * time.Millisecond
 	var initial []config.Member
 	for _, id := range []string{"c1", "c2", "c3"} {
 		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
@@ -124,12 +137,12 @@ func newDetCluster(t *testing.T, tweak func(p *config.Policy)) *detCluster {
 		cfg.Gossip.RejoinInterval = 500 * time.Millisecond
 		cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
 		if tweak != nil {
-			tweak(&cfg.Policy)
+			tweak(cfg)
 		}
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	for _, cfg := range c.cfgs {
-		c.servers = append(c.servers, startServer(t, cfg))
+		c.servers = append(c.servers, startServerTB(t, cfg))
 	}
 	for _, m := range initial {
 		conn, err := grpc.NewClient(m.Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -137,7 +150,7 @@ func newDetCluster(t *testing.T, tweak func(p *config.Policy)) *detCluster {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		waitServing(t, conn)
+		waitServingTB(t, conn)
 		c.conns[m.ID] = conn
 	}
 	return c
@@ -180,12 +193,10 @@ func (c *detCluster) startAgent(id string, coordinators []string) *agent.Agent {
 	cfg.Coordinators = coordinators
 	cfg.Listen = "127.0.0.1:0"
 	cfg.WAL = config.WALLocation{VolumeID: "vol-" + id, Path: "/nonexistent/" + id + ".wal"}
-	cfg.LeaseSafetyMargin = 150 * time.Millisecond
-	cfg.Gossip = gossip.DefaultConfig()
+	cfg.LeaseSafetyMargin = c.agentMargin
+	cfg.Gossip = c.agentGossip
 	cfg.Gossip.BindAddr = "127.0.0.1:0"
 	cfg.Gossip.Join = c.gossip
-	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = tProbeInterval, tProbeTimeout
-	cfg.Gossip.GossipInterval = 50 * time.Millisecond
 	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), RegisterBackoffMax: 200 * time.Millisecond})
 	if err != nil {
 		c.t.Fatal(err)
@@ -474,7 +485,7 @@ func TestDetectLeaderChangeWhileSuspectDecidesOnce(t *testing.T) {
 }
 
 func TestDetectDryRunRecordsOnly(t *testing.T) {
-	c := newDetCluster(t, func(p *config.Policy) { p.DryRun = true })
+	c := newDetCluster(t, func(cfg *config.Server) { cfg.Policy.DryRun = true })
 	a1 := c.startAgent("b1", nil)
 	c.waitAllAlive("b1")
 	epoch := c.broker("b1").GetEpoch()
@@ -658,4 +669,45 @@ func (p *cutProxy) cut() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+func startServerTB(t testing.TB, cfg *config.Server) *Server {
+	t.Helper()
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return s
+}
+
+func waitServingTB(t testing.TB, conn *grpc.ClientConn) {
+	t.Helper()
+	cl := waldenv1.NewClusterClient(conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := cl.Status(ctx, &waldenv1.StatusRequest{})
+		cancel()
+		if err == nil && st.GetLeaderId() != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader: %v %v", st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

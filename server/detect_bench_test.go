@@ -1,0 +1,273 @@
+package server
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"walden/agent"
+	"walden/config"
+	"walden/gossip"
+)
+
+// The detection benchmark (not a timed test). Run it with
+//
+//	go test ./server -run '^$' -bench BenchmarkDetection -benchtime 1x -timeout 30m
+//
+// and, for a longer soak, add -detect.soak 10m.
+var (
+	benchTrials = flag.Int("detect.trials", 20, "detection benchmark: agents killed per configuration")
+	benchWindow = flag.Duration("detect.window", 20*time.Second, "detection benchmark: kills are spread at random over this window")
+	benchSoak   = flag.Duration("detect.soak", 2*time.Minute, "detection benchmark: duration of the false-positive soak (0 skips it)")
+)
+
+// latencies summarises detection latencies.
+type latencies []time.Duration
+
+func (l latencies) pct(p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	i := int(float64(len(s)-1)*p + 0.5)
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// tunedPolicy is the "tuned" configuration: sub-second probes and a 1.5 s
+// failure timeout.
+func tunedConfig(cfg *config.Server) {
+	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = tProbeInterval, tProbeTimeout
+	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
+	benchGates(cfg)
+}
+
+// defaultConfig restores every default of gossip and policy.
+func defaultConfig(cfg *config.Server) {
+	def := config.DefaultServerConfig()
+	bind, join := cfg.Gossip.BindAddr, cfg.Gossip.Join
+	cfg.Gossip = def.Gossip
+	cfg.Gossip.BindAddr, cfg.Gossip.Join = bind, join
+	cfg.Policy = def.Policy
+	benchGates(cfg)
+}
+
+// benchGates opens the two gates that would otherwise stop a benchmark that
+// kills 20 brokers with nobody recovering them: the jobs stay pending (no
+// executor), and many brokers are down at once. Neither gate changes when
+// a single broker is detected.
+func benchGates(cfg *config.Server) {
+	cfg.Policy.MaxConcurrentRecoveries = 1000
+	cfg.Policy.MaxFailedFraction = 1
+}
+
+// measureWalden starts a cluster with configure, registers trials agents,
+// kills each at a random instant within the window, and returns the time
+// from each kill to its FAILED commit as seen on the leader.
+func measureWalden(b *testing.B, name string, configure func(*config.Server), agentGossip gossip.Config, margin time.Duration) latencies {
+	c := newDetCluster(b, configure)
+	c.agentGossip, c.agentMargin = agentGossip, margin
+	n := *benchTrials
+	agents := make([]*agent.Agent, n)
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("b%02d", i)
+		agents[i] = c.startAgent(ids[i], nil)
+	}
+	c.waitAllAlive(ids...)
+	return killAndWatch(b, name, n, func(i int) { _ = agents[i].Stop(false) }, func(i int) bool {
+		return c.broker(ids[i]).GetFenced()
+	})
+}
+
+// killAndWatch kills n members at random offsets in the window and polls
+// until each is detected; it returns kill → detection latencies.
+func killAndWatch(b *testing.B, name string, n int, kill func(int), detected func(int) bool) latencies {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	offsets := make([]time.Duration, n)
+	for i := range offsets {
+		offsets[i] = time.Duration(rng.Int64N(int64(*benchWindow)))
+	}
+	start := time.Now()
+	killedAt := make([]time.Time, n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(offsets[i])
+			mu.Lock()
+			killedAt[i] = time.Now()
+			mu.Unlock()
+			kill(i)
+		}()
+	}
+	out := make(latencies, n)
+	done := make([]bool, n)
+	left := n
+	deadline := start.Add(*benchWindow + 3*time.Minute)
+	for left > 0 {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %d members never detected", name, left)
+		}
+		for i := range n {
+			mu.Lock()
+			k := killedAt[i]
+			mu.Unlock()
+			if done[i] || k.IsZero() || !detected(i) {
+				continue
+			}
+			out[i] = time.Since(k)
+			done[i] = true
+			left--
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	return out
+}
+
+// measureMemberlist runs memberlist alone (gossip pools with
+// DefaultLANConfig): 3 observers and n members that are killed (shut down
+// without leaving); the latency is kill → the first observer's dead event.
+func measureMemberlist(b *testing.B, n int) latencies {
+	start := func(name string, join []string) *gossip.Pool {
+		g := gossip.DefaultConfig()
+		g.ClusterName, g.NodeName, g.BindAddr, g.Join = "mlbench", name, "127.0.0.1:0", join
+		role := gossip.RoleAgent
+		if name[0] == 'c' {
+			role = gossip.RoleCoordinator
+		}
+		g.Meta = gossip.Meta{Role: role, ID: name}
+		p, err := gossip.Start(g)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	var observers []*gossip.Pool
+	var join []string
+	for i := range 3 {
+		p := start(fmt.Sprintf("c%d", i+1), join)
+		observers = append(observers, p)
+		join = append(join, p.Addr())
+	}
+	var mu sync.Mutex
+	dead := map[string]bool{}
+	for _, o := range observers {
+		go func() {
+			for ev := range o.Events() {
+				if ev.Kind == gossip.EventLeave {
+					mu.Lock()
+					dead[ev.Node] = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	members := make([]*gossip.Pool, n)
+	for i := range n {
+		members[i] = start(fmt.Sprintf("m%02d", i), join)
+	}
+	defer func() {
+		for _, o := range observers {
+			_ = o.Shutdown()
+		}
+	}()
+	// Wait until every observer knows every member.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok := true
+		for _, o := range observers {
+			if len(o.Members()) < n+3 {
+				ok = false
+			}
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("memberlist pool did not converge")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return killAndWatch(b, "memberlist", n, func(i int) { _ = members[i].Shutdown() }, func(i int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return dead[fmt.Sprintf("m%02d", i)]
+	})
+}
+
+// soak runs the tuned configuration with 20% loss and up to 100 ms jitter on
+// every direct probe of one coordinator and counts the failovers.
+func soak(b *testing.B, d time.Duration) (failovers int, probes int) {
+	c := newDetCluster(b, tunedConfig)
+	ids := []string{"s1", "s2", "s3", "s4", "s5"}
+	for _, id := range ids {
+		c.startAgent(id, nil)
+	}
+	c.waitAllAlive(ids...)
+	c.faults.mu.Lock()
+	c.faults.lossy["c3"] = true
+	p0 := c.faults.probed["c3"]
+	c.faults.mu.Unlock()
+	time.Sleep(d)
+	for _, id := range ids {
+		failovers += int(c.broker(id).GetFailovers())
+	}
+	c.faults.mu.Lock()
+	probes = c.faults.probed["c3"] - p0
+	c.faults.mu.Unlock()
+	return failovers, probes
+}
+
+func BenchmarkDetection(b *testing.B) {
+	for b.Loop() {
+		out := io.Writer(os.Stdout)
+		defGossip := gossip.DefaultConfig()
+		tunedGossip := gossip.DefaultConfig()
+		tunedGossip.ProbeInterval, tunedGossip.ProbeTimeout = tProbeInterval, tProbeTimeout
+
+		def := measureWalden(b, "walden default", defaultConfig, defGossip, config.DefaultLeaseSafetyMargin)
+		tuned := measureWalden(b, "walden tuned", tunedConfig, tunedGossip, 150*time.Millisecond)
+		ml := measureMemberlist(b, *benchTrials)
+
+		fmt.Fprintf(out, "\nDetection latency: agent killed → FAILED committed (walden) / first dead event (memberlist); %d trials each, kills at random instants over %v, 3 coordinators on loopback\n\n", *benchTrials, *benchWindow)
+		fmt.Fprintln(out, "| configuration | median | p99 | min | max |")
+		fmt.Fprintln(out, "|---|---|---|---|---|")
+		for _, r := range []struct {
+			name string
+			l    latencies
+		}{
+			{"walden, default policy (failure_timeout 5s, lease_ttl 3s, probes 1s/500ms, 3 failed probes)", def},
+			{"walden, tuned (failure_timeout 1.5s, lease_ttl 600ms, drift 200ms, probes 200ms/100ms)", tuned},
+			{"memberlist alone, DefaultLANConfig (first of 3 observers)", ml},
+		} {
+			fmt.Fprintf(out, "| %s | %s | %s | %s | %s |\n", r.name, ms(r.l.pct(0.5)), ms(r.l.pct(0.99)), ms(r.l.pct(0)), ms(r.l.pct(1)))
+		}
+		b.ReportMetric(float64(def.pct(0.5).Milliseconds()), "default-median-ms")
+		b.ReportMetric(float64(tuned.pct(0.5).Milliseconds()), "tuned-median-ms")
+		b.ReportMetric(float64(ml.pct(0.5).Milliseconds()), "memberlist-median-ms")
+
+		if *benchSoak > 0 {
+			f, probes := soak(b, *benchSoak)
+			fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every direct probe of coordinator c3 (%d probes)\n\n", *benchSoak, probes)
+			fmt.Fprintln(out, "| duration | brokers | false failovers |")
+			fmt.Fprintln(out, "|---|---|---|")
+			fmt.Fprintf(out, "| %v | 5 | %d |\n", *benchSoak, f)
+			b.ReportMetric(float64(f), "false-failovers")
+			if f != 0 {
+				b.Errorf("%d false failovers under loss and jitter on one coordinator", f)
+			}
+		}
+	}
+}
