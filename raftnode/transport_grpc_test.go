@@ -163,18 +163,20 @@ func TestGRPCTransportRefusesForeignFrames(t *testing.T) {
 
 // BenchmarkGRPCCluster3 measures proposals/s and commit latency of a
 // 3-member cluster over the gRPC transport on loopback with bbolt storage
-// (fsync per Ready) and the fsm state machine, with 256-byte Noop payloads.
+// (fsync per Ready), the fsm state machine and production timings, with
+// 256-byte Noop payloads.
 // Each concurrency level runs for a bounded time (benchFor) whatever b.N.
 func BenchmarkGRPCCluster3(b *testing.B) {
 	for _, conc := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
 			nodes := startGRPCBenchCluster(b)
 			leader := waitGRPCLeader(b, nodes)
-			rate, p50, p99, n := runProposals(b, leader, conc, 256, benchFor)
+			rate, p50, p99, n, failed := runProposals(b, leader, conc, 256, benchFor)
 			b.ReportMetric(rate, "proposals/s")
 			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(n), "proposals")
+			b.ReportMetric(float64(failed), "failed")
 		})
 	}
 }
@@ -204,8 +206,10 @@ func startGRPCBenchCluster(b *testing.B) []*Node {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// Production timings (100ms ticks, 1s election timeout): a loaded
+		// machine must not cause leader changes during the run.
 		n, err := NewNode(Config{ClusterName: "bench", NodeID: id, InitialCluster: initial,
-			TickInterval: 10 * time.Millisecond, Logger: testLogger(b)}, fsm.New("bench"), st, tr)
+			Logger: testLogger(b)}, fsm.New("bench"), st, tr)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -231,8 +235,9 @@ func waitGRPCLeader(b *testing.B, nodes []*Node) *Node {
 }
 
 // runProposals proposes from conc goroutines through n for d and returns
-// the rate, the p50 and p99 latencies and the number of proposals.
-func runProposals(b *testing.B, n *Node, conc, payload int, d time.Duration) (float64, time.Duration, time.Duration, int) {
+// the rate, the p50 and p99 latencies, the number of proposals and the
+// number that failed (a leader change on a loaded machine fails a few).
+func runProposals(b *testing.B, n *Node, conc, payload int, d time.Duration) (float64, time.Duration, time.Duration, int, int) {
 	b.Helper()
 	data := make([]byte, payload)
 	var mu sync.Mutex
@@ -253,6 +258,7 @@ func runProposals(b *testing.B, n *Node, conc, payload int, d time.Duration) (fl
 					mu.Lock()
 					failed++
 					mu.Unlock()
+					time.Sleep(10 * time.Millisecond) // no leader for a moment
 					continue
 				}
 				mine = append(mine, time.Since(t0))
@@ -264,13 +270,10 @@ func runProposals(b *testing.B, n *Node, conc, payload int, d time.Duration) (fl
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if failed > 0 {
-		b.Fatalf("%d proposals failed", failed)
-	}
 	if len(lat) == 0 {
 		b.Fatal("no proposal completed")
 	}
 	slices.Sort(lat)
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	return float64(len(lat)) / elapsed.Seconds(), pct(0.50), pct(0.99), len(lat)
+	return float64(len(lat)) / elapsed.Seconds(), pct(0.50), pct(0.99), len(lat), failed
 }
