@@ -459,6 +459,16 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	if err := c.node(leader).AddMember(ctx, &waldenv1.MemberContext{Id: "c4", RaftAddr: "mem://c4"}); !errors.Is(err, ErrMemberExists) {
 		t.Fatalf("adding c4 twice: %v", err)
 	}
+	// Until c4 runs and catches up it stays a learner.
+	var c4 *waldenv1.Member
+	for _, m := range c.node(leader).Status().Members {
+		if m.GetId() == "c4" {
+			c4 = m
+		}
+	}
+	if c4.GetRole() != "learner" || c4.GetMatchIndex() != 0 {
+		t.Fatalf("c4 before it started: %v", c4)
+	}
 	c.start("c4")
 	waitFor(t, testDeadline, "c4 promoted to voter", func() bool {
 		voter, learner := c.node(leader).role(RaftID("c4"))
@@ -499,6 +509,31 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	}
 	if err := c.node(newLeader).RemoveMember(ctx, leader); !errors.Is(err, ErrUnknownMember) {
 		t.Fatalf("removing %s twice: %v", leader, err)
+	}
+
+	// Remove a follower: it stops itself, the other two go on.
+	var follower string
+	var remaining []string
+	for _, id := range rest {
+		if id != newLeader && follower == "" {
+			follower = id
+		} else {
+			remaining = append(remaining, id)
+		}
+	}
+	if err := c.node(newLeader).RemoveMember(ctx, follower); err != nil {
+		t.Fatalf("remove follower %s: %v", follower, err)
+	}
+	select {
+	case <-c.node(follower).Done():
+	case <-time.After(testDeadline):
+		t.Fatalf("removed follower %s did not stop", follower)
+	}
+	c.stop(follower)
+	c.mustPropose(newLeader, "two-members")
+	c.converged(remaining...)
+	if s := c.node(newLeader).Status(); len(s.Members) != 2 {
+		t.Fatalf("members after removing %s: %v", follower, s.Members)
 	}
 }
 
