@@ -171,6 +171,28 @@ func TestEveryByteIsChecked(t *testing.T) {
 	}
 }
 
+// TestReservedFieldsMustBeZero rewrites the header's flags and the footer's
+// reserved field with valid CRCs: version 1 readers refuse both.
+func TestReservedFieldsMustBeZero(t *testing.T) {
+	data, _, err := sample(t).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(data)
+	bad[7] = 1
+	be.PutUint32(bad[12:], CRC32C(bad[0:12]))
+	if _, err := ReadIndex(bytes.NewReader(bad), int64(len(bad))); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("header flags set: %v", err)
+	}
+	bad = bytes.Clone(data)
+	ft := bad[len(bad)-FooterSize:]
+	ft[23] = 1
+	be.PutUint32(ft[24:], CRC32C(ft[0:24]))
+	if _, err := ReadIndex(bytes.NewReader(bad), int64(len(bad))); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("footer reserved set: %v", err)
+	}
+}
+
 func TestTruncated(t *testing.T) {
 	data, _, err := sample(t).Build()
 	if err != nil {

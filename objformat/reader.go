@@ -40,6 +40,9 @@ func ReadIndex(r io.ReaderAt, size int64) (*Index, error) {
 	if v := be.Uint16(ft[20:]); v != Version {
 		return nil, fmt.Errorf("objformat: footer version %d: %w", v, ErrVersion)
 	}
+	if r := be.Uint16(ft[22:]); r != 0 {
+		return nil, fmt.Errorf("objformat: footer reserved %#x: %w", r, ErrCorrupt)
+	}
 	indexPos, indexLen, indexCRC := be.Uint64(ft[0:]), be.Uint64(ft[8:]), be.Uint32(ft[16:])
 	dataEnd := uint64(size - FooterSize)
 	if indexPos < HeaderSize || indexLen < IndexHeaderSize || indexPos > dataEnd || indexLen != dataEnd-indexPos {
@@ -87,6 +90,9 @@ func checkHeader(h []byte) error {
 	}
 	if v := be.Uint16(h[4:]); v != Version {
 		return fmt.Errorf("objformat: header version %d: %w", v, ErrVersion)
+	}
+	if flags, reserved := be.Uint16(h[6:]), be.Uint32(h[8:]); flags != 0 || reserved != 0 {
+		return fmt.Errorf("objformat: header flags %#x reserved %#x, version 1 has none: %w", flags, reserved, ErrCorrupt)
 	}
 	return nil
 }

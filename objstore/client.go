@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -305,6 +306,11 @@ func (c *Client) GetRange(ctx context.Context, key string, off, n int64) ([]byte
 		return nil, fmt.Errorf("objstore: get %s/%s range %d+%d: %w", c.cfg.Bucket, key, off, n, c.mapErr(err))
 	}
 	defer out.Body.Close()
+	// A server that ignores Range answers with the whole object: refuse it
+	// rather than return the object's first n bytes.
+	if cr := aws.ToString(out.ContentRange); !strings.HasPrefix(cr, fmt.Sprintf("bytes %d-%d/", off, off+n-1)) {
+		return nil, fmt.Errorf("objstore: get %s/%s range %d+%d: server answered Content-Range %q: %w", c.cfg.Bucket, key, off, n, cr, io.ErrUnexpectedEOF)
+	}
 	buf := make([]byte, n)
 	got, err := io.ReadFull(out.Body, buf)
 	if err != nil {
