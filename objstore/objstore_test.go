@@ -153,6 +153,10 @@ func TestMultipartObjectFormat(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d bytes in %d parts, S3 checksum %q", name, len(data), res.Parts, res.ChecksumCRC32C)
+			if name == "versitygw" && !strings.HasSuffix(res.ChecksumCRC32C, "-5") {
+				// The composite CRC32C of 5 parts: S3 had a CRC32C for each.
+				t.Errorf("versitygw checksum %q, want a composite of 5 parts", res.ChecksumCRC32C)
+			}
 			got, err := c.Get(ctx, key)
 			if err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("Get: %v (equal %v)", err, bytes.Equal(got, data))
@@ -176,15 +180,21 @@ func TestMultipartObjectFormat(t *testing.T) {
 // with a 500 (after the SDK's retries the upload fails mid-way), and counts
 // the aborts it sees.
 type failingParts struct {
-	h      http.Handler
-	aborts atomic.Int32
-	parts  atomic.Int32
+	h         http.Handler
+	aborts    atomic.Int32
+	parts     atomic.Int32
+	unchecked atomic.Int32
 }
 
 func (f *failingParts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if r.Method == http.MethodPut && q.Get("partNumber") != "" {
 		f.parts.Add(1)
+		// The CRC32C travels as a header or as a trailer of an aws-chunked
+		// body.
+		if r.Header.Get("X-Amz-Checksum-Crc32c") == "" && !strings.Contains(strings.ToLower(r.Header.Get("X-Amz-Trailer")), "x-amz-checksum-crc32c") {
+			f.unchecked.Add(1)
+		}
 		if q.Get("partNumber") == "3" {
 			io.Copy(io.Discard, r.Body)
 			http.Error(w, "<Error><Code>InternalError</Code><Message>injected</Message></Error>", http.StatusInternalServerError)
@@ -211,6 +221,9 @@ func TestFailedUploadLeavesNothing(t *testing.T) {
 	_, err = c.Upload(ctx, "x/failed.obj", bytes.NewReader(data), int64(len(data)), nil)
 	if err == nil {
 		t.Fatal("upload with a failing part succeeded")
+	}
+	if fp.unchecked.Load() != 0 || fp.parts.Load() == 0 {
+		t.Errorf("%d of %d parts were sent without a CRC32C", fp.unchecked.Load(), fp.parts.Load())
 	}
 	if fp.aborts.Load() == 0 {
 		t.Errorf("the multipart upload was not aborted (%d part requests)", fp.parts.Load())
