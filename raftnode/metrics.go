@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,13 +60,9 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{
-		m.term, m.leaderChanges, m.commitIndex, m.appliedIndex, m.proposalsCommitted,
-		m.proposalsFailed, m.proposalDuration, m.snapshots, m.peerSendFailures, m.hasLeader,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("raftnode: register metrics: %w", err)
-		}
+	if err := registerAll(reg, m.term, m.leaderChanges, m.commitIndex, m.appliedIndex, m.proposalsCommitted,
+		m.proposalsFailed, m.proposalDuration, m.snapshots, m.peerSendFailures, m.hasLeader); err != nil {
+		return nil, fmt.Errorf("raftnode: register metrics: %w", err)
 	}
 	return m, nil
 }
@@ -113,16 +108,24 @@ func NewTransportMetrics(reg prometheus.Registerer) (*TransportMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var errs []error
-	for _, c := range []prometheus.Collector{m.framesSent, m.framesReceived, m.framesRefused, m.queueDrops, m.reconnects} {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := registerAll(reg, m.framesSent, m.framesReceived, m.framesRefused, m.queueDrops, m.reconnects); err != nil {
 		return nil, fmt.Errorf("raftnode: register transport metrics: %w", err)
 	}
 	return m, nil
+}
+
+// registerAll registers every collector, or none: on an error the ones
+// already registered are unregistered again.
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 func (m *TransportMetrics) sent(peer string) {

@@ -363,6 +363,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 	}
 	if err := tr.Start(n); err != nil {
 		n.raft.Stop()
+		_ = tr.Close()
 		return nil, fmt.Errorf("raftnode: start transport: %w", err)
 	}
 	go n.run()
@@ -845,6 +846,9 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, err
 		return applied{}, fmt.Errorf("raftnode: propose: marshal command: %w", err)
 	}
 	ch := n.wait.Register(cmd.GetRequestId())
+	if ch == nil {
+		return applied{}, fmt.Errorf("raftnode: propose: request id %x already pending", cmd.GetRequestId())
+	}
 	defer n.wait.Cancel(cmd.GetRequestId())
 	if err := n.raft.Propose(ctx, data); err != nil {
 		return applied{}, n.raftError("propose", err)
@@ -1025,6 +1029,9 @@ func (n *Node) proposeConfChange(ctx context.Context, op string, cc *raftpb.Conf
 	}
 	cc.Context = data
 	ch := n.wait.Register(reqID)
+	if ch == nil {
+		return fmt.Errorf("raftnode: %s: request id %x already pending", op, reqID)
+	}
 	defer n.wait.Cancel(reqID)
 	if err := n.raft.ProposeConfChange(ctx, cc); err != nil {
 		return n.raftError(op, err)
