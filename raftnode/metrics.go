@@ -60,11 +60,26 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := registerAll(reg, m.term, m.leaderChanges, m.commitIndex, m.appliedIndex, m.proposalsCommitted,
-		m.proposalsFailed, m.proposalDuration, m.snapshots, m.peerSendFailures, m.hasLeader); err != nil {
+	if err := registerAll(reg, m.collectors()...); err != nil {
 		return nil, fmt.Errorf("raftnode: register metrics: %w", err)
 	}
 	return m, nil
+}
+
+func (m *nodeMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.term, m.leaderChanges, m.commitIndex, m.appliedIndex, m.proposalsCommitted,
+		m.proposalsFailed, m.proposalDuration, m.snapshots, m.peerSendFailures, m.hasLeader}
+}
+
+// unregister removes the series from reg (NewNode failed after creating
+// them).
+func (m *nodeMetrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.collectors() {
+		reg.Unregister(c)
+	}
 }
 
 // TransportMetrics are the Prometheus series of a GRPCTransport. Create them

@@ -248,6 +248,12 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 	if err != nil {
 		return nil, err
 	}
+	started := false
+	defer func() {
+		if !started {
+			metrics.unregister(cfg.Registerer) // NewNode may be retried
+		}
+	}()
 	n := &Node{
 		cfg:       cfg,
 		id:        RaftID(cfg.NodeID),
@@ -367,6 +373,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		return nil, fmt.Errorf("raftnode: start transport: %w", err)
 	}
 	go n.run()
+	started = true
 	return n, nil
 }
 

@@ -418,6 +418,15 @@ func TestNodeMetrics(t *testing.T) {
 			t.Errorf("%s = %v (exported: %v)", name, v, found)
 		}
 	}
+	// A node that fails to start leaves nothing registered behind.
+	reg2 := prometheus.NewRegistry()
+	if _, err := NewNode(Config{ClusterName: "demo", NodeID: "x", Registerer: reg2, Logger: testLogger(t)},
+		newTestSM(), &brokenStorage{newMemStorage()}, nw.Transport("x")); err == nil {
+		t.Fatal("NewNode over a broken storage succeeded")
+	}
+	if fams, _ := reg2.Gather(); len(fams) != 0 {
+		t.Fatalf("%d metric families left registered by a failed NewNode", len(fams))
+	}
 	// A second node on the same registry is refused, naming the problem.
 	if _, err := NewNode(Config{ClusterName: "demo", NodeID: "other", Registerer: reg, Logger: testLogger(t)},
 		newTestSM(), newMemStorage(), nw.Transport("other")); err == nil || !strings.Contains(err.Error(), "register metrics") {
@@ -470,4 +479,11 @@ func TestNodeStopsOnStorageError(t *testing.T) {
 	if n.Ready() || n.IsLeader() {
 		t.Fatal("stopped member still ready or leading")
 	}
+}
+
+// brokenStorage cannot read its state.
+type brokenStorage struct{ *memStorage }
+
+func (s *brokenStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	return nil, nil, errors.New("test: unreadable")
 }
