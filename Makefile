@@ -6,10 +6,10 @@ BIN       := bin
 TOOLS     := $(BIN)/tools
 PKGS      := ./...
 # Packages with goroutines of their own: run under the race detector.
-RACE_PKGS ?= ./raftnode/... ./server/... ./wal/...
+RACE_PKGS ?= ./raftnode/... ./server/... ./wal/... ./gossip/... ./agent/... ./detect/... ./objstore/... ./fencing/... ./fsm/...
 FUZZTIME  ?= 10s
 
-.PHONY: all build tools proto proto-check lint vet fmt-check test test-unit test-race fuzz-short bench run e2e clean
+.PHONY: all deps build tools proto proto-check lint vet fmt-check test test-unit test-race fuzz-short bench run e2e clean
 
 all: build
 
@@ -54,10 +54,16 @@ test-race:
 
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
+	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) ./objformat
+
+# deps installs what the tests need beyond Go modules: iproute2 (network
+# namespace tests) and the pinned versitygw S3 gateway (end-to-end tests).
+deps: versitygw
+	scripts/install-deps.sh
 
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
-# concurrent packages and a short fuzz run of the WAL reader.
-test: lint build test-unit test-race fuzz-short
+# concurrent packages and short fuzz runs of the WAL and object readers.
+test: deps lint build test-unit test-race fuzz-short
 
 # bench prints the benchmark tables: the WAL against raw write+fdatasync,
 # raft storage, and a 3-member walden cluster against embedded etcd.
