@@ -424,8 +424,8 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	}
 	c.start(lagging)
 	c.converged(c.ids()...)
-	if got := c.net.SnapshotsReceived(lagging); got == 0 {
-		t.Fatalf("%s caught up without a snapshot", lagging)
+	if got := c.net.SnapshotsReceived(lagging); got == 0 || c.node(lagging).snapshotsApplied.Load() == 0 {
+		t.Fatalf("%s caught up without a snapshot (%d delivered)", lagging, got)
 	}
 	// After the snapshot the member applies new entries normally.
 	c.mustPropose(lagging, "after")

@@ -213,6 +213,8 @@ type Node struct {
 
 	// Owned by the run goroutine.
 	snapshotIndex uint64
+	// snapshotsApplied counts snapshots received from a leader and applied.
+	snapshotsApplied atomic.Uint64
 
 	mu        sync.RWMutex
 	confState *raftpb.ConfState
@@ -538,6 +540,7 @@ func (n *Node) applySnapshot(snap *raftpb.Snapshot) error {
 	n.mu.RUnlock()
 	n.snapshotIndex = index
 	n.setApplied(index)
+	n.snapshotsApplied.Add(1)
 	n.logger.Info("raftnode: applied snapshot from leader", "index", index, "term", snap.GetMetadata().GetTerm())
 	return nil
 }
