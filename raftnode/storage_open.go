@@ -210,17 +210,19 @@ func checkStorageFile(path string, want storageIdentity) (err error) {
 		return damaged("not a bbolt file: %v", err)
 	}
 	defer db.Close()
+	// Check the b-tree from the file before bbolt reads it through its
+	// memory map (bbolt holds the shared lock meanwhile).
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("raftnode: open storage: %w", err)
+	}
+	defer f.Close()
+	if err := verifyBoltFile(f, info.Size()); err != nil {
+		return damaged("%v", err)
+	}
 	return db.View(func(tx *bolt.Tx) error {
 		if tx.Size() > info.Size() {
 			return damaged("truncated: file is %d bytes, its meta page says %d", info.Size(), tx.Size())
-		}
-		for cerr := range tx.Check() {
-			if err == nil {
-				err = damaged("bbolt consistency check: %v", cerr)
-			}
-		}
-		if err != nil {
-			return err
 		}
 		meta := tx.Bucket(bucketMeta)
 		if meta == nil {

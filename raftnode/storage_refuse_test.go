@@ -249,7 +249,7 @@ func TestOpenStorageRefuses(t *testing.T) {
 				return dir
 			},
 			want:     ErrDamagedDataDir,
-			wantText: []string{"bbolt consistency check"},
+			wantText: []string{"page"},
 		},
 		{
 			name: "unknown format version",
