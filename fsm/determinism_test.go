@@ -349,3 +349,51 @@ func TestRestoreVersion1(t *testing.T) {
 		t.Fatalf("register after v1 restore = %v, %v", res, err)
 	}
 }
+
+// TestConcurrentReads runs the read methods while commands are applied
+// (meaningful under -race): reads must see copies taken under the lock.
+func TestConcurrentReads(t *testing.T) {
+	h := newHarness(t)
+	r := rand.New(rand.NewPCG(7, 7))
+	done := make(chan struct{})
+	readers := make(chan int, 2)
+	for range 2 {
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-done:
+					readers <- n
+					return
+				default:
+				}
+				for _, b := range h.s.Brokers() {
+					b.Observations = nil
+				}
+				for _, j := range h.s.Jobs("", "") {
+					j.Checkpoints = nil
+				}
+				_ = h.s.Streams("", "")
+				_ = h.s.Events("", 10)
+				_ = h.s.StreamObjects(1, 0, 0)
+				_ = h.s.CheckBroker("b1", 1, nil)
+				_ = h.s.ActiveJobs()
+				select {
+				case <-h.s.Changed():
+				case <-done:
+				}
+				n++
+			}
+		}()
+	}
+	for range 400 {
+		op := randomOp(r, h.s)
+		h.nowMs += 10
+		_, _ = h.apply(op)
+	}
+	close(done)
+	total := <-readers + <-readers
+	if total == 0 {
+		t.Fatal("readers never ran")
+	}
+}
