@@ -319,3 +319,20 @@ func SortedKeys(m map[string]string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// FromValues builds a policy from the defaults and key/value pairs in the
+// config file's syntax (e.g. a decoded `policy:` section), applying keys in
+// sorted order, then validates the result. The error names the first bad
+// key.
+func FromValues(values map[string]string) (*waldenv1.Policy, error) {
+	p := Defaults()
+	for _, k := range SortedKeys(values) {
+		if err := Set(p, k, values[k]); err != nil {
+			return nil, err
+		}
+	}
+	if err := Validate(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}

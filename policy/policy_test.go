@@ -172,3 +172,23 @@ func TestEffective(t *testing.T) {
 		t.Fatalf("Effective(nil, nil) = %v", eff)
 	}
 }
+
+func TestFromValues(t *testing.T) {
+	p, err := policy.FromValues(map[string]string{"failure_timeout": "2s", "lease_ttl": "1s", "drift_margin": "200ms", "dry_run": "true"})
+	if err != nil || p.FailureTimeoutMs != 2000 || p.LeaseTtlMs != 1000 || !p.DryRun || p.CooldownMs != 600_000 {
+		t.Fatalf("FromValues = %v, %v", p, err)
+	}
+	for _, c := range []struct {
+		values map[string]string
+		want   error
+		has    string
+	}{
+		{map[string]string{"failure_timeout": "3s"}, policy.ErrInvalid, "failure_timeout: must be greater than lease_ttl + drift_margin"},
+		{map[string]string{"lease_tt": "3s"}, policy.ErrUnknownKey, "lease_tt"},
+		{map[string]string{"cooldown": "-1m"}, policy.ErrInvalid, "cooldown"},
+	} {
+		if _, err := policy.FromValues(c.values); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.has) {
+			t.Errorf("FromValues(%v) = %v, want %v saying %q", c.values, err, c.want, c.has)
+		}
+	}
+}
