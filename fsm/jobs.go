@@ -136,6 +136,9 @@ func jobResult(j *waldenv1.Job) *waldenv1.Result {
 // applyRenewJobLease renews the job lease of the current attempt's
 // assignee; the first renewal moves the job from pending to running.
 func (s *State) applyRenewJobLease(index uint64, cmd *waldenv1.Command, op *waldenv1.RenewJobLease) (*waldenv1.Result, error) {
+	if op.GetAssigneeId() == "" {
+		return nil, invalid("renew job lease %s: assignee_id is empty", op.GetJobId())
+	}
 	j, err := s.job("renew job lease", op.GetJobId())
 	if err != nil {
 		return nil, err

@@ -28,6 +28,9 @@ func TestJobCommandsRefused(t *testing.T) {
 		{"renew unknown job", nil, func(string) any { return &waldenv1.RenewJobLease{JobId: "nope", Attempt: 1, AssigneeId: "c1"} }, fencing.ErrUnknownJob},
 		{"renew stale attempt", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 2, AssigneeId: "c1"} }, fencing.ErrStaleAttempt},
 		{"renew by another member", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c2"} }, fencing.ErrStaleAttempt},
+		{"renew without assignee", func(h *harness, id string) {
+			h.ok(&waldenv1.ReassignJob{JobId: id, Attempt: 1, LiveMembers: []string{"c9"}})
+		}, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 2} }, fencing.ErrInvalidArgument},
 		{"renew cancelled", cancelJob, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c1"} }, fencing.ErrJobNotRunning},
 		{"reassign unknown", nil, func(string) any { return &waldenv1.ReassignJob{JobId: "nope", Attempt: 1} }, fencing.ErrUnknownJob},
 		{"reassign stale", nil, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 0} }, fencing.ErrStaleAttempt},
