@@ -1,0 +1,231 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"walden/agent"
+	"walden/fencing"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/wal"
+)
+
+// DefaultMaxReadRecords is the Read answer size when max_records is 0.
+const DefaultMaxReadRecords = 1000
+
+// apiServer serves walden.v1.BrokerAPI.
+type apiServer struct {
+	waldenv1.UnimplementedBrokerAPIServer
+	b *Broker
+
+	hintMu sync.Mutex
+	hints  map[uint64]ownerHint
+}
+
+type ownerHint struct {
+	id, addr string
+	at       time.Time
+}
+
+// refusal builds a gRPC error whose message starts with the reason and that
+// carries a google.rpc.ErrorInfo detail (domain "walden").
+func refusal(code codes.Code, reason, msg string, md map[string]string) error {
+	st := status.New(code, reason+": "+msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: fencing.Domain, Metadata: md}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// leaseRefusal maps an agent.Check error to the API's refusal.
+func leaseRefusal(err error) error {
+	switch {
+	case errors.Is(err, agent.ErrFenced):
+		return refusal(codes.FailedPrecondition, ReasonNodeFenced, err.Error(), nil)
+	case errors.Is(err, agent.ErrStopped):
+		return refusal(codes.Unavailable, ReasonShuttingDown, err.Error(), nil)
+	default:
+		return refusal(codes.FailedPrecondition, ReasonLeaseInvalid, err.Error(), nil)
+	}
+}
+
+// Append writes the records as one WAL batch and acknowledges their offsets
+// once the batch is durable and the lease is still valid.
+func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*waldenv1.AppendResponse, error) {
+	b := s.b
+	if len(req.GetRecords()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "records: at least one record is required")
+	}
+	if len(req.GetRecords()) > math.MaxUint32 {
+		return nil, status.Error(codes.InvalidArgument, "records: too many")
+	}
+	b.mu.Lock()
+	inc, draining := b.inc, b.draining
+	b.mu.Unlock()
+	switch {
+	case draining:
+		return nil, refusal(codes.Unavailable, ReasonShuttingDown, "the broker is stopping", nil)
+	case inc == nil:
+		if l := b.agent.Lease(); l.Fenced {
+			return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over; it serves again after it has registered and recovered", nil)
+		}
+		return nil, refusal(codes.Unavailable, ReasonNotReady, "the broker is registering or recovering", nil)
+	}
+	if err := b.agent.Check(); err != nil {
+		return nil, leaseRefusal(err)
+	}
+
+	b.walMu.RLock()
+	st := inc.streams[req.GetStreamId()]
+	if st == nil {
+		b.walMu.RUnlock()
+		return nil, s.notOwner(ctx, req.GetStreamId())
+	}
+	st.mu.Lock()
+	if st.lost {
+		st.mu.Unlock()
+		b.walMu.RUnlock()
+		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
+	}
+	batch := wal.Batch{
+		StreamID:   st.id,
+		Epoch:      st.epoch,
+		BaseOffset: st.next,
+		Count:      uint32(len(req.GetRecords())),
+		Payload:    EncodeRecords(req.GetRecords()),
+	}
+	// The WAL write is not tied to the request: once submitted it either
+	// becomes durable under these offsets or the writer fails for good.
+	off, err := inc.w.Append(context.Background(), batch)
+	if err != nil {
+		st.mu.Unlock()
+		b.walMu.RUnlock()
+		switch {
+		case errors.Is(err, wal.ErrFull):
+			b.kickUpload()
+			return nil, refusal(codes.Unavailable, ReasonWALFull, "the WAL is full until the next upload", nil)
+		case errors.Is(err, wal.ErrTooLarge):
+			return nil, status.Errorf(codes.InvalidArgument, "records: batch too large for the WAL: %v", err)
+		}
+		b.log.Error("wal append failed; the broker stops acknowledging", "stream_id", batch.StreamID, "err", err)
+		b.failIncarnation(inc)
+		return nil, status.Errorf(codes.Unavailable, "wal append failed: %v", err)
+	}
+	st.next = batch.EndOffset()
+	b.mu.Lock()
+	inc.pending = append(inc.pending, pendingRecord{walOffset: off, batch: batch})
+	inc.pendingBytes += int64(len(batch.Payload))
+	full := inc.pendingBytes >= b.cfg.UploadBytes
+	fenced := inc.fenced
+	b.mu.Unlock()
+	st.mu.Unlock()
+	b.walMu.RUnlock()
+	if full {
+		b.kickUpload()
+	}
+	// The records are durable; acknowledge only if the lease still holds.
+	if fenced {
+		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
+	}
+	if err := b.agent.Check(); err != nil {
+		return nil, leaseRefusal(err)
+	}
+	return &waldenv1.AppendResponse{BaseOffset: batch.BaseOffset, Count: batch.Count, StreamEpoch: batch.Epoch, BrokerEpoch: inc.epoch}, nil
+}
+
+func (b *Broker) kickUpload() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// failIncarnation stops acknowledging under inc after a WAL failure.
+func (b *Broker) failIncarnation(inc *incarnation) {
+	b.mu.Lock()
+	if b.inc == inc {
+		b.inc = nil
+	}
+	b.lastErr = "wal append failed"
+	b.mu.Unlock()
+}
+
+// notOwner answers NOT_OWNER with the owner's address when the catalog
+// knows it (cached for a short while).
+func (s *apiServer) notOwner(ctx context.Context, streamID uint64) error {
+	id, addr := s.owner(ctx, streamID)
+	md := map[string]string{}
+	if id != "" {
+		md[MetaOwnerBrokerID] = id
+	}
+	if addr != "" {
+		md[MetaOwnerAddr] = addr
+	}
+	msg := fmt.Sprintf("broker %s does not own stream %d", s.b.cfg.BrokerID, streamID)
+	if id != "" {
+		msg += "; owner " + id
+	}
+	return refusal(codes.FailedPrecondition, ReasonNotOwner, msg, md)
+}
+
+func (s *apiServer) owner(ctx context.Context, streamID uint64) (id, addr string) {
+	s.hintMu.Lock()
+	h, ok := s.hints[streamID]
+	s.hintMu.Unlock()
+	if ok && time.Since(h.at) < 300*time.Millisecond {
+		return h.id, h.addr
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	d, err := s.b.coords.DescribeStream(ctx, streamID, math.MaxUint64, 1)
+	if err != nil || d.GetStream().GetState() != "opened" {
+		return "", ""
+	}
+	id = d.GetStream().GetOwnerBrokerId()
+	if id == s.b.cfg.BrokerID {
+		return id, "" // this broker, not serving it (yet)
+	}
+	addr, _ = s.b.coords.BrokerAddr(ctx, id)
+	s.hintMu.Lock()
+	if s.hints == nil {
+		s.hints = map[uint64]ownerHint{}
+	}
+	s.hints[streamID] = ownerHint{id: id, addr: addr, at: time.Now()}
+	s.hintMu.Unlock()
+	return id, addr
+}
+
+// BrokerStatus reports the broker's epoch, lease and streams.
+func (s *apiServer) BrokerStatus(ctx context.Context, _ *waldenv1.BrokerStatusRequest) (*waldenv1.BrokerStatusResponse, error) {
+	b := s.b
+	l := b.agent.Lease()
+	resp := &waldenv1.BrokerStatusResponse{BrokerId: b.cfg.BrokerID, BrokerEpoch: l.Epoch, LeaseValid: l.Valid, Fenced: l.Fenced}
+	b.mu.Lock()
+	inc := b.inc
+	resp.Serving = inc != nil && !inc.fenced && !b.draining && l.Valid
+	resp.Uploads = b.uploads
+	if inc != nil {
+		resp.WalPendingBytes = uint64(inc.pendingBytes)
+	}
+	b.mu.Unlock()
+	if inc == nil {
+		return resp, nil
+	}
+	b.walMu.RLock()
+	for _, id := range inc.streamIDs() {
+		st := inc.streams[id]
+		st.mu.Lock()
+		resp.Streams = append(resp.Streams, &waldenv1.BrokerStreamStatus{StreamId: id, StreamEpoch: st.epoch, NextOffset: st.next, CommittedEndOffset: st.committed.Load()})
+		st.mu.Unlock()
+	}
+	b.walMu.RUnlock()
+	return resp, nil
+}

@@ -1,0 +1,504 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"walden/agent"
+	"walden/config"
+	"walden/fencing"
+	"walden/objstore"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/wal"
+)
+
+// Options are the parts of a Broker that are not configuration.
+type Options struct {
+	// Logger receives the broker's structured log; nil discards it.
+	Logger *slog.Logger
+	// Agent tunes the embedded agent (its Logger defaults to Logger).
+	Agent agent.Options
+	// S3 tunes the S3 client (its Logger defaults to Logger).
+	S3 objstore.Options
+	// DialOptions are the options of the catalog connections; default
+	// plain gRPC (mutual TLS when the tls keys are set is left to the
+	// caller through these options).
+	DialOptions []grpc.DialOption
+}
+
+// Broker is one reference broker. Create it with New, then Start (or Run).
+type Broker struct {
+	cfg    *config.Broker
+	log    *slog.Logger
+	opts   Options
+	coords *Coordinators
+	s3     *objstore.Client
+	agent  *agent.Agent
+	ln     net.Listener
+	addr   string
+	grpc   *grpc.Server
+	reads  *indexCache
+
+	// walMu is held shared by appends (from the WAL write to the pending
+	// list) and exclusively by the upload's snapshot, so that a snapshot
+	// sees every record the WAL made durable before it.
+	walMu sync.RWMutex
+
+	mu       sync.Mutex
+	inc      *incarnation // nil while not serving
+	draining bool
+	uploads  uint64
+	lastErr  string
+
+	kick    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopMu  sync.Mutex
+	stopped bool
+}
+
+// incarnation is the broker's state under one broker epoch.
+type incarnation struct {
+	epoch   uint64
+	w       *wal.Writer
+	streams map[uint64]*ownedStream
+	// pending holds the WAL records not yet committed, in WAL order.
+	pending      []pendingRecord
+	pendingBytes int64
+	// upload is the object being uploaded and committed; it is retried
+	// unchanged until committed, so that a retry commits the same id.
+	upload *builtObject
+	fenced bool
+}
+
+type ownedStream struct {
+	mu    sync.Mutex
+	id    uint64
+	epoch uint64
+	next  uint64 // offset of the next append; guarded by mu
+	lost  bool   // the incarnation ended; refuse appends; guarded by mu
+	// committed is the catalog's end offset; changed under Broker.mu
+	// together with the pending list, so that a reader holding Broker.mu
+	// sees every offset either committed or pending.
+	committed atomic.Uint64
+}
+
+type pendingRecord struct {
+	walOffset int64
+	batch     wal.Batch
+}
+
+// New checks cfg and builds the broker without starting anything.
+func New(cfg *config.Broker, opts Options) (*Broker, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil config", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Agent.Logger == nil {
+		opts.Agent.Logger = opts.Logger
+	}
+	if opts.S3.Logger == nil {
+		opts.S3.Logger = opts.Logger
+	}
+	if len(opts.DialOptions) == 0 {
+		opts.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return &Broker{
+		cfg:    cfg,
+		log:    opts.Logger.With("broker_id", cfg.BrokerID),
+		opts:   opts,
+		coords: NewCoordinators(cfg.Coordinators, opts.DialOptions...),
+		reads:  newIndexCache(),
+		kick:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// Addr is the bound address of the data API ("" before Start).
+func (b *Broker) Addr() string { return b.addr }
+
+// AgentAddr is the bound address of the embedded agent's endpoint.
+func (b *Broker) AgentAddr() string {
+	if b.agent == nil {
+		return ""
+	}
+	return b.agent.Addr()
+}
+
+// Agent returns the embedded agent (nil before Start).
+func (b *Broker) Agent() *agent.Agent { return b.agent }
+
+// Start binds the data API, connects to S3, starts the embedded agent and
+// serves; registration, recovery of the old WAL and opening the streams
+// continue in the background (appends answer NOT_READY until then).
+func (b *Broker) Start(ctx context.Context) error {
+	s3, err := objstore.New(ctx, b.cfg.S3, b.opts.S3)
+	if err != nil {
+		return fmt.Errorf("%w: s3: %w", ErrStart, err)
+	}
+	b.s3 = s3
+	ln, err := net.Listen("tcp", b.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("%w: listen %s: %w", ErrStart, b.cfg.Listen, err)
+	}
+	b.ln = ln
+	b.addr = ln.Addr().String()
+	advertised := b.cfg.BrokerAddr
+	if advertised == "" {
+		advertised = b.addr
+	}
+	a, err := agent.New(b.cfg.AgentConfig(advertised), b.opts.Agent)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	b.agent = a
+	if err := a.Start(); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	b.grpc = grpc.NewServer()
+	waldenv1.RegisterBrokerAPIServer(b.grpc, &apiServer{b: b})
+	go func() {
+		if err := b.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			b.log.Error("broker API stopped", "err", err)
+		}
+	}()
+	rctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	go func() {
+		defer close(b.done)
+		b.run(rctx)
+	}()
+	b.log.Info("broker started", "listen", b.addr, "broker_addr", advertised, "agent", a.Addr(),
+		"wal", b.cfg.WAL.Path, "streams", b.cfg.Streams, "takeover", b.cfg.Takeover)
+	return nil
+}
+
+// Run starts the broker, blocks until ctx ends, then stops gracefully.
+func (b *Broker) Run(ctx context.Context) error {
+	if err := b.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return b.Stop(true)
+}
+
+// Ready reports whether the broker accepts appends now.
+func (b *Broker) Ready() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inc != nil && !b.inc.fenced && !b.draining
+}
+
+// run drives incarnations: each registered epoch recovers and serves until
+// the cluster fences it, then the next epoch starts over.
+func (b *Broker) run(ctx context.Context) {
+	var last uint64
+	for ctx.Err() == nil {
+		lease, err := b.agent.WaitRegistered(ctx)
+		if err != nil {
+			return
+		}
+		if lease.Epoch <= last {
+			// The agent has not noticed the fencing yet; wait for its new
+			// epoch.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		last = lease.Epoch
+		if err := b.serveEpoch(ctx, lease.Epoch); err != nil && ctx.Err() == nil {
+			b.log.Warn("broker epoch ended", "epoch", lease.Epoch, "err", err)
+		}
+	}
+}
+
+// serveEpoch recovers the old WAL under epoch, opens the WAL writer and the
+// streams, and serves until the epoch is fenced or ctx ends (then the
+// caller's Stop finishes the shutdown).
+func (b *Broker) serveEpoch(ctx context.Context, epoch uint64) error {
+	log := b.log.With("epoch", epoch)
+	inc := &incarnation{epoch: epoch, streams: map[uint64]*ownedStream{}}
+	if err := b.recoverOldWAL(ctx, inc, log); err != nil {
+		return err
+	}
+	w, err := b.openWAL(epoch)
+	if err != nil {
+		return err
+	}
+	inc.w = w
+	for _, id := range b.cfg.Streams {
+		if _, ok := inc.streams[id]; !ok {
+			b.openStream(ctx, inc, id, log)
+		}
+	}
+	b.mu.Lock()
+	if b.draining {
+		b.mu.Unlock()
+		_ = w.Close()
+		return nil
+	}
+	b.inc = inc
+	b.mu.Unlock()
+	log.Info("broker serving", "streams", inc.streamIDs())
+
+	upload := time.NewTicker(b.cfg.UploadInterval)
+	defer upload.Stop()
+	maint := time.NewTicker(b.cfg.TakeoverInterval)
+	defer maint.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-upload.C:
+		case <-b.kick:
+		case <-maint.C:
+			b.maintain(ctx, inc, log)
+			if !b.endIfFenced(inc, log) {
+				continue
+			}
+			return ErrFenced
+		}
+		if err := b.uploadOnce(ctx, inc, log); err != nil && errors.Is(err, ErrFenced) {
+			b.endIfFenced(inc, log)
+			return err
+		}
+	}
+}
+
+// endIfFenced ends inc when it was fenced (by the catalog or the agent):
+// no more appends, WAL writer closed. It reports whether inc ended.
+func (b *Broker) endIfFenced(inc *incarnation, log *slog.Logger) bool {
+	l := b.agent.Lease()
+	b.mu.Lock()
+	if l.Fenced || l.Epoch != inc.epoch {
+		inc.fenced = true
+	}
+	fenced := inc.fenced
+	if fenced && b.inc == inc {
+		b.inc = nil
+	}
+	b.mu.Unlock()
+	if !fenced {
+		return false
+	}
+	b.walMu.Lock()
+	for _, s := range inc.streams {
+		s.mu.Lock()
+		s.lost = true
+		s.mu.Unlock()
+	}
+	b.walMu.Unlock()
+	if inc.w != nil {
+		_ = inc.w.Close()
+	}
+	log.Warn("broker fenced: refusing appends until it has registered again and recovered", "agent_epoch", l.Epoch)
+	return true
+}
+
+func (inc *incarnation) streamIDs() []uint64 {
+	ids := make([]uint64, 0, len(inc.streams))
+	for id := range inc.streams {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// openWAL opens the WAL for appending under epoch, creating it when
+// missing. Reopening discards the old records (recoverOldWAL has committed
+// those the catalog lacked): the writer starts past them.
+func (b *Broker) openWAL(epoch uint64) (*wal.Writer, error) {
+	wopts := wal.WriterOptions{Logger: b.log}
+	if _, err := os.Stat(b.cfg.WAL.Path); err == nil {
+		w, err := wal.OpenWriter(b.cfg.WAL.Path, wal.OpenOptions{NodeEpoch: epoch, WriterOptions: wopts})
+		if err != nil {
+			return nil, fmt.Errorf("broker: open wal: %w", err)
+		}
+		return w, nil
+	}
+	w, err := wal.Create(b.cfg.WAL.Path, wal.CreateOptions{Capacity: b.cfg.WAL.Capacity, NodeEpoch: epoch, WriterOptions: wopts})
+	if err != nil {
+		return nil, fmt.Errorf("broker: create wal: %w", err)
+	}
+	return w, nil
+}
+
+// openStream asks the catalog to open stream id for this broker. A stream
+// another broker holds (STREAM_NOT_CLOSED) is retried by maintain.
+func (b *Broker) openStream(ctx context.Context, inc *incarnation, id uint64, log *slog.Logger) bool {
+	var resp *waldenv1.OpenStreamResponse
+	err := b.coords.Do(ctx, 3*time.Second, func(ctx context.Context, conn *grpc.ClientConn) error {
+		var err error
+		resp, err = waldenv1.NewCatalogClient(conn).OpenStream(ctx, &waldenv1.OpenStreamRequest{
+			BrokerId: b.cfg.BrokerID, BrokerEpoch: inc.epoch, StreamId: id})
+		return err
+	})
+	if err != nil {
+		switch fencing.ReasonFromStatus(err) {
+		case "NODE_FENCED", "EPOCH_EXPIRED":
+			b.mu.Lock()
+			inc.fenced = true
+			b.mu.Unlock()
+		case "STREAM_NOT_CLOSED":
+			log.Debug("stream held by another broker; will retry", "stream_id", id, "err", err)
+		default:
+			log.Warn("open stream failed; will retry", "stream_id", id, "err", err)
+		}
+		return false
+	}
+	st := resp.GetStream()
+	s := &ownedStream{id: id, epoch: st.GetEpoch(), next: st.GetEndOffset()}
+	s.committed.Store(st.GetEndOffset())
+	b.walMu.Lock()
+	inc.streams[id] = s
+	b.walMu.Unlock()
+	log.Info("stream opened", "stream_id", id, "stream_epoch", s.epoch, "end_offset", st.GetEndOffset())
+	return true
+}
+
+// maintain retries the configured streams this broker does not hold and,
+// with takeover, opens CLOSED streams.
+func (b *Broker) maintain(ctx context.Context, inc *incarnation, log *slog.Logger) {
+	want := map[uint64]bool{}
+	for _, id := range b.cfg.Streams {
+		want[id] = true
+	}
+	if b.cfg.Takeover {
+		closed, err := b.coords.ListStreams(ctx, "", "closed")
+		if err != nil {
+			log.Debug("list closed streams", "err", err)
+		}
+		for _, s := range closed {
+			want[s.GetStreamId()] = true
+		}
+	}
+	for id := range want {
+		b.walMu.RLock()
+		_, have := inc.streams[id]
+		b.walMu.RUnlock()
+		if !have && !inc.isFenced(b) {
+			b.openStream(ctx, inc, id, log)
+		}
+	}
+}
+
+func (inc *incarnation) isFenced(b *Broker) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return inc.fenced
+}
+
+// Stop stops the broker. Graceful: refuse new appends, upload and commit
+// what the WAL holds, close the streams, close the WAL, leave gossip.
+// Otherwise it stops as if the host had crashed (the WAL keeps its tail).
+func (b *Broker) Stop(graceful bool) error {
+	b.stopMu.Lock()
+	defer b.stopMu.Unlock()
+	if b.stopped {
+		return nil
+	}
+	b.stopped = true
+	b.mu.Lock()
+	b.draining = true
+	inc := b.inc
+	b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+		<-b.done
+	}
+	var errs []error
+	if inc != nil && !inc.fenced {
+		if graceful {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			errs = append(errs, b.drain(ctx, inc))
+			cancel()
+		} else if err := inc.w.Abandon(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.grpc != nil {
+		if graceful {
+			stopped := make(chan struct{})
+			go func() { b.grpc.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(3 * time.Second):
+				b.grpc.Stop()
+			}
+		} else {
+			b.grpc.Stop()
+		}
+	}
+	if b.agent != nil {
+		errs = append(errs, b.agent.Stop(graceful))
+	}
+	b.coords.Close()
+	b.log.Info("broker stopped", "graceful", graceful)
+	return errors.Join(errs...)
+}
+
+// drain uploads and commits everything, closes the streams and the WAL.
+func (b *Broker) drain(ctx context.Context, inc *incarnation) error {
+	log := b.log.With("epoch", inc.epoch)
+	for ctx.Err() == nil {
+		err := b.uploadOnce(ctx, inc, log)
+		if err == nil && b.pendingLen(inc) == 0 {
+			break
+		}
+		if errors.Is(err, ErrFenced) {
+			_ = inc.w.Close()
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if n := b.pendingLen(inc); n > 0 {
+		log.Error("shutdown with records not uploaded; the WAL keeps them for the next start or a recovery", "records", n)
+		_ = inc.w.Close()
+		return fmt.Errorf("broker: drain: %d records not uploaded", n)
+	}
+	for _, id := range inc.streamIDs() {
+		s := inc.streams[id]
+		err := b.coords.Do(ctx, 3*time.Second, func(ctx context.Context, conn *grpc.ClientConn) error {
+			_, err := waldenv1.NewCatalogClient(conn).CloseStream(ctx, &waldenv1.CloseStreamRequest{
+				BrokerId: b.cfg.BrokerID, BrokerEpoch: inc.epoch, StreamId: id, StreamEpoch: s.epoch})
+			return err
+		})
+		if err != nil {
+			log.Warn("close stream failed", "stream_id", id, "err", err)
+		} else {
+			log.Info("stream closed", "stream_id", id, "end_offset", s.committed.Load())
+		}
+	}
+	return inc.w.Close()
+}
+
+func (b *Broker) pendingLen(inc *incarnation) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(inc.pending)
+}

@@ -1,0 +1,248 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"walden/broker"
+	"walden/broker/brokertest"
+	"walden/config"
+	"walden/objstore"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/wal"
+)
+
+type env struct {
+	t     *testing.T
+	coord *brokertest.Coordinator
+	s3    objstore.Config
+	dir   string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	coord, err := brokertest.Start("demo", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coord.Stop)
+	dir := t.TempDir()
+	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return &env{t: t, coord: coord, s3: objstore.FakeConfig(endpoint, "walden"), dir: dir}
+}
+
+func (e *env) config(id string, streams ...uint64) *config.Broker {
+	cfg := config.DefaultBrokerConfig()
+	cfg.BrokerID, cfg.ClusterName = id, "demo"
+	cfg.Listen, cfg.AgentListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Coordinators = []string{e.coord.Addr}
+	cfg.Gossip.BindAddr = "127.0.0.1:0"
+	cfg.WAL = config.BrokerWAL{Path: filepath.Join(e.dir, id+".wal"), Capacity: 1 << 20}
+	cfg.S3 = e.s3
+	cfg.Streams = streams
+	cfg.UploadInterval, cfg.UploadBytes, cfg.TakeoverInterval = 50*time.Millisecond, 64<<10, 50*time.Millisecond
+	cfg.LeaseSafetyMargin = 200 * time.Millisecond
+	return cfg
+}
+
+func logger(t *testing.T) *slog.Logger {
+	if os.Getenv("WALDEN_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// start starts a broker and stops it (crash-style) at the end of the test
+// unless the test stopped it.
+func (e *env) start(cfg *config.Broker) *broker.Broker {
+	e.t.Helper()
+	b, err := broker.New(cfg, broker.Options{Logger: logger(e.t)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = b.Stop(false) })
+	return b
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %s: %v", what, d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitReady(t *testing.T, b *broker.Broker) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "broker ready", func() error {
+		if !b.Ready() {
+			return fmt.Errorf("not ready")
+		}
+		return nil
+	})
+}
+
+func client(t *testing.T, addr string) waldenv1.BrokerAPIClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return waldenv1.NewBrokerAPIClient(conn)
+}
+
+func appendRecs(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64, recs ...string) (*waldenv1.AppendResponse, error) {
+	t.Helper()
+	var rr [][]byte
+	for _, r := range recs {
+		rr = append(rr, []byte(r))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Append(ctx, &waldenv1.AppendRequest{StreamId: stream, Records: rr})
+}
+
+func mustAppend(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64, recs ...string) uint64 {
+	t.Helper()
+	r, err := appendRecs(t, c, stream, recs...)
+	if err != nil {
+		t.Fatalf("append to stream %d: %v", stream, err)
+	}
+	if int(r.GetCount()) != len(recs) {
+		t.Fatalf("append count %d, want %d", r.GetCount(), len(recs))
+	}
+	return r.GetBaseOffset()
+}
+
+// readAll reads stream from 0 through c until an empty answer.
+func readAll(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64) []string {
+	t.Helper()
+	var out []string
+	from := uint64(0)
+	for {
+		r, err := c.Read(context.Background(), &waldenv1.ReadRequest{StreamId: stream, FromOffset: from, MaxRecords: 7})
+		if err != nil {
+			t.Fatalf("read stream %d from %d: %v", stream, from, err)
+		}
+		if len(r.GetRecords()) == 0 {
+			return out
+		}
+		for _, rec := range r.GetRecords() {
+			if rec.GetOffset() != from {
+				t.Fatalf("stream %d: record at offset %d, want %d", stream, rec.GetOffset(), from)
+			}
+			out = append(out, string(rec.GetPayload()))
+			from++
+		}
+	}
+}
+
+func reasonOf(err error) (string, map[string]string) {
+	s, _ := status.FromError(err)
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason(), info.GetMetadata()
+		}
+	}
+	return "", nil
+}
+
+func committedEnd(e *env, stream uint64) uint64 {
+	s, _ := e.coord.State().Stream(stream)
+	return s.GetEndOffset()
+}
+
+func waitCommitted(t *testing.T, e *env, stream, end uint64) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("stream %d committed to %d", stream, end), func() error {
+		if got := committedEnd(e, stream); got != end {
+			return fmt.Errorf("end offset %d", got)
+		}
+		return nil
+	})
+}
+
+func equal(t *testing.T, got, want []string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+}
+
+func TestAppendReadUploadTrim(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1, 2)
+	cfg.UploadInterval = time.Hour // upload on demand: the test looks at the tail first
+	b := e.start(cfg)
+	waitReady(t, b)
+	c := client(t, b.Addr())
+
+	if off := mustAppend(t, c, 1, "a0", "a1", "a2"); off != 0 {
+		t.Fatalf("first offset %d", off)
+	}
+	if off := mustAppend(t, c, 2, "b0"); off != 0 {
+		t.Fatalf("first offset of stream 2: %d", off)
+	}
+	if off := mustAppend(t, c, 1, "a3"); off != 3 {
+		t.Fatalf("offset %d, want 3", off)
+	}
+	// Before any upload the tail is served from memory.
+	equal(t, readAll(t, c, 1), []string{"a0", "a1", "a2", "a3"})
+	if committedEnd(e, 1) != 0 {
+		t.Fatalf("committed before upload: %d", committedEnd(e, 1))
+	}
+	// Crossing upload_bytes starts an upload at once.
+	big := string(make([]byte, 70<<10))
+	mustAppend(t, c, 2, big)
+	waitCommitted(t, e, 1, 4)
+	waitCommitted(t, e, 2, 2)
+	equal(t, readAll(t, c, 1), []string{"a0", "a1", "a2", "a3"})
+	if got := readAll(t, c, 2); len(got) != 2 || got[0] != "b0" || got[1] != big {
+		t.Fatalf("stream 2 read %d records", len(got))
+	}
+	// The WAL was trimmed to its last uploaded record.
+	rd, err := wal.Open(cfg.WAL.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trim := rd.Header().TrimOffset
+	rd.Close()
+	if trim < cfg.WAL.Capacity {
+		t.Fatalf("trim offset %d: not trimmed past the first record", trim)
+	}
+	// The catalog holds one object with both streams, keyed by broker and epoch.
+	objs := e.coord.State().StreamObjects(1, 0, 0)
+	if len(objs) != 1 || len(objs[0].GetRanges()) != 2 || objs[0].GetBrokerId() != "b1" {
+		t.Fatalf("objects %v", objs)
+	}
+	// Offsets continue after the commit.
+	if off := mustAppend(t, c, 1, "a4"); off != 4 {
+		t.Fatalf("offset %d, want 4", off)
+	}
+	equal(t, readAll(t, c, 1), []string{"a0", "a1", "a2", "a3", "a4"})
+}

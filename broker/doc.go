@@ -1,0 +1,23 @@
+// Package broker is walden's reference broker (`walden broker`): a small
+// log broker built on the agent library, the wal package and the stream
+// catalog. It is what `walden dev`, the end-to-end tests and the benchmarks
+// run, and the pattern a broker written for walden follows.
+//
+// It owns:
+//   - the data API (walden.v1.BrokerAPI): Append acknowledges records only
+//     after the WAL holding them is durable and the lease is valid; Read
+//     serves committed data from S3 through the catalog, plus the broker's
+//     own tail that is not uploaded yet;
+//   - the startup sequence of one broker epoch ("incarnation"): register,
+//     upload the part of its old WAL that the catalog lacks (re-opening its
+//     own streams with the new epoch), reset the WAL, open its configured
+//     streams;
+//   - the upload loop: WAL records → one object (objformat) → S3 under a
+//     deterministic key → CommitObject → inclusive WAL trim;
+//   - stream takeover: with takeover set, opening CLOSED streams (the
+//     catalog decides races).
+//
+// It must never acknowledge a record that is not durable in its WAL, write
+// with an epoch the agent does not confirm, trim its WAL past a record the
+// catalog has not committed, or decide that another broker failed.
+package broker

@@ -1,0 +1,266 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"walden/fencing"
+	"walden/objformat"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/wal"
+)
+
+// builtObject is one object ready to upload and commit.
+type builtObject struct {
+	key, id     string
+	data        []byte
+	index       *objformat.Index
+	first, last int64 // WAL offsets of the first and last record
+	records     int
+	uploaded    bool
+	crc         uint32
+}
+
+// build encodes records (in WAL order) into one object uploaded under the
+// broker epoch.
+func (b *Broker) build(epoch uint64, records []pendingRecord) (*builtObject, error) {
+	bld := objformat.NewBuilder()
+	for _, r := range records {
+		if err := bld.Add(r.batch); err != nil {
+			return nil, fmt.Errorf("broker: build object: %w", err)
+		}
+	}
+	data, ix, err := bld.Build()
+	if err != nil {
+		return nil, fmt.Errorf("broker: build object: %w", err)
+	}
+	first, last := records[0].walOffset, records[len(records)-1].walOffset
+	return &builtObject{
+		key:     objformat.Key(b.cfg.S3.Prefix, b.cfg.BrokerID, epoch, first, last),
+		id:      objformat.ObjectID(b.cfg.BrokerID, epoch, first, last),
+		data:    data,
+		index:   ix,
+		first:   first,
+		last:    last,
+		records: len(records),
+	}, nil
+}
+
+// commit uploads obj (once) and commits it under epoch. A refusal of the
+// epoch returns an error wrapping ErrFenced.
+func (b *Broker) commit(ctx context.Context, epoch uint64, obj *builtObject) (*waldenv1.CommitObjectResponse, error) {
+	if !obj.uploaded {
+		res, err := b.s3.Upload(ctx, obj.key, bytes.NewReader(obj.data), int64(len(obj.data)), nil)
+		if err != nil {
+			return nil, fmt.Errorf("broker: upload %s: %w", obj.key, err)
+		}
+		obj.crc = res.CRC32C
+		obj.uploaded = true
+	}
+	req := &waldenv1.CommitObjectRequest{
+		BrokerId:    b.cfg.BrokerID,
+		BrokerEpoch: epoch,
+		Object: &waldenv1.Object{
+			ObjectId:       obj.id,
+			Key:            obj.key,
+			Size:           uint64(len(obj.data)),
+			Ranges:         obj.index.Ranges(),
+			BrokerId:       b.cfg.BrokerID,
+			BrokerEpoch:    epoch,
+			FirstWalOffset: obj.first,
+			LastWalOffset:  obj.last,
+			Crc32C:         obj.crc,
+		},
+	}
+	var resp *waldenv1.CommitObjectResponse
+	err := b.coords.Do(ctx, 5*time.Second, func(ctx context.Context, conn *grpc.ClientConn) error {
+		var err error
+		resp, err = waldenv1.NewCatalogClient(conn).CommitObject(ctx, req)
+		return err
+	})
+	if err != nil {
+		switch fencing.ReasonFromStatus(err) {
+		case "NODE_FENCED", "EPOCH_EXPIRED":
+			return nil, fmt.Errorf("%w: commit %s: %w", ErrFenced, obj.id, err)
+		}
+		return nil, fmt.Errorf("broker: commit %s: %w", obj.id, err)
+	}
+	return resp, nil
+}
+
+// uploadOnce uploads and commits the WAL records not yet committed, then
+// trims the WAL to the last of them (inclusive). A failed attempt keeps the
+// same object for the next one.
+func (b *Broker) uploadOnce(ctx context.Context, inc *incarnation, log *slog.Logger) error {
+	b.mu.Lock()
+	obj, fenced := inc.upload, inc.fenced
+	b.mu.Unlock()
+	if fenced {
+		return ErrFenced
+	}
+	if obj == nil {
+		// No append is between its WAL write and the pending list while
+		// walMu is held: the snapshot holds every durable record.
+		b.walMu.Lock()
+		b.mu.Lock()
+		snap := append([]pendingRecord(nil), inc.pending...)
+		b.mu.Unlock()
+		b.walMu.Unlock()
+		if len(snap) == 0 {
+			return nil
+		}
+		sort.SliceStable(snap, func(i, j int) bool { return snap[i].walOffset < snap[j].walOffset })
+		var err error
+		if obj, err = b.build(inc.epoch, snap); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		inc.upload = obj
+		b.mu.Unlock()
+	}
+	resp, err := b.commit(ctx, inc.epoch, obj)
+	if err != nil {
+		b.mu.Lock()
+		b.lastErr = err.Error()
+		if errors.Is(err, ErrFenced) {
+			inc.fenced = true
+		}
+		b.mu.Unlock()
+		log.Warn("upload failed", "object_id", obj.id, "records", obj.records, "err", err)
+		return err
+	}
+	b.walMu.RLock()
+	defer b.walMu.RUnlock()
+	b.mu.Lock()
+	keep := inc.pending[:0]
+	for _, r := range inc.pending {
+		if r.walOffset > obj.last {
+			keep = append(keep, r)
+		} else {
+			inc.pendingBytes -= int64(len(r.batch.Payload))
+		}
+	}
+	clear(inc.pending[len(keep):])
+	inc.pending = keep
+	for _, r := range obj.index.Entries {
+		if s := inc.streams[r.StreamID]; s != nil && r.EndOffset > s.committed.Load() {
+			s.committed.Store(r.EndOffset)
+		}
+	}
+	inc.upload = nil
+	b.uploads++
+	b.mu.Unlock()
+	if err := inc.w.Trim(obj.last); err != nil {
+		log.Warn("wal trim failed", "offset", obj.last, "err", err)
+	}
+	log.Debug("uploaded", "object_id", obj.id, "records", obj.records, "bytes", len(obj.data), "redundant", resp.GetRedundant())
+	return nil
+}
+
+// recoverOldWAL uploads the records of the WAL left by an earlier run that
+// the catalog lacks, before the WAL is reset. Only streams the catalog
+// still shows OPENED by this broker qualify: the broker re-opens each with
+// its new epoch and commits its records contiguous from the stream's end
+// offset (stopping at the first gap). A CLOSED stream was recovered by the
+// coordinators (its records beyond the end were never acknowledged), and a
+// stream another broker owns is not ours to write.
+func (b *Broker) recoverOldWAL(ctx context.Context, inc *incarnation, log *slog.Logger) error {
+	if _, err := os.Stat(b.cfg.WAL.Path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	rec, err := wal.RecoverFile(b.cfg.WAL.Path)
+	if err != nil {
+		return fmt.Errorf("broker: read old wal: %w", err)
+	}
+	log.Info("old WAL read", "records", len(rec.Records), "trim_offset", rec.Header.TrimOffset,
+		"recovered_wal_offset", b.agent.RecoveredWALOffset())
+	byStream := map[uint64][]wal.Record{}
+	var order []uint64
+	for _, r := range rec.Records {
+		if _, ok := byStream[r.Batch.StreamID]; !ok {
+			order = append(order, r.Batch.StreamID)
+		}
+		byStream[r.Batch.StreamID] = append(byStream[r.Batch.StreamID], r)
+	}
+	var take []pendingRecord
+	for _, id := range order {
+		d, err := b.coords.DescribeStream(ctx, id, math.MaxUint64, 1)
+		if err != nil {
+			if fencing.ReasonFromStatus(err) == "STREAM_NOT_FOUND" {
+				log.Warn("old WAL holds records of a stream the catalog does not know; skipped", "stream_id", id)
+				continue
+			}
+			return fmt.Errorf("broker: describe stream %d: %w", id, err)
+		}
+		st := d.GetStream()
+		if st.GetOwnerBrokerId() != b.cfg.BrokerID || st.GetState() != "opened" {
+			log.Info("old WAL records of a stream no longer ours; skipped", "stream_id", id,
+				"records", len(byStream[id]), "state", st.GetState(), "owner", st.GetOwnerBrokerId())
+			continue
+		}
+		if !b.openStream(ctx, inc, id, log) {
+			if inc.isFenced(b) {
+				return ErrFenced
+			}
+			return fmt.Errorf("broker: re-open stream %d failed", id)
+		}
+		s := inc.streams[id]
+		expected := s.next
+		for _, r := range byStream[id] {
+			bt := r.Batch
+			if bt.EndOffset() <= expected {
+				continue
+			}
+			if bt.BaseOffset != expected {
+				log.Warn("old WAL stream stops at a gap", "stream_id", id, "expected", expected, "base_offset", bt.BaseOffset)
+				break
+			}
+			bt.Epoch = s.epoch
+			take = append(take, pendingRecord{walOffset: r.Offset, batch: bt})
+			expected = bt.EndOffset()
+		}
+		s.next = expected
+	}
+	if len(take) == 0 {
+		return nil
+	}
+	sort.SliceStable(take, func(i, j int) bool { return take[i].walOffset < take[j].walOffset })
+	obj, err := b.build(inc.epoch, take)
+	if err != nil {
+		return err
+	}
+	for {
+		_, err := b.commit(ctx, inc.epoch, obj)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrFenced) {
+			b.mu.Lock()
+			inc.fenced = true
+			b.mu.Unlock()
+			return err
+		}
+		log.Warn("recovering old WAL: upload failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for _, e := range obj.index.Entries {
+		if s := inc.streams[e.StreamID]; s != nil {
+			s.committed.Store(e.EndOffset)
+		}
+	}
+	log.Info("old WAL tail committed", "object_id", obj.id, "records", len(take))
+	return nil
+}
