@@ -359,24 +359,30 @@ func TestConcurrentReads(t *testing.T) {
 	done := make(chan struct{})
 	started := make(chan struct{}, 2)
 	finished := make(chan struct{}, 2)
+	readAndMutate := func() {
+		for _, b := range h.s.Brokers() {
+			b.Observations = nil
+			b.Epoch++
+		}
+		for _, j := range h.s.Jobs("", "") {
+			j.Checkpoints = nil
+			j.Objects = nil
+		}
+		for _, st := range h.s.Streams("", "") {
+			st.EndOffset++
+		}
+		for _, e := range h.s.Events("", 10) {
+			e.Kind = "x"
+		}
+		_ = h.s.StreamObjects(1, 0, 0)
+		_ = h.s.CheckBroker("b1", 1, nil)
+		_ = h.s.ActiveJobs()
+	}
 	for range 2 {
 		go func() {
 			defer func() { finished <- struct{}{} }()
 			for i := 0; ; i++ {
-				for _, b := range h.s.Brokers() {
-					b.Observations = nil
-				}
-				for _, j := range h.s.Jobs("", "") {
-					j.Checkpoints = nil
-					j.Objects = nil
-				}
-				for _, st := range h.s.Streams("", "") {
-					st.EndOffset++
-				}
-				_ = h.s.Events("", 10)
-				_ = h.s.StreamObjects(1, 0, 0)
-				_ = h.s.CheckBroker("b1", 1, nil)
-				_ = h.s.ActiveJobs()
+				readAndMutate()
 				if i == 0 {
 					started <- struct{}{}
 				}
@@ -400,6 +406,7 @@ func TestConcurrentReads(t *testing.T) {
 	close(done)
 	<-finished
 	<-finished
+	readAndMutate()
 	if !bytes.Equal(mustSnapshot(t, h.s), mustSnapshot(t, twin.s)) {
 		t.Fatal("readers changed the state through the values they read")
 	}
