@@ -1,0 +1,199 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+func TestNotOwnerNamesTheOwner(t *testing.T) {
+	e := newEnv(t)
+	b1 := e.start(e.config("b1", 1))
+	waitReady(t, b1)
+	b2 := e.start(e.config("b2", 1, 2)) // stream 1 is b1's: b2 keeps retrying it
+	waitReady(t, b2)
+	c2 := client(t, b2.Addr())
+	mustAppend(t, c2, 2, "x")
+	_, err := appendRecs(t, c2, 1, "y")
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("append to a stream of another broker: %v", err)
+	}
+	reason, md := reasonOf(err)
+	if reason != "NOT_OWNER" || md["owner_addr"] != b1.Addr() || md["owner_broker_id"] != "b1" {
+		t.Fatalf("reason %q metadata %v (b1 at %s)", reason, md, b1.Addr())
+	}
+	// b2 serves b1's committed data and names the owner.
+	mustAppend(t, client(t, b1.Addr()), 1, "r0", "r1")
+	waitCommitted(t, e, 1, 2)
+	r, err := c2.Read(context.Background(), &waldenv1.ReadRequest{StreamId: 1})
+	if err != nil || len(r.GetRecords()) != 2 || r.GetOwnerAddr() != b1.Addr() || r.GetCommittedEndOffset() != 2 {
+		t.Fatalf("read through b2: %v %v", r, err)
+	}
+}
+
+func TestLeaseInvalidAcknowledgesNothing(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1)
+	b := e.start(cfg)
+	waitReady(t, b)
+	c := client(t, b.Addr())
+	mustAppend(t, c, 1, "ok0")
+
+	e.coord.BlockRenewals("b1", true)
+	waitFor(t, 5*time.Second, "lease invalid", func() error {
+		if b.Agent().Lease().Valid {
+			return fmt.Errorf("still valid")
+		}
+		return nil
+	})
+	for i := 0; i < 3; i++ {
+		_, err := appendRecs(t, c, 1, "refused")
+		if reason, _ := reasonOf(err); status.Code(err) != codes.FailedPrecondition || reason != "LEASE_INVALID" {
+			t.Fatalf("append without a lease: %v (reason %q)", err, reason)
+		}
+	}
+	e.coord.BlockRenewals("b1", false)
+	waitFor(t, 5*time.Second, "lease valid again", func() error {
+		if !b.Agent().Lease().Valid {
+			return fmt.Errorf("not valid")
+		}
+		return nil
+	})
+	if off := mustAppend(t, c, 1, "ok1"); off != 1 {
+		t.Fatalf("offset after refusals %d, want 1 (a refused append took offsets)", off)
+	}
+	waitCommitted(t, e, 1, 2)
+	equal(t, readAll(t, c, 1), []string{"ok0", "ok1"})
+}
+
+func TestRestartRecoversOwnWALTail(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1, 2)
+	cfg.UploadInterval, cfg.UploadBytes = time.Hour, 256<<10 // nothing uploads before the crash
+	b := e.start(cfg)
+	waitReady(t, b)
+	c := client(t, b.Addr())
+	var want1, want2 []string
+	for i := 0; i < 20; i++ {
+		r := fmt.Sprintf("s1-%d", i)
+		mustAppend(t, c, 1, r)
+		want1 = append(want1, r)
+		if i%4 == 0 {
+			r := fmt.Sprintf("s2-%d", i)
+			mustAppend(t, c, 2, r)
+			want2 = append(want2, r)
+		}
+	}
+	if committedEnd(e, 1) != 0 {
+		t.Fatal("uploaded before the crash")
+	}
+	epoch := b.Agent().Lease().Epoch
+	if err := b.Stop(false); err != nil { // kill -9: the WAL keeps everything
+		t.Fatal(err)
+	}
+
+	b2 := e.start(cfg)
+	waitReady(t, b2)
+	if got := b2.Agent().Lease().Epoch; got <= epoch {
+		t.Fatalf("epoch %d after restart, was %d", got, epoch)
+	}
+	if committedEnd(e, 1) != 20 || committedEnd(e, 2) != 5 {
+		t.Fatalf("after restart: stream 1 end %d, stream 2 end %d", committedEnd(e, 1), committedEnd(e, 2))
+	}
+	c2 := client(t, b2.Addr())
+	equal(t, readAll(t, c2, 1), want1)
+	equal(t, readAll(t, c2, 2), want2)
+	if off := mustAppend(t, c2, 1, "after"); off != 20 {
+		t.Fatalf("offset after restart %d, want 20", off)
+	}
+	// A second crash and restart: the recovered records are committed, the
+	// new tail comes back, nothing twice.
+	if err := b2.Stop(false); err != nil {
+		t.Fatal(err)
+	}
+	b3 := e.start(cfg)
+	waitReady(t, b3)
+	equal(t, readAll(t, client(t, b3.Addr()), 1), append(want1, "after"))
+	if s, _ := e.coord.State().Stream(1); s.GetOwnerBrokerId() != "b1" || s.GetState() != "opened" {
+		t.Fatalf("stream 1 %v", s)
+	}
+}
+
+func TestTakeoverOfClosedStream(t *testing.T) {
+	e := newEnv(t)
+	b1 := e.start(e.config("b1", 5))
+	waitReady(t, b1)
+	c1 := client(t, b1.Addr())
+	mustAppend(t, c1, 5, "r0", "r1", "r2")
+	waitCommitted(t, e, 5, 3)
+
+	cfg2 := e.config("b2")
+	cfg2.Takeover = true
+	b2 := e.start(cfg2)
+	waitReady(t, b2)
+	c2 := client(t, b2.Addr())
+	if _, err := appendRecs(t, c2, 5, "no"); err == nil {
+		t.Fatal("b2 appended to b1's open stream")
+	}
+
+	if _, err := e.coord.FailOver("b1", -1); err != nil {
+		t.Fatal(err)
+	}
+	// b2 opens the closed stream with a higher stream epoch and continues
+	// at its end offset.
+	var off uint64
+	waitFor(t, 10*time.Second, "b2 takes stream 5 over", func() error {
+		r, err := appendRecs(t, c2, 5, "r3")
+		if err != nil {
+			return err
+		}
+		off = r.GetBaseOffset()
+		if r.GetStreamEpoch() < 2 {
+			return fmt.Errorf("stream epoch %d", r.GetStreamEpoch())
+		}
+		return nil
+	})
+	if off != 3 {
+		t.Fatalf("b2's first offset %d, want 3", off)
+	}
+	// The fenced b1 acknowledges nothing on stream 5 any more.
+	waitFor(t, 10*time.Second, "b1 refuses", func() error {
+		_, err := appendRecs(t, c1, 5, "zombie")
+		if err == nil {
+			return fmt.Errorf("b1 acknowledged an append after its failover")
+		}
+		return nil
+	})
+	for i := 0; i < 3; i++ {
+		if _, err := appendRecs(t, c1, 5, "zombie"); err == nil {
+			t.Fatal("b1 acknowledged an append after its failover")
+		}
+	}
+	waitCommitted(t, e, 5, 4)
+	equal(t, readAll(t, c2, 5), []string{"r0", "r1", "r2", "r3"})
+	if s, _ := e.coord.State().Stream(5); s.GetOwnerBrokerId() != "b2" {
+		t.Fatalf("owner %q", s.GetOwnerBrokerId())
+	}
+}
+
+func TestGracefulStopUploadsAndCloses(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1)
+	cfg.UploadInterval = time.Hour
+	b := e.start(cfg)
+	waitReady(t, b)
+	mustAppend(t, client(t, b.Addr()), 1, "a", "b")
+	if err := b.Stop(true); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.coord.State().Stream(1)
+	if s.GetState() != "closed" || s.GetEndOffset() != 2 {
+		t.Fatalf("after a graceful stop: %v", s)
+	}
+}
