@@ -39,7 +39,9 @@ type LedgerEntry struct {
 }
 
 // RecordID returns the id of record seq of stream: "stream/seq".
-func RecordID(stream, seq uint64) string { return strconv.FormatUint(stream, 10) + "/" + strconv.FormatUint(seq, 10) }
+func RecordID(stream, seq uint64) string {
+	return strconv.FormatUint(stream, 10) + "/" + strconv.FormatUint(seq, 10)
+}
 
 // Payload returns the payload of a record: its id, '|', then filler up to
 // size bytes (never shorter than the id and '|').

@@ -239,4 +239,3 @@ func readSome(ctx context.Context, res *resolver, stream, from uint64) ([]*walde
 	}
 	return nil, last
 }
-
