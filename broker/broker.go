@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"walden/agent"
@@ -33,8 +36,7 @@ type Options struct {
 	// S3 tunes the S3 client (its Logger defaults to Logger).
 	S3 objstore.Options
 	// DialOptions are the options of the catalog connections; default
-	// plain gRPC (mutual TLS when the tls keys are set is left to the
-	// caller through these options).
+	// the tls keys' mutual TLS, or plain gRPC without them.
 	DialOptions []grpc.DialOption
 }
 
@@ -118,7 +120,11 @@ func New(cfg *config.Broker, opts Options) (*Broker, error) {
 		opts.S3.Logger = opts.Logger
 	}
 	if len(opts.DialOptions) == 0 {
-		opts.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		creds, err := transportCreds(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	}
 	return &Broker{
 		cfg:    cfg,
@@ -501,4 +507,25 @@ func (b *Broker) pendingLen(inc *incarnation) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(inc.pending)
+}
+
+// transportCreds returns the credentials of the coordinator connections:
+// mutual TLS from the tls keys, or none.
+func transportCreds(c config.TLS) (credentials.TransportCredentials, error) {
+	if !c.Enabled() {
+		return insecure.NewCredentials(), nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tls.cert_file %s, tls.key_file %s: %w", ErrInvalidConfig, c.CertFile, c.KeyFile, err)
+	}
+	caPEM, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tls.ca_file: %w", ErrInvalidConfig, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%w: tls.ca_file %s holds no PEM certificate", ErrInvalidConfig, c.CAFile)
+	}
+	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}), nil
 }
