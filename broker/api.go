@@ -45,16 +45,28 @@ func refusal(code codes.Code, reason, msg string, md map[string]string) error {
 	return st.Err()
 }
 
-// leaseRefusal maps an agent.Check error to the API's refusal.
-func leaseRefusal(err error) error {
-	switch {
-	case errors.Is(err, agent.ErrFenced):
-		return refusal(codes.FailedPrecondition, ReasonNodeFenced, err.Error(), nil)
-	case errors.Is(err, agent.ErrStopped):
-		return refusal(codes.Unavailable, ReasonShuttingDown, err.Error(), nil)
-	default:
-		return refusal(codes.FailedPrecondition, ReasonLeaseInvalid, err.Error(), nil)
+// checkLease returns nil when the agent confirms the lease of the
+// incarnation's epoch now, else the API's refusal. A lease of another epoch
+// (the agent registered again after a failover) is no lease for inc.
+func (b *Broker) checkLease(inc *incarnation) error {
+	if err := b.agent.Check(); err != nil {
+		switch {
+		case errors.Is(err, agent.ErrFenced):
+			return refusal(codes.FailedPrecondition, ReasonNodeFenced, err.Error(), nil)
+		case errors.Is(err, agent.ErrStopped):
+			return refusal(codes.Unavailable, ReasonShuttingDown, err.Error(), nil)
+		default:
+			return refusal(codes.FailedPrecondition, ReasonLeaseInvalid, err.Error(), nil)
+		}
 	}
+	if l := b.agent.Lease(); l.Epoch != inc.epoch || !l.Valid {
+		if l.Epoch != inc.epoch {
+			return refusal(codes.FailedPrecondition, ReasonNodeFenced,
+				fmt.Sprintf("epoch %d was failed over; the broker registered again with epoch %d and is recovering", inc.epoch, l.Epoch), nil)
+		}
+		return refusal(codes.FailedPrecondition, ReasonLeaseInvalid, fmt.Sprintf("lease of epoch %d not confirmed", inc.epoch), nil)
+	}
+	return nil
 }
 
 // Append writes the records as one WAL batch and acknowledges their offsets
@@ -79,8 +91,8 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 		}
 		return nil, refusal(codes.Unavailable, ReasonNotReady, "the broker is registering or recovering", nil)
 	}
-	if err := b.agent.Check(); err != nil {
-		return nil, leaseRefusal(err)
+	if err := b.checkLease(inc); err != nil {
+		return nil, err
 	}
 
 	b.walMu.RLock()
@@ -135,8 +147,8 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	if fenced {
 		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
 	}
-	if err := b.agent.Check(); err != nil {
-		return nil, leaseRefusal(err)
+	if err := b.checkLease(inc); err != nil {
+		return nil, err
 	}
 	return &waldenv1.AppendResponse{BaseOffset: batch.BaseOffset, Count: batch.Count, StreamEpoch: batch.Epoch, BrokerEpoch: inc.epoch}, nil
 }

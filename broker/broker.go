@@ -160,6 +160,14 @@ func (b *Broker) Start(ctx context.Context) error {
 		return fmt.Errorf("%w: s3: %w", ErrStart, err)
 	}
 	b.s3 = s3
+	if _, err := os.Stat(b.cfg.WAL.Path); err == nil {
+		// Refuse to start on a file that is not a WAL, before registering.
+		rd, err := wal.Open(b.cfg.WAL.Path)
+		if err != nil {
+			return fmt.Errorf("%w: wal.path: %w", ErrStart, err)
+		}
+		_ = rd.Close()
+	}
 	ln, err := net.Listen("tcp", b.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("%w: listen %s: %w", ErrStart, b.cfg.Listen, err)
@@ -245,9 +253,22 @@ func (b *Broker) run(ctx context.Context) {
 // caller's Stop finishes the shutdown).
 func (b *Broker) serveEpoch(ctx context.Context, epoch uint64) error {
 	log := b.log.With("epoch", epoch)
-	inc := &incarnation{epoch: epoch, streams: map[uint64]*ownedStream{}}
-	if err := b.recoverOldWAL(ctx, inc, log); err != nil {
-		return err
+	var inc *incarnation
+	for {
+		inc = &incarnation{epoch: epoch, streams: map[uint64]*ownedStream{}}
+		err := b.recoverOldWAL(ctx, inc, log)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrFenced) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("recovering the old WAL failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	w, err := b.openWAL(epoch)
 	if err != nil {

@@ -3,12 +3,15 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"walden/broker"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -196,4 +199,87 @@ func TestGracefulStopUploadsAndCloses(t *testing.T) {
 	if s.GetState() != "closed" || s.GetEndOffset() != 2 {
 		t.Fatalf("after a graceful stop: %v", s)
 	}
+}
+
+// TestRestartReopensStreamsTakenOver: a stream the broker took over (not in
+// its configuration) is still its own after a crash and restart.
+func TestRestartReopensStreamsTakenOver(t *testing.T) {
+	e := newEnv(t)
+	b1 := e.start(e.config("b1", 7))
+	waitReady(t, b1)
+	if err := b1.Stop(true); err != nil { // closes stream 7
+		t.Fatal(err)
+	}
+	cfg := e.config("b2")
+	cfg.Takeover = true
+	cfg.UploadInterval = time.Hour
+	b2 := e.start(cfg)
+	waitReady(t, b2)
+	c := client(t, b2.Addr())
+	waitFor(t, 10*time.Second, "b2 owns stream 7", func() error {
+		_, err := appendRecs(t, c, 7, "t0")
+		return err
+	})
+	if err := b2.Stop(false); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Takeover = false
+	b3 := e.start(cfg)
+	waitReady(t, b3)
+	if committedEnd(e, 7) != 1 {
+		t.Fatalf("stream 7 end %d after restart", committedEnd(e, 7))
+	}
+	if off := mustAppend(t, client(t, b3.Addr()), 7, "t1"); off != 1 {
+		t.Fatalf("offset %d", off)
+	}
+}
+
+func TestStartRefusesANonWALFile(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1)
+	if err := os.WriteFile(cfg.WAL.Path, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(cfg, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "wal.path") {
+		t.Fatalf("start on a zeroed file: %v", err)
+	}
+}
+
+// TestFencedBrokerServesAgainAfterReregistering: a failover fences a live
+// broker; it refuses appends, its agent registers again, and the broker
+// re-opens its stream with a new epoch and continues at the committed end.
+func TestFencedBrokerServesAgainAfterReregistering(t *testing.T) {
+	e := newEnv(t)
+	b := e.start(e.config("b1", 1))
+	waitReady(t, b)
+	c := client(t, b.Addr())
+	mustAppend(t, c, 1, "r0", "r1")
+	waitCommitted(t, e, 1, 2)
+	epoch := b.Agent().Lease().Epoch
+	if _, err := e.coord.FailOver("b1", -1); err != nil {
+		t.Fatal(err)
+	}
+	sawRefusal := false
+	var resp *waldenv1.AppendResponse
+	waitFor(t, 10*time.Second, "b1 serves again", func() error {
+		r, err := appendRecs(t, c, 1, "r2")
+		if err != nil {
+			sawRefusal = true
+			return err
+		}
+		resp = r
+		return nil
+	})
+	if !sawRefusal && b.Agent().Lease().Epoch == epoch {
+		t.Fatal("no refusal and no new epoch after the failover")
+	}
+	if resp.GetBrokerEpoch() <= epoch || resp.GetBaseOffset() != 2 || resp.GetStreamEpoch() < 2 {
+		t.Fatalf("after re-registering: %v (old epoch %d)", resp, epoch)
+	}
+	waitCommitted(t, e, 1, 3)
+	equal(t, readAll(t, c, 1), []string{"r0", "r1", "r2"})
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"sort"
 	"time"
@@ -166,99 +165,88 @@ func (b *Broker) uploadOnce(ctx context.Context, inc *incarnation, log *slog.Log
 	return nil
 }
 
-// recoverOldWAL uploads the records of the WAL left by an earlier run that
-// the catalog lacks, before the WAL is reset. Only streams the catalog
-// still shows OPENED by this broker qualify: the broker re-opens each with
-// its new epoch and commits its records contiguous from the stream's end
-// offset (stopping at the first gap). A CLOSED stream was recovered by the
-// coordinators (its records beyond the end were never acknowledged), and a
-// stream another broker owns is not ours to write.
+// recoverOldWAL re-opens, with the new epoch, every stream the catalog
+// still shows OPENED by this broker, and uploads the records of the WAL left
+// by an earlier run that the catalog lacks, before the WAL is reset. Only
+// those streams qualify: each one's records are committed contiguous from
+// the stream's end offset (stopping at the first gap). A CLOSED stream was
+// recovered by the coordinators (its records beyond the end were never
+// acknowledged), and a stream another broker owns is not ours to write.
 func (b *Broker) recoverOldWAL(ctx context.Context, inc *incarnation, log *slog.Logger) error {
-	if _, err := os.Stat(b.cfg.WAL.Path); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	rec, err := wal.RecoverFile(b.cfg.WAL.Path)
+	mine, err := b.coords.ListStreams(ctx, b.cfg.BrokerID, "opened")
 	if err != nil {
-		return fmt.Errorf("broker: read old wal: %w", err)
+		return fmt.Errorf("broker: list own streams: %w", err)
 	}
-	log.Info("old WAL read", "records", len(rec.Records), "trim_offset", rec.Header.TrimOffset,
-		"recovered_wal_offset", b.agent.RecoveredWALOffset())
-	byStream := map[uint64][]wal.Record{}
-	var order []uint64
-	for _, r := range rec.Records {
-		if _, ok := byStream[r.Batch.StreamID]; !ok {
-			order = append(order, r.Batch.StreamID)
-		}
-		byStream[r.Batch.StreamID] = append(byStream[r.Batch.StreamID], r)
-	}
-	var take []pendingRecord
-	for _, id := range order {
-		d, err := b.coords.DescribeStream(ctx, id, math.MaxUint64, 1)
-		if err != nil {
-			if fencing.ReasonFromStatus(err) == "STREAM_NOT_FOUND" {
-				log.Warn("old WAL holds records of a stream the catalog does not know; skipped", "stream_id", id)
-				continue
-			}
-			return fmt.Errorf("broker: describe stream %d: %w", id, err)
-		}
-		st := d.GetStream()
-		if st.GetOwnerBrokerId() != b.cfg.BrokerID || st.GetState() != "opened" {
-			log.Info("old WAL records of a stream no longer ours; skipped", "stream_id", id,
-				"records", len(byStream[id]), "state", st.GetState(), "owner", st.GetOwnerBrokerId())
-			continue
-		}
-		if !b.openStream(ctx, inc, id, log) {
+	for _, st := range mine {
+		if !b.openStream(ctx, inc, st.GetStreamId(), log) {
 			if inc.isFenced(b) {
 				return ErrFenced
 			}
-			return fmt.Errorf("broker: re-open stream %d failed", id)
+			return fmt.Errorf("broker: re-open stream %d failed", st.GetStreamId())
 		}
-		s := inc.streams[id]
-		expected := s.next
-		for _, r := range byStream[id] {
-			bt := r.Batch
-			if bt.EndOffset() <= expected {
-				continue
-			}
-			if bt.BaseOffset != expected {
-				log.Warn("old WAL stream stops at a gap", "stream_id", id, "expected", expected, "base_offset", bt.BaseOffset)
-				break
-			}
-			bt.Epoch = s.epoch
-			take = append(take, pendingRecord{walOffset: r.Offset, batch: bt})
-			expected = bt.EndOffset()
+	}
+	var records []wal.Record
+	if _, err := os.Stat(b.cfg.WAL.Path); err == nil {
+		rec, err := wal.RecoverFile(b.cfg.WAL.Path)
+		if err != nil {
+			return fmt.Errorf("broker: read old wal: %w", err)
 		}
-		s.next = expected
+		records = rec.Records
+		log.Info("old WAL read", "records", len(rec.Records), "trim_offset", rec.Header.TrimOffset,
+			"recovered_wal_offset", b.agent.RecoveredWALOffset(), "own_open_streams", len(mine))
+	}
+	var take []pendingRecord
+	skipped := map[uint64]int{}
+	expected := map[uint64]uint64{}
+	stopped := map[uint64]bool{}
+	for _, r := range records {
+		bt := r.Batch
+		s := inc.streams[bt.StreamID]
+		if s == nil {
+			skipped[bt.StreamID]++
+			continue
+		}
+		if stopped[bt.StreamID] {
+			continue
+		}
+		exp, ok := expected[bt.StreamID]
+		if !ok {
+			exp = s.next
+		}
+		if bt.EndOffset() <= exp {
+			continue
+		}
+		if bt.BaseOffset != exp {
+			log.Warn("old WAL stream stops at a gap", "stream_id", bt.StreamID, "expected", exp, "base_offset", bt.BaseOffset)
+			stopped[bt.StreamID] = true
+			continue
+		}
+		bt.Epoch = s.epoch
+		take = append(take, pendingRecord{walOffset: r.Offset, batch: bt})
+		expected[bt.StreamID] = bt.EndOffset()
+	}
+	for id, n := range skipped {
+		log.Info("old WAL records of a stream not opened by this broker; skipped", "stream_id", id, "records", n)
 	}
 	if len(take) == 0 {
 		return nil
 	}
-	sort.SliceStable(take, func(i, j int) bool { return take[i].walOffset < take[j].walOffset })
 	obj, err := b.build(inc.epoch, take)
 	if err != nil {
 		return err
 	}
-	for {
-		_, err := b.commit(ctx, inc.epoch, obj)
-		if err == nil {
-			break
-		}
+	if _, err := b.commit(ctx, inc.epoch, obj); err != nil {
 		if errors.Is(err, ErrFenced) {
 			b.mu.Lock()
 			inc.fenced = true
 			b.mu.Unlock()
-			return err
 		}
-		log.Warn("recovering old WAL: upload failed; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return err
 	}
 	for _, e := range obj.index.Entries {
 		if s := inc.streams[e.StreamID]; s != nil {
 			s.committed.Store(e.EndOffset)
+			s.next = e.EndOffset
 		}
 	}
 	log.Info("old WAL tail committed", "object_id", obj.id, "records", len(take))

@@ -104,12 +104,17 @@ func (c *Coordinator) BlockRenewals(brokerID string, on bool) {
 	c.mu.Unlock()
 }
 
-// FailOver fences broker as a failover decision would, then plays its
-// recovery job: the broker's OPENED streams are closed in failover mode
+// FailOver fences broker as a failover decision would — only after its
+// lease has run out: renewals are refused for LeaseTTL first, as the
+// leader waits for lease expiry before deciding — then plays its recovery
+// job: the broker's OPENED streams are closed in failover mode
 // (nothing is uploaded: the caller makes sure they hold nothing beyond the
 // committed end, or accepts losing it) and the job finishes with
 // recoveredWAL. It returns the broker's new (fenced) epoch.
 func (c *Coordinator) FailOver(brokerID string, recoveredWAL int64) (uint64, error) {
+	c.BlockRenewals(brokerID, true)
+	time.Sleep(c.LeaseTTL)
+	defer c.BlockRenewals(brokerID, false)
 	b, ok := c.st.Broker(brokerID)
 	if !ok {
 		return 0, fmt.Errorf("brokertest: unknown broker %s", brokerID)
