@@ -87,6 +87,9 @@ type LoadConfig struct {
 	BrokerAddrs map[string]string
 	// MaxBatch caps the records sent in one Append. Default 500.
 	MaxBatch int
+	// AppendTimeout bounds one Append (a broker that hangs, e.g. stopped,
+	// is given up after it and the owner resolved again). Default 2s.
+	AppendTimeout time.Duration
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 	// DialOptions for the coordinators and brokers; default plain gRPC.
@@ -193,6 +196,9 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 500
 	}
+	if cfg.AppendTimeout <= 0 {
+		cfg.AppendTimeout = 2 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -254,7 +260,7 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 			quota++
 		}
 		p := &producer{stream: id, rate: cfg.Rate / float64(len(streams)), quota: quota, payload: cfg.PayloadBytes,
-			maxBatch: cfg.MaxBatch, res: res, led: led, log: cfg.Logger.With("stream_id", id)}
+			maxBatch: cfg.MaxBatch, timeout: cfg.AppendTimeout, res: res, led: led, log: cfg.Logger.With("stream_id", id)}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -300,6 +306,7 @@ type producer struct {
 	quota    int64
 	payload  int
 	maxBatch int
+	timeout  time.Duration
 	res      *resolver
 	led      *ledger
 	log      *slog.Logger
@@ -362,7 +369,7 @@ loop:
 		var resp *waldenv1.AppendResponse
 		cl, err := p.res.client(addr)
 		if err == nil {
-			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			actx, cancel := context.WithTimeout(ctx, p.timeout)
 			resp, err = cl.Append(actx, &waldenv1.AppendRequest{StreamId: p.stream, Records: recs})
 			cancel()
 		}

@@ -212,30 +212,37 @@ func verifyStream(ctx context.Context, res *resolver, stream uint64, acked map[u
 // readSome reads from one broker: the owner first (it also serves its tail
 // not yet committed), else any registered broker (committed data).
 func readSome(ctx context.Context, res *resolver, stream, from uint64) ([]*waldenv1.ReadRecord, error) {
-	var addrs []string
-	if a, err := res.owner(ctx, stream); err == nil {
-		addrs = append(addrs, a)
-	}
-	for _, a := range res.anyBrokers(ctx) {
-		if !slices.Contains(addrs, a) {
-			addrs = append(addrs, a)
-		}
-	}
-	var last error = fmt.Errorf("loadgen: no broker to read stream %d from", stream)
-	for _, a := range addrs {
-		cl, err := res.client(a)
+	read := func(addr string) ([]*waldenv1.ReadRecord, error) {
+		cl, err := res.client(addr)
 		if err != nil {
-			last = err
-			continue
+			return nil, err
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		r, err := cl.Read(rctx, &waldenv1.ReadRequest{StreamId: stream, FromOffset: from, MaxRecords: 1000})
-		cancel()
 		if err != nil {
-			last = err
-			continue
+			return nil, err
 		}
 		return r.GetRecords(), nil
 	}
-	return nil, last
+	owner, err := res.owner(ctx, stream)
+	if err == nil {
+		recs, rerr := read(owner)
+		if rerr == nil {
+			return recs, nil
+		}
+		err = rerr
+	}
+	last := err
+	for _, a := range res.anyBrokers(ctx) {
+		if a == owner {
+			continue
+		}
+		recs, err := read(a)
+		if err == nil {
+			return recs, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("loadgen: no broker answered a read of stream %d: %w", stream, last)
 }

@@ -64,7 +64,7 @@ func checkOutput(o string) error {
 func newLoadCmd() *cobra.Command {
 	var coords, streams, ledger, output, addrs string
 	var rate float64
-	var duration time.Duration
+	var duration, appendTimeout time.Duration
 	var payload int
 	var maxRecords int64
 	cmd := &cobra.Command{
@@ -102,7 +102,7 @@ successful append while records waited); -o json prints it as JSON.`,
 			defer stop()
 			rep, err := loadgen.Load(ctx, loadgen.LoadConfig{
 				Coordinators: parseList(coords), Streams: ids, Rate: rate, Duration: duration,
-				MaxRecords: maxRecords, PayloadBytes: payload, Ledger: ledger, BrokerAddrs: am,
+				MaxRecords: maxRecords, PayloadBytes: payload, Ledger: ledger, BrokerAddrs: am, AppendTimeout: appendTimeout,
 			})
 			if err != nil {
 				return err
@@ -119,6 +119,7 @@ successful append while records waited); -o json prints it as JSON.`,
 	f.IntVar(&payload, "payload", 64, "bytes per record")
 	f.StringVar(&ledger, "ledger", "", "ledger file of acknowledged records (required; truncated)")
 	f.StringVar(&addrs, "broker-addrs", "", "broker_id=host:port overrides of registered broker addresses, comma-separated")
+	f.DurationVar(&appendTimeout, "append-timeout", 2*time.Second, "give up one append after this long and resolve the owner again")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
