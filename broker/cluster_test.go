@@ -1,0 +1,158 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"walden/config"
+	"walden/loadgen"
+	"walden/objstore"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/server"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestWithRealCoordinator runs brokers against one in-process coordinator
+// (server.New: raft, agent service, catalog service): appends, upload and
+// commit through raft, a crash and restart that recovers the WAL tail, and
+// a load + verify round trip. It skips while the coordinator does not serve
+// the Catalog service.
+func TestWithRealCoordinator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a coordinator")
+	}
+	admin, gossipAddr := freeAddr(t), freeAddr(t)
+	cfg := config.DefaultServerConfig()
+	cfg.ClusterName, cfg.NodeID = "demo", "c1"
+	cfg.DataDir = filepath.Join(t.TempDir(), "c1")
+	cfg.Listen = config.Listen{Admin: admin, Raft: "127.0.0.1:0"}
+	cfg.InitialCluster = []config.Member{{ID: "c1", Raft: "127.0.0.1:1", Admin: admin}}
+	cfg.Raft.TickInterval = 10 * time.Millisecond
+	cfg.Gossip.BindAddr = gossipAddr
+	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+	cfg.Gossip.GossipInterval = 50 * time.Millisecond
+	cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin, cfg.Policy.FailureTimeout = time.Second, 200*time.Millisecond, 5*time.Second
+	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("coordinator did not stop")
+		}
+	})
+	conn, err := grpc.NewClient(admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitFor(t, 15*time.Second, "catalog answers", func() error {
+		_, err := waldenv1.NewCatalogClient(conn).ListStreams(context.Background(), &waldenv1.ListStreamsRequest{})
+		if status.Code(err) == codes.Unimplemented {
+			t.Skip("the coordinator does not serve the Catalog service yet")
+		}
+		return err
+	})
+
+	dir := t.TempDir()
+	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	bcfg := func(id string, streams ...uint64) *config.Broker {
+		c := config.DefaultBrokerConfig()
+		c.BrokerID, c.ClusterName = id, "demo"
+		c.Listen, c.AgentListen = "127.0.0.1:0", "127.0.0.1:0"
+		c.Coordinators = []string{admin}
+		c.Gossip.BindAddr = "127.0.0.1:0"
+		c.Gossip.Join = []string{gossipAddr}
+		c.Gossip.ProbeInterval, c.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+		c.Gossip.GossipInterval = 50 * time.Millisecond
+		c.WAL = config.BrokerWAL{Path: filepath.Join(dir, id+".wal"), Capacity: 4 << 20}
+		c.S3 = objstore.FakeConfig(endpoint, "walden")
+		c.Streams = streams
+		c.UploadInterval, c.UploadBytes, c.TakeoverInterval = 100*time.Millisecond, 256<<10, 100*time.Millisecond
+		c.LeaseSafetyMargin = 200 * time.Millisecond
+		return c
+	}
+	e := &env{t: t, dir: dir}
+	catalog := waldenv1.NewCatalogClient(conn)
+	streamEnd := func(id uint64) uint64 {
+		d, err := catalog.DescribeStream(context.Background(), &waldenv1.DescribeStreamRequest{StreamId: id})
+		if err != nil {
+			return 0
+		}
+		return d.GetStream().GetEndOffset()
+	}
+
+	c1 := bcfg("b1", 1, 2)
+	b1 := e.start(c1)
+	waitReady(t, b1)
+	b2 := e.start(bcfg("b2", 3))
+	waitReady(t, b2)
+	cl := client(t, b1.Addr())
+	mustAppend(t, cl, 1, "a0", "a1")
+	waitFor(t, 10*time.Second, "stream 1 committed", func() error {
+		if end := streamEnd(1); end != 2 {
+			return fmt.Errorf("end %d", end)
+		}
+		return nil
+	})
+	equal(t, readAll(t, client(t, b2.Addr()), 1), []string{"a0", "a1"})
+
+	// Crash b1 with a tail that is only in its WAL, restart it at once.
+	c1.UploadInterval = time.Hour
+	b1.Stop(false)
+	b1 = e.start(c1)
+	waitReady(t, b1)
+	cl = client(t, b1.Addr())
+	mustAppend(t, cl, 1, "a2", "a3")
+	b1.Stop(false)
+	c1.UploadInterval = 100 * time.Millisecond
+	b1 = e.start(c1)
+	waitReady(t, b1)
+	if end := streamEnd(1); end != 4 {
+		t.Fatalf("stream 1 end %d after the restart, want 4", end)
+	}
+	equal(t, readAll(t, client(t, b1.Addr()), 1), []string{"a0", "a1", "a2", "a3"})
+
+	ledger := filepath.Join(dir, "ledger.jsonl")
+	rep, err := loadgen.Load(context.Background(), loadgen.LoadConfig{Coordinators: []string{admin}, Streams: []uint64{1, 2, 3},
+		Rate: 300, Duration: time.Second, Ledger: ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := loadgen.Verify(context.Background(), loadgen.VerifyConfig{Coordinators: []string{admin}, Ledger: ledger, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Acked == 0 || !v.OK() || v.Present != rep.Acked {
+		t.Fatalf("load %+v verify %+v", rep, v)
+	}
+}
