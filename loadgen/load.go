@@ -373,6 +373,9 @@ loop:
 			resp, err = cl.Append(actx, &waldenv1.AppendRequest{StreamId: p.stream, Records: recs})
 			cancel()
 		}
+		if err != nil && ctx.Err() != nil {
+			break loop // the run ended during the append: not an error of the broker
+		}
 		if err != nil {
 			rep.Errors++
 			hint := ownerAddrHint(err)
