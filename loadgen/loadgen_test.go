@@ -179,3 +179,23 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestLoadFollowsNotOwnerHint: the producer is pointed at the wrong broker;
+// its NOT_OWNER answer names the owner and the producer goes there.
+func TestLoadFollowsNotOwnerHint(t *testing.T) {
+	c := newCluster(t)
+	b1 := c.startBroker(t, "b1", false, 1)
+	b2 := c.startBroker(t, "b2", false, 2)
+	ledger := filepath.Join(c.dir, "ledger.jsonl")
+	rep, err := loadgen.Load(context.Background(), loadgen.LoadConfig{
+		Coordinators: []string{c.coord.Addr}, Streams: []uint64{1}, Rate: 200, Duration: 300 * time.Millisecond, Ledger: ledger,
+		BrokerAddrs: map[string]string{"b1": b2.Addr()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Streams[0]
+	if s.Acked == 0 || s.Errors == 0 || len(s.Owners) != 1 || s.Owners[0] != b1.Addr() {
+		t.Fatalf("stream report %+v (b1 %s, b2 %s)", s, b1.Addr(), b2.Addr())
+	}
+}
