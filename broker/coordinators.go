@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -66,10 +67,19 @@ func (c *Coordinators) order() []string {
 
 // Do runs fn against one coordinator after another, each with perTry as
 // its deadline, until one gives an answer other than Unavailable or
-// DeadlineExceeded (a success or a refusal), and returns it.
+// DeadlineExceeded (a success or a refusal), and returns it. A not-leader
+// answer naming the leader is followed first.
 func (c *Coordinators) Do(ctx context.Context, perTry time.Duration, fn func(ctx context.Context, conn *grpc.ClientConn) error) error {
 	var last error
-	for _, addr := range c.order() {
+	queue := c.order()
+	tried := map[string]bool{}
+	for len(queue) > 0 {
+		addr := queue[0]
+		queue = queue[1:]
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
 		conn, err := c.conn(addr)
 		if err != nil {
 			last = err
@@ -84,6 +94,9 @@ func (c *Coordinators) Do(ctx context.Context, perTry time.Duration, fn func(ctx
 		switch status.Code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 			last = err
+			if hint := leaderHint(err); hint != "" && !tried[hint] {
+				queue = append([]string{hint}, queue...)
+			}
 			c.mu.Lock()
 			if c.preferred == addr {
 				c.preferred = ""
@@ -100,6 +113,21 @@ func (c *Coordinators) Do(ctx context.Context, perTry time.Duration, fn func(ctx
 		last = errors.New("no endpoints")
 	}
 	return fmt.Errorf("%w: %w", ErrNoCoordinator, last)
+}
+
+// leaderHint reads the leader's admin address from a not-leader answer
+// (ErrorInfo reason NOT_LEADER, metadata leader_addr).
+func leaderHint(err error) string {
+	s, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == "NOT_LEADER" {
+			return info.GetMetadata()["leader_addr"]
+		}
+	}
+	return ""
 }
 
 // DescribeStream returns a stream and up to maxObjects of its committed
