@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -245,4 +246,16 @@ func TestAppendReadUploadTrim(t *testing.T) {
 		t.Fatalf("offset %d, want 4", off)
 	}
 	equal(t, readAll(t, c, 1), []string{"a0", "a1", "a2", "a3", "a4"})
+
+	st, err := c.BrokerStatus(context.Background(), &waldenv1.BrokerStatusRequest{})
+	if err != nil || !st.GetServing() || !st.GetLeaseValid() || st.GetBrokerId() != "b1" || len(st.GetStreams()) != 2 ||
+		st.GetStreams()[0].GetNextOffset() != 5 || st.GetUploads() == 0 {
+		t.Fatalf("status %v %v", st, err)
+	}
+	if _, err := c.Read(context.Background(), &waldenv1.ReadRequest{StreamId: 99}); status.Code(err) != codes.NotFound {
+		t.Fatalf("read of an unknown stream: %v", err)
+	}
+	if _, err := c.Append(context.Background(), &waldenv1.AppendRequest{StreamId: 1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("append without records: %v", err)
+	}
 }
