@@ -135,7 +135,9 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	b.mu.Lock()
 	inc.pending = append(inc.pending, pendingRecord{walOffset: off, batch: batch})
 	inc.pendingBytes += int64(len(batch.Payload))
-	full := inc.pendingBytes >= b.cfg.UploadBytes
+	// Small appends each take a 4 KiB block of the WAL: count the ring's
+	// use, not only the payloads.
+	full := inc.pendingBytes >= b.cfg.UploadBytes || inc.w.NextOffset()-inc.w.Header().TrimOffset >= b.cfg.UploadBytes
 	fenced := inc.fenced
 	b.mu.Unlock()
 	st.mu.Unlock()
