@@ -16,10 +16,22 @@ import (
 
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
-	"walden/raftnode"
 )
 
-var _ raftnode.StateMachine = (*fsm.State)(nil)
+// stateMachine lists the methods raftnode.StateMachine requires (the server
+// hands fsm.New to raftnode.NewNode, which checks the real interface at
+// compile time; the fsm tests do not import raftnode so that they build on
+// their own).
+type stateMachine interface {
+	Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error)
+	ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *waldenv1.ConfChangeContext, cs *raftpb.ConfState) error
+	Snapshot() ([]byte, error)
+	Restore(data []byte) error
+	AppliedIndex() uint64
+	Members() []*waldenv1.Member
+}
+
+var _ stateMachine = (*fsm.State)(nil)
 
 func noop(ms int64, payload string) *waldenv1.Command {
 	return &waldenv1.Command{RequestId: 1, ProposedUnixMs: ms, ProposerId: "c1",
