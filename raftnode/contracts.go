@@ -68,7 +68,8 @@ type Transport interface {
 	Send(msgs []*raftpb.Message)
 	AddPeer(id uint64, addr string)
 	RemovePeer(id uint64)
-	// Reachable reports whether the last attempt to reach the peer worked.
+	// Reachable reports whether this member can currently reach the peer
+	// (whether or not it has sent to it lately).
 	Reachable(id uint64) bool
 	Close() error
 }

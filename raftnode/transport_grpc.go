@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -54,6 +55,11 @@ type GRPCTransportConfig struct {
 // peer stay in order), and reconnects with exponential backoff. Snapshots go
 // on a short stream of their own, so heartbeats are not stuck behind them,
 // and are reported delivered only once the receiver answered.
+//
+// The connection to a peer is opened when the peer is added, not on the
+// first send, and is kept open (no idle timeout, keepalive pings also
+// without a stream): a follower never sends to the other followers, yet
+// Reachable must tell whether it could.
 type GRPCTransport struct {
 	waldenv1.UnimplementedRaftServer
 
@@ -101,7 +107,7 @@ var (
 		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: 2 * time.Second,
 	}
-	peerKeepalive   = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}
+	peerKeepalive   = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
 	serverKeepalive = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
 )
 
@@ -263,6 +269,9 @@ func (t *GRPCTransport) addPeer(id uint64, addr string) (old *grpcPeer, added bo
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxRaftMessageBytes), grpc.MaxCallRecvMsgSize(MaxRaftMessageBytes)),
 		grpc.WithConnectParams(peerConnectParams),
 		grpc.WithKeepaliveParams(peerKeepalive),
+		// Never let the connection go idle: followers exchange no RPCs, and
+		// an idle connection would read as an unreachable peer.
+		grpc.WithIdleTimeout(0),
 	)
 	if err != nil {
 		t.logger.Error("raftnode: cannot create client for peer", "peer", fmt.Sprintf("%x", id), "addr", addr, "err", err)
@@ -282,8 +291,9 @@ func (t *GRPCTransport) addPeer(id uint64, addr string) (old *grpcPeer, added bo
 		done:   make(chan struct{}),
 	}
 	t.peers[id] = p
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go p.run()
+	go p.watchConnectivity()
 	return old, true
 }
 
@@ -299,12 +309,16 @@ func (t *GRPCTransport) RemovePeer(id uint64) {
 	}
 }
 
-// Reachable reports whether the last attempt to send to id worked.
+// Reachable reports whether this member can currently reach peer id: its
+// connection is established (gRPC READY) and the last send on it, if any
+// since the connection was (re)established, worked. A killed peer drops its
+// connection and reads unreachable at once on loopback; a silent one within
+// the keepalive timeout.
 func (t *GRPCTransport) Reachable(id uint64) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	p, ok := t.peers[id]
-	return ok && p.reachable.Load()
+	return ok && p.connReady.Load() && !p.sendBroken.Load()
 }
 
 // Close disconnects from every peer and stops delivering received messages.
@@ -336,11 +350,41 @@ type grpcPeer struct {
 	conn      *grpc.ClientConn
 	client    waldenv1.RaftClient
 	queue     chan *raftpb.Message
-	reachable atomic.Bool
 	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
 	snapshots sync.WaitGroup
+
+	// connReady mirrors the connection's state READY.
+	connReady atomic.Bool
+	// sendBroken is set when a send on the stream failed, and cleared by the
+	// next successful send or a newly established connection.
+	sendBroken atomic.Bool
+}
+
+// watchConnectivity keeps the peer's connection up and mirrors its state in
+// connReady. gRPC leaves a lost connection IDLE until asked; it is asked to
+// reconnect at once (with the connection's backoff).
+func (p *grpcPeer) watchConnectivity() {
+	defer p.t.wg.Done()
+	p.conn.Connect()
+	for {
+		st := p.conn.GetState()
+		ready := st == connectivity.Ready
+		if was := p.connReady.Swap(ready); ready && !was {
+			p.sendBroken.Store(false)
+			p.t.logger.Debug("raftnode: peer connected", "peer", p.name, "addr", p.addr)
+		} else if !ready && was {
+			p.t.logger.Debug("raftnode: peer disconnected", "peer", p.name, "addr", p.addr, "state", st.String())
+		}
+		if st == connectivity.Idle {
+			p.conn.Connect()
+		}
+		if !p.conn.WaitForStateChange(p.ctx, st) {
+			p.connReady.Store(false)
+			return // the peer is stopped
+		}
+	}
 }
 
 func (p *grpcPeer) stop() {
@@ -363,7 +407,7 @@ func (p *grpcPeer) run() {
 		if p.ctx.Err() != nil {
 			return
 		}
-		p.reachable.Store(false)
+		p.sendBroken.Store(true)
 		p.t.logger.Debug("raftnode: peer stream broken", "peer", p.name, "addr", p.addr, "err", err, "retry_in", backoff)
 		// Fail what is queued rather than deliver it late: raft resends.
 		p.drainFailed()
@@ -420,7 +464,7 @@ func (p *grpcPeer) stream() error {
 			}
 			return fmt.Errorf("raftnode: send to %s: %w", p.addr, err)
 		}
-		p.reachable.Store(true)
+		p.sendBroken.Store(false)
 		p.t.cfg.Metrics.sent(p.name)
 	}
 }

@@ -425,3 +425,56 @@ func TestGRPCClusterMemberCatchesUpBySnapshot(t *testing.T) {
 		return true
 	})
 }
+
+// reachableFrom returns the members that member id reports reachable.
+func (c *grpcCluster) reachableFrom(id string) map[string]bool {
+	out := make(map[string]bool)
+	for _, m := range c.running[id].node.Status().Members {
+		out[m.GetId()] = m.GetReachable()
+	}
+	return out
+}
+
+// TestGRPCReachableFromEveryMember checks that every member, followers
+// included, reports every live peer reachable and a stopped one unreachable,
+// and that a restarted member is reachable again from a follower that never
+// sends to it.
+func TestGRPCReachableFromEveryMember(t *testing.T) {
+	c := newGRPCCluster(t, "g1", "g2", "g3")
+	leader := c.leader()
+	var followers []string
+	for _, id := range []string{"g1", "g2", "g3"} {
+		if id != leader {
+			followers = append(followers, id)
+		}
+	}
+	allReachable := func(from string, want map[string]bool) func() bool {
+		return func() bool {
+			got := c.reachableFrom(from)
+			for id, w := range want {
+				if got[id] != w {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	everyone := map[string]bool{"g1": true, "g2": true, "g3": true}
+	for id := range c.running {
+		waitFor(t, testDeadline, id+" sees every member reachable", allReachable(id, everyone))
+	}
+
+	// Stop one follower: the leader and the other follower report it
+	// unreachable and each other reachable.
+	gone, other := followers[0], followers[1]
+	c.stop(gone)
+	want := map[string]bool{leader: true, other: true, gone: false}
+	waitFor(t, testDeadline, leader+" sees "+gone+" unreachable", allReachable(leader, want))
+	waitFor(t, testDeadline, other+" sees "+gone+" unreachable", allReachable(other, want))
+
+	// Restart it: the follower that never sends to it sees it reachable
+	// again, and it sees everyone.
+	c.start(gone)
+	waitFor(t, testDeadline, other+" sees "+gone+" reachable again", allReachable(other, everyone))
+	waitFor(t, testDeadline, gone+" sees every member reachable", allReachable(gone, everyone))
+}
