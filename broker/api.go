@@ -18,8 +18,14 @@ import (
 	"walden/wal"
 )
 
-// DefaultMaxReadRecords is the Read answer size when max_records is 0.
-const DefaultMaxReadRecords = 1000
+// Read answer limits.
+const (
+	// DefaultMaxReadRecords is the Read answer size when max_records is 0.
+	DefaultMaxReadRecords = 1000
+	// MaxReadBytes stops a Read answer once its payloads reach it (an
+	// answer holds at least one record), below gRPC's 4 MiB default.
+	MaxReadBytes = 2 << 20
+)
 
 // apiServer serves walden.v1.BrokerAPI.
 type apiServer struct {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +258,31 @@ func TestAppendReadUploadTrim(t *testing.T) {
 	}
 	if _, err := c.Append(context.Background(), &waldenv1.AppendRequest{StreamId: 1}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("append without records: %v", err)
+	}
+}
+
+func TestReadAnswerIsBoundedInBytes(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1)
+	cfg.WAL.Capacity, cfg.UploadBytes = 8<<20, 2<<20
+	b := e.start(cfg)
+	waitReady(t, b)
+	c := client(t, b.Addr())
+	rec := strings.Repeat("x", 900<<10)
+	for i := 0; i < 5; i++ {
+		mustAppend(t, c, 1, rec)
+	}
+	for _, committed := range []bool{false, true} {
+		if committed {
+			waitCommitted(t, e, 1, 5)
+		}
+		r, err := c.Read(context.Background(), &waldenv1.ReadRequest{StreamId: 1})
+		if err != nil || len(r.GetRecords()) != 3 || r.GetNextOffset() != 3 {
+			t.Fatalf("committed=%v: first answer %d records, next %d, %v", committed, len(r.GetRecords()), r.GetNextOffset(), err)
+		}
+		r, err = c.Read(context.Background(), &waldenv1.ReadRequest{StreamId: 1, FromOffset: 3})
+		if err != nil || len(r.GetRecords()) != 2 {
+			t.Fatalf("committed=%v: second answer %d records, %v", committed, len(r.GetRecords()), err)
+		}
 	}
 }

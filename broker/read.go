@@ -105,9 +105,14 @@ func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 		for _, r := range tail {
 			end = max64(end, r.batch.EndOffset())
 		}
+		size := 0
+		for _, r := range resp.Records {
+			size += len(r.GetPayload())
+		}
+		full := func() bool { return len(resp.Records) >= max || size >= MaxReadBytes }
 		if next >= committed {
 			for _, r := range tail {
-				if len(resp.Records) >= max || r.batch.BaseOffset > next {
+				if full() || r.batch.BaseOffset > next {
 					break
 				}
 				payloads, err := DecodeRecords(r.batch.Payload, r.batch.Count)
@@ -116,10 +121,11 @@ func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 				}
 				for i, p := range payloads {
 					off := r.batch.BaseOffset + uint64(i)
-					if off < next || len(resp.Records) >= max {
+					if off < next || full() {
 						continue
 					}
 					resp.Records = append(resp.Records, &waldenv1.ReadRecord{Offset: off, Payload: append([]byte(nil), p...)})
+					size += len(p)
 					next = off + 1
 				}
 			}
@@ -141,8 +147,10 @@ func max64(a, b uint64) uint64 {
 // objects. It returns the records and the offset after the last one.
 func (b *Broker) readCommitted(ctx context.Context, streamID, from, end uint64, max int) ([]*waldenv1.ReadRecord, uint64, error) {
 	var out []*waldenv1.ReadRecord
+	size := 0
+	full := func() bool { return len(out) >= max || size >= MaxReadBytes }
 	next := from
-	for next < end && len(out) < max {
+	for next < end && !full() {
 		d, err := b.coords.DescribeStream(ctx, streamID, next, 16)
 		if err != nil {
 			return nil, 0, err
@@ -187,15 +195,16 @@ func (b *Broker) readCommitted(ctx context.Context, streamID, from, end uint64, 
 				}
 				for i, p := range payloads {
 					off := bt.BaseOffset + uint64(i)
-					if off < next || off >= end || len(out) >= max {
+					if off < next || off >= end || full() {
 						continue
 					}
 					out = append(out, &waldenv1.ReadRecord{Offset: off, Payload: append([]byte(nil), p...)})
+					size += len(p)
 					next = off + 1
 				}
 			}
 			progressed = true
-			if len(out) >= max || next >= end {
+			if full() || next >= end {
 				break
 			}
 		}
