@@ -40,6 +40,8 @@ var (
 	// ErrStorageFailed is returned by every method after a write to disk
 	// failed: what is on disk is then unknown and the member must restart.
 	ErrStorageFailed = errors.New("storage failed")
+	// ErrStorageClosed is returned by every method after Close.
+	ErrStorageClosed = errors.New("storage closed")
 )
 
 // storageFormatVersion is the layout version of raft.db written in the meta
@@ -115,7 +117,8 @@ func storageRaftID(nodeID string) uint64 {
 //     FirstIndex, LastIndex, InitialState and Term(FirstIndex-1) are served
 //     from a cache that is updated only after a transaction committed; the
 //     other reads go to disk.
-//   - After a write to disk failed, every method returns ErrStorageFailed.
+//   - After a write to disk failed, every method returns ErrStorageFailed;
+//     after Close, ErrStorageClosed.
 //
 // Layout of raft.db (all integers big-endian):
 //   - bucket "meta": format_version (uint32), cluster_name, node_id,
@@ -133,8 +136,10 @@ type BoltStorage struct {
 	logger *slog.Logger
 
 	mu sync.RWMutex
-	// failed is set once a write transaction failed to commit.
+	// failed is set once a write transaction failed to commit, or the
+	// storage was closed; every method then returns it.
 	failed error
+	closed bool
 	// offset is the compaction point: the index of the first key in the
 	// entries bucket, FirstIndex()-1. offsetTerm is its term.
 	offset, offsetTerm uint64
@@ -494,10 +499,18 @@ func (s *BoltStorage) Compact(compactIndex uint64) error {
 	return nil
 }
 
-// Close closes the bbolt file. The storage must not be used afterwards.
+// Close closes the bbolt file; later calls return ErrStorageClosed. Closing
+// twice is harmless.
 func (s *BoltStorage) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.failed == nil {
+		s.failed = fmt.Errorf("raftnode: storage %s: %w", s.path, ErrStorageClosed)
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("raftnode: close storage %s: %w", s.path, err)
 	}

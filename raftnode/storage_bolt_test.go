@@ -661,3 +661,19 @@ func TestStorageFailedWriteIsSticky(t *testing.T) {
 		t.Fatalf("Compact after a failed write: %v", err)
 	}
 }
+
+func TestStorageClosed(t *testing.T) {
+	s := openTestStorage(t, t.TempDir())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.LastIndex(); !errors.Is(err, ErrStorageClosed) {
+		t.Fatalf("LastIndex after Close: %v", err)
+	}
+	if err := s.Save(&raftpb.HardState{Term: new(uint64(1))}, nil, nil); !errors.Is(err, ErrStorageClosed) {
+		t.Fatalf("Save after Close: %v", err)
+	}
+}
