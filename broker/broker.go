@@ -241,9 +241,22 @@ func (b *Broker) run(ctx context.Context) {
 			}
 			continue
 		}
-		last = lease.Epoch
-		if err := b.serveEpoch(ctx, lease.Epoch); err != nil && ctx.Err() == nil {
+		err = b.serveEpoch(ctx, lease.Epoch)
+		if err == nil || ctx.Err() != nil {
+			return // stopping
+		}
+		if errors.Is(err, ErrFenced) {
 			b.log.Warn("broker epoch ended", "epoch", lease.Epoch, "err", err)
+			last = lease.Epoch
+			continue
+		}
+		// Another failure (the WAL could not be opened): try the same
+		// epoch again.
+		b.log.Error("broker cannot serve; retrying", "epoch", lease.Epoch, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
 		}
 	}
 }
