@@ -136,11 +136,14 @@ type gossipVerdict struct {
 }
 
 type probeState struct {
-	epoch    uint64
-	ok       bool      // at least one probe answered at this epoch
-	lastOK   time.Time // when a probe last answered
-	failures int
-	lastErr  string
+	epoch  uint64
+	ok     bool      // at least one probe answered at this epoch
+	lastOK time.Time // when a probe last answered
+	// proposeFailing is set while proposals of this broker's observation
+	// fail (a partitioned member logs the first failure only).
+	proposeFailing bool
+	failures       int
+	lastErr        string
 }
 
 // NewObserver returns an observer; Run starts it.
@@ -230,8 +233,18 @@ func (o *Observer) Round(ctx context.Context) {
 			ObserverId: o.cfg.NodeID, BrokerId: id, State: state, Reason: reason,
 		}}})
 		cancel()
-		if err != nil {
-			o.log.Warn("propose observation failed; retrying next round", "broker_id", id, "state", state, "err", err)
+		o.mu.Lock()
+		ps := o.probes[id]
+		first := ps != nil && err != nil && !ps.proposeFailing
+		if ps != nil {
+			ps.proposeFailing = err != nil
+		}
+		o.mu.Unlock()
+		switch {
+		case first:
+			o.log.Warn("propose observation failed; retrying every round", "broker_id", id, "state", state, "err", err)
+		case err != nil:
+			o.log.Debug("propose observation failed again", "broker_id", id, "state", state, "err", err)
 		}
 	}
 	o.mu.Lock()
