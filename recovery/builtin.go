@@ -1,0 +1,498 @@
+package recovery
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"walden/fsm"
+	"walden/objformat"
+	"walden/objstore"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/wal"
+)
+
+// Store is the part of the S3 client the builtin action uses
+// (*objstore.Client).
+type Store interface {
+	Upload(ctx context.Context, key string, body io.Reader, size int64, progress func(done int64)) (objstore.UploadResult, error)
+	Head(ctx context.Context, key string) (objstore.ObjectInfo, error)
+	Delete(ctx context.Context, key string) error
+	List(ctx context.Context, prefix string) ([]objstore.ObjectInfo, error)
+	AbortIncompleteUploads(ctx context.Context, prefix string) (int, error)
+	Prefix() string
+}
+
+// JobPrefix is the S3 key prefix under which job uploads: every key of the
+// broker at the job's token (see objformat.Key).
+func JobPrefix(prefix, brokerID string, token uint64) string {
+	k := objformat.Key(prefix, brokerID, token, 0, 0)
+	return k[:strings.LastIndexByte(k, '/')+1]
+}
+
+// planObject is one object of the plan: the kept records between two WAL
+// offsets.
+type planObject struct {
+	first, last int64
+	records     int
+	size        int64
+	streams     map[uint64]bool
+	payload     int64
+}
+
+// plan is what the read step found.
+type plan struct {
+	objects   []*planObject
+	bytes     int64
+	records   int
+	gaps      []string
+	skipped   int64
+	skipNote  string
+	endReason string
+	// recovered is the WAL offset of the last valid record (the broker
+	// trims to it, inclusive), or the header's trim offset when there is
+	// none.
+	recovered int64
+}
+
+// filter keeps, per opening stream, the records that continue the
+// stream's committed end offset, and stops a stream at its first gap.
+type filter struct {
+	streams map[uint64]*waldenv1.Stream
+	next    map[uint64]uint64
+	stopped map[uint64]bool
+	gaps    []string
+}
+
+func newFilter(streams []*waldenv1.Stream) *filter {
+	f := &filter{streams: map[uint64]*waldenv1.Stream{}, next: map[uint64]uint64{}, stopped: map[uint64]bool{}}
+	for _, st := range streams {
+		f.streams[st.GetStreamId()] = st
+		f.next[st.GetStreamId()] = st.GetEndOffset()
+	}
+	return f
+}
+
+// keep reports whether rec is uploaded. Records of other streams, and
+// records below a stream's end offset (already in S3), are dropped; a
+// record that starts beyond the expected offset is a gap: the stream stops
+// there.
+func (f *filter) keep(rec wal.Record) bool {
+	b := rec.Batch
+	id := b.StreamID
+	if _, ok := f.streams[id]; !ok || f.stopped[id] {
+		return false
+	}
+	exp := f.next[id]
+	switch {
+	case b.BaseOffset < exp:
+		return false
+	case b.BaseOffset > exp:
+		f.stopped[id] = true
+		f.gaps = append(f.gaps, fmt.Sprintf("stream %d: gap at offset %d (next record starts at %d, WAL offset %d)", id, exp, b.BaseOffset, rec.Offset))
+		return false
+	}
+	f.next[id] = b.EndOffset()
+	return true
+}
+
+// objectOverhead is an object's size beyond its batches, with n streams.
+func objectOverhead(n int) int64 {
+	return objformat.HeaderSize + objformat.IndexHeaderSize + objformat.FooterSize + int64(n)*objformat.IndexEntrySize
+}
+
+// readPlan scans the WAL and groups the kept records into objects of at
+// most ObjectSize bytes.
+func (a *attempt) readPlan(path string, streams []*waldenv1.Stream) (*plan, error) {
+	rd, err := wal.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: read: %w", err)
+	}
+	defer rd.Close()
+	p := &plan{recovered: rd.Header().TrimOffset}
+	f := newFilter(streams)
+	var cur *planObject
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("recovery: read: %w", err)
+		}
+		p.recovered = rec.Offset
+		if !f.keep(rec) {
+			continue
+		}
+		sz := int64(objformat.BatchHeaderSize + len(rec.Batch.Payload))
+		if cur != nil {
+			n := len(cur.streams)
+			if !cur.streams[rec.Batch.StreamID] {
+				n++
+			}
+			if cur.payload+sz+objectOverhead(n) > a.e.cfg.ObjectSize {
+				cur = nil
+			}
+		}
+		if cur == nil {
+			cur = &planObject{first: rec.Offset, streams: map[uint64]bool{}}
+			p.objects = append(p.objects, cur)
+		}
+		cur.last = rec.Offset
+		cur.records++
+		cur.payload += sz
+		cur.streams[rec.Batch.StreamID] = true
+		p.records++
+	}
+	for _, o := range p.objects {
+		o.size = o.payload + objectOverhead(len(o.streams))
+		p.bytes += o.size
+	}
+	st := rd.Stats()
+	p.gaps = f.gaps
+	p.endReason = st.EndReason
+	for reason, n := range st.SkippedByReason {
+		if reason == wal.ReasonPadding || reason == wal.ReasonTrimmedRecord || reason == wal.ReasonBlockTail {
+			continue
+		}
+		p.skipped += n
+	}
+	var notes []string
+	reasons := make([]string, 0, len(st.SkippedByReason))
+	for r := range st.SkippedByReason {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		notes = append(notes, fmt.Sprintf("%s %d", r, st.SkippedByReason[r]))
+	}
+	p.skipNote = strings.Join(notes, ", ")
+	return p, nil
+}
+
+// built is one object ready to upload.
+type built struct {
+	n     int
+	key   string
+	id    string
+	data  []byte
+	index *objformat.Index
+	crc   uint32
+	first int64
+	last  int64
+	batch int
+}
+
+// build scans the WAL again and sends the objects of p, built with
+// objformat, on out. Batches are written under the stream's current epoch
+// (the epoch the failover commit names).
+func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, streams []*waldenv1.Stream, p *plan, out chan<- *built) error {
+	defer close(out)
+	rd, err := wal.Open(path)
+	if err != nil {
+		return fmt.Errorf("recovery: upload: %w", err)
+	}
+	defer rd.Close()
+	f := newFilter(streams)
+	prefix := ""
+	if a.e.store != nil {
+		prefix = a.e.store.Prefix()
+	}
+	for n, po := range p.objects {
+		b := objformat.NewBuilder()
+		for b.Len() < po.records {
+			rec, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("recovery: upload: the WAL ended before object %d (WAL offsets %d..%d): it changed since the read step", n, po.first, po.last)
+			}
+			if err != nil {
+				return fmt.Errorf("recovery: upload: %w", err)
+			}
+			if !f.keep(rec) {
+				continue
+			}
+			if b.Len() == 0 && rec.Offset != po.first || rec.Offset > po.last {
+				return fmt.Errorf("recovery: upload: record at WAL offset %d outside object %d (%d..%d): the WAL changed since the read step", rec.Offset, n, po.first, po.last)
+			}
+			bt := rec.Batch
+			bt.Epoch = f.streams[bt.StreamID].GetEpoch()
+			bt.Payload = append([]byte(nil), bt.Payload...)
+			if err := b.Add(bt); err != nil {
+				return fmt.Errorf("recovery: upload: %w", err)
+			}
+		}
+		data, ix, err := b.Build()
+		if err != nil {
+			return fmt.Errorf("recovery: upload: %w", err)
+		}
+		obj := &built{n: n, key: objformat.Key(prefix, j.GetBrokerId(), j.GetToken(), po.first, po.last),
+			id: objformat.ObjectID(j.GetBrokerId(), j.GetToken(), po.first, po.last), data: data, index: ix,
+			crc: objformat.CRC32C(data), first: po.first, last: po.last, batch: po.records}
+		select {
+		case out <- obj:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// builtin is the builtin action after fencing: attach → read → upload →
+// commit → close → detach → finish. Every part is idempotent, so a failure
+// anywhere retries the whole sequence.
+func (a *attempt) builtin(ctx context.Context) (string, error) {
+	j, err := a.job()
+	if err != nil {
+		return fsm.StepAttach, err
+	}
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepAttach}); err != nil {
+		return fsm.StepAttach, err
+	}
+	path, err := a.e.attacher.Attach(ctx, j)
+	if err != nil {
+		return fsm.StepAttach, err
+	}
+	if err := a.stepDone(ctx, fsm.StepAttach, "attached "+path); err != nil {
+		return fsm.StepAttach, err
+	}
+
+	// read: the opening streams as committed now, then the WAL.
+	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
+		return fsm.StepRead, fmt.Errorf("recovery: read barrier: %w", err)
+	}
+	streams := a.e.state.OpeningStreams(j.GetBrokerId())
+	started := time.Now()
+	p, err := a.readPlan(path, streams)
+	if err != nil {
+		return fsm.StepRead, err
+	}
+	detail := fmt.Sprintf("%d records of %d opening streams to upload in %d objects (%d bytes); skipped %d bytes of damaged records",
+		p.records, len(streams), len(p.objects), p.bytes, p.skipped)
+	if p.skipNote != "" {
+		detail += " (" + p.skipNote + ")"
+	}
+	if p.endReason != "" {
+		detail += "; log ended: " + p.endReason
+	}
+	if len(p.gaps) > 0 {
+		detail += fmt.Sprintf("; %d streams stopped at a gap", len(p.gaps))
+	}
+	if !a.reported && (p.skipped > 0 || len(p.gaps) > 0) {
+		a.reported = true
+		a.event(ctx, j, "read "+path+": "+detail+gapText(p.gaps))
+	}
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepRead, StepDone: true, Detail: detail,
+		BytesTotal: uint64(p.bytes), SkippedBytes: uint64(p.skipped), Gaps: p.gaps, StreamsTotal: uint32(len(streams)),
+		RecoveredWalOffset: p.recovered}); err != nil {
+		return fsm.StepRead, err
+	}
+	a.log.Info("step done", "step", fsm.StepRead, "detail", detail, "elapsed", time.Since(started))
+
+	// upload
+	objs, err := a.upload(ctx, j, path, streams, p)
+	if err != nil {
+		return fsm.StepUpload, err
+	}
+	// commit, in WAL order: every range starts at its stream's end offset.
+	records := 0
+	for _, o := range objs {
+		res, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CommitObject{CommitObject: &waldenv1.CommitObjectRequest{
+			BrokerId: j.GetBrokerId(), BrokerEpoch: j.GetToken(), Failover: a.failover(j),
+			Object: &waldenv1.Object{ObjectId: o.id, Key: o.key, Size: uint64(len(o.data)), Ranges: o.index.Ranges(),
+				FirstWalOffset: o.first, LastWalOffset: o.last, Crc32C: o.crc},
+		}}})
+		if err != nil {
+			return fsm.StepCommit, fmt.Errorf("recovery: commit %s: %w", o.id, err)
+		}
+		records += o.batch
+		a.log.Debug("object committed", "object_id", o.id, "redundant", res.GetCommitObject().GetRedundant())
+	}
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepCommit, StepDone: true, RecordsUploaded: uint64(records),
+		Detail: fmt.Sprintf("committed %d objects (%d record batches)", len(objs), records)}); err != nil {
+		return fsm.StepCommit, err
+	}
+	if err := a.closeStreams(ctx, j, len(streams)); err != nil {
+		return fsm.StepClose, err
+	}
+	detail, err = a.e.attacher.Detach(ctx, j)
+	if err != nil {
+		return fsm.StepDetach, err
+	}
+	if err := a.stepDone(ctx, fsm.StepDetach, detail); err != nil {
+		return fsm.StepDetach, err
+	}
+	a.cleanup(ctx, j)
+	return fsm.StepDone, a.finish(ctx, p.recovered)
+}
+
+func gapText(gaps []string) string {
+	if len(gaps) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(gaps, "; ")
+}
+
+// upload builds and uploads the objects of p, UploadObjects at a time,
+// skipping objects already in S3 under their deterministic key with the
+// same size (an earlier attempt uploaded them: same key, same bytes). It
+// returns them in plan order.
+func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, streams []*waldenv1.Stream, p *plan) ([]*built, error) {
+	if len(p.objects) == 0 {
+		return nil, a.stepDone(ctx, fsm.StepUpload, "nothing to upload")
+	}
+	if a.e.store == nil {
+		return nil, fmt.Errorf("recovery: upload: %w", ErrNoS3)
+	}
+	prefix := JobPrefix(a.e.store.Prefix(), j.GetBrokerId(), j.GetToken())
+	if n, err := a.e.store.AbortIncompleteUploads(ctx, prefix); err != nil {
+		return nil, fmt.Errorf("recovery: upload: clean up earlier attempts: %w", err)
+	} else if n > 0 {
+		a.log.Info("aborted incomplete uploads of earlier attempts", "count", n, "prefix", prefix)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ch := make(chan *built, 1)
+	var buildErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := a.build(ctx, j, path, streams, p, ch); err != nil {
+			buildErr = err
+			cancel(err)
+		}
+	}()
+
+	var done atomic.Int64 // bytes of finished objects
+	var inflight sync.Map // object n → bytes acknowledged so far
+	progress := func() uint64 {
+		n := done.Load()
+		inflight.Range(func(_, v any) bool { n += v.(*atomic.Int64).Load(); return true })
+		return uint64(n)
+	}
+	stopProgress := make(chan struct{})
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		t := time.NewTicker(a.e.progressEvery)
+		defer t.Stop()
+		var last uint64
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				if n := progress(); n != last {
+					last = n
+					if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepUpload, BytesUploaded: n, BytesTotal: uint64(p.bytes)}); errors.Is(err, ErrStale) {
+						cancel(err)
+					}
+				}
+			}
+		}
+	}()
+
+	out := make([]*built, len(p.objects))
+	var mu sync.Mutex
+	var firstErr error
+	var uwg sync.WaitGroup
+	skipped := 0
+	for w := 0; w < a.e.cfg.UploadObjects; w++ {
+		uwg.Add(1)
+		go func() {
+			defer uwg.Done()
+			for o := range ch {
+				size := int64(len(o.data))
+				if info, err := a.e.store.Head(ctx, o.key); err == nil && info.Size == size {
+					mu.Lock()
+					skipped++
+					mu.Unlock()
+				} else {
+					cur := new(atomic.Int64)
+					inflight.Store(o.n, cur)
+					_, err := a.e.store.Upload(ctx, o.key, bytes.NewReader(o.data), size, func(n int64) { cur.Store(n) })
+					inflight.Delete(o.n)
+					if err != nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+						cancel(err)
+						continue
+					}
+				}
+				done.Add(size)
+				out[o.n] = o
+			}
+		}()
+	}
+	uwg.Wait()
+	wg.Wait()
+	close(stopProgress)
+	pwg.Wait()
+	if firstErr != nil {
+		return nil, fmt.Errorf("recovery: upload: %w", firstErr)
+	}
+	if buildErr != nil {
+		return nil, buildErr
+	}
+	if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	for _, o := range out {
+		o.data = nil // the bytes are in S3; keep the index for the commit
+	}
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepUpload, StepDone: true, BytesUploaded: uint64(p.bytes), BytesTotal: uint64(p.bytes),
+		Detail: fmt.Sprintf("uploaded %d objects (%d already in S3), %d bytes", len(out), skipped, p.bytes)}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// cleanup deletes what earlier attempts left under the job's prefix:
+// incomplete multipart uploads and objects that are not committed. It is
+// best effort: a failure is logged, the job still succeeds.
+func (a *attempt) cleanup(ctx context.Context, j *waldenv1.Job) {
+	if a.e.store == nil {
+		return
+	}
+	prefix := JobPrefix(a.e.store.Prefix(), j.GetBrokerId(), j.GetToken())
+	if _, err := a.e.store.AbortIncompleteUploads(ctx, prefix); err != nil {
+		a.log.Warn("cleanup: abort incomplete uploads", "prefix", prefix, "err", err)
+	}
+	objs, err := a.e.store.List(ctx, prefix)
+	if err != nil {
+		a.log.Warn("cleanup: list", "prefix", prefix, "err", err)
+		return
+	}
+	cur, _ := a.e.state.Job(j.GetJobId())
+	committed := map[string]bool{}
+	for _, id := range cur.GetObjects() {
+		if o, ok := a.e.state.Object(id); ok {
+			committed[o.GetKey()] = true
+		}
+	}
+	deleted := 0
+	for _, o := range objs {
+		if committed[o.Key] {
+			continue
+		}
+		if err := a.e.store.Delete(ctx, o.Key); err != nil {
+			a.log.Warn("cleanup: delete uncommitted object", "key", o.Key, "err", err)
+			continue
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		a.log.Info("cleanup: deleted objects uploaded but never committed", "count", deleted, "prefix", prefix)
+	}
+}

@@ -1,0 +1,198 @@
+package recovery
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Values of Config.Action, Config.Attach and Config.Fence.
+const (
+	ActionBuiltin = "builtin"
+	ActionExec    = "exec"
+
+	AttachLocal = "local"
+	AttachEBS   = "ebs"
+	AttachExec  = "exec"
+
+	FenceNone       = "none"
+	FenceExec       = "exec"
+	FenceAWSEC2Stop = "aws-ec2-stop"
+)
+
+// Config is the `recovery` configuration section.
+type Config struct {
+	// Action is "builtin" (walden reads the WAL, uploads, commits and
+	// closes) or "exec" (the whole recovery is delegated to Exec.Command).
+	// Default builtin.
+	Action string `yaml:"action"`
+	// Attach makes the WAL readable on this coordinator: "local" (the path
+	// the broker's agent registered, or PathTemplate), "ebs" (EC2
+	// AttachVolume with Multi-Attach) or "exec". Default local.
+	Attach string `yaml:"attach"`
+	// Fence stops the old machine before anything is read: "none", "exec"
+	// or "aws-ec2-stop". Default none (the catalog's epoch fencing still
+	// applies).
+	Fence string `yaml:"fence"`
+	// Exec is the command of the exec plugins and of the exec action.
+	Exec Exec `yaml:"exec"`
+	// JobLease is how long the leader waits without a renewal before it
+	// reassigns a job; the assignee renews every JobLease/3. Default 10s.
+	JobLease time.Duration `yaml:"job_lease"`
+	// UploadConcurrency is the number of multipart parts uploaded in
+	// parallel per object. Default 8.
+	UploadConcurrency int `yaml:"upload_concurrency"`
+	// PartSize is the multipart part size in bytes. Default 8 MiB (minimum
+	// 5 MiB).
+	PartSize int64 `yaml:"part_size"`
+	// ObjectSize caps the size of one uploaded object in bytes. Default
+	// 64 MiB (at most 512 MiB, at least PartSize).
+	ObjectSize int64 `yaml:"object_size"`
+	// UploadObjects is the number of objects uploaded at the same time.
+	// Default 2.
+	UploadObjects int `yaml:"upload_objects"`
+	// PathTemplate overrides the WAL path of attach local (and gives the
+	// device path of attach ebs when the device is not found by name).
+	// Placeholders: {broker_id}, {volume_id}, {wal_path}, {token}, {job_id}.
+	PathTemplate string `yaml:"path_template"`
+	// FenceInstanceID is the EC2 instance id that aws-ec2-stop stops, a
+	// template with the same placeholders (e.g. "{broker_id}" when brokers
+	// are named by instance id).
+	FenceInstanceID string `yaml:"fence_instance_id"`
+	// EBS configures the EC2 API used by attach ebs and fence aws-ec2-stop.
+	EBS EBS `yaml:"ebs"`
+	// RetryMin and RetryMax bound the capped exponential backoff between
+	// retries of a failed step. Defaults 200ms and 30s.
+	RetryMin time.Duration `yaml:"retry_min"`
+	RetryMax time.Duration `yaml:"retry_max"`
+}
+
+// Exec configures the exec plugins and action.
+type Exec struct {
+	// Command is the executable (absolute path or found in PATH).
+	Command string `yaml:"command"`
+	// Args are passed to it.
+	Args []string `yaml:"args"`
+	// Timeout bounds one run. Default 10m.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// EBS configures the EC2 API client and the attachment.
+type EBS struct {
+	// Region is the EC2 region. Default us-east-1.
+	Region string `yaml:"region"`
+	// Endpoint overrides the EC2 endpoint URL (tests, private endpoints).
+	Endpoint string `yaml:"endpoint"`
+	// AccessKeyID and SecretAccessKey are static credentials; both empty
+	// means the standard AWS credential chain.
+	AccessKeyID     string `yaml:"access_key_id"`
+	SecretAccessKey string `yaml:"secret_access_key"`
+	// InstanceID is this coordinator's instance, where volumes are attached.
+	InstanceID string `yaml:"instance_id"`
+	// Device is the device name asked for in AttachVolume. Default
+	// /dev/sdw.
+	Device string `yaml:"device"`
+	// PollInterval is the DescribeVolumes polling period. Default 1s.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// AttachTimeout bounds the wait for the attachment and the device.
+	// Default 2m.
+	AttachTimeout time.Duration `yaml:"attach_timeout"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Action:            ActionBuiltin,
+		Attach:            AttachLocal,
+		Fence:             FenceNone,
+		Exec:              Exec{Timeout: 10 * time.Minute},
+		JobLease:          10 * time.Second,
+		UploadConcurrency: 8,
+		PartSize:          8 << 20,
+		ObjectSize:        64 << 20,
+		UploadObjects:     2,
+		EBS:               EBS{Region: "us-east-1", Device: "/dev/sdw", PollInterval: time.Second, AttachTimeout: 2 * time.Minute},
+		RetryMin:          200 * time.Millisecond,
+		RetryMax:          30 * time.Second,
+	}
+}
+
+// ConfigError names the key of an invalid value.
+type ConfigError struct {
+	Key    string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("recovery: recovery.%s: %s", e.Key, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate checks the config and names the first offending key.
+func (c Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch c.Action {
+	case ActionBuiltin, ActionExec:
+	default:
+		return bad("action", "%q is not builtin or exec", c.Action)
+	}
+	switch c.Attach {
+	case AttachLocal, AttachEBS, AttachExec:
+	default:
+		return bad("attach", "%q is not local, ebs or exec", c.Attach)
+	}
+	switch c.Fence {
+	case FenceNone, FenceExec, FenceAWSEC2Stop:
+	default:
+		return bad("fence", "%q is not none, exec or aws-ec2-stop", c.Fence)
+	}
+	if (c.Action == ActionExec || c.Attach == AttachExec || c.Fence == FenceExec) && strings.TrimSpace(c.Exec.Command) == "" {
+		return bad("exec.command", "required by the exec plugin or action")
+	}
+	if c.Exec.Timeout <= 0 {
+		return bad("exec.timeout", "must be positive")
+	}
+	if c.JobLease < 300*time.Millisecond {
+		return bad("job_lease", "%s is below the minimum of 300ms", c.JobLease)
+	}
+	if c.UploadConcurrency < 1 || c.UploadConcurrency > 256 {
+		return bad("upload_concurrency", "%d: want 1..256", c.UploadConcurrency)
+	}
+	if c.PartSize < 5<<20 {
+		return bad("part_size", "%d is below the S3 minimum of 5 MiB", c.PartSize)
+	}
+	if c.ObjectSize < c.PartSize || c.ObjectSize > 512<<20 {
+		return bad("object_size", "%d: want part_size (%d) .. 512 MiB", c.ObjectSize, c.PartSize)
+	}
+	if c.UploadObjects < 1 || c.UploadObjects > 16 {
+		return bad("upload_objects", "%d: want 1..16", c.UploadObjects)
+	}
+	if c.Attach == AttachEBS && c.EBS.InstanceID == "" {
+		return bad("ebs.instance_id", "required by attach ebs")
+	}
+	if c.Fence == FenceAWSEC2Stop && c.FenceInstanceID == "" {
+		return bad("fence_instance_id", "required by fence aws-ec2-stop")
+	}
+	if c.Attach == AttachEBS || c.Fence == FenceAWSEC2Stop {
+		if c.EBS.Region == "" {
+			return bad("ebs.region", "required")
+		}
+		if (c.EBS.AccessKeyID == "") != (c.EBS.SecretAccessKey == "") {
+			return bad("ebs.access_key_id", "set both access_key_id and secret_access_key, or neither")
+		}
+		if c.EBS.PollInterval <= 0 {
+			return bad("ebs.poll_interval", "must be positive")
+		}
+		if c.EBS.AttachTimeout <= 0 {
+			return bad("ebs.attach_timeout", "must be positive")
+		}
+	}
+	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
+		return bad("retry_min", "want 0 < retry_min <= retry_max (%s, %s)", c.RetryMin, c.RetryMax)
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+// Package recovery executes recovery jobs: it recovers a fenced broker's
+// write-ahead log into S3 and closes the broker's streams, exactly once,
+// on exactly one coordinator at a time.
+//
+// It owns:
+//
+//   - the Runner, started on every coordinator: on the job's assignee it
+//     runs the Executor for the job's current attempt and renews the job
+//     lease through raft every job_lease/3; on the leader it measures those
+//     renewals on its own monotonic clock and proposes ReassignJob (attempt+1)
+//     after job_lease without one (a new leader starts every clock at its
+//     election);
+//   - the Executor and its steps, each idempotent and checkpointed through
+//     CheckpointJob: fence → attach → read → upload → commit → close →
+//     detach → done, retried with capped exponential backoff;
+//   - the plugins: fence (none, exec, aws-ec2-stop), attach (local, ebs,
+//     exec) and the whole-recovery exec action, with their JSON contract
+//     (docs/recovery.md).
+//
+// It must never:
+//
+//   - write to the dead broker's WAL (package wal's Reader opens it
+//     read-only);
+//   - make a side effect without the job's (token, attempt): every catalog
+//     write carries the FailoverContext, and an executor whose attempt is no
+//     longer current stops at once;
+//   - mark a job succeeded while a stream of the broker is still opened or
+//     a planned object is not committed;
+//   - decide anything from wall-clock time of two machines: job lease expiry
+//     is measured on the leader's monotonic clock only.
+package recovery

@@ -1,0 +1,332 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"walden/fencing"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// State is the committed state the executor and the runner read (package
+// fsm's *State). Every method returns copies.
+type State interface {
+	Job(id string) (*waldenv1.Job, bool)
+	Jobs(brokerID, state string) []*waldenv1.Job
+	OpeningStreams(brokerID string) []*waldenv1.Stream
+	Object(id string) (*waldenv1.Object, bool)
+	Changed() <-chan struct{}
+}
+
+// Cluster is this member's access to the raft group.
+type Cluster interface {
+	// Propose replicates cmd and returns its result once applied here.
+	Propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error)
+	// LinearizableRead returns once the local state reflects every entry
+	// committed before the call.
+	LinearizableRead(ctx context.Context) error
+	// Leadership reports whether this member leads, and the term.
+	Leadership() (leader bool, term uint64)
+	// LiveMembers are the members the leader sees active, itself included.
+	LiveMembers() []string
+}
+
+// Executor runs the steps of one attempt of a recovery job. It is safe for
+// concurrent use by attempts of different jobs.
+type Executor struct {
+	cfg      Config
+	nodeID   string
+	state    State
+	cluster  Cluster
+	store    Store
+	s3       *S3JSON
+	fencer   Fencer
+	attacher Attacher
+	log      *slog.Logger
+	// proposeTimeout bounds one proposal.
+	proposeTimeout time.Duration
+	// progressEvery throttles progress checkpoints.
+	progressEvery time.Duration
+}
+
+// ExecutorConfig wires an Executor.
+type ExecutorConfig struct {
+	Config  Config
+	NodeID  string
+	State   State
+	Cluster Cluster
+	// Store is the S3 client; nil makes the builtin upload step fail with
+	// ErrNoS3 (retried, shown in the job's error).
+	Store Store
+	// S3 describes the bucket for the exec action's JSON (optional).
+	S3       *S3JSON
+	Fencer   Fencer
+	Attacher Attacher
+	Logger   *slog.Logger
+}
+
+// NewExecutor returns an Executor. Fencer and Attacher default to none and
+// local.
+func NewExecutor(c ExecutorConfig) *Executor {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Fencer == nil {
+		c.Fencer = noFence{}
+	}
+	if c.Attacher == nil {
+		c.Attacher = localAttach{template: c.Config.PathTemplate}
+	}
+	return &Executor{cfg: c.Config, nodeID: c.NodeID, state: c.State, cluster: c.Cluster, store: c.Store, s3: c.S3,
+		fencer: c.Fencer, attacher: c.Attacher, log: c.Logger.With("component", "recovery", "node_id", c.NodeID),
+		proposeTimeout: 5 * time.Second, progressEvery: 250 * time.Millisecond}
+}
+
+// attempt is one run of one attempt of one job.
+type attempt struct {
+	e       *Executor
+	jobID   string
+	attempt uint32
+	log     *slog.Logger
+	// reported is set once the read step's gaps and skips are recorded as
+	// an event in this run.
+	reported bool
+}
+
+// Run executes attempt att of job jobID until the job succeeded (nil), the
+// attempt is no longer current (ErrStale), or ctx is done. Every failing
+// step is retried with capped exponential backoff and its error shown in
+// the job; nothing but staleness or ctx ends a run early.
+func (e *Executor) Run(ctx context.Context, jobID string, att uint32) error {
+	a := &attempt{e: e, jobID: jobID, attempt: att, log: e.log.With("job_id", jobID, "attempt", att)}
+	j, err := a.job()
+	if err != nil {
+		return err
+	}
+	a.log = a.log.With("broker_id", j.GetBrokerId(), "token", j.GetToken())
+	a.log.Info("recovery attempt starting", "step", j.GetStep(), "action", e.cfg.Action)
+	start := time.Now()
+	if err := a.retry(ctx, func(ctx context.Context) (string, error) { return fsm.StepFence, a.fence(ctx) }); err != nil {
+		return err
+	}
+	if e.cfg.Action == ActionExec {
+		err = a.retry(ctx, a.execAction)
+	} else {
+		err = a.retry(ctx, a.builtin)
+	}
+	if err != nil {
+		return err
+	}
+	a.log.Info("recovery attempt succeeded", "elapsed", time.Since(start))
+	return nil
+}
+
+// job returns the job, or ErrStale when this attempt is not current.
+func (a *attempt) job() (*waldenv1.Job, error) {
+	j, ok := a.e.state.Job(a.jobID)
+	if !ok {
+		return nil, fmt.Errorf("recovery: job %s: not found: %w", a.jobID, ErrStale)
+	}
+	if j.GetAttempt() != a.attempt || (j.GetState() != fsm.JobPending && j.GetState() != fsm.JobRunning) {
+		return nil, fmt.Errorf("recovery: job %s: attempt %d is not current (attempt %d, %s): %w",
+			a.jobID, a.attempt, j.GetAttempt(), j.GetState(), ErrStale)
+	}
+	return j, nil
+}
+
+func (a *attempt) failover(j *waldenv1.Job) *waldenv1.FailoverContext {
+	return &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: a.attempt, Token: j.GetToken()}
+}
+
+// propose replicates cmd; a refusal saying the attempt is stale becomes
+// ErrStale.
+func (a *attempt) propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+	pctx, cancel := context.WithTimeout(ctx, a.e.proposeTimeout)
+	defer cancel()
+	res, err := a.e.cluster.Propose(pctx, cmd)
+	if err != nil && (errors.Is(err, fencing.ErrStaleAttempt) || errors.Is(err, fencing.ErrJobNotRunning) || errors.Is(err, fencing.ErrUnknownJob)) {
+		return nil, fmt.Errorf("recovery: job %s attempt %d: %w: %w", a.jobID, a.attempt, ErrStale, err)
+	}
+	return res, err
+}
+
+func (a *attempt) checkpoint(ctx context.Context, cp *waldenv1.CheckpointJob) error {
+	cp.JobId, cp.Attempt = a.jobID, a.attempt
+	_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CheckpointJob{CheckpointJob: cp}})
+	if err != nil {
+		return fmt.Errorf("recovery: checkpoint %s: %w", cp.GetStep(), err)
+	}
+	return nil
+}
+
+func (a *attempt) stepDone(ctx context.Context, step, detail string) error {
+	a.log.Info("step done", "step", step, "detail", detail)
+	return a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: step, StepDone: true, Detail: detail})
+}
+
+func (a *attempt) event(ctx context.Context, j *waldenv1.Job, msg string) {
+	_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RecordEvent{RecordEvent: &waldenv1.RecordEvent{Event: &waldenv1.Event{
+		Kind: "recovery", BrokerId: j.GetBrokerId(), JobId: j.GetJobId(), Actor: a.e.nodeID, Message: msg,
+	}}}})
+	if err != nil {
+		a.log.Warn("record event failed", "err", err)
+	}
+}
+
+// retry runs fn until it succeeds, the attempt is stale or ctx is done.
+// After each failure it shows the error in the job (CheckpointJob.error)
+// and waits retry_min·2ⁿ, capped at retry_max.
+func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (string, error)) error {
+	wait := a.e.cfg.RetryMin
+	for n := 1; ; n++ {
+		if _, err := a.job(); err != nil {
+			return err
+		}
+		step, err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrStale) {
+			a.log.Warn("attempt is stale: stopping", "step", step, "err", err)
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("recovery: job %s attempt %d: %w", a.jobID, a.attempt, context.Cause(ctx))
+		}
+		a.log.Warn("step failed: retrying", "step", step, "retry", n, "backoff", wait, "err", err)
+		if cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: step, Error: fmt.Sprintf("%s (retry %d in %s)", err, n, wait)}); errors.Is(cerr, ErrStale) {
+			return cerr
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("recovery: job %s attempt %d: %w", a.jobID, a.attempt, context.Cause(ctx))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, a.e.cfg.RetryMax)
+	}
+}
+
+// fence runs the fence plugin once per job: a fence checkpoint of any
+// attempt means the machine is already fenced.
+func (a *attempt) fence(ctx context.Context) error {
+	j, err := a.job()
+	if err != nil {
+		return err
+	}
+	for _, cp := range j.GetCheckpoints() {
+		if cp.GetStep() == fsm.StepFence {
+			return nil
+		}
+	}
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepFence}); err != nil {
+		return err
+	}
+	detail, err := a.e.fencer.Fence(ctx, j)
+	if err != nil {
+		return err
+	}
+	return a.stepDone(ctx, fsm.StepFence, detail)
+}
+
+// closeStreams closes every stream the broker still has opened, in
+// failover mode, and returns how many it closed.
+func (a *attempt) closeStreams(ctx context.Context, j *waldenv1.Job, total int) error {
+	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
+		return fmt.Errorf("recovery: close: read barrier: %w", err)
+	}
+	open := a.e.state.OpeningStreams(j.GetBrokerId())
+	if total < len(open) {
+		total = len(open)
+	}
+	for i, st := range open {
+		_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CloseStream{CloseStream: &waldenv1.CloseStreamRequest{
+			BrokerId: j.GetBrokerId(), BrokerEpoch: j.GetToken(), StreamId: st.GetStreamId(), StreamEpoch: st.GetEpoch(), Failover: a.failover(j),
+		}}})
+		if err != nil {
+			return fmt.Errorf("recovery: close stream %d: %w", st.GetStreamId(), err)
+		}
+		closed := total - len(open) + i + 1
+		if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepClose, StreamsClosed: uint32(closed), StreamsTotal: uint32(total)}); err != nil {
+			return err
+		}
+	}
+	return a.stepDone(ctx, fsm.StepClose, fmt.Sprintf("closed %d of %d streams", len(open), total))
+}
+
+func (a *attempt) finish(ctx context.Context, recovered int64) error {
+	_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_FinishJob{FinishJob: &waldenv1.FinishJob{
+		JobId: a.jobID, Attempt: a.attempt, State: fsm.JobSucceeded, RecoveredWalOffset: recovered,
+	}}})
+	if err != nil {
+		return fmt.Errorf("recovery: finish: %w", err)
+	}
+	return nil
+}
+
+// execAction delegates the whole recovery to the exec command (op
+// "recover"), turning its progress lines into checkpoints; after exit 0 it
+// closes the streams the command left opened and finishes the job.
+func (a *attempt) execAction(ctx context.Context) (string, error) {
+	j, err := a.job()
+	if err != nil {
+		return fsm.StepAttach, err
+	}
+	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
+		return fsm.StepAttach, fmt.Errorf("recovery: read barrier: %w", err)
+	}
+	in := jobJSON("recover", j)
+	open := a.e.state.OpeningStreams(j.GetBrokerId())
+	for _, st := range open {
+		in.Streams = append(in.Streams, StreamJSON{StreamID: st.GetStreamId(), Epoch: st.GetEpoch(), StartOffset: st.GetStartOffset(), EndOffset: st.GetEndOffset()})
+	}
+	in.S3 = a.e.s3
+	step := fsm.StepAttach
+	recovered := int64(-1)
+	var last time.Time
+	var stale error
+	err = runExec(ctx, a.e.cfg.Exec, in, a.log, func(pl ProgressLine) {
+		if pl.RecoveredWALOffset != nil {
+			recovered = *pl.RecoveredWALOffset
+		}
+		if pl.Step != "" && pl.Step != step {
+			if stepIndex(pl.Step) < 0 {
+				a.log.Warn("exec action printed an unknown step", "step", pl.Step)
+				return
+			}
+			step = pl.Step
+			last = time.Time{}
+		}
+		if time.Since(last) < a.e.progressEvery {
+			return
+		}
+		last = time.Now()
+		cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: step, Detail: pl.Detail, BytesUploaded: pl.BytesUploaded, BytesTotal: pl.BytesTotal,
+			StreamsClosed: pl.StreamsClosed, StreamsTotal: pl.StreamsTotal})
+		if errors.Is(cerr, ErrStale) {
+			stale = cerr
+		}
+	})
+	if stale != nil {
+		return step, stale
+	}
+	if err != nil {
+		return step, err
+	}
+	if err := a.closeStreams(ctx, j, len(open)); err != nil {
+		return fsm.StepClose, err
+	}
+	return fsm.StepDone, a.finish(ctx, recovered)
+}
+
+func stepIndex(step string) int {
+	for i, s := range fsm.Steps() {
+		if s == step {
+			return i
+		}
+	}
+	return -1
+}
