@@ -164,7 +164,8 @@ func (m *diffModel) opSave() {
 		}
 	}
 	var hs *raftpb.HardState
-	if m.rng.IntN(2) == 0 {
+	// A Ready with a snapshot always carries the HardState that commits it.
+	if snap != nil || m.rng.IntN(2) == 0 {
 		commit := m.commit
 		if snap != nil {
 			commit = max(commit, snap.GetMetadata().GetIndex())
@@ -246,10 +247,12 @@ func (m *diffModel) opCreateSnapshot() {
 	case 1:
 		i = last + 1 + uint64(m.rng.IntN(3)) // beyond the log
 	default:
-		if last == snapIndex {
+		// The node snapshots at its applied index, never beyond the commit
+		// index.
+		if m.commit <= snapIndex {
 			return
 		}
-		i = snapIndex + 1 + uint64(m.rng.IntN(int(last-snapIndex)))
+		i = snapIndex + 1 + uint64(m.rng.IntN(int(m.commit-snapIndex)))
 	}
 	var cs *raftpb.ConfState
 	if m.rng.IntN(3) != 0 {

@@ -67,6 +67,25 @@ func OpenStorage(dir, clusterName, nodeID string, logger *slog.Logger) (*BoltSto
 		return nil, err
 	}
 
+	s, err := openCheckedStorage(path, want.raftID, logger)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("raft storage opened", "path", path, "cluster_name", clusterName, "node_id", nodeID,
+		"raft_id", want.raftID, "first_index", s.offset+1, "last_index", s.last,
+		"snapshot_index", s.snapMeta.GetIndex(), "commit", s.hardState.GetCommit(), "term", s.hardState.GetTerm())
+	return s, nil
+}
+
+// openCheckedStorage opens the checked raft.db for reading and writing. A
+// panic or fault of bbolt on damage the checks missed becomes a refusal.
+func openCheckedStorage(path string, raftID uint64, logger *slog.Logger) (s *BoltStorage, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("raftnode: open storage: %w: %s: unreadable bbolt file: %v", ErrDamagedDataDir, path, r)
+		}
+	}()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: storageLockTimeout})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
@@ -74,14 +93,11 @@ func OpenStorage(dir, clusterName, nodeID string, logger *slog.Logger) (*BoltSto
 		}
 		return nil, fmt.Errorf("raftnode: open storage %s: %w", path, err)
 	}
-	s := &BoltStorage{db: db, path: path, raftID: want.raftID, logger: logger}
+	s = &BoltStorage{db: db, path: path, raftID: raftID, logger: logger}
 	if err := s.loadCache(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	logger.Info("raft storage opened", "path", path, "cluster_name", clusterName, "node_id", nodeID,
-		"raft_id", want.raftID, "first_index", s.offset+1, "last_index", s.last,
-		"snapshot_index", s.snapMeta.GetIndex(), "commit", s.hardState.GetCommit(), "term", s.hardState.GetTerm())
 	return s, nil
 }
 
@@ -269,7 +285,8 @@ func readIdentity(meta *bolt.Bucket) (storageIdentity, error) {
 // checkLog verifies the entries and state buckets: contiguous entries whose
 // stored index matches their key and whose terms never decrease, a decodable
 // HardState, snapshot and ConfState, FirstIndex-1 <= snapshot index <=
-// LastIndex with matching terms, and a commit index not beyond LastIndex.
+// LastIndex with matching terms, and a commit index between the compaction
+// point and LastIndex.
 func checkLog(tx *bolt.Tx, damaged func(string, ...any) error) error {
 	eb, sb := tx.Bucket(bucketEntries), tx.Bucket(bucketState)
 	if eb == nil {
@@ -339,6 +356,11 @@ func checkLog(tx *bolt.Tx, damaged func(string, ...any) error) error {
 	}
 	if hs.GetCommit() > last {
 		return damaged("hard state commit %d beyond last index %d", hs.GetCommit(), last)
+	}
+	if hs.GetCommit() < first {
+		// raft restarts with the compaction point as committed and refuses
+		// a HardState below it.
+		return damaged("hard state commit %d below the compaction point %d", hs.GetCommit(), first)
 	}
 	return nil
 }

@@ -352,6 +352,19 @@ func TestOpenStorageRefuses(t *testing.T) {
 			wantText: []string{"hard state commit 41 beyond last index 40"},
 		},
 		{
+			name: "commit below the compaction point",
+			prepare: func(t *testing.T) string {
+				dir := populatedDir(t)
+				editDB(t, dir, func(tx *bolt.Tx) error {
+					hs := &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(10))}
+					return putProto(tx.Bucket(bucketState), keyHardState, hs)
+				})
+				return dir
+			},
+			want:     ErrDamagedDataDir,
+			wantText: []string{"hard state commit 10 below the compaction point 15"},
+		},
+		{
 			name: "undecodable entry",
 			prepare: func(t *testing.T) string {
 				dir := populatedDir(t)

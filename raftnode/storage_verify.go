@@ -42,7 +42,8 @@ type boltMeta struct {
 // without mapping it: a valid meta page, a high-water mark inside the file,
 // and a b-tree in which every page is inside the file, of the expected type,
 // referenced once, with every element, key and value inside its page and the
-// keys of a page in order; and a freelist of pages that are not in use. bbolt
+// keys of a page in order and inside the range their parent gives; and a
+// synced freelist of pages that are not in use. bbolt
 // keeps no checksums on data pages and trusts them when it maps the file, so
 // damage found here would otherwise fault, loop or exhaust memory.
 func verifyBoltFile(r io.ReaderAt, size int64) error {
@@ -55,15 +56,15 @@ func verifyBoltFile(r io.ReaderAt, size int64) error {
 		return fmt.Errorf("truncated: file is %d bytes, its meta page says %d", size, need)
 	}
 	v := &boltVerifier{r: r, pageSize: ps, hwm: meta.hwm, seen: map[uint64]bool{0: true, 1: true}}
-	if err := v.walk(meta.root, 0, "root"); err != nil {
+	if meta.freelist == boltNoFreelist {
+		// walden always syncs the freelist; bbolt would rebuild and write
+		// it on the read-write open, changing the file.
+		return fmt.Errorf("meta page has no freelist (written with NoFreelistSync)")
+	}
+	if err := v.walk(meta.root, 0, "root", nil, nil); err != nil {
 		return err
 	}
-	if meta.freelist != boltNoFreelist {
-		if err := v.checkFreelist(meta.freelist); err != nil {
-			return err
-		}
-	}
-	return nil
+	return v.checkFreelist(meta.freelist)
 }
 
 // readBoltMeta picks the meta page bbolt would use: of the valid ones, the
@@ -165,8 +166,9 @@ func (v *boltVerifier) readPage(id uint64, what string) ([]byte, error) {
 	return buf, nil
 }
 
-// walk checks the b-tree page id and everything below it.
-func (v *boltVerifier) walk(id uint64, depth int, what string) error {
+// walk checks the b-tree page id and everything below it; its keys must lie
+// in [lo, hi) (nil: unbounded), as its parent's keys say.
+func (v *boltVerifier) walk(id uint64, depth int, what string, lo, hi []byte) error {
 	if depth > boltMaxDepth {
 		return fmt.Errorf("%s: b-tree deeper than %d levels", what, boltMaxDepth)
 	}
@@ -174,12 +176,12 @@ func (v *boltVerifier) walk(id uint64, depth int, what string) error {
 	if err != nil {
 		return err
 	}
-	return v.checkPage(page, id, depth, what)
+	return v.checkPage(page, id, depth, what, lo, hi)
 }
 
 // checkPage checks one branch or leaf page held in page (a file page or an
 // inline bucket's value).
-func (v *boltVerifier) checkPage(page []byte, id uint64, depth int, what string) error {
+func (v *boltVerifier) checkPage(page []byte, id uint64, depth int, what string, lo, hi []byte) error {
 	if len(page) < boltPageHeaderSize {
 		return fmt.Errorf("%s: page %d shorter than its header", what, id)
 	}
@@ -218,10 +220,23 @@ func (v *boltVerifier) checkPage(page []byte, id uint64, depth int, what string)
 		if i > 0 && bytes.Compare(prev, key) >= 0 {
 			return fmt.Errorf("%s: page %d element %d: keys out of order", what, id, i)
 		}
+		if (lo != nil && bytes.Compare(key, lo) < 0) || (hi != nil && bytes.Compare(key, hi) >= 0) {
+			return fmt.Errorf("%s: page %d element %d: key outside the range its parent gives", what, id, i)
+		}
 		prev = key
 		switch {
 		case flags == boltBranchPage:
-			if err := v.walk(child, depth+1, what); err != nil {
+			childHi := hi
+			if i+1 < count {
+				ne := page[boltPageHeaderSize+(i+1)*boltElementSize:]
+				pos, ksize := int64(boltEndian.Uint32(ne[0:])), int64(boltEndian.Uint32(ne[4:]))
+				start := int64(boltPageHeaderSize+(i+1)*boltElementSize) + pos
+				if start+ksize > int64(len(page)) {
+					return fmt.Errorf("%s: page %d element %d: key outside the page", what, id, i+1)
+				}
+				childHi = page[start : start+ksize]
+			}
+			if err := v.walk(child, depth+1, what, key, childHi); err != nil {
 				return err
 			}
 		case isBucket:
@@ -243,9 +258,9 @@ func (v *boltVerifier) checkBucket(val []byte, depth int, what string) error {
 		return fmt.Errorf("%s: bucket header too short", what)
 	}
 	if root := boltEndian.Uint64(val); root != 0 {
-		return v.walk(root, depth, what)
+		return v.walk(root, depth, what, nil, nil)
 	}
-	return v.checkPage(val[boltBucketHeader:], 0, depth, what+" (inline)")
+	return v.checkPage(val[boltBucketHeader:], 0, depth, what+" (inline)", nil, nil)
 }
 
 // checkFreelist checks that the free pages are inside the file, listed once
