@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"walden/gossip"
+	"walden/objstore"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/recovery"
 )
 
 // Server is the configuration of one `walden server` coordinator member.
@@ -46,6 +48,13 @@ type Server struct {
 	// Policy holds the bootstrap failover policy; `waldenctl policy set`
 	// overrides keys at runtime through raft.
 	Policy Policy `yaml:"policy"`
+	// Recovery configures how this member executes recovery jobs: the
+	// action, the fence and attach plugins, the job lease and the upload
+	// (see package recovery and docs/recovery.md).
+	Recovery recovery.Config `yaml:"recovery"`
+	// S3 is where recovered WAL data is uploaded. Optional: without a
+	// bucket the builtin recovery cannot upload (its jobs show the error).
+	S3 objstore.Config `yaml:"s3"`
 
 	src *source
 }
@@ -203,8 +212,10 @@ func DefaultServerConfig() *Server {
 			SnapshotCount:          10000,
 			SnapshotCatchUpEntries: 5000,
 		},
-		Gossip: func() gossip.Config { g := gossip.DefaultConfig(); g.BindAddr = ""; return g }(),
-		Policy: DefaultPolicy(),
+		Gossip:   func() gossip.Config { g := gossip.DefaultConfig(); g.BindAddr = ""; return g }(),
+		Policy:   DefaultPolicy(),
+		Recovery: recovery.DefaultConfig(),
+		S3:       objstore.DefaultConfig(),
 	}
 }
 
@@ -362,6 +373,26 @@ func (c *Server) Validate() error {
 			v.add("policy."+ke.Key, "%s", ke.Reason)
 		} else {
 			v.add("policy", "%v", err)
+		}
+	}
+	if err := c.Recovery.Validate(); err != nil {
+		var ce *recovery.ConfigError
+		if errors.As(err, &ce) {
+			v.add("recovery."+ce.Key, "%s", ce.Reason)
+		} else {
+			v.add("recovery", "%v", err)
+		}
+	}
+	if c.S3 != (objstore.Config{Region: c.S3.Region}) {
+		if err := c.S3.Validate(); err != nil {
+			key, reason := "s3", err.Error()
+			if i := strings.Index(reason, "s3."); i >= 0 {
+				rest := reason[i:]
+				if j := strings.Index(rest, ": "); j >= 0 {
+					key, reason = strings.Fields(rest[:j])[0], strings.TrimSuffix(rest[j+2:], ": "+objstore.ErrInvalidConfig.Error())
+				}
+			}
+			v.add(key, "%s", reason)
 		}
 	}
 	return errors.Join(v.errs...)

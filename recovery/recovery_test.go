@@ -100,7 +100,7 @@ func TestFencedBrokerRefused(t *testing.T) {
 	c.must(&waldenv1.ReassignJob{JobId: j.GetJobId(), Attempt: 1, LiveMembers: []string{"c2"}})
 	_, err = c.apply("c1", op(&waldenv1.CommitObjectRequest{BrokerId: sc.broker, BrokerEpoch: j.GetToken(),
 		Failover: &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: j.GetToken()},
-		Object: &waldenv1.Object{ObjectId: "stale", Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3}}}}))
+		Object:   &waldenv1.Object{ObjectId: "stale", Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3}}}}))
 	if fencing.Reason(err) != "STALE_ATTEMPT" {
 		t.Fatalf("stale attempt commit: %v, want STALE_ATTEMPT", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
+	"walden/recovery"
 )
 
 // ErrNodeStopped is returned by Run when the raft node stopped on its own
@@ -38,6 +39,7 @@ type Server struct {
 	node      *raftnode.Node
 	admin     *adminService
 	detector  *detector
+	recovery  *recovery.Runner
 	health    *health.Server
 	adminGRPC *grpc.Server
 	raftGRPC  *grpc.Server
@@ -134,6 +136,12 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	}
 	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
 	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
+	// Recovery: job loops and executor; Catalog and Jobs APIs.
+	if s.recovery, err = newRecoveryRunner(cfg, node, s.node, state, logger); err != nil {
+		return nil, err
+	}
+	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
+	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: raftCluster{node}.LiveMembers})
 	if s.httpLis != nil {
 		if tlsCfg.enabled() {
 			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.server)
@@ -193,6 +201,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	go watchLeader(wctx, raftNode{s.node}, s.health, s.cfg.Raft.TickInterval, s.logger)
 	s.detector.run(wctx)
+	recoveryDone := make(chan struct{})
+	go func() { defer close(recoveryDone); s.recovery.Run(wctx) }()
+	defer func() { cancel(); <-recoveryDone }() // the attempts stop with wctx
 	s.logger.Info("walden server serving", "cluster_name", s.cfg.ClusterName,
 		"admin", s.adminLis.Addr().String(), "raft", s.raftLis.Addr().String(), "http", s.cfg.Listen.HTTP,
 		"tls", s.cfg.TLS.Enabled(), "data_dir", s.cfg.DataDir)

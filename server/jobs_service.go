@@ -1,0 +1,180 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"walden/config"
+	"walden/fencing"
+	"walden/fsm"
+	"walden/objstore"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/recovery"
+)
+
+// jobsState is what the Jobs service reads (*fsm.State).
+type jobsState interface {
+	Job(id string) (*waldenv1.Job, bool)
+	Jobs(brokerID, state string) []*waldenv1.Job
+	Changed() <-chan struct{}
+}
+
+// jobsService implements walden.v1.Jobs, the operator's view of recovery
+// jobs.
+type jobsService struct {
+	waldenv1.UnimplementedJobsServer
+	d     *detection
+	state jobsState
+	// liveMembers are the members the leader sees active (RetryJob's
+	// candidates).
+	liveMembers func() []string
+}
+
+func checkJobState(field, st string) error {
+	switch st {
+	case "", fsm.JobPending, fsm.JobRunning, fsm.JobSucceeded, fsm.JobFailed, fsm.JobCancelled:
+		return nil
+	}
+	return invalidArg(field, fmt.Sprintf("%q is not pending, running, succeeded, failed or cancelled", st))
+}
+
+func (s *jobsService) ListJobs(ctx context.Context, req *waldenv1.ListJobsRequest) (*waldenv1.ListJobsResponse, error) {
+	if err := checkJobState("state", req.GetState()); err != nil {
+		return nil, err
+	}
+	if err := s.d.node.LinearizableRead(ctx); err != nil {
+		return nil, s.d.stateErr(ctx, err)
+	}
+	return &waldenv1.ListJobsResponse{Jobs: s.state.Jobs(req.GetBrokerId(), req.GetState())}, nil
+}
+
+func (s *jobsService) GetJob(ctx context.Context, req *waldenv1.GetJobRequest) (*waldenv1.GetJobResponse, error) {
+	if req.GetJobId() == "" {
+		return nil, invalidArg("job_id", "must not be empty")
+	}
+	if err := s.d.node.LinearizableRead(ctx); err != nil {
+		return nil, s.d.stateErr(ctx, err)
+	}
+	j, ok := s.state.Job(req.GetJobId())
+	if !ok {
+		return nil, fencing.GRPCStatus(fmt.Errorf("job %q: %w", req.GetJobId(), fencing.ErrUnknownJob)).Err()
+	}
+	return &waldenv1.GetJobResponse{Job: j}, nil
+}
+
+// WatchJobs sends the watched jobs at the start and again whenever an
+// applied entry changes them, until the client goes away.
+func (s *jobsService) WatchJobs(req *waldenv1.WatchJobsRequest, stream grpc.ServerStreamingServer[waldenv1.ListJobsResponse]) error {
+	ctx := stream.Context()
+	if req.GetJobId() != "" {
+		if err := s.d.node.LinearizableRead(ctx); err != nil {
+			return s.d.stateErr(ctx, err)
+		}
+		if _, ok := s.state.Job(req.GetJobId()); !ok {
+			return fencing.GRPCStatus(fmt.Errorf("job %q: %w", req.GetJobId(), fencing.ErrUnknownJob)).Err()
+		}
+	}
+	var last *waldenv1.ListJobsResponse
+	for {
+		changed := s.state.Changed()
+		cur := &waldenv1.ListJobsResponse{}
+		for _, j := range s.state.Jobs(req.GetBrokerId(), "") {
+			if req.GetJobId() == "" || j.GetJobId() == req.GetJobId() {
+				cur.Jobs = append(cur.Jobs, j)
+			}
+		}
+		if last == nil || !proto.Equal(last, cur) {
+			if err := stream.Send(cur); err != nil {
+				return err
+			}
+			last = cur
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+func (s *jobsService) CancelJob(ctx context.Context, req *waldenv1.CancelJobRequest) (*waldenv1.CancelJobResponse, error) {
+	if req.GetJobId() == "" {
+		return nil, invalidArg("job_id", "must not be empty")
+	}
+	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CancelJob{CancelJob: &waldenv1.CancelJob{JobId: req.GetJobId(), Actor: "operator"}}})
+	if err != nil {
+		return nil, s.d.stateErr(ctx, err)
+	}
+	s.d.logger.WarnContext(ctx, "job cancelled by operator", "job_id", req.GetJobId(), "broker_id", res.GetJob().GetBrokerId())
+	return &waldenv1.CancelJobResponse{Job: res.GetJob()}, nil
+}
+
+// RetryJob starts a failed or cancelled job again; the leader proposes it
+// with the members it sees live (a follower forwards).
+func (s *jobsService) RetryJob(ctx context.Context, req *waldenv1.RetryJobRequest) (*waldenv1.RetryJobResponse, error) {
+	if req.GetJobId() == "" {
+		return nil, invalidArg("job_id", "must not be empty")
+	}
+	leader, st := s.d.isLeader()
+	if !leader {
+		return forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.RetryJobResponse, error) {
+			return waldenv1.NewJobsClient(c).RetryJob(ctx, req)
+		})
+	}
+	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RetryJob{RetryJob: &waldenv1.RetryJob{
+		JobId: req.GetJobId(), Actor: "operator", LiveMembers: s.liveMembers()}}})
+	if err != nil {
+		return nil, s.d.stateErr(ctx, err)
+	}
+	s.d.logger.WarnContext(ctx, "job retried by operator", "job_id", req.GetJobId(), "attempt", res.GetJob().GetAttempt(), "assignee_id", res.GetJob().GetAssigneeId())
+	return &waldenv1.RetryJobResponse{Job: res.GetJob()}, nil
+}
+
+// recoveryCluster adapts the raft node to recovery.Cluster.
+type recoveryCluster struct {
+	raftCluster
+	prop proposer
+}
+
+func (c recoveryCluster) Propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+	return c.prop.Propose(ctx, cmd)
+}
+
+func (c recoveryCluster) LinearizableRead(ctx context.Context) error {
+	return c.node.LinearizableRead(ctx)
+}
+
+// newRecoveryRunner wires this member's recovery: the S3 client (none when
+// s3.bucket is empty: the builtin upload step then fails visibly in the
+// job), the plugins, the executor and the job loops.
+func newRecoveryRunner(cfg *config.Server, node ClusterNode, prop proposer, state *fsm.State, logger *slog.Logger) (*recovery.Runner, error) {
+	rc := cfg.Recovery
+	logger = logger.With("component", "recovery")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var store recovery.Store
+	var s3 *recovery.S3JSON
+	if cfg.S3.Bucket != "" {
+		c, err := objstore.New(ctx, cfg.S3, objstore.Options{Concurrency: rc.UploadConcurrency, PartSize: rc.PartSize, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("server: s3: %w", err)
+		}
+		store = c
+		s3 = &recovery.S3JSON{Endpoint: cfg.S3.Endpoint, Region: cfg.S3.Region, Bucket: cfg.S3.Bucket, Prefix: cfg.S3.Prefix}
+	} else if rc.Action == recovery.ActionBuiltin {
+		logger.Warn("s3.bucket is not set: recovery jobs assigned to this member cannot upload until it is")
+	}
+	fencer, attacher, err := recovery.NewPlugins(ctx, rc, nil, logger)
+	if err != nil {
+		return nil, fmt.Errorf("server: recovery plugins: %w", err)
+	}
+	cl := recoveryCluster{raftCluster: raftCluster{node}, prop: prop}
+	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: rc, NodeID: cfg.NodeID, State: state, Cluster: cl,
+		Store: store, S3: s3, Fencer: fencer, Attacher: attacher, Logger: logger})
+	return recovery.NewRunner(rc, cfg.NodeID, state, cl, exe, logger), nil
+}
