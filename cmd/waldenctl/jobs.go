@@ -1,0 +1,311 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+func init() {
+	commands = append(commands, newJobsCmd, newJobCmd, newCancelCmd, newRetryCmd)
+}
+
+func jobsClient(conn grpc.ClientConnInterface) waldenv1.JobsClient {
+	return waldenv1.NewJobsClient(conn)
+}
+
+func newJobsCmd(c *cli) *cobra.Command {
+	var broker, state string
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List recovery jobs: state, assignee, attempt, bytes uploaded and streams closed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var resp *waldenv1.ListJobsResponse
+			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = jobsClient(conn).ListJobs(ctx, &waldenv1.ListJobsRequest{BrokerId: broker, State: state}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) { printJobs(w, resp.GetJobs()) })
+		},
+	}
+	cmd.Flags().StringVar(&broker, "broker", "", "only the jobs of this broker")
+	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: pending, running, succeeded, failed or cancelled")
+	cmd.AddCommand(newJobsWatchCmd(c))
+	return cmd
+}
+
+func printJobs(w io.Writer, jobs []*waldenv1.Job) {
+	fmt.Fprintln(w, "JOB\tBROKER\tSTATE\tSTEP\tASSIGNEE\tATTEMPT\tTOKEN\tUPLOADED\tSTREAMS CLOSED\tERROR")
+	for _, j := range jobs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d/%d\t%s\n", j.GetJobId(), j.GetBrokerId(), j.GetState(), orDash(j.GetStep()),
+			orDash(j.GetAssigneeId()), j.GetAttempt(), j.GetToken(), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()),
+			j.GetStreamsClosed(), j.GetStreamsTotal(), orDash(oneLine(j.GetError(), 80)))
+	}
+}
+
+// bytesOf shows "uploaded/total" in binary units with the percentage.
+func bytesOf(done, total uint64) string {
+	if total == 0 {
+		return size(done) + "/-"
+	}
+	return fmt.Sprintf("%s/%s (%d%%)", size(done), size(total), done*100/total)
+}
+
+func size(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max-3] + "..."
+	}
+	return s
+}
+
+func newJobCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "job ID",
+		Short: "Show one recovery job: progress, checkpoints of every step, gaps, skipped bytes and objects",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var resp *waldenv1.GetJobResponse
+			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = jobsClient(conn).GetJob(ctx, &waldenv1.GetJobRequest{JobId: args[0]}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) { printJob(w, resp.GetJob()) })
+		},
+	}
+}
+
+func printJob(w io.Writer, j *waldenv1.Job) {
+	fmt.Fprintf(w, "job\t%s\n", j.GetJobId())
+	fmt.Fprintf(w, "broker\t%s\n", j.GetBrokerId())
+	fmt.Fprintf(w, "state\t%s\n", j.GetState())
+	fmt.Fprintf(w, "step\t%s\n", orDash(j.GetStep()))
+	fmt.Fprintf(w, "assignee\t%s (attempt %d, token %d)\n", orDash(j.GetAssigneeId()), j.GetAttempt(), j.GetToken())
+	fmt.Fprintf(w, "lease renewed\t%s\n", unixText(j.GetLeaseRenewedUnixMs()))
+	fmt.Fprintf(w, "uploaded\t%s\n", bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()))
+	fmt.Fprintf(w, "streams closed\t%d/%d\n", j.GetStreamsClosed(), j.GetStreamsTotal())
+	fmt.Fprintf(w, "records uploaded\t%d\n", j.GetRecordsUploaded())
+	fmt.Fprintf(w, "skipped bytes\t%d\n", j.GetSkippedBytes())
+	fmt.Fprintf(w, "wal\t%s %s\n", orDash(j.GetWal().GetPath()), j.GetWal().GetVolumeId())
+	fmt.Fprintf(w, "recovered wal offset\t%d\n", j.GetRecoveredWalOffset())
+	fmt.Fprintf(w, "created\t%s\n", unixText(j.GetCreatedUnixMs()))
+	fmt.Fprintf(w, "finished\t%s\n", unixText(j.GetFinishedUnixMs()))
+	fmt.Fprintf(w, "error\t%s\n", orDash(j.GetError()))
+	for _, g := range j.GetGaps() {
+		fmt.Fprintf(w, "gap\t%s\n", g)
+	}
+	fmt.Fprintf(w, "objects\t%d\n", len(j.GetObjects()))
+	if len(j.GetCheckpoints()) > 0 {
+		fmt.Fprintln(w, "\nSTEP\tATTEMPT\tINDEX\tAT\tDETAIL")
+		for _, cp := range j.GetCheckpoints() {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", cp.GetStep(), cp.GetAttempt(), cp.GetIndex(),
+				time.UnixMilli(cp.GetUnixMs()).UTC().Format(time.RFC3339), cp.GetDetail())
+		}
+	}
+}
+
+func finished(j *waldenv1.Job) bool {
+	return j.GetState() != "pending" && j.GetState() != "running"
+}
+
+func newJobsWatchCmd(c *cli) *cobra.Command {
+	var broker string
+	return &cobra.Command{
+		Use:   "watch [ID]",
+		Short: "Follow recovery jobs live: step, assignee, bytes uploaded of total, streams closed of total; ends when they finish or on Ctrl-C",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			req := &waldenv1.WatchJobsRequest{BrokerId: broker}
+			if len(args) == 1 {
+				req.JobId = args[0]
+			}
+			return c.watchJobs(ctx, req)
+		},
+	}
+}
+
+// watchJobs prints one line per change of a watched job (table) or one
+// JSON document per update (json). With no job active at the start it
+// follows until the first job appears and finishes.
+func (c *cli) watchJobs(ctx context.Context, req *waldenv1.WatchJobsRequest) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	if c.output == "table" {
+		fmt.Fprintln(tw, "TIME\tJOB\tSTATE\tSTEP\tASSIGNEE\tATTEMPT\tUPLOADED\tSTREAMS CLOSED\tERROR")
+		_ = tw.Flush()
+	}
+	shown := map[string]string{}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		done, err := c.watchOnce(ctx, req, tw, shown)
+		if done || ctx.Err() != nil {
+			return nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("watch: %w", lastErr)
+}
+
+// watchOnce follows one WatchJobs stream, trying the endpoints in turn. It
+// reports done when every watched job has finished.
+func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, tw *tabwriter.Writer, shown map[string]string) (bool, error) {
+	var done bool
+	err := c.stream(ctx, func(ctx context.Context, conn grpc.ClientConnInterface) error {
+		st, err := jobsClient(conn).WatchJobs(ctx, req)
+		if err != nil {
+			return err
+		}
+		sawActive := false
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+			all := len(resp.GetJobs()) > 0
+			for _, j := range resp.GetJobs() {
+				if !finished(j) {
+					sawActive = true
+					all = false
+				}
+			}
+			if c.output == "json" {
+				b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(resp)
+				if err != nil {
+					return err
+				}
+				var line bytes.Buffer
+				if err := json.Compact(&line, b); err != nil {
+					return err
+				}
+				line.WriteByte('\n')
+				if _, err := c.stdout.Write(line.Bytes()); err != nil {
+					return err
+				}
+			} else {
+				for _, j := range resp.GetJobs() {
+					line := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%d/%d\t%s", j.GetJobId(), j.GetState(), orDash(j.GetStep()), orDash(j.GetAssigneeId()),
+						j.GetAttempt(), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()), j.GetStreamsClosed(), j.GetStreamsTotal(), orDash(oneLine(j.GetError(), 60)))
+					if shown[j.GetJobId()] == line {
+						continue
+					}
+					shown[j.GetJobId()] = line
+					fmt.Fprintf(tw, "%s\t%s\n", time.Now().Format("15:04:05.000"), line)
+				}
+				_ = tw.Flush()
+			}
+			// Done once the watched jobs are all finished: a named job at
+			// once, otherwise after at least one was seen active.
+			if all && (req.GetJobId() != "" || sawActive) {
+				done = true
+				return nil
+			}
+		}
+	})
+	return done, err
+}
+
+// stream runs a streaming call against the endpoints in turn until one
+// accepts it.
+func (c *cli) stream(ctx context.Context, call func(ctx context.Context, conn grpc.ClientConnInterface) error) error {
+	var errs []string
+	for _, addr := range c.endpoints {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
+			continue
+		}
+		err = call(metadata.NewOutgoingContext(ctx, nil), conn)
+		_ = conn.Close()
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
+	}
+	return errors.New(strings.Join(errs, "; "))
+}
+
+func newCancelCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a pending or running recovery job (its broker stays fenced; retry starts it again)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var resp *waldenv1.CancelJobResponse
+			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = jobsClient(conn).CancelJob(ctx, &waldenv1.CancelJobRequest{JobId: args[0]}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}) })
+		},
+	}
+}
+
+func newRetryCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry ID",
+		Short: "Start a failed or cancelled recovery job again (attempt+1, assigned to a live member)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var resp *waldenv1.RetryJobResponse
+			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = jobsClient(conn).RetryJob(ctx, &waldenv1.RetryJobRequest{JobId: args[0]}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}) })
+		},
+	}
+}

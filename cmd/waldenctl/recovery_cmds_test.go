@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+type fakeCatalog struct {
+	waldenv1.UnimplementedCatalogServer
+	streams []*waldenv1.Stream
+}
+
+func (f *fakeCatalog) ListStreams(context.Context, *waldenv1.ListStreamsRequest) (*waldenv1.ListStreamsResponse, error) {
+	return &waldenv1.ListStreamsResponse{Streams: f.streams}, nil
+}
+
+func (f *fakeCatalog) DescribeStream(_ context.Context, r *waldenv1.DescribeStreamRequest) (*waldenv1.DescribeStreamResponse, error) {
+	return &waldenv1.DescribeStreamResponse{Stream: f.streams[0], Objects: []*waldenv1.Object{{ObjectId: "o1", Key: "b1/1.obj", Size: 9,
+		BrokerId: "b1", BrokerEpoch: 4, JobId: "job-b1-4", Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 2, StartOffset: 0, EndOffset: 10}}}}}, nil
+}
+
+type fakeJobs struct {
+	waldenv1.UnimplementedJobsServer
+	updates [][]*waldenv1.Job
+}
+
+func (f *fakeJobs) ListJobs(context.Context, *waldenv1.ListJobsRequest) (*waldenv1.ListJobsResponse, error) {
+	return &waldenv1.ListJobsResponse{Jobs: f.updates[len(f.updates)-1]}, nil
+}
+
+func (f *fakeJobs) WatchJobs(_ *waldenv1.WatchJobsRequest, s grpc.ServerStreamingServer[waldenv1.ListJobsResponse]) error {
+	for _, u := range f.updates {
+		if err := s.Send(&waldenv1.ListJobsResponse{Jobs: u}); err != nil {
+			return err
+		}
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+func serveRecovery(t *testing.T, c *fakeCatalog, j *fakeJobs) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	waldenv1.RegisterCatalogServer(s, c)
+	waldenv1.RegisterJobsServer(s, j)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return l.Addr().String()
+}
+
+func sampleJob(state, step string, up uint64, closed uint32) *waldenv1.Job {
+	return &waldenv1.Job{JobId: "job-b1-4", BrokerId: "b1", State: state, Step: step, AssigneeId: "c2", Attempt: 2, Token: 4,
+		BytesUploaded: up, BytesTotal: 3 << 20, StreamsClosed: closed, StreamsTotal: 2}
+}
+
+func TestStreamsAndJobsCommands(t *testing.T) {
+	cat := &fakeCatalog{streams: []*waldenv1.Stream{{StreamId: 1, State: "closed", Epoch: 2, OwnerBrokerId: "b1", OwnerEpoch: 3, EndOffset: 10}}}
+	jobs := &fakeJobs{updates: [][]*waldenv1.Job{
+		{sampleJob("running", "upload", 1<<20, 0)},
+		{sampleJob("running", "close", 3<<20, 1)},
+		{sampleJob("succeeded", "done", 3<<20, 2)},
+	}}
+	addr := serveRecovery(t, cat, jobs)
+
+	code, out, errOut := runCtl(t, "--endpoints", addr, "streams", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var sdoc struct {
+		Streams []map[string]any `json:"streams"`
+	}
+	if err := json.Unmarshal([]byte(out), &sdoc); err != nil || len(sdoc.Streams) != 1 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, k := range []string{"stream_id", "state", "epoch", "owner_broker_id", "start_offset", "end_offset"} {
+		if _, ok := sdoc.Streams[0][k]; !ok {
+			t.Fatalf("key %s missing: %s", k, out)
+		}
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "stream", "1")
+	if code != 0 || !strings.Contains(out, "0..10") || !strings.Contains(out, "job-b1-4") {
+		t.Fatalf("stream 1: %s", out)
+	}
+
+	code, out, errOut = runCtl(t, "--endpoints", addr, "jobs", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var jdoc struct {
+		Jobs []map[string]any `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(out), &jdoc); err != nil || len(jdoc.Jobs) != 1 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, k := range []string{"job_id", "broker_id", "state", "assignee_id", "attempt", "token", "bytes_uploaded", "bytes_total", "streams_closed", "streams_total"} {
+		if _, ok := jdoc.Jobs[0][k]; !ok {
+			t.Fatalf("key %s missing: %s", k, out)
+		}
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "jobs")
+	if code != 0 || !strings.Contains(out, "3.0MiB/3.0MiB (100%)") || !strings.Contains(out, "2/2") {
+		t.Fatalf("jobs table: %s", out)
+	}
+
+	// watch prints each change and ends when the job finished.
+	code, out, errOut = runCtl(t, "--endpoints", addr, "jobs", "watch")
+	if code != 0 {
+		t.Fatalf("watch exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], "1.0MiB/3.0MiB (33%)") || !strings.Contains(lines[2], "close") ||
+		!strings.Contains(lines[3], "succeeded") || !strings.Contains(lines[3], "c2") {
+		t.Fatalf("watch output:\n%s", out)
+	}
+}
