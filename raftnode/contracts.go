@@ -22,8 +22,8 @@ import (
 //   - After Save returns, every read method reflects it, also after a restart.
 //   - CreateSnapshot records the state machine's data at applied index i (which
 //     must not exceed the last stored entry) and never loses entries after i.
-//   - Compact discards entries before compactIndex; Term(compactIndex-1)
-//     stays answerable.
+//   - Compact(c) discards the entries up to and including c (FirstIndex
+//     becomes c+1, as raft.MemoryStorage does); Term(c) stays answerable.
 //   - Returned entries and snapshots are copies: neither side mutates them.
 //   - Methods are safe for concurrent use (raft reads while the node writes).
 type Storage interface {
