@@ -98,7 +98,15 @@ func storageRaftID(nodeID string) uint64 {
 //     raft.ErrSnapOutOfDate; a gap, a non-contiguous batch or entries that
 //     overwrite what the stored snapshot covers fail with ErrInvalidSave.
 //     A failed Save writes nothing.
-//   - After Save returns, every read method reflects it, also after a restart.
+//   - After Save returns, every read method reflects it, also after a restart,
+//     with one exception (raft.MustSync's): a Save of only a HardState that
+//     differs from the stored one in its commit index alone writes nothing.
+//     InitialState reflects it at once; it reaches disk with the next write
+//     (Save of entries or a snapshot, CreateSnapshot, Compact) or Close. A
+//     crash before that restarts the member with a lower commit index, which
+//     raft relearns from the leader; term, vote and entries, which are what
+//     the member promised to others, are always on disk before Save returns,
+//     and a snapshot is never on disk with a commit index below its own.
 //   - CreateSnapshot records the state machine's data at applied index i
 //     (FirstIndex-1 <= snapshot index < i <= LastIndex, else
 //     raft.ErrSnapOutOfDate / ErrUnavailable) and never loses entries after i;
@@ -147,6 +155,10 @@ type BoltStorage struct {
 	last uint64
 	// hardState is nil until one was saved.
 	hardState *raftpb.HardState
+	// hardStateUnsynced is set when hardState moved only its commit index
+	// since it was last written (see the contract): the next write
+	// transaction writes it.
+	hardStateUnsynced bool
 	// snapMeta is the stored snapshot's metadata (zero values when none).
 	snapMeta *raftpb.SnapshotMetadata
 }
@@ -371,6 +383,21 @@ func (s *BoltStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raf
 	if newSnap == nil && len(toWrite) == 0 && newHS == nil {
 		return nil
 	}
+	if newSnap == nil && len(toWrite) == 0 && s.hardState != nil &&
+		newHS.GetTerm() == s.hardState.GetTerm() && newHS.GetVote() == s.hardState.GetVote() {
+		// Only the commit index moved: nothing this member promised to
+		// others depends on it (raft.MustSync), so skip the fsync, as etcd
+		// does. Here that means no transaction at all: a bbolt transaction
+		// without fsync may be reordered by the disk and leave a meta page
+		// pointing at unwritten pages after a power loss. The commit index
+		// is written by the next transaction.
+		s.hardState = newHS
+		s.hardStateUnsynced = true
+		return nil
+	}
+	if newHS == nil && s.hardStateUnsynced {
+		newHS = s.hardState
+	}
 
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		eb, sb := tx.Bucket(bucketEntries), tx.Bucket(bucketState)
@@ -424,8 +451,18 @@ func (s *BoltStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raf
 	s.offset, s.offsetTerm, s.last = offset, offsetTerm, last
 	if newHS != nil {
 		s.hardState = newHS
+		s.hardStateUnsynced = false
 	}
 	return nil
+}
+
+// putUnsyncedHardStateLocked writes the HardState whose commit index Save
+// left in memory, inside a write transaction (s.mu held).
+func (s *BoltStorage) putUnsyncedHardStateLocked(tx *bolt.Tx) error {
+	if !s.hardStateUnsynced {
+		return nil
+	}
+	return putProto(tx.Bucket(bucketState), keyHardState, s.hardState)
 }
 
 // CreateSnapshot implements Storage.
@@ -456,12 +493,18 @@ func (s *BoltStorage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte
 		if err := putProto(sb, keySnapshot, snap); err != nil {
 			return err
 		}
+		// The commit index on disk must not stay below the snapshot's
+		// index (raft refuses to restart so).
+		if err := s.putUnsyncedHardStateLocked(tx); err != nil {
+			return err
+		}
 		return putProto(sb, keyConfState, meta.GetConfState())
 	})
 	if err != nil {
 		return nil, s.fail("create snapshot", err)
 	}
 	s.snapMeta = meta
+	s.hardStateUnsynced = false
 	return proto.Clone(snap).(*raftpb.Snapshot), nil
 }
 
@@ -490,12 +533,16 @@ func (s *BoltStorage) Compact(compactIndex uint64) error {
 		if err := deleteRange(eb, s.offset, compactIndex); err != nil {
 			return err
 		}
+		if err := s.putUnsyncedHardStateLocked(tx); err != nil {
+			return err
+		}
 		return putEntry(eb, &raftpb.Entry{Index: new(compactIndex), Term: new(term)})
 	})
 	if err != nil {
 		return s.fail("compact", err)
 	}
 	s.offset, s.offsetTerm = compactIndex, term
+	s.hardStateUnsynced = false
 	return nil
 }
 
@@ -508,13 +555,22 @@ func (s *BoltStorage) Close() error {
 		return nil
 	}
 	s.closed = true
+	// Write a commit index that Save left in memory.
+	var flushErr error
+	if s.failed == nil && s.hardStateUnsynced {
+		if err := s.db.Update(s.putUnsyncedHardStateLocked); err != nil {
+			flushErr = s.fail("write hard state on close", err)
+		} else {
+			s.hardStateUnsynced = false
+		}
+	}
 	if s.failed == nil {
 		s.failed = fmt.Errorf("raftnode: storage %s: %w", s.path, ErrStorageClosed)
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("raftnode: close storage %s: %w", s.path, err)
 	}
-	return nil
+	return flushErr
 }
 
 // fail records a failed write transaction: the state on disk is unknown, so
