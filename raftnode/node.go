@@ -227,6 +227,15 @@ type Node struct {
 
 	confMu sync.Mutex // one membership change at a time from this member
 
+	// Proposals made on the leader are queued and stepped into raft in
+	// batches by runProposals (see propose).
+	propMu     sync.Mutex
+	propQueue  []*raftpb.Entry
+	propSignal chan struct{} // capacity 1: the queue is not empty
+	// transferring is set while TransferLeadership runs: raft drops
+	// proposals during a transfer, so they take the path that reports it.
+	transferring atomic.Int32
+
 	stopOnce sync.Once
 	stopc    chan struct{}
 	donec    chan struct{}
@@ -257,21 +266,22 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		}
 	}()
 	n := &Node{
-		cfg:       cfg,
-		id:        RaftID(cfg.NodeID),
-		logger:    cfg.Logger.With("node_id", cfg.NodeID),
-		sm:        sm,
-		st:        st,
-		tr:        tr,
-		metrics:   metrics,
-		reqIDs:    newRequestIDs(cfg.NodeID, time.Now()),
-		wait:      newWaitRegistry(),
-		members:   make(map[uint64]*waldenv1.Member),
-		names:     map[uint64]string{RaftID(cfg.NodeID): cfg.NodeID},
-		promoting: make(map[uint64]bool),
-		reads:     make(map[string]chan uint64),
-		stopc:     make(chan struct{}),
-		donec:     make(chan struct{}),
+		cfg:        cfg,
+		id:         RaftID(cfg.NodeID),
+		logger:     cfg.Logger.With("node_id", cfg.NodeID),
+		sm:         sm,
+		st:         st,
+		tr:         tr,
+		metrics:    metrics,
+		reqIDs:     newRequestIDs(cfg.NodeID, time.Now()),
+		wait:       newWaitRegistry(),
+		members:    make(map[uint64]*waldenv1.Member),
+		names:      map[uint64]string{RaftID(cfg.NodeID): cfg.NodeID},
+		promoting:  make(map[uint64]bool),
+		reads:      make(map[string]chan uint64),
+		propSignal: make(chan struct{}, 1),
+		stopc:      make(chan struct{}),
+		donec:      make(chan struct{}),
 	}
 	for _, m := range cfg.InitialCluster {
 		n.names[RaftID(m.GetId())] = m.GetId()
@@ -375,6 +385,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		return nil, fmt.Errorf("raftnode: start transport: %w", err)
 	}
 	go n.run()
+	go n.runProposals()
 	started = true
 	return n, nil
 }
@@ -860,7 +871,15 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, err
 		return applied{}, fmt.Errorf("raftnode: propose: request id %x already pending", cmd.GetRequestId())
 	}
 	defer n.wait.Cancel(cmd.GetRequestId())
-	if err := n.raft.Propose(ctx, data); err != nil {
+	if n.leader.Load() == n.id && n.transferring.Load() == 0 {
+		// On the leader, queue the entry: runProposals steps everything
+		// queued in one proposal message, which raft appends and sends to
+		// the followers as one batch instead of one append message per
+		// proposal and follower.
+		n.queueProposal(data)
+	} else if err := n.raft.Propose(ctx, data); err != nil {
+		// Elsewhere (and during a leadership transfer), propose one by
+		// one: raft forwards to the leader and reports a refusal.
 		return applied{}, n.raftError("propose", err)
 	}
 	select {
@@ -873,6 +892,64 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, err
 		return applied{}, fmt.Errorf("raftnode: propose: %w", ctx.Err())
 	case <-n.donec:
 		return applied{}, ErrStopped
+	}
+}
+
+// maxProposalBatch bounds the entries stepped into raft at once.
+const maxProposalBatch = 1024
+
+func (n *Node) queueProposal(data []byte) {
+	n.propMu.Lock()
+	n.propQueue = append(n.propQueue, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: data})
+	n.propMu.Unlock()
+	select {
+	case n.propSignal <- struct{}{}:
+	default:
+	}
+}
+
+// runProposals steps the queued proposals into raft, as many as are queued
+// (up to maxProposalBatch) in one MsgProp. Proposals queue up while raft
+// takes the previous batch, so the batches grow with the load.
+//
+// raft.Node.Step does not report a dropped proposal the way Propose does. A
+// batch is queued only while this member leads and no transfer runs; should
+// leadership change before raft takes it, raft forwards it to the new leader
+// or drops it, and its proposers wait for their deadline, as do those of a
+// proposal lost with a leader change after raft took it.
+func (n *Node) runProposals() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stopc:
+		case <-n.donec:
+		}
+		cancel()
+	}()
+	var batch []*raftpb.Entry
+	for {
+		select {
+		case <-n.propSignal:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			n.propMu.Lock()
+			k := min(len(n.propQueue), maxProposalBatch)
+			batch = append(batch[:0], n.propQueue[:k]...)
+			rest := copy(n.propQueue, n.propQueue[k:])
+			clear(n.propQueue[rest:])
+			n.propQueue = n.propQueue[:rest]
+			n.propMu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			msg := &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(n.id), Entries: slices.Clone(batch)}
+			if err := n.raft.Step(ctx, msg); err != nil {
+				return // stopped
+			}
+		}
 	}
 }
 
@@ -1078,6 +1155,8 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	case rid == n.id:
 		return nil
 	}
+	n.transferring.Add(1)
+	defer n.transferring.Add(-1)
 	n.logger.Info("raftnode: transferring leadership", "to", id, "term", n.term.Load())
 	n.raft.TransferLeadership(ctx, n.id, rid)
 	poll := time.NewTicker(n.cfg.TickInterval)
