@@ -31,7 +31,7 @@ var errDown = errors.New("member is down")
 // member proposes to in order (as raft would apply), with a leader chosen
 // by the test and members the test takes down.
 type testCluster struct {
-	t  *testing.T
+	t  testing.TB
 	mu sync.Mutex
 	s  *fsm.State
 	ix uint64
@@ -42,7 +42,7 @@ type testCluster struct {
 	ids    []string
 }
 
-func newTestCluster(t *testing.T, ids ...string) *testCluster {
+func newTestCluster(t testing.TB, ids ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, s: fsm.New("test"), down: map[string]bool{}, ids: ids, leader: ids[0], term: 1}
 	for i, id := range ids {
