@@ -466,7 +466,11 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 	}
 
 	// 3. Persist the snapshot, the entries and the HardState in one durable
-	//    write.
+	//    write. A Ready that moves only the commit index needs no fsync
+	//    (raft.MustSync): the storage defers it to its next write. The
+	//    leader's entries are on disk once Save returns and raft counts
+	//    them towards commit only after Advance below, so a leader never
+	//    acknowledges an entry that is not on its own disk.
 	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
 		return false, fmt.Errorf("raftnode: persist ready: %w", err)
 	}
