@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -134,6 +135,7 @@ func TestCrashEveryCutPoint(t *testing.T) {
 		return out
 	}
 	img := make([]byte, capacity)
+	imgPath := filepath.Join(t.TempDir(), "img") // a sample of the images also goes through Open
 	for cut := lo; cut < hi; cut++ {
 		want := expect(cut)
 		rec, err := Recover(cutReader{img: after, cut: cut}, capacity, "truncated")
@@ -149,6 +151,9 @@ func TestCrashEveryCutPoint(t *testing.T) {
 			t.Fatalf("zero-fill at %d: %v", cut, err)
 		}
 		checkRecovered(t, fmt.Sprintf("zero-fill at %d", cut), rec, want)
+		if cut%13 == 0 {
+			checkMappedSame(t, imgPath, img, rec)
+		}
 
 		img[cut] = after[cut] ^ 0xFF
 		rec, err = Recover(bytes.NewReader(img), capacity, "flipped")
@@ -156,6 +161,9 @@ func TestCrashEveryCutPoint(t *testing.T) {
 			t.Fatalf("flip at %d: %v", cut, err)
 		}
 		checkRecovered(t, fmt.Sprintf("flip at %d", cut), rec, want)
+		if cut%13 == 1 {
+			checkMappedSame(t, imgPath, img, rec)
+		}
 	}
 }
 
@@ -189,12 +197,16 @@ func TestCorruptionNeverYieldsRecord(t *testing.T) {
 	startPhys := physical(all[0].offset, capacity)
 	endPhys := startPhys + (end - all[0].offset)
 	img := make([]byte, len(good))
+	imgPath := filepath.Join(t.TempDir(), "img") // a sample of the images also goes through Open
 	for pos := startPhys; pos < endPhys; pos++ {
 		copy(img, good)
 		img[pos] ^= 0x5A
 		rec, err := Recover(bytes.NewReader(img), capacity, "flipped")
 		if err != nil {
 			t.Fatal(err)
+		}
+		if pos%3 == 0 {
+			checkMappedSame(t, imgPath, img, rec)
 		}
 		// The record holding the damaged byte, if any.
 		hit := -1
@@ -219,5 +231,30 @@ func TestCorruptionNeverYieldsRecord(t *testing.T) {
 			}
 		}
 		checkRecovered(t, fmt.Sprintf("flip at %d (record %d)", pos, hit), rec, want)
+	}
+}
+
+// checkMappedSame asserts that scanning img written to path (Open: the mapped,
+// in-place path) gives exactly rec, what Recover gave through ReaderAt.
+func checkMappedSame(t *testing.T, path string, img []byte, rec *Recovery) {
+	t.Helper()
+	// Overwrite in place: truncating and reallocating the file each time is
+	// what would make this slow.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(img, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := RecoverFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, rec) {
+		t.Fatalf("mapped scan differs from ReaderAt scan:\n got %+v\nwant %+v", got.Stats, rec.Stats)
 	}
 }

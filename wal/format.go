@@ -3,6 +3,7 @@ package wal
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"sync"
 )
 
 // Format constants of AutoMQ's block WAL (s3stream BlockWALHeader,
@@ -130,6 +131,47 @@ var crcTable = crc32.MakeTable(crc32.IEEE)
 // Checksum is the masked CRC32 (IEEE) every WAL checksum uses.
 func Checksum(p []byte) uint32 { return crc32.Checksum(p, crcTable) & 0x7FFFFFFF }
 
+// recordHeaderCRCLen is the number of record header bytes the header CRC
+// covers.
+const recordHeaderCRCLen = 20
+
+// headerCRCTables holds, for a message of exactly 20 bytes, the
+// contribution of each byte position to its CRC32 (IEEE). CRC32 of a fixed
+// length is affine in the message bits, so crc(m) = crc(zeros) xor
+// T[0][m0] xor ... xor T[19][m19]: twenty independent table loads instead of
+// the dependent chain a general CRC needs for a short message. The record
+// scan checks one record header CRC per record with it.
+type headerCRCTables struct {
+	zero uint32
+	t    [recordHeaderCRCLen][256]uint32
+}
+
+var headerCRC = sync.OnceValue(func() *headerCRCTables {
+	tab := &headerCRCTables{}
+	var m [recordHeaderCRCLen]byte
+	tab.zero = crc32.ChecksumIEEE(m[:])
+	for i := range m {
+		for v := 0; v < 256; v++ {
+			m[i] = byte(v)
+			tab.t[i][v] = crc32.ChecksumIEEE(m[:]) ^ tab.zero
+		}
+		m[i] = 0
+	}
+	return tab
+})
+
+// checksum20 is Checksum(p[:20]).
+func (tab *headerCRCTables) checksum20(p []byte) uint32 {
+	p = p[:recordHeaderCRCLen]
+	t := &tab.t
+	c := tab.zero ^
+		t[0][p[0]] ^ t[1][p[1]] ^ t[2][p[2]] ^ t[3][p[3]] ^ t[4][p[4]] ^
+		t[5][p[5]] ^ t[6][p[6]] ^ t[7][p[7]] ^ t[8][p[8]] ^ t[9][p[9]] ^
+		t[10][p[10]] ^ t[11][p[11]] ^ t[12][p[12]] ^ t[13][p[13]] ^ t[14][p[14]] ^
+		t[15][p[15]] ^ t[16][p[16]] ^ t[17][p[17]] ^ t[18][p[18]] ^ t[19][p[19]]
+	return c & 0x7FFFFFFF
+}
+
 // encodeHeader writes h into p[:HeaderSize], computing and storing the CRC.
 func encodeHeader(p []byte, h *Header) {
 	be := binary.BigEndian
@@ -220,27 +262,22 @@ func bodyChecksum(b *Batch) uint32 {
 	return c & 0x7FFFFFFF
 }
 
-// decodeBody parses a record body. The payload aliases p.
-func decodeBody(p []byte) (Batch, error) {
-	if len(p) < BodyHeaderSize {
-		return Batch{}, ErrBadBody
-	}
-	if p[0] != BodyMagic {
-		return Batch{}, ErrBadBody
+// decodeBodyInto parses a record body into b and reports whether it is well
+// formed. The payload aliases p.
+func decodeBodyInto(p []byte, b *Batch) bool {
+	if len(p) < BodyHeaderSize || p[0] != BodyMagic {
+		return false
 	}
 	be := binary.BigEndian
-	b := Batch{
-		StreamID:   be.Uint64(p[1:]),
-		Epoch:      be.Uint64(p[9:]),
-		BaseOffset: be.Uint64(p[17:]),
-		Count:      be.Uint32(p[25:]),
+	if uint64(be.Uint32(p[29:])) != uint64(len(p)-BodyHeaderSize) {
+		return false
 	}
-	n := be.Uint32(p[29:])
-	if uint64(n) != uint64(len(p)-BodyHeaderSize) {
-		return Batch{}, ErrBadBody
-	}
+	b.StreamID = be.Uint64(p[1:])
+	b.Epoch = be.Uint64(p[9:])
+	b.BaseOffset = be.Uint64(p[17:])
+	b.Count = be.Uint32(p[25:])
 	b.Payload = p[BodyHeaderSize:]
-	return b, nil
+	return true
 }
 
 // PhysicalOffset returns the byte position on the device of logical offset

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -261,6 +262,29 @@ func compareImage(t *testing.T, path string, want []byte) {
 		if got[i] != want[i] {
 			lo := i / 16 * 16
 			t.Fatalf("first difference at byte %d (0x%x)\n got % x\nwant % x", i, i, got[lo:min(lo+32, len(got))], want[lo:min(lo+32, len(want))])
+		}
+	}
+}
+
+// TestHeaderCRCTable checks the table-driven record header CRC against
+// hash/crc32 on random headers and on every single-bit message.
+func TestHeaderCRCTable(t *testing.T) {
+	tab := headerCRC()
+	rng := rand.New(rand.NewPCG(5, 6))
+	p := make([]byte, RecordHeaderSize)
+	for i := 0; i < 10000; i++ {
+		for j := range p {
+			p[j] = byte(rng.IntN(256))
+		}
+		if got, want := tab.checksum20(p), Checksum(p[:20]); got != want {
+			t.Fatalf("header %x: table CRC %08x, want %08x", p, got, want)
+		}
+	}
+	for bit := 0; bit < 20*8; bit++ {
+		clear(p)
+		p[bit/8] = 1 << (bit % 8)
+		if got, want := tab.checksum20(p), Checksum(p[:20]); got != want {
+			t.Fatalf("bit %d: table CRC %08x, want %08x", bit, got, want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -87,6 +88,7 @@ type Reader struct {
 	slotErrs  [HeaderSlots]error
 	capacity  int64
 	recordCap int64
+	crcTab    *headerCRCTables
 
 	// scan state
 	next, start, skipAt, bound int64
@@ -106,9 +108,9 @@ type Reader struct {
 	// mapped is Open's read-only mapping of [0, capacity), or nil; ahead
 	// tells the prefetch goroutine where the scan is.
 	mapped       []byte
+	msrc         mappedSource
 	ahead        chan int64
 	prefetchDone chan struct{}
-	lastChunk    int64
 }
 
 // Open opens the WAL at path read-only (a regular file whose size must equal
@@ -165,6 +167,7 @@ func (rd *Reader) mapFile() {
 	}
 	rd.mapped = m
 	rd.ahead = make(chan int64, 1)
+	rd.msrc = mappedSource{m: m, ahead: rd.ahead}
 	rd.prefetchDone = make(chan struct{})
 	go func() {
 		defer close(rd.prefetchDone)
@@ -212,6 +215,7 @@ func newReader(r io.ReaderAt, size int64, name string, exact bool) (*Reader, err
 		return nil, fileError(name, "header", fmt.Errorf("%w: header capacity %d, device size %d", ErrCapacityMismatch, capacity, size))
 	}
 	rd.capacity = capacity
+	rd.crcTab = headerCRC()
 	rd.recordCap = capacity - HeaderRegionSize
 	rd.start = max(h.TrimOffset, 0)
 	rd.skipAt = h.TrimOffset
@@ -293,7 +297,11 @@ func (rd *Reader) Close() error {
 }
 
 // Next returns the next valid data record, io.EOF at the end of the log, or
-// an I/O error. The returned payload is valid until the next call.
+// an I/O error. The record's header CRC, body offset and body CRC have all
+// been checked before it is returned. The payload is not a copy: on a
+// Reader made by Open it is a view of the read-only mapping, valid until
+// Close; on one made by NewReader it is valid until the next call. Copy what
+// must outlive that (Recover and RecoverFile do).
 func (rd *Reader) Next() (rec Record, err error) {
 	if rd.done {
 		return Record{}, io.EOF
@@ -308,23 +316,29 @@ func (rd *Reader) Next() (rec Record, err error) {
 			}
 		}()
 	}
-	return rd.scan()
+	err = rd.scan(&rec)
+	return rec, err
 }
 
-func (rd *Reader) scan() (Record, error) {
+// scan fills rec with the next valid record (returning nil), or returns
+// io.EOF or an I/O error.
+func (rd *Reader) scan(rec *Record) error {
 	for {
 		if rd.header.Version() == 0 {
 			if stop, reason := rd.v0Stop(); stop {
+				*rec = Record{}
 				return rd.finish(reason)
 			}
 		}
 		if rd.next >= rd.bound {
+			*rec = Record{}
 			return rd.finish(ReasonRingBound)
 		}
 		at := rd.next
-		rec, jump, reason, err := rd.readRecord(at)
+		jump, reason, err := rd.readRecord(at, rec)
 		if err != nil {
-			return Record{}, err
+			*rec = Record{}
+			return err
 		}
 		afterRecord := rd.afterRecord
 		rd.afterRecord = reason == reasonNone || reason == ReasonPadding
@@ -338,7 +352,7 @@ func (rd *Reader) scan() (Record, error) {
 				continue
 			}
 			rd.stats.Records++
-			return rec, nil
+			return nil
 		}
 		if reason == ReasonPadding {
 			rd.skip(at, jump-at, ReasonPadding)
@@ -354,6 +368,7 @@ func (rd *Reader) scan() (Record, error) {
 			}
 		} else if isAligned(at) {
 			// Version 1: an invalid record on a block boundary ends the log.
+			*rec = Record{}
 			return rd.finish(reason)
 		}
 		if afterRecord && !isAligned(at) && isHeaderFailure(reason) {
@@ -373,11 +388,11 @@ func isHeaderFailure(reason string) bool {
 	return false
 }
 
-func (rd *Reader) finish(reason string) (Record, error) {
+func (rd *Reader) finish(reason string) error {
 	rd.done = true
 	rd.stats.EndOffset = rd.next
 	rd.stats.EndReason = reason
-	return Record{}, io.EOF
+	return io.EOF
 }
 
 func (rd *Reader) skip(at, n int64, reason string) {
@@ -410,51 +425,97 @@ func (rd *Reader) v0Stop() (bool, string) {
 	return true, ReasonWindow
 }
 
-// readRecord reads the record at logical offset at. It returns the record
-// (reason empty), or the failure reason and the offset to jump to, following
+// readRecord reads the record at logical offset at into rec: in place from
+// the mapping when there is one, else through the read buffer.
+func (rd *Reader) readRecord(at int64, rec *Record) (jump int64, reason string, err error) {
+	if rd.mapped == nil {
+		return parseRecord(rd, at, rd.capacity, rd.recordCap, rd.crcTab, rec)
+	}
+	return parseRecord(&rd.msrc, at, rd.capacity, rd.recordCap, rd.crcTab, rec)
+}
+
+// source yields the device bytes a record parse needs.
+type source interface {
+	// read returns n bytes at physical position pos, or nil if they are not
+	// all readable inside the WAL's capacity.
+	read(pos int64, n int) ([]byte, error)
+}
+
+// parseRecord parses the record at logical offset at. It fills rec and
+// returns an empty reason for a valid record, or the failure reason and the offset to jump to, following
 // BlockWALService.parseRecordHeader / parseRecordBody. err is set only for
-// I/O errors other than end of file.
-func (rd *Reader) readRecord(at int64) (rec Record, jump int64, reason string, err error) {
-	hp, err := rd.read(physical(at, rd.capacity), RecordHeaderSize)
+// I/O errors other than end of file. Nothing is copied and nothing is
+// allocated: rec's payload is a view of the bytes src returned.
+func parseRecord[S source](src S, at, capacity, recordCap int64, crcTab *headerCRCTables, rec *Record) (jump int64, reason string, err error) {
+	hp, err := src.read(physical(at, capacity), RecordHeaderSize)
 	if err != nil {
-		return rec, 0, "", err
+		return 0, "", err
 	}
 	if hp == nil {
-		return rec, nextBlock(at), ReasonShortHeader, nil
+		return nextBlock(at), ReasonShortHeader, nil
 	}
-	h := decodeRecordHeader(hp)
-	if h.magic == RecordMagicPadding && h.bodyLength >= 0 {
+	// The fields of decodeRecordHeader, read into locals (a struct built and
+	// copied per record costs store-forwarding stalls).
+	hp = hp[:RecordHeaderSize]
+	be := binary.BigEndian
+	magic := be.Uint32(hp[0:])
+	bodyLength := int32(be.Uint32(hp[4:]))
+	if magic == RecordMagicPadding && bodyLength >= 0 {
 		// A padding record is recognised by its magic alone.
-		return rec, at + RecordHeaderSize + int64(h.bodyLength), ReasonPadding, nil
+		return at + RecordHeaderSize + int64(bodyLength), ReasonPadding, nil
 	}
-	if h.magic != RecordMagicData {
-		return rec, nextBlock(at), ReasonRecordMagic, nil
+	if magic != RecordMagicData {
+		return nextBlock(at), ReasonRecordMagic, nil
 	}
-	if Checksum(hp[:20]) != h.headerCRC {
-		return rec, nextBlock(at), ReasonHeaderCRC, nil
+	if crcTab.checksum20(hp) != be.Uint32(hp[20:]) {
+		return nextBlock(at), ReasonHeaderCRC, nil
 	}
-	if h.bodyLength <= 0 || int64(h.bodyLength) > rd.recordCap-RecordHeaderSize {
-		return rec, nextBlock(at), ReasonBodyLength, nil
+	if bodyLength <= 0 || int64(bodyLength) > recordCap-RecordHeaderSize {
+		return nextBlock(at), ReasonBodyLength, nil
 	}
-	if h.bodyOffset != at+RecordHeaderSize {
-		return rec, nextBlock(at), ReasonBodyOffset, nil
+	if int64(be.Uint64(hp[8:])) != at+RecordHeaderSize {
+		return nextBlock(at), ReasonBodyOffset, nil
 	}
-	end := at + RecordHeaderSize + int64(h.bodyLength)
-	bp, err := rd.read(physical(at+RecordHeaderSize, rd.capacity), int(h.bodyLength))
+	bodyCRC := be.Uint32(hp[16:])
+	end := at + RecordHeaderSize + int64(bodyLength)
+	bp, err := src.read(physical(at+RecordHeaderSize, capacity), int(bodyLength))
 	if err != nil {
-		return rec, 0, "", err
+		return 0, "", err
 	}
 	if bp == nil {
-		return rec, nextBlock(end), ReasonShortBody, nil
+		return nextBlock(end), ReasonShortBody, nil
 	}
-	if Checksum(bp) != h.bodyCRC {
-		return rec, nextBlock(end), ReasonBodyCRC, nil
+	if Checksum(bp) != bodyCRC {
+		return nextBlock(end), ReasonBodyCRC, nil
 	}
-	b, derr := decodeBody(bp)
-	if derr != nil {
-		return rec, nextBlock(end), ReasonMalformedBody, nil
+	if !decodeBodyInto(bp, &rec.Batch) {
+		return nextBlock(end), ReasonMalformedBody, nil
 	}
-	return Record{Offset: at, Size: RecordHeaderSize + int(h.bodyLength), Batch: b}, 0, "", nil
+	rec.Offset, rec.Size = at, RecordHeaderSize+int(bodyLength)
+	return 0, "", nil
+}
+
+// mappedSource reads the mapping and tells the prefetch goroutine, once per
+// chunk, where reading has got to.
+type mappedSource struct {
+	m         []byte
+	ahead     chan int64
+	lastChunk int64
+}
+
+func (s *mappedSource) read(pos int64, n int) ([]byte, error) {
+	if pos+int64(n) > int64(len(s.m)) {
+		return nil, nil
+	}
+	if c := pos/readChunk + 1; c != s.lastChunk {
+		s.lastChunk = c
+		select { // replace a position the prefetcher has not taken yet
+		case <-s.ahead:
+		default:
+		}
+		s.ahead <- pos
+	}
+	return s.m[pos : pos+int64(n)], nil
 }
 
 // read returns n bytes at physical position pos, or nil if they are not all
@@ -462,17 +523,6 @@ func (rd *Reader) readRecord(at int64) (rec Record, jump int64, reason string, e
 func (rd *Reader) read(pos int64, n int) ([]byte, error) {
 	if pos+int64(n) > rd.capacity {
 		return nil, nil
-	}
-	if rd.mapped != nil {
-		if c := pos/readChunk + 1; c != rd.lastChunk {
-			rd.lastChunk = c
-			select { // replace a position the prefetcher has not taken yet
-			case <-rd.ahead:
-			default:
-			}
-			rd.ahead <- pos
-		}
-		return rd.mapped[pos : pos+int64(n)], nil
 	}
 	if pos >= rd.bufPos && pos+int64(n) <= rd.bufPos+int64(rd.bufLen) {
 		off := int(pos - rd.bufPos)
