@@ -207,6 +207,9 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 	}
 	for n, po := range p.objects {
 		b := objformat.NewBuilder()
+		// One allocation per object holds its payloads (the reader's
+		// buffer is reused by the next record).
+		arena := make([]byte, 0, po.payload)
 		for b.Len() < po.records {
 			rec, err := rd.Next()
 			if errors.Is(err, io.EOF) {
@@ -223,7 +226,9 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 			}
 			bt := rec.Batch
 			bt.Epoch = f.streams[bt.StreamID].GetEpoch()
-			bt.Payload = append([]byte(nil), bt.Payload...)
+			start := len(arena)
+			arena = append(arena, bt.Payload...)
+			bt.Payload = arena[start:len(arena):len(arena)]
 			if err := b.Add(bt); err != nil {
 				return fmt.Errorf("recovery: upload: %w", err)
 			}
@@ -234,7 +239,7 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 		}
 		obj := &built{n: n, key: objformat.Key(prefix, j.GetBrokerId(), j.GetToken(), po.first, po.last),
 			id: objformat.ObjectID(j.GetBrokerId(), j.GetToken(), po.first, po.last), data: data, index: ix,
-			crc: objformat.CRC32C(data), first: po.first, last: po.last, batch: po.records}
+			first: po.first, last: po.last, batch: po.records}
 		select {
 		case out <- obj:
 		case <-ctx.Done():
@@ -412,14 +417,16 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 			for o := range ch {
 				size := int64(len(o.data))
 				if info, err := a.e.store.Head(ctx, o.key); err == nil && info.Size == size {
+					o.crc = objformat.CRC32C(o.data)
 					mu.Lock()
 					skipped++
 					mu.Unlock()
 				} else {
 					cur := new(atomic.Int64)
 					inflight.Store(o.n, cur)
-					_, err := a.e.store.Upload(ctx, o.key, bytes.NewReader(o.data), size, func(n int64) { cur.Store(n) })
+					res, err := a.e.store.Upload(ctx, o.key, bytes.NewReader(o.data), size, func(n int64) { cur.Store(n) })
 					inflight.Delete(o.n)
+					o.crc = res.CRC32C // computed while uploading
 					if err != nil {
 						mu.Lock()
 						if firstErr == nil {
