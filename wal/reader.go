@@ -43,8 +43,9 @@ type Record struct {
 	Offset int64
 	// Size is the record's size on disk, header included.
 	Size int
-	// Batch is the decoded body. Records returned by Reader.Next alias the
-	// Reader's buffer until the next call; Recover copies them.
+	// Batch is the decoded body. The payload of a record returned by
+	// Reader.Next is a view, not a copy (see Next for how long it stays
+	// valid); Recover and RecoverFile copy it.
 	Batch Batch
 }
 
