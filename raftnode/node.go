@@ -465,12 +465,27 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 		n.tr.Send(rd.Messages)
 	}
 
-	// 3. Persist the snapshot, the entries and the HardState in one durable
+	// 3. A leader applies the committed entries before it writes the new
+	//    ones of this Ready, so that their proposers are answered without
+	//    waiting for that write (raft allows applying a committed entry
+	//    before it is on the local disk; committed means on a quorum's
+	//    disks). A follower writes first: its acknowledgements wait for its
+	//    disk, not for its state machine. With a snapshot to restore, the
+	//    usual order holds.
+	applyFirst := leading && raft.IsEmptySnap(rd.Snapshot)
+	if applyFirst {
+		if removed, err = n.applyEntries(rd.CommittedEntries); err != nil {
+			return false, err
+		}
+	}
+
+	// 4. Persist the snapshot, the entries and the HardState in one durable
 	//    write. A Ready that moves only the commit index needs no fsync
-	//    (raft.MustSync): the storage defers it to its next write. The
-	//    leader's entries are on disk once Save returns and raft counts
-	//    them towards commit only after Advance below, so a leader never
-	//    acknowledges an entry that is not on its own disk.
+	//    (raft.MustSync): the storage defers it to its next write. Raft
+	//    counts the leader's own copy of an entry towards commit only after
+	//    Advance below, so an entry is committed (and its proposer answered)
+	//    only once it is on a quorum's disks, and on the leader's own disk
+	//    when the leader's copy is part of that quorum.
 	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
 		return false, fmt.Errorf("raftnode: persist ready: %w", err)
 	}
@@ -481,37 +496,38 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 		n.metrics.commitIndex.Set(float64(rd.HardState.GetCommit()))
 	}
 
-	// 4. Any other member sends only now: its votes and append responses
+	// 5. Any other member sends only now: its votes and append responses
 	//    promise what was just persisted.
 	if !leading && len(rd.Messages) > 0 {
 		n.tr.Send(rd.Messages)
 	}
 
-	// 5. Hand read indexes to the linearizable reads that asked for them.
+	// 6. Hand read indexes to the linearizable reads that asked for them.
 	for _, rs := range rd.ReadStates {
 		n.deliverReadState(rs)
 	}
 
-	// 6. Apply a snapshot received from the leader.
+	// 7. Apply a snapshot received from the leader.
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.applySnapshot(rd.Snapshot); err != nil {
 			return false, err
 		}
 	}
 
-	// 7. Apply the committed entries in log order.
-	removed, err = n.applyEntries(rd.CommittedEntries)
-	if err != nil {
-		return false, err
+	// 8. Apply the committed entries in log order (unless done in 3).
+	if !applyFirst {
+		if removed, err = n.applyEntries(rd.CommittedEntries); err != nil {
+			return false, err
+		}
 	}
 
-	// 8. Snapshot the state machine and compact the log every
-	//    SnapshotCount applied entries.
+	// 9. Snapshot the state machine and compact the log every
+	//    SnapshotCount applied entries, once the applied entries are stored.
 	if err := n.maybeSnapshot(); err != nil {
 		return false, err
 	}
 
-	// 9. Tell raft this Ready is done.
+	// 10. Tell raft this Ready is done.
 	n.raft.Advance()
 	return removed, nil
 }
