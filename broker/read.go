@@ -221,7 +221,18 @@ func (b *Broker) objectIndex(ctx context.Context, obj *waldenv1.Object) (*objfor
 	if ix := b.reads.get(obj.GetKey()); ix != nil {
 		return ix, nil
 	}
-	ix, err := objformat.ReadIndex(b.s3.ReaderAt(ctx, obj.GetKey(), int64(obj.GetSize())), int64(obj.GetSize()))
+	size := int64(obj.GetSize())
+	if size == 0 {
+		// A commit that did not record the size: ask S3 (the index and
+		// its checksums still guard what is read).
+		info, err := b.s3.Head(ctx, obj.GetKey())
+		if err != nil {
+			return nil, fmt.Errorf("broker: object %s: size: %w", obj.GetKey(), err)
+		}
+		size = info.Size
+		b.log.Warn("committed object without a size; took it from S3", "object_id", obj.GetObjectId(), "size", size)
+	}
+	ix, err := objformat.ReadIndex(b.s3.ReaderAt(ctx, obj.GetKey(), size), size)
 	if err != nil {
 		return nil, fmt.Errorf("broker: object %s: read index: %w", obj.GetKey(), err)
 	}
