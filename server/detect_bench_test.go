@@ -316,13 +316,22 @@ func soak(b *testing.B, d time.Duration) (failovers int, probes int) {
 
 func BenchmarkDetection(b *testing.B) {
 	out := io.Writer(os.Stdout)
+	if *benchTrials > 0 {
+		detectionLatency(b, out)
+	}
+	if *benchSoak > 0 {
+		soakTable(b, out)
+	}
+}
+
+// detectionLatency measures and prints the latency table. Each
+// configuration runs in a sub-benchmark, so that its cluster is stopped
+// before the next one starts.
+func detectionLatency(b *testing.B, out io.Writer) {
+	loadBefore := loadavg()
 	defGossip := gossip.DefaultConfig()
 	tunedGossip := gossip.DefaultConfig()
 	tunedGossip.ProbeInterval, tunedGossip.ProbeTimeout = tProbeInterval, tProbeTimeout
-	loadBefore := loadavg()
-
-	// Each configuration runs in a sub-benchmark, so that its cluster is
-	// stopped before the next one starts.
 	var def, tuned runResult
 	var ml latencies
 	b.Run("default", func(b *testing.B) {
@@ -363,18 +372,19 @@ func BenchmarkDetection(b *testing.B) {
 	b.ReportMetric(float64(def.lat.pct(0.5).Milliseconds()), "default-median-ms")
 	b.ReportMetric(float64(tuned.lat.pct(0.5).Milliseconds()), "tuned-median-ms")
 	b.ReportMetric(float64(def.gossip.pct(0.5).Milliseconds()), "memberlist-median-ms")
+}
 
-	if *benchSoak > 0 {
-		var f, probes int
-		b.Run("soak", func(b *testing.B) { f, probes = soak(b, *benchSoak) })
-		fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every direct probe of coordinator c3 (%d probes), load average %s after\n\n", *benchSoak, probes, loadavg())
-		fmt.Fprintln(out, "| duration | brokers | false failovers |")
-		fmt.Fprintln(out, "|---|---|---|")
-		fmt.Fprintf(out, "| %v | 5 | %d |\n", *benchSoak, f)
-		b.ReportMetric(float64(f), "false-failovers")
-		if f != 0 {
-			b.Errorf("%d false failovers under loss and jitter on one coordinator", f)
-		}
+// soakTable runs the false-positive soak and prints its table.
+func soakTable(b *testing.B, out io.Writer) {
+	var f, probes int
+	b.Run("soak", func(b *testing.B) { f, probes = soak(b, *benchSoak) })
+	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every direct probe of coordinator c3 (%d probes), load average %s after\n\n", *benchSoak, probes, loadavg())
+	fmt.Fprintln(out, "| duration | brokers | false failovers |")
+	fmt.Fprintln(out, "|---|---|---|")
+	fmt.Fprintf(out, "| %v | 5 | %d |\n", *benchSoak, f)
+	b.ReportMetric(float64(f), "false-failovers")
+	if f != 0 {
+		b.Errorf("%d false failovers under loss and jitter on one coordinator", f)
 	}
 }
 
