@@ -280,7 +280,7 @@ func TestLeaseTable(t *testing.T) {
 	if got := lt.ExpiresAt("b1", 1, ttl); !got.Equal(t0.Add(ttl)) {
 		t.Fatalf("unknown broker expires %v", got)
 	}
-	lt.Renew("b1", 1, t0.Add(2*time.Second))
+	lt.Renew("b1", 1, t0.Add(2*time.Second), ttl)
 	if got := lt.Remaining("b1", 1, ttl, t0.Add(4*time.Second)); got != time.Second {
 		t.Fatalf("remaining %v", got)
 	}
@@ -289,7 +289,7 @@ func TestLeaseTable(t *testing.T) {
 		t.Fatalf("epoch 2 expires %v", got)
 	}
 	// A renewal older than the recorded one is ignored.
-	lt.Renew("b1", 1, t0.Add(time.Second))
+	lt.Renew("b1", 1, t0.Add(time.Second), ttl)
 	if got := lt.ExpiresAt("b1", 1, ttl); !got.Equal(t0.Add(5 * time.Second)) {
 		t.Fatalf("stale renewal moved expiry to %v", got)
 	}
@@ -297,5 +297,10 @@ func TestLeaseTable(t *testing.T) {
 	lt.Reset(t0.Add(10 * time.Second))
 	if got := lt.ExpiresAt("b1", 1, ttl); !got.Equal(t0.Add(13 * time.Second)) {
 		t.Fatalf("after reset expires %v", got)
+	}
+	// A lease granted with a longer ttl keeps it when lease_ttl is cut.
+	lt.Renew("b1", 1, t0.Add(20*time.Second), 10*time.Second)
+	if got := lt.ExpiresAt("b1", 1, time.Second); !got.Equal(t0.Add(30 * time.Second)) {
+		t.Fatalf("after a ttl cut expires %v", got)
 	}
 }

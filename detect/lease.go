@@ -21,6 +21,9 @@ type LeaseTable struct {
 type lease struct {
 	epoch uint64
 	at    time.Time
+	// ttl is the lease granted with that renewal: a later cut of lease_ttl
+	// must not shorten a lease the agent already holds.
+	ttl time.Duration
 }
 
 // NewLeaseTable returns an empty table whose leadership starts at since.
@@ -44,14 +47,14 @@ func (t *LeaseTable) LeaderSince() time.Time {
 }
 
 // Renew records a renewal (or a registration) of broker at epoch at the
-// leader's time at.
-func (t *LeaseTable) Renew(broker string, epoch uint64, at time.Time) {
+// leader's time at, granting ttl.
+func (t *LeaseTable) Renew(broker string, epoch uint64, at time.Time, ttl time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cur, ok := t.renewed[broker]; ok && cur.epoch == epoch && cur.at.After(at) {
 		return
 	}
-	t.renewed[broker] = lease{epoch: epoch, at: at}
+	t.renewed[broker] = lease{epoch: epoch, at: at, ttl: ttl}
 }
 
 // Forget drops a broker's entry.
@@ -61,17 +64,20 @@ func (t *LeaseTable) Forget(broker string) {
 	delete(t.renewed, broker)
 }
 
-// ExpiresAt returns when the lease of broker at epoch expires with ttl: the
-// later of its last renewal at that epoch and the start of the leadership,
-// plus ttl.
+// ExpiresAt returns when the lease of broker at epoch expires under the
+// current ttl: its last renewal at that epoch plus the longer of the ttl it
+// was granted and ttl, or the start of the leadership plus ttl, whichever is
+// later.
 func (t *LeaseTable) ExpiresAt(broker string, epoch uint64, ttl time.Duration) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	from := t.leaderSince
-	if l, ok := t.renewed[broker]; ok && l.epoch == epoch && l.at.After(from) {
-		from = l.at
+	exp := t.leaderSince.Add(ttl)
+	if l, ok := t.renewed[broker]; ok && l.epoch == epoch {
+		if e := l.at.Add(max(l.ttl, ttl)); e.After(exp) {
+			exp = e
+		}
 	}
-	return from.Add(ttl)
+	return exp
 }
 
 // Remaining returns how long the lease of broker at epoch has left at now

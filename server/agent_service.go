@@ -199,8 +199,8 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 		return nil, d.stateErr(ctx, err)
 	}
 	r := res.GetRegisterBroker()
-	d.leases.Renew(req.GetBrokerId(), r.GetEpoch(), time.Now())
 	p := d.policy()
+	d.leases.Renew(req.GetBrokerId(), r.GetEpoch(), time.Now(), time.Duration(p.GetLeaseTtlMs())*time.Millisecond)
 	d.logger.InfoContext(ctx, "broker registered", "broker_id", req.GetBrokerId(), "epoch", r.GetEpoch(), "term", st.Term,
 		"agent_addr", req.GetAgentAddr(), "recovered_wal_offset", r.GetRecoveredWalOffset())
 	return &waldenv1.RegisterResponse{
@@ -233,8 +233,9 @@ func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseR
 	if err := d.state.CheckBroker(req.GetBrokerId(), req.GetEpoch(), nil); err != nil {
 		return nil, d.stateErr(ctx, err)
 	}
-	d.leases.Renew(req.GetBrokerId(), req.GetEpoch(), at)
-	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: d.policy().GetLeaseTtlMs(), LeaderId: st.NodeID}, nil
+	ttl := d.policy().GetLeaseTtlMs()
+	d.leases.Renew(req.GetBrokerId(), req.GetEpoch(), at, time.Duration(ttl)*time.Millisecond)
+	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: ttl, LeaderId: st.NodeID}, nil
 }
 
 func checkBrokerID(field, id string) error {
