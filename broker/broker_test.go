@@ -286,3 +286,17 @@ func TestReadAnswerIsBoundedInBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1)
+	cfg.TLS = config.TLS{CertFile: "/nonexistent/c.pem", KeyFile: "/nonexistent/k.pem", CAFile: "/nonexistent/ca.pem"}
+	if _, err := broker.New(cfg, broker.Options{}); err == nil || !strings.Contains(err.Error(), "tls.cert_file") {
+		t.Fatalf("missing tls files: %v", err)
+	}
+	cfg = e.config("b1", 1)
+	cfg.UploadInterval = 0
+	if _, err := broker.New(cfg, broker.Options{}); err == nil || !strings.Contains(err.Error(), "upload_interval") {
+		t.Fatalf("zero upload_interval: %v", err)
+	}
+}
