@@ -25,13 +25,13 @@ import (
 )
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	coord *brokertest.Coordinator
 	s3    objstore.Config
 	dir   string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	coord, err := brokertest.Start("demo", time.Second)
 	if err != nil {
@@ -61,7 +61,7 @@ func (e *env) config(id string, streams ...uint64) *config.Broker {
 	return cfg
 }
 
-func logger(t *testing.T) *slog.Logger {
+func logger(t testing.TB) *slog.Logger {
 	if os.Getenv("WALDEN_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -83,7 +83,7 @@ func (e *env) start(cfg *config.Broker) *broker.Broker {
 	return b
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() error) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for {
@@ -98,7 +98,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
 	}
 }
 
-func waitReady(t *testing.T, b *broker.Broker) {
+func waitReady(t testing.TB, b *broker.Broker) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "broker ready", func() error {
 		if !b.Ready() {
@@ -108,7 +108,7 @@ func waitReady(t *testing.T, b *broker.Broker) {
 	})
 }
 
-func client(t *testing.T, addr string) waldenv1.BrokerAPIClient {
+func client(t testing.TB, addr string) waldenv1.BrokerAPIClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -118,7 +118,7 @@ func client(t *testing.T, addr string) waldenv1.BrokerAPIClient {
 	return waldenv1.NewBrokerAPIClient(conn)
 }
 
-func appendRecs(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64, recs ...string) (*waldenv1.AppendResponse, error) {
+func appendRecs(t testing.TB, c waldenv1.BrokerAPIClient, stream uint64, recs ...string) (*waldenv1.AppendResponse, error) {
 	t.Helper()
 	var rr [][]byte
 	for _, r := range recs {
@@ -129,7 +129,7 @@ func appendRecs(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64, recs ..
 	return c.Append(ctx, &waldenv1.AppendRequest{StreamId: stream, Records: rr})
 }
 
-func mustAppend(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64, recs ...string) uint64 {
+func mustAppend(t testing.TB, c waldenv1.BrokerAPIClient, stream uint64, recs ...string) uint64 {
 	t.Helper()
 	r, err := appendRecs(t, c, stream, recs...)
 	if err != nil {
@@ -142,7 +142,7 @@ func mustAppend(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64, recs ..
 }
 
 // readAll reads stream from 0 through c until an empty answer.
-func readAll(t *testing.T, c waldenv1.BrokerAPIClient, stream uint64) []string {
+func readAll(t testing.TB, c waldenv1.BrokerAPIClient, stream uint64) []string {
 	t.Helper()
 	var out []string
 	from := uint64(0)
@@ -179,7 +179,7 @@ func committedEnd(e *env, stream uint64) uint64 {
 	return s.GetEndOffset()
 }
 
-func waitCommitted(t *testing.T, e *env, stream, end uint64) {
+func waitCommitted(t testing.TB, e *env, stream, end uint64) {
 	t.Helper()
 	waitFor(t, 10*time.Second, fmt.Sprintf("stream %d committed to %d", stream, end), func() error {
 		if got := committedEnd(e, stream); got != end {
@@ -189,7 +189,7 @@ func waitCommitted(t *testing.T, e *env, stream, end uint64) {
 	})
 }
 
-func equal(t *testing.T, got, want []string) {
+func equal(t testing.TB, got, want []string) {
 	t.Helper()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %q\nwant %q", got, want)
