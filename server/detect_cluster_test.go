@@ -507,19 +507,28 @@ func TestDetectFlappingBlockedByCooldownUntilAck(t *testing.T) {
 	c.waitAllAlive("b1", "b2", "b3")
 	_ = a1.Stop(false)
 	c.waitFor("b1 failed", 20*time.Second, func() bool { return c.broker("b1").GetFenced() })
-	// The recovery finishes (the executor is another package: finish the
-	// job through raft as it would).
+	// The recovery finishes: finish the job through raft as the executor
+	// would (retrying with the job's current attempt, in case this
+	// member's recovery runner touched it meanwhile).
 	b := c.broker("b1")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	job, _ := c.leader().detector.d.state.(interface {
+	jobs := c.leader().detector.d.state.(interface {
 		Job(string) (*waldenv1.Job, bool)
-	}).Job(b.GetLastJobId())
-	if _, err := c.leader().node.Propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_FinishJob{FinishJob: &waldenv1.FinishJob{
-		JobId: b.GetLastJobId(), Attempt: job.GetAttempt(), State: "succeeded", RecoveredWalOffset: 0,
-	}}}); err != nil {
-		t.Fatalf("finish job: %v", err)
-	}
+	})
+	c.waitFor("b1's job finished", 10*time.Second, func() bool {
+		job, ok := jobs.Job(b.GetLastJobId())
+		if !ok {
+			return false
+		}
+		if job.GetState() == "succeeded" {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := c.leader().node.Propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_FinishJob{FinishJob: &waldenv1.FinishJob{
+			JobId: b.GetLastJobId(), Attempt: job.GetAttempt(), State: "succeeded", RecoveredWalOffset: 0,
+		}}})
+		return err == nil
+	})
 	c.waitFor("b1 recovered", 5*time.Second, func() bool { return c.broker("b1").GetState() == detect.StateRecovered })
 	// It comes back, registers again, and dies again within the cooldown.
 	a1 = c.startAgent("b1", nil)
