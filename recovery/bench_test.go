@@ -18,7 +18,11 @@ import (
 	"walden/wal"
 )
 
-var benchSize = flag.Int64("recovery.size", 256<<20, "bytes of un-uploaded WAL payload recovered by BenchmarkRecovery")
+var (
+	benchSize       = flag.Int64("recovery.size", 256<<20, "bytes of un-uploaded WAL payload recovered by BenchmarkRecovery")
+	benchObjectSize = flag.Int64("recovery.object_size", 0, "recovery.object_size for BenchmarkRecovery (0: the default)")
+	benchObjects    = flag.Int("recovery.upload_objects", 0, "recovery.upload_objects for BenchmarkRecovery (0: the default)")
+)
 
 // BenchmarkRecovery recovers a WAL holding -recovery.size bytes of
 // un-uploaded records (8 streams, 256 KiB batches) into each S3 backend and,
@@ -41,6 +45,12 @@ func BenchmarkRecovery(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s3cfg := s3test.Backends()[name](b)
 			cfg := recovery.DefaultConfig() // 8 MiB parts, 8 in parallel, 64 MiB objects, 2 at a time
+			if *benchObjectSize > 0 {
+				cfg.ObjectSize = *benchObjectSize
+			}
+			if *benchObjects > 0 {
+				cfg.UploadObjects = *benchObjects
+			}
 			opts := objstore.Options{Concurrency: cfg.UploadConcurrency, PartSize: cfg.PartSize}
 			b.SetBytes(written)
 			for i := 0; i < b.N; i++ {

@@ -182,6 +182,7 @@ type built struct {
 	n     int
 	key   string
 	id    string
+	size  int64
 	data  []byte
 	index *objformat.Index
 	crc   uint32
@@ -193,7 +194,11 @@ type built struct {
 // build scans the WAL again and sends the objects of p, built with
 // objformat, on out. Batches are written under the stream's current epoch
 // (the epoch the failover commit names).
-func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, streams []*waldenv1.Stream, p *plan, out chan<- *built) error {
+//
+// The payload arena and the object buffers are reused (free holds buffers
+// whose upload finished), so a recovery allocates a few objects' worth of
+// memory, not the WAL's size.
+func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, streams []*waldenv1.Stream, p *plan, out chan<- *built, free chan []byte) error {
 	defer close(out)
 	rd, err := wal.Open(path)
 	if err != nil {
@@ -201,15 +206,19 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 	}
 	defer rd.Close()
 	f := newFilter(streams)
+	var arena []byte
 	prefix := ""
 	if a.e.store != nil {
 		prefix = a.e.store.Prefix()
 	}
 	for n, po := range p.objects {
 		b := objformat.NewBuilder()
-		// One allocation per object holds its payloads (the reader's
-		// buffer is reused by the next record).
-		arena := make([]byte, 0, po.payload)
+		// The arena holds the object's payloads (the reader's buffer is
+		// reused by the next record); Build copies them out.
+		if int64(cap(arena)) < po.payload {
+			arena = make([]byte, 0, po.payload)
+		}
+		arena = arena[:0]
 		for b.Len() < po.records {
 			rec, err := rd.Next()
 			if errors.Is(err, io.EOF) {
@@ -233,12 +242,25 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 				return fmt.Errorf("recovery: upload: %w", err)
 			}
 		}
-		data, ix, err := b.Build()
-		if err != nil {
+		var buf []byte
+		select {
+		case buf = <-free:
+		default:
+		}
+		if int64(cap(buf)) < po.size {
+			buf = make([]byte, 0, po.size)
+		}
+		w := bytes.NewBuffer(buf[:0])
+		if _, err := b.WriteTo(w); err != nil {
 			return fmt.Errorf("recovery: upload: %w", err)
 		}
+		data := w.Bytes()
+		ix, err := objformat.ReadIndex(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			return fmt.Errorf("recovery: upload: built object: %w", err)
+		}
 		obj := &built{n: n, key: objformat.Key(prefix, j.GetBrokerId(), j.GetToken(), po.first, po.last),
-			id: objformat.ObjectID(j.GetBrokerId(), j.GetToken(), po.first, po.last), data: data, index: ix,
+			id: objformat.ObjectID(j.GetBrokerId(), j.GetToken(), po.first, po.last), data: data, index: ix, size: int64(len(data)),
 			first: po.first, last: po.last, batch: po.records}
 		select {
 		case out <- obj:
@@ -310,7 +332,7 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 	for _, o := range objs {
 		res, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CommitObject{CommitObject: &waldenv1.CommitObjectRequest{
 			BrokerId: j.GetBrokerId(), BrokerEpoch: j.GetToken(), Failover: a.failover(j),
-			Object: &waldenv1.Object{ObjectId: o.id, Key: o.key, Size: uint64(len(o.data)), Ranges: o.index.Ranges(),
+			Object: &waldenv1.Object{ObjectId: o.id, Key: o.key, Size: uint64(o.size), Ranges: o.index.Ranges(),
 				FirstWalOffset: o.first, LastWalOffset: o.last, Crc32C: o.crc},
 		}}})
 		if err != nil {
@@ -364,12 +386,13 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ch := make(chan *built, 1)
+	free := make(chan []byte, a.e.cfg.UploadObjects+2)
 	var buildErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := a.build(ctx, j, path, streams, p, ch); err != nil {
+		if err := a.build(ctx, j, path, streams, p, ch, free); err != nil {
 			buildErr = err
 			cancel(err)
 		}
@@ -438,6 +461,11 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 					}
 				}
 				done.Add(size)
+				select {
+				case free <- o.data:
+				default:
+				}
+				o.data = nil // in S3; the commit needs the index only
 				out[o.n] = o
 			}
 		}()
@@ -454,9 +482,6 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 	}
 	if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
 		return nil, err
-	}
-	for _, o := range out {
-		o.data = nil // the bytes are in S3; keep the index for the commit
 	}
 	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepUpload, StepDone: true, BytesUploaded: uint64(p.bytes), BytesTotal: uint64(p.bytes),
 		Detail: fmt.Sprintf("uploaded %d objects (%d already in S3), %d bytes", len(out), skipped, p.bytes)}); err != nil {

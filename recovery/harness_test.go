@@ -328,6 +328,9 @@ func checkCommitted(t *testing.T, c *testCluster, store *objstore.Client, sc *sc
 			if err != nil {
 				t.Fatalf("object %s: %v", o.GetKey(), err)
 			}
+			if uint64(len(data)) != o.GetSize() {
+				t.Fatalf("object %s: %d bytes, the catalog says %d", o.GetKey(), len(data), o.GetSize())
+			}
 			if objformat.CRC32C(data) != o.GetCrc32C() {
 				t.Fatalf("object %s: crc32c differs from the catalog's", o.GetKey())
 			}
