@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -18,74 +15,97 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"walden/e2e"
 	waldenv1 "walden/proto/walden/v1"
 )
 
+// errDevLost is returned (exit status 1) when the demonstration's verify
+// found acknowledged records lost or offsets missing.
+var errDevLost = errors.New("dev: acknowledged records lost or offsets missing")
+
 // devOptions are the flags of `walden dev`.
 type devOptions struct {
-	dir     string
-	keep    bool
-	output  string
-	timeout time.Duration
+	dir            string
+	keep           bool
+	output         string
+	timeout        time.Duration
+	rate           float64
+	payload        int
+	warmup         time.Duration
+	after          time.Duration
+	backlog        int64
+	uploadInterval time.Duration
+	policy         string
+}
+
+// devPolicies are the policies `walden dev --policy` knows.
+var devPolicies = map[string][]string{
+	// walden's defaults: failure_timeout 5s, lease_ttl 3s, drift_margin 500ms.
+	"default": nil,
+	// demo shortens detection for a quicker show.
+	"demo": {"failure_timeout: 2s", "lease_ttl: 1s", "drift_margin: 200ms"},
 }
 
 func init() {
 	var o devOptions
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the demonstration: a 3-member cluster on loopback, kill its leader, watch it recover",
-		Long: `dev starts three coordinators (walden server) as child processes on 127.0.0.1,
-waits for a leader, kills the leader with SIGKILL, measures how long the
-survivors take to elect a new one, restarts the killed member from its data
-directory and waits until it has caught up. It ends with a summary.
+		Short: "Run the demonstration: S3, 3 coordinators, 3 brokers on loopback; kill -9 a broker under load",
+		Long: `dev starts, as child processes of this binary on 127.0.0.1, an embedded S3
+(walden s3), three coordinators (walden server) and three brokers (walden
+broker, three streams each, takeover on). It produces records on every
+stream, kills broker b1 with SIGKILL after --warmup, prints live what the
+cluster does (observations, the FAILED decision and its evidence, fencing,
+the recovery job's steps and progress, streams closed and reopened on other
+brokers), then verifies every acknowledged record and prints a summary:
+detection time (kill -> FAILED committed), recovery time (kill -> recovery
+job done, every stream of b1 closed), reopen time (kill -> every stream
+open on another broker), producer-visible unavailability per stream,
+records acknowledged and lost.
 
---keep leaves the cluster running (until Ctrl-C) and prints how to reach it
-with waldenctl.`,
+It exits with status 1 when an acknowledged record is lost or offsets have
+gaps. --keep leaves the cluster running (until Ctrl-C) and prints how to
+look at it with waldenctl. --backlog builds that many bytes of un-uploaded
+WAL on b1 before the kill (brokers then upload only every
+--upload-interval).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().StringVar(&o.dir, "dir", "", "working directory for configs, data and logs (default: a new temporary directory)")
-	cmd.Flags().BoolVar(&o.keep, "keep", false, "leave the cluster running after the demonstration")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "summary format: table or json")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 60*time.Second, "give up when a step takes longer than this")
+	f := cmd.Flags()
+	f.StringVar(&o.dir, "dir", "", "working directory for configs, data, WALs and logs (default: a new temporary directory)")
+	f.BoolVar(&o.keep, "keep", false, "leave the cluster running after the demonstration (Ctrl-C stops it)")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table (live) or json (summary only)")
+	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "give up when a step takes longer than this")
+	f.Float64Var(&o.rate, "rate", 300, "records per second over all streams")
+	f.IntVar(&o.payload, "payload", 64, "bytes per record")
+	f.DurationVar(&o.warmup, "warmup", 5*time.Second, "load before the kill")
+	f.DurationVar(&o.after, "after", 2*time.Second, "load after the streams reopened")
+	f.Int64Var(&o.backlog, "backlog", 0, "bytes of un-uploaded WAL to build on the victim before the kill (e.g. 67108864)")
+	f.DurationVar(&o.uploadInterval, "upload-interval", 0, "brokers' upload_interval (default 1s; 1h with --backlog)")
+	f.StringVar(&o.policy, "policy", "default", "failover policy: default (walden's defaults) or demo (failure_timeout 2s, lease_ttl 1s)")
 	rootCmd.AddCommand(cmd)
-}
-
-// devMember is one coordinator child process.
-type devMember struct {
-	id, admin, raft, gossip, http string
-	config, logFile               string
-	cmd                           *exec.Cmd
-	exited                        chan struct{}
-}
-
-// devSummary is what `walden dev` reports at the end.
-type devSummary struct {
-	ClusterName       string `json:"cluster_name"`
-	Dir               string `json:"dir"`
-	FirstLeader       string `json:"first_leader"`
-	FirstElectionMS   int64  `json:"first_election_ms"`
-	KilledLeader      string `json:"killed_leader"`
-	NewLeader         string `json:"new_leader"`
-	FailoverMS        int64  `json:"failover_ms"`
-	RejoinMS          int64  `json:"rejoin_ms"`
-	FinalTerm         uint64 `json:"final_term"`
-	FinalAppliedIndex uint64 `json:"final_applied_index"`
 }
 
 func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if o.output != "table" && o.output != "json" {
 		return fmt.Errorf("dev: -o: must be table or json, not %q", o.output)
 	}
+	policy, ok := devPolicies[o.policy]
+	if !ok {
+		return fmt.Errorf("dev: --policy: must be default or demo, not %q", o.policy)
+	}
+	if o.backlog < 0 {
+		return fmt.Errorf("dev: --backlog: must not be negative")
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	say := func(format string, args ...any) {
+	start := time.Now()
+	say := func(line string) {
 		if o.output == "table" {
-			fmt.Fprintf(out, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+			fmt.Fprintf(out, "%s %6.1fs  %s\n", time.Now().Format("15:04:05.000"), time.Since(start).Seconds(), line)
 		}
 	}
 
@@ -101,66 +121,46 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dev: find own binary: %w", err)
 	}
-	members, err := devLayout(dir)
+	opts := e2e.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval}
+	if o.backlog > 0 {
+		// The WAL holds the backlog and the warm-up without uploading:
+		// upload_bytes at most half the capacity.
+		capacity := max(64<<20, (4*o.backlog+4095)/4096*4096)
+		opts.WALCapacity, opts.UploadBytes = capacity, capacity/2
+		if opts.UploadInterval == 0 {
+			opts.UploadInterval = time.Hour
+		}
+	}
+	c, err := e2e.New(opts)
 	if err != nil {
-		return err
+		return fmt.Errorf("dev: %w", err)
 	}
 	defer func() {
-		if !o.keep {
-			for _, m := range members {
-				m.kill()
-			}
+		if !o.keep || ctx.Err() != nil {
+			c.Close()
 		}
 	}()
-
-	sum := devSummary{ClusterName: "dev", Dir: dir}
-	say("starting 3 coordinators in %s", dir)
-	start := time.Now()
-	for _, m := range members {
-		if err := m.start(exe); err != nil {
-			return err
-		}
-		say("  %s  admin %s  raft %s  log %s", m.id, m.admin, m.raft, m.logFile)
+	say(fmt.Sprintf("starting S3, 3 coordinators, %d brokers in %s (logs: %s/*.log)", len(c.Brokers), dir, dir))
+	if err := c.Start(ctx, o.timeout); err != nil {
+		return fmt.Errorf("dev: %w", err)
 	}
-	leader, st, err := devWaitLeader(ctx, members, "", o.timeout)
+	for _, m := range c.Coords {
+		say(fmt.Sprintf("  coordinator %s  admin %s  raft %s  gossip %s  pid %d", m.Name, m.Admin, m.Raft, m.Gossip, m.Pid()))
+	}
+	for _, b := range c.Brokers {
+		say(fmt.Sprintf("  broker %s  data %s  agent %s  streams %v  pid %d", b.Name, b.Listen, b.AgentListen, b.Streams, b.Pid()))
+	}
+	if p, err := devPolicy(ctx, c); err == nil {
+		say(fmt.Sprintf("policy %q: failure_timeout %dms, lease_ttl %dms, drift_margin %dms, suspicion_quorum %s",
+			o.policy, p.GetFailureTimeoutMs(), p.GetLeaseTtlMs(), p.GetDriftMarginMs(), quorumText(p.GetSuspicionQuorum())))
+	}
+
+	sc := &e2e.Failover{Rate: o.rate, Payload: o.payload, Warmup: o.warmup, After: o.after, Backlog: o.backlog,
+		Timeout: o.timeout, Say: say}
+	sum, err := sc.Run(ctx, c)
 	if err != nil {
-		return err
+		return fmt.Errorf("dev: %w (logs in %s)", err, dir)
 	}
-	sum.FirstLeader, sum.FirstElectionMS = leader, time.Since(start).Milliseconds()
-	say("leader elected: %s (term %d) after %d ms", leader, st.GetTerm(), sum.FirstElectionMS)
-	if o.output == "table" {
-		devPrintStatus(out, st)
-	}
-
-	victim := devFind(members, leader)
-	say("killing the leader %s with SIGKILL", victim.id)
-	killed := time.Now()
-	victim.kill()
-	sum.KilledLeader = victim.id
-	newLeader, st, err := devWaitLeader(ctx, members, victim.id, o.timeout)
-	if err != nil {
-		return err
-	}
-	sum.NewLeader, sum.FailoverMS = newLeader, time.Since(killed).Milliseconds()
-	say("new leader: %s (term %d) %d ms after the kill", newLeader, st.GetTerm(), sum.FailoverMS)
-
-	say("restarting %s from its data directory", victim.id)
-	restarted := time.Now()
-	if err := victim.start(exe); err != nil {
-		return err
-	}
-	st, err = devWaitCaughtUp(ctx, victim, st.GetCommitIndex(), o.timeout)
-	if err != nil {
-		return err
-	}
-	sum.RejoinMS = time.Since(restarted).Milliseconds()
-	say("%s rejoined and caught up to index %d in %d ms", victim.id, st.GetAppliedIndex(), sum.RejoinMS)
-	// The leader's view has every member's match index and reachability.
-	if _, lst, err := devWaitLeader(ctx, members, "", o.timeout); err == nil {
-		st = lst
-	}
-	sum.FinalTerm, sum.FinalAppliedIndex = st.GetTerm(), st.GetAppliedIndex()
-
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -168,204 +168,83 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			return err
 		}
 	} else {
-		devPrintStatus(out, st)
-		fmt.Fprintf(out, "\nsummary: first election %d ms; leader %s killed, %s elected after %d ms; %s rejoined in %d ms\n",
-			sum.FirstElectionMS, sum.KilledLeader, sum.NewLeader, sum.FailoverMS, sum.KilledLeader, sum.RejoinMS)
+		devPrintSummary(out, sum, o.policy)
+	}
+	if sum.Lost > 0 || sum.Gaps > 0 {
+		return fmt.Errorf("%w: lost %d, gaps %d (logs in %s)", errDevLost, sum.Lost, sum.Gaps, dir)
 	}
 	if !o.keep {
 		return nil
 	}
-	var eps []string
-	for _, m := range members {
-		eps = append(eps, m.admin)
-	}
-	fmt.Fprintf(out, "\nthe cluster keeps running (Ctrl-C stops it). Try:\n  waldenctl --endpoints %s status\n  waldenctl --endpoints %s member list -o json\n",
-		strings.Join(eps, ","), strings.Join(eps, ","))
+	eps := strings.Join(c.AdminAddrs(), ",")
+	fmt.Fprintf(out, `
+the cluster keeps running (Ctrl-C stops it); %s was killed, the other brokers serve its streams.
+  export WALDENCTL_ENDPOINTS=%s
+  waldenctl status
+  waldenctl brokers
+  waldenctl jobs
+  waldenctl streams
+  waldenctl events --limit 30
+  walden load --coordinators %s --rate 100 --duration 10s --ledger %s/more.jsonl
+logs and data: %s
+`, sum.Victim, eps, eps, dir, dir)
 	<-ctx.Done()
-	for _, m := range members {
-		m.kill()
-	}
 	return nil
 }
 
-// devLayout picks free loopback ports and writes one config file per member.
-func devLayout(dir string) ([]*devMember, error) {
-	var members []*devMember
-	for i := 1; i <= 3; i++ {
-		m := &devMember{id: fmt.Sprintf("c%d", i)}
-		for _, p := range []*string{&m.admin, &m.raft, &m.gossip, &m.http} {
-			addr, err := freeLoopbackAddr()
-			if err != nil {
-				return nil, fmt.Errorf("dev: pick a port: %w", err)
-			}
-			*p = addr
-		}
-		members = append(members, m)
+func quorumText(q uint32) string {
+	if q == 0 {
+		return "majority"
 	}
-	var peers strings.Builder
-	for _, m := range members {
-		fmt.Fprintf(&peers, "  - {id: %s, raft: %q, admin: %q}\n", m.id, m.raft, m.admin)
-	}
-	for _, m := range members {
-		m.config = filepath.Join(dir, m.id+".yaml")
-		m.logFile = filepath.Join(dir, m.id+".log")
-		text := fmt.Sprintf(`cluster_name: dev
-node_id: %s
-data_dir: %q
-listen:
-  admin: %q
-  raft: %q
-  gossip: %q
-  http: %q
-initial_cluster:
-%slog: {level: info, format: json}
-`, m.id, filepath.Join(dir, m.id), m.admin, m.raft, m.gossip, m.http, peers.String())
-		if err := os.WriteFile(m.config, []byte(text), 0o644); err != nil {
-			return nil, fmt.Errorf("dev: %w", err)
-		}
-	}
-	return members, nil
+	return fmt.Sprint(q)
 }
 
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+func devPolicy(ctx context.Context, c *e2e.Cluster) (*waldenv1.Policy, error) {
+	var p *waldenv1.Policy
+	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := waldenv1.NewBrokersClient(cc).GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
+		p = r.GetPolicy()
+		return err
+	})
+	return p, err
 }
 
-func (m *devMember) start(exe string) error {
-	logf, err := os.OpenFile(m.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("dev: %w", err)
+func devPrintSummary(out io.Writer, s *e2e.Summary, policy string) {
+	fmt.Fprintf(out, "\nsummary (policy %s): broker %s killed with SIGKILL, owner of %d streams", policy, s.Victim, s.VictimStreams)
+	if s.BacklogBytes > 0 {
+		fmt.Fprintf(out, ", %s of WAL not uploaded", devBytes(s.BacklogBytes))
 	}
-	m.cmd = exec.Command(exe, "server", "--config", m.config)
-	m.cmd.Stdout, m.cmd.Stderr = logf, logf
-	dieWithParent(m.cmd)
-	if err := m.cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("dev: start %s: %w", m.id, err)
-	}
-	m.exited = make(chan struct{})
-	go func(c *exec.Cmd, done chan struct{}) {
-		_ = c.Wait()
-		logf.Close()
-		close(done)
-	}(m.cmd, m.exited)
-	return nil
-}
-
-func (m *devMember) kill() {
-	if m.cmd == nil || m.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-m.exited:
-		return
-	default:
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGKILL)
-	<-m.exited
-}
-
-func (m *devMember) alive() bool {
-	if m.exited == nil {
-		return false
-	}
-	select {
-	case <-m.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func devFind(members []*devMember, id string) *devMember {
-	for _, m := range members {
-		if m.id == id {
-			return m
-		}
-	}
-	return nil
-}
-
-// devStatus asks one member for its status.
-func devStatus(ctx context.Context, addr string) (*waldenv1.StatusResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	return waldenv1.NewClusterClient(conn).Status(ctx, &waldenv1.StatusRequest{})
-}
-
-// devWaitLeader polls the live members until one of them reports a leader
-// other than exclude, and that leader itself agrees.
-func devWaitLeader(ctx context.Context, members []*devMember, exclude string, timeout time.Duration) (string, *waldenv1.StatusResponse, error) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		for _, m := range members {
-			if !m.alive() {
-				continue
-			}
-			st, err := devStatus(ctx, m.admin)
-			if err != nil || st.GetLeaderId() == "" || st.GetLeaderId() == exclude {
-				continue
-			}
-			if st.GetLeaderId() == m.id {
-				return m.id, st, nil
-			}
-		}
-		if err := devSleep(ctx, 100*time.Millisecond); err != nil {
-			return "", nil, err
-		}
-	}
-	for _, m := range members {
-		if m.id != exclude && !m.alive() {
-			return "", nil, fmt.Errorf("dev: no leader after %s; %s exited, see %s", timeout, m.id, m.logFile)
-		}
-	}
-	return "", nil, fmt.Errorf("dev: no leader after %s; see the logs in %s", timeout, filepath.Dir(members[0].logFile))
-}
-
-// devWaitCaughtUp polls m until it knows a leader and has applied index.
-func devWaitCaughtUp(ctx context.Context, m *devMember, index uint64, timeout time.Duration) (*waldenv1.StatusResponse, error) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if !m.alive() {
-			return nil, fmt.Errorf("dev: %s exited after restart; see %s", m.id, m.logFile)
-		}
-		st, err := devStatus(ctx, m.admin)
-		if err == nil && st.GetLeaderId() != "" && st.GetAppliedIndex() >= index {
-			return st, nil
-		}
-		if err := devSleep(ctx, 100*time.Millisecond); err != nil {
-			return nil, err
-		}
-	}
-	return nil, fmt.Errorf("dev: %s did not catch up to index %d within %s; see %s", m.id, index, timeout, m.logFile)
-}
-
-func devSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return errors.New("dev: interrupted")
-	case <-t.C:
-		return nil
-	}
-}
-
-func devPrintStatus(out io.Writer, st *waldenv1.StatusResponse) {
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tROLE\tRAFT\tADMIN\tREACHABLE\tMATCH")
-	for _, m := range st.GetMembers() {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%v\t%d\n", m.GetId(), m.GetRole(), m.GetRaftAddr(), m.GetAdminAddr(), m.GetReachable(), m.GetMatchIndex())
+	fmt.Fprintf(tw, "  detection (kill -> FAILED committed)\t%d ms\n", s.DetectionMs)
+	fmt.Fprintf(tw, "  recovery (kill -> its streams closed, job %s on %s, attempt %d, %s uploaded)\t%d ms\n",
+		s.JobID, s.JobAssignee, s.JobAttempts, devBytes(s.UploadedBytes), s.RecoveryMs)
+	fmt.Fprintf(tw, "  reopen (kill -> its streams open on other brokers)\t%d ms\n", s.ReopenMs)
+	fmt.Fprintf(tw, "  producer-visible unavailability, max / median over streams\t%d ms / %d ms\n", s.MaxUnavailableMs, s.MedianUnavailableMs)
+	fmt.Fprintf(tw, "  records acknowledged / present / lost / gaps / duplicates\t%d / %d / %d / %d / %d\n", s.Acked, s.Present, s.Lost, s.Gaps, s.Duplicates)
+	fmt.Fprintf(tw, "  %s's epoch\t%d -> %d (fenced)\n", s.Victim, s.OldEpoch, s.NewEpoch)
+	tw.Flush()
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STREAM\tACKED\tMAX_UNAVAILABLE\tOWNERS")
+	for _, st := range s.Streams {
+		fmt.Fprintf(tw, "  %d\t%d\t%d ms\t%s\n", st.Stream, st.Acked, st.MaxUnavailableMs, strings.Join(st.Owners, ","))
 	}
 	tw.Flush()
+	if s.Lost == 0 && s.Gaps == 0 {
+		fmt.Fprintln(out, "OK: no acknowledged record lost, no gaps")
+	} else {
+		fmt.Fprintln(out, "FAILED: acknowledged records lost or gaps")
+	}
+}
+
+func devBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }

@@ -1,0 +1,679 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"walden/objstore"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Errors of this package.
+var (
+	// ErrTimeout is returned when something awaited did not happen before
+	// its deadline.
+	ErrTimeout = errors.New("e2e: timed out")
+	// ErrNoCoordinator is returned when no live coordinator answered.
+	ErrNoCoordinator = errors.New("e2e: no coordinator answered")
+	// ErrInvalid is returned for invalid Options.
+	ErrInvalid = errors.New("e2e: invalid options")
+)
+
+// Options describe the cluster Start builds. Zero values take the defaults
+// named on each field.
+type Options struct {
+	// Bin is the walden binary every child runs (required).
+	Bin string
+	// Dir holds configs, data, WALs and logs (required; created).
+	Dir string
+	// ClusterName is the coordinators' cluster_name (default "dev").
+	ClusterName string
+	// S3 is the object store to use; nil starts `walden s3` as a child.
+	S3 *objstore.Config
+	// Brokers is the number of brokers (default 3).
+	Brokers int
+	// StreamsPerBroker is the number of streams each broker opens at start
+	// (default 3): broker i opens streams i*100+1 … i*100+n.
+	StreamsPerBroker int
+	// Policy is the body of the coordinators' policy: section as YAML
+	// lines ("failure_timeout: 5s"); empty keeps walden's defaults.
+	Policy []string
+	// Recovery is the body of the recovery: section as YAML lines
+	// (e.g. "job_lease: 3s"); empty keeps the defaults.
+	Recovery []string
+	// WALCapacity is each broker's wal.capacity (default 64 MiB).
+	WALCapacity int64
+	// UploadInterval is each broker's upload_interval (default 1s).
+	UploadInterval time.Duration
+	// UploadBytes is each broker's upload_bytes (0: the broker's default).
+	UploadBytes int64
+	// LogLevel is every child's log.level (default info).
+	LogLevel string
+}
+
+func (o *Options) fill() error {
+	if o.Bin == "" || o.Dir == "" {
+		return fmt.Errorf("%w: Bin and Dir are required", ErrInvalid)
+	}
+	if o.ClusterName == "" {
+		o.ClusterName = "dev"
+	}
+	if o.Brokers == 0 {
+		o.Brokers = 3
+	}
+	if o.StreamsPerBroker == 0 {
+		o.StreamsPerBroker = 3
+	}
+	if o.WALCapacity == 0 {
+		o.WALCapacity = 64 << 20
+	}
+	if o.UploadInterval == 0 {
+		o.UploadInterval = time.Second
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	return nil
+}
+
+// Proc is one child process of the cluster: the S3 server, a coordinator or
+// a broker. It can be killed, stopped, continued and started again with the
+// same config (and so the same addresses and data).
+type Proc struct {
+	// Name is "s3", "c1".., "b1"...
+	Name string
+	// Log is the file receiving the child's stdout and stderr.
+	Log string
+	// Config is the child's config file (empty for s3).
+	Config string
+
+	// Coordinator addresses.
+	Admin, Raft, Gossip, HTTP string
+	// Broker addresses and streams.
+	Listen, AgentListen string
+	Streams             []uint64
+
+	bin  string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Start starts the process (again). It is an error to start a live one.
+func (p *Proc) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited != nil {
+		select {
+		case <-p.exited:
+		default:
+			return fmt.Errorf("e2e: start %s: already running", p.Name)
+		}
+	}
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("e2e: start %s: %w", p.Name, err)
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("e2e: start %s: %w", p.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	p.cmd, p.exited = cmd, exited
+	return nil
+}
+
+// Kill sends SIGKILL (kill -9) and waits until the process is gone. A
+// stopped (SIGSTOP) process dies too.
+func (p *Proc) Kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// Signal sends sig to the live process.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if !p.Alive() {
+		return fmt.Errorf("e2e: signal %s: not running", p.Name)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("e2e: signal %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Alive reports whether the process runs (a stopped process counts).
+func (p *Proc) Alive() bool {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Pid is the process id of the current run (0 when never started).
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Cluster is an S3 server, three coordinators and the brokers, each a child
+// process.
+type Cluster struct {
+	Opts Options
+	// S3Config is the object store every process uses.
+	S3Config objstore.Config
+	// S3 is the `walden s3` child (nil when Options.S3 was given).
+	S3 *Proc
+	// Coords are the coordinators c1..c3; Brokers b1..bN.
+	Coords  []*Proc
+	Brokers []*Proc
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// FreeAddr returns a free 127.0.0.1 port as host:port.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("e2e: pick a port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// New lays the cluster out (ports, config files) without starting anything.
+func New(o Options) (*Cluster, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("e2e: %w", err)
+	}
+	c := &Cluster{Opts: o, conns: map[string]*grpc.ClientConn{}}
+	addrs := func(ps ...*string) error {
+		for _, p := range ps {
+			a, err := FreeAddr()
+			if err != nil {
+				return err
+			}
+			*p = a
+		}
+		return nil
+	}
+	if o.S3 != nil {
+		c.S3Config = *o.S3
+	} else {
+		var listen string
+		if err := addrs(&listen); err != nil {
+			return nil, err
+		}
+		c.S3 = &Proc{Name: "s3", Log: filepath.Join(o.Dir, "s3.log"), bin: o.Bin,
+			args: []string{"s3", "--listen", listen, "--dir", filepath.Join(o.Dir, "s3"), "--bucket", "walden"}}
+		c.S3Config = objstore.FakeConfig("http://"+listen, "walden")
+	}
+	for i := 1; i <= 3; i++ {
+		p := &Proc{Name: fmt.Sprintf("c%d", i), bin: o.Bin}
+		if err := addrs(&p.Admin, &p.Raft, &p.Gossip, &p.HTTP); err != nil {
+			return nil, err
+		}
+		c.Coords = append(c.Coords, p)
+	}
+	for i := 1; i <= o.Brokers; i++ {
+		p := &Proc{Name: fmt.Sprintf("b%d", i), bin: o.Bin}
+		if err := addrs(&p.Listen, &p.AgentListen, &p.Gossip); err != nil {
+			return nil, err
+		}
+		for s := 1; s <= o.StreamsPerBroker; s++ {
+			p.Streams = append(p.Streams, uint64(i*100+s))
+		}
+		c.Brokers = append(c.Brokers, p)
+	}
+	if err := c.writeConfigs(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func yamlList(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+func section(name string, lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return name + ":\n  " + strings.Join(lines, "\n  ") + "\n"
+}
+
+func (c *Cluster) s3YAML() string {
+	s := c.S3Config
+	region := s.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	return fmt.Sprintf("s3: {endpoint: %q, region: %q, bucket: %q, path_style: %v, access_key_id: %q, secret_access_key: %q, prefix: %q}\n",
+		s.Endpoint, region, s.Bucket, s.PathStyle, s.AccessKeyID, s.SecretAccessKey, s.Prefix)
+}
+
+func (c *Cluster) writeConfigs() error {
+	o := c.Opts
+	var peers strings.Builder
+	var gossipJoin []string
+	for _, m := range c.Coords {
+		fmt.Fprintf(&peers, "  - {id: %s, raft: %q, admin: %q}\n", m.Name, m.Raft, m.Admin)
+		gossipJoin = append(gossipJoin, m.Gossip)
+	}
+	for _, m := range c.Coords {
+		m.Config = filepath.Join(o.Dir, m.Name+".yaml")
+		m.Log = filepath.Join(o.Dir, m.Name+".log")
+		m.args = []string{"server", "--config", m.Config}
+		text := fmt.Sprintf(`cluster_name: %s
+node_id: %s
+data_dir: %q
+listen:
+  admin: %q
+  raft: %q
+  http: %q
+initial_cluster:
+%sgossip:
+  listen: %q
+  join: %s
+%s%s%slog: {level: %s, format: json}
+`, o.ClusterName, m.Name, filepath.Join(o.Dir, m.Name), m.Admin, m.Raft, m.HTTP, peers.String(),
+			m.Gossip, yamlList(gossipJoin), section("policy", o.Policy), section("recovery", o.Recovery), c.s3YAML(), o.LogLevel)
+		if err := os.WriteFile(m.Config, []byte(text), 0o644); err != nil {
+			return fmt.Errorf("e2e: %w", err)
+		}
+	}
+	for _, b := range c.Brokers {
+		b.Config = filepath.Join(o.Dir, b.Name+".yaml")
+		b.Log = filepath.Join(o.Dir, b.Name+".log")
+		b.args = []string{"broker", "--config", b.Config}
+		streams := make([]string, len(b.Streams))
+		for i, s := range b.Streams {
+			streams[i] = fmt.Sprint(s)
+		}
+		upload := fmt.Sprintf("upload_interval: %s\n", o.UploadInterval)
+		if o.UploadBytes > 0 {
+			upload += fmt.Sprintf("upload_bytes: %d\n", o.UploadBytes)
+		}
+		text := fmt.Sprintf(`broker_id: %s
+cluster_name: %s
+listen: %q
+agent_listen: %q
+coordinators: %s
+gossip: {listen: %q, join: %s}
+wal: {path: %q, capacity: %d}
+%sstreams: [%s]
+takeover: true
+%slog: {level: %s, format: json}
+`, b.Name, o.ClusterName, b.Listen, b.AgentListen, yamlList(c.AdminAddrs()), b.Gossip, yamlList(gossipJoin),
+			filepath.Join(o.Dir, b.Name+".wal"), o.WALCapacity, c.s3YAML(), strings.Join(streams, ", "), upload, o.LogLevel)
+		if err := os.WriteFile(b.Config, []byte(text), 0o644); err != nil {
+			return fmt.Errorf("e2e: %w", err)
+		}
+	}
+	return nil
+}
+
+// AdminAddrs are the coordinators' admin addresses.
+func (c *Cluster) AdminAddrs() []string {
+	out := make([]string, len(c.Coords))
+	for i, m := range c.Coords {
+		out[i] = m.Admin
+	}
+	return out
+}
+
+// Proc returns the child named name, or nil.
+func (c *Cluster) Proc(name string) *Proc {
+	for _, p := range append(append([]*Proc{c.S3}, c.Coords...), c.Brokers...) {
+		if p != nil && p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Start starts S3 (when it is a child), the coordinators, waits for a
+// leader, starts the brokers and waits until every broker's streams are
+// open. On error the started processes keep running: call Close.
+func (c *Cluster) Start(ctx context.Context, timeout time.Duration) error {
+	if c.S3 != nil {
+		if err := c.S3.Start(); err != nil {
+			return err
+		}
+		if err := waitHTTP(ctx, c.S3Config.Endpoint, c.S3, timeout); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.Coords {
+		if err := m.Start(); err != nil {
+			return err
+		}
+	}
+	if _, err := c.WaitLeader(ctx, "", timeout); err != nil {
+		return fmt.Errorf("%w%s", err, c.exitedNote())
+	}
+	for _, b := range c.Brokers {
+		if err := b.Start(); err != nil {
+			return err
+		}
+	}
+	if err := c.WaitStreamsOpen(ctx, timeout); err != nil {
+		return fmt.Errorf("%w%s", err, c.exitedNote())
+	}
+	return nil
+}
+
+// Close kills every child and closes the client connections.
+func (c *Cluster) Close() {
+	var wg sync.WaitGroup
+	for _, p := range append(append([]*Proc{}, c.Brokers...), c.Coords...) {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Kill() }()
+	}
+	wg.Wait()
+	if c.S3 != nil {
+		c.S3.Kill()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.conns = map[string]*grpc.ClientConn{}
+}
+
+func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("e2e: dial %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Conn returns a client connection to addr (cached).
+func (c *Cluster) Conn(addr string) (*grpc.ClientConn, error) { return c.conn(addr) }
+
+// Call runs f against each live coordinator in turn (the leader first when
+// known) until one answers without error; f gets a context bounded to 2s.
+func (c *Cluster) Call(ctx context.Context, f func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	var last error = ErrNoCoordinator
+	for _, m := range c.Coords {
+		if !m.Alive() {
+			continue
+		}
+		cc, err := c.conn(m.Admin)
+		if err != nil {
+			last = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = f(cctx, cc)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+	}
+	return last
+}
+
+// Status asks one coordinator for its raft status.
+func (c *Cluster) Status(ctx context.Context, m *Proc) (*waldenv1.StatusResponse, error) {
+	cc, err := c.conn(m.Admin)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return waldenv1.NewClusterClient(cc).Status(ctx, &waldenv1.StatusRequest{})
+}
+
+// WaitLeader polls the live coordinators until one of them is the leader
+// (and not exclude); it returns that coordinator.
+func (c *Cluster) WaitLeader(ctx context.Context, exclude string, timeout time.Duration) (*Proc, error) {
+	var leader *Proc
+	err := Poll(ctx, timeout, "a raft leader", func() error {
+		for _, m := range c.Coords {
+			if !m.Alive() || m.Name == exclude {
+				continue
+			}
+			st, err := c.Status(ctx, m)
+			if err == nil && st.GetLeaderId() == m.Name {
+				leader = m
+				return nil
+			}
+		}
+		return errors.New("no member says it leads")
+	})
+	return leader, err
+}
+
+// ListBrokers returns the registry as a coordinator sees it.
+func (c *Cluster) ListBrokers(ctx context.Context) ([]*waldenv1.Broker, error) {
+	var out []*waldenv1.Broker
+	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := waldenv1.NewBrokersClient(cc).ListBrokers(ctx, &waldenv1.ListBrokersRequest{})
+		out = r.GetBrokers()
+		return err
+	})
+	return out, err
+}
+
+// GetBroker returns one broker of the registry.
+func (c *Cluster) GetBroker(ctx context.Context, id string) (*waldenv1.Broker, error) {
+	var out *waldenv1.Broker
+	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := waldenv1.NewBrokersClient(cc).GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: id})
+		out = r.GetBroker()
+		return err
+	})
+	return out, err
+}
+
+// ListJobs returns the recovery jobs (of one broker when id is not empty).
+func (c *Cluster) ListJobs(ctx context.Context, id string) ([]*waldenv1.Job, error) {
+	var out []*waldenv1.Job
+	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := waldenv1.NewJobsClient(cc).ListJobs(ctx, &waldenv1.ListJobsRequest{BrokerId: id})
+		out = r.GetJobs()
+		return err
+	})
+	return out, err
+}
+
+// ListStreams returns every stream of the catalog, ordered by id.
+func (c *Cluster) ListStreams(ctx context.Context) ([]*waldenv1.Stream, error) {
+	var out []*waldenv1.Stream
+	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := waldenv1.NewCatalogClient(cc).ListStreams(ctx, &waldenv1.ListStreamsRequest{})
+		out = r.GetStreams()
+		return err
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].GetStreamId() < out[j].GetStreamId() })
+	return out, err
+}
+
+// ListEvents returns the replicated event log (oldest first).
+func (c *Cluster) ListEvents(ctx context.Context) ([]*waldenv1.Event, error) {
+	var out []*waldenv1.Event
+	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := waldenv1.NewBrokersClient(cc).ListEvents(ctx, &waldenv1.ListEventsRequest{})
+		out = r.GetEvents()
+		return err
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].GetIndex() < out[j].GetIndex() })
+	return out, err
+}
+
+// AllStreams lists the stream ids the brokers were configured with.
+func (c *Cluster) AllStreams() []uint64 {
+	var out []uint64
+	for _, b := range c.Brokers {
+		out = append(out, b.Streams...)
+	}
+	return out
+}
+
+// WaitStreamsOpen polls the catalog until every configured stream is OPENED
+// (by any broker).
+func (c *Cluster) WaitStreamsOpen(ctx context.Context, timeout time.Duration) error {
+	want := c.AllStreams()
+	return Poll(ctx, timeout, "every stream opened", func() error {
+		ss, err := c.ListStreams(ctx)
+		if err != nil {
+			return err
+		}
+		open := map[uint64]bool{}
+		for _, s := range ss {
+			if s.GetState() == "opened" {
+				open[s.GetStreamId()] = true
+			}
+		}
+		for _, id := range want {
+			if !open[id] {
+				return fmt.Errorf("stream %d not opened", id)
+			}
+		}
+		return nil
+	})
+}
+
+// exitedNote names the started children that are no longer running.
+func (c *Cluster) exitedNote() string {
+	var out []string
+	for _, p := range append(append([]*Proc{c.S3}, c.Coords...), c.Brokers...) {
+		if p != nil && p.Pid() != 0 && !p.Alive() {
+			out = append(out, fmt.Sprintf("%s exited (see %s)", p.Name, p.Log))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(out, ", ")
+}
+
+// StreamsOf returns the streams the catalog shows owned by broker id.
+func StreamsOf(ss []*waldenv1.Stream, id string) []*waldenv1.Stream {
+	var out []*waldenv1.Stream
+	for _, s := range ss {
+		if s.GetOwnerBrokerId() == id {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// permanent marks an error that ends Poll at once.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent wraps err so that Poll stops at once and returns it.
+func Permanent(err error) error { return permanent{err} }
+
+// Poll calls f every 100ms until it returns nil, returns a Permanent error,
+// ctx ends or timeout passes; the error then names what and f's last error.
+func Poll(ctx context.Context, timeout time.Duration, what string, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		var p permanent
+		if errors.As(err, &p) {
+			return p.err
+		}
+		last = err
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w after %s waiting for %s: %v", ErrTimeout, timeout, what, last)
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("e2e: waiting for %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func waitHTTP(ctx context.Context, endpoint string, p *Proc, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	return Poll(ctx, timeout, p.Name+" answering HTTP", func() error {
+		if !p.Alive() {
+			return Permanent(fmt.Errorf("e2e: %s exited; see %s", p.Name, p.Log))
+		}
+		resp, err := client.Get(endpoint)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package e2e
+
+import "os/exec"
+
+// dieWithParent is a no-op where the platform has no parent-death signal;
+// Cluster.Close still kills every child.
+func dieWithParent(*exec.Cmd) {}
