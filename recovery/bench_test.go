@@ -44,7 +44,7 @@ func BenchmarkRecovery(b *testing.B) {
 	for _, name := range []string{"fake", "versitygw"} {
 		b.Run(name, func(b *testing.B) {
 			s3cfg := s3test.Backends()[name](b)
-			cfg := recovery.DefaultConfig() // 8 MiB parts, 8 in parallel, 64 MiB objects, 2 at a time
+			cfg := recovery.DefaultConfig() // 8 MiB parts, 8 in parallel, 128 MiB objects, one at a time
 			if *benchObjectSize > 0 {
 				cfg.ObjectSize = *benchObjectSize
 			}

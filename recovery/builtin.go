@@ -295,6 +295,9 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 		return fsm.StepRead, fmt.Errorf("recovery: read barrier: %w", err)
 	}
 	streams := a.e.state.OpeningStreams(j.GetBrokerId())
+	// After a partial close by an earlier run fewer streams are open: the
+	// total stays the broker's.
+	total := max(len(streams), int(j.GetStreamsTotal()))
 	started := time.Now()
 	p, err := a.readPlan(path, streams)
 	if err != nil {
@@ -316,7 +319,7 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 		a.event(ctx, j, "read "+path+": "+detail+gapText(p.gaps))
 	}
 	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepRead, StepDone: true, Detail: detail,
-		BytesTotal: uint64(p.bytes), SkippedBytes: uint64(p.skipped), Gaps: p.gaps, StreamsTotal: uint32(len(streams)),
+		BytesTotal: uint64(p.bytes), SkippedBytes: uint64(p.skipped), Gaps: p.gaps, StreamsTotal: uint32(total),
 		RecoveredWalOffset: p.recovered}); err != nil {
 		return fsm.StepRead, err
 	}
@@ -345,7 +348,7 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 		Detail: fmt.Sprintf("committed %d objects (%d record batches)", len(objs), records)}); err != nil {
 		return fsm.StepCommit, err
 	}
-	if err := a.closeStreams(ctx, j, len(streams)); err != nil {
+	if err := a.closeStreams(ctx, j, total); err != nil {
 		return fsm.StepClose, err
 	}
 	detail, err = a.e.attacher.Detach(ctx, j)

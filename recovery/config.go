@@ -46,10 +46,11 @@ type Config struct {
 	// 5 MiB).
 	PartSize int64 `yaml:"part_size"`
 	// ObjectSize caps the size of one uploaded object in bytes. Default
-	// 64 MiB (at most 512 MiB, at least PartSize).
+	// 128 MiB (at most 512 MiB, at least PartSize).
 	ObjectSize int64 `yaml:"object_size"`
-	// UploadObjects is the number of objects uploaded at the same time.
-	// Default 2.
+	// UploadObjects is the number of objects uploaded at the same time
+	// (each with UploadConcurrency parts in flight; the next object is built
+	// while one uploads). Default 1.
 	UploadObjects int `yaml:"upload_objects"`
 	// PathTemplate overrides the WAL path of attach local (and gives the
 	// device path of attach ebs when the device is not found by name).
@@ -109,8 +110,8 @@ func DefaultConfig() Config {
 		JobLease:          10 * time.Second,
 		UploadConcurrency: 8,
 		PartSize:          8 << 20,
-		ObjectSize:        64 << 20,
-		UploadObjects:     2,
+		ObjectSize:        128 << 20,
+		UploadObjects:     1,
 		EBS:               EBS{Region: "us-east-1", Device: "/dev/sdw", PollInterval: time.Second, AttachTimeout: 2 * time.Minute},
 		RetryMin:          200 * time.Millisecond,
 		RetryMax:          30 * time.Second,

@@ -258,6 +258,7 @@ func testConfig() recovery.Config {
 	cfg.RetryMax = 200 * time.Millisecond
 	cfg.PartSize = 5 << 20
 	cfg.ObjectSize = 5 << 20
+	cfg.UploadObjects = 2 // exercise concurrent object uploads
 	return cfg
 }
 
