@@ -230,7 +230,7 @@ type Node struct {
 	// Proposals made on the leader are queued and stepped into raft in
 	// batches by runProposals (see propose).
 	propMu     sync.Mutex
-	propQueue  []*raftpb.Entry
+	propQueue  []queuedProposal
 	propSignal chan struct{} // capacity 1: the queue is not empty
 	// transferring is set while TransferLeadership runs: raft drops
 	// proposals during a transfer, so they take the path that reports it.
@@ -896,7 +896,7 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, err
 		// queued in one proposal message, which raft appends and sends to
 		// the followers as one batch instead of one append message per
 		// proposal and follower.
-		n.queueProposal(data)
+		n.queueProposal(ctx, data)
 	} else if err := n.raft.Propose(ctx, data); err != nil {
 		// Elsewhere (and during a leadership transfer), propose one by
 		// one: raft forwards to the leader and reports a refusal.
@@ -918,9 +918,16 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, err
 // maxProposalBatch bounds the entries stepped into raft at once.
 const maxProposalBatch = 1024
 
-func (n *Node) queueProposal(data []byte) {
+// queuedProposal is a proposal waiting for runProposals; ctx is its
+// proposer's.
+type queuedProposal struct {
+	ctx  context.Context
+	data []byte
+}
+
+func (n *Node) queueProposal(ctx context.Context, data []byte) {
 	n.propMu.Lock()
-	n.propQueue = append(n.propQueue, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: data})
+	n.propQueue = append(n.propQueue, queuedProposal{ctx: ctx, data: data})
 	n.propMu.Unlock()
 	select {
 	case n.propSignal <- struct{}{}:
@@ -947,7 +954,7 @@ func (n *Node) runProposals() {
 		}
 		cancel()
 	}()
-	var batch []*raftpb.Entry
+	var batch []queuedProposal
 	for {
 		select {
 		case <-n.propSignal:
@@ -965,7 +972,19 @@ func (n *Node) runProposals() {
 			if len(batch) == 0 {
 				break
 			}
-			msg := &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(n.id), Entries: slices.Clone(batch)}
+			// A proposer that gave up before its entry reached raft is not
+			// proposed for (as raft.Node.Propose with an expired ctx).
+			ents := make([]*raftpb.Entry, 0, len(batch))
+			for _, q := range batch {
+				if q.ctx.Err() == nil {
+					ents = append(ents, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: q.data})
+				}
+			}
+			clear(batch)
+			if len(ents) == 0 {
+				continue
+			}
+			msg := &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(n.id), Entries: ents}
 			if err := n.raft.Step(ctx, msg); err != nil {
 				return // stopped
 			}
