@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -61,8 +62,14 @@ type Options struct {
 	UploadInterval time.Duration
 	// UploadBytes is each broker's upload_bytes (0: the broker's default).
 	UploadBytes int64
+	// BacklogStreams gives each broker one more stream (i*100+99), not
+	// loaded by the regular load: Failover.Backlog writes to it.
+	BacklogStreams bool
 	// LogLevel is every child's log.level (default info).
 	LogLevel string
+	// Host is the loopback address every process binds (default a random
+	// 127.0.x.y).
+	Host string
 }
 
 func (o *Options) fill() error {
@@ -106,6 +113,8 @@ type Proc struct {
 	// Broker addresses and streams.
 	Listen, AgentListen string
 	Streams             []uint64
+	// BacklogStream is the broker's extra stream (0: none).
+	BacklogStream uint64
 
 	bin  string
 	args []string
@@ -221,9 +230,12 @@ type Cluster struct {
 	conns map[string]*grpc.ClientConn
 }
 
-// FreeAddr returns a free 127.0.0.1 port as host:port.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// FreeAddr returns a free port of host (a loopback address) as host:port.
+// The port is free when FreeAddr returns; a process of another program may
+// still take it before the child binds it, which is why each cluster uses
+// a loopback address of its own.
+func FreeAddr(host string) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return "", fmt.Errorf("e2e: pick a port: %w", err)
 	}
@@ -240,9 +252,15 @@ func New(o Options) (*Cluster, error) {
 		return nil, fmt.Errorf("e2e: %w", err)
 	}
 	c := &Cluster{Opts: o, conns: map[string]*grpc.ClientConn{}}
+	// A loopback address of its own (127.0.x.y) keeps the cluster's ports
+	// apart from everything else on 127.0.0.1.
+	host := o.Host
+	if host == "" {
+		host = fmt.Sprintf("127.0.%d.%d", 2+rand.IntN(250), 2+rand.IntN(250))
+	}
 	addrs := func(ps ...*string) error {
 		for _, p := range ps {
-			a, err := FreeAddr()
+			a, err := FreeAddr(host)
 			if err != nil {
 				return err
 			}
@@ -275,6 +293,9 @@ func New(o Options) (*Cluster, error) {
 		}
 		for s := 1; s <= o.StreamsPerBroker; s++ {
 			p.Streams = append(p.Streams, uint64(i*100+s))
+		}
+		if o.BacklogStreams {
+			p.BacklogStream = uint64(i*100 + 99)
 		}
 		c.Brokers = append(c.Brokers, p)
 	}
@@ -346,6 +367,9 @@ initial_cluster:
 		streams := make([]string, len(b.Streams))
 		for i, s := range b.Streams {
 			streams[i] = fmt.Sprint(s)
+		}
+		if b.BacklogStream != 0 {
+			streams = append(streams, fmt.Sprint(b.BacklogStream))
 		}
 		upload := fmt.Sprintf("upload_interval: %s\n", o.UploadInterval)
 		if o.UploadBytes > 0 {
@@ -568,7 +592,8 @@ func (c *Cluster) ListEvents(ctx context.Context) ([]*waldenv1.Event, error) {
 	return out, err
 }
 
-// AllStreams lists the stream ids the brokers were configured with.
+// AllStreams lists the stream ids the brokers were configured with (not
+// the backlog streams).
 func (c *Cluster) AllStreams() []uint64 {
 	var out []uint64
 	for _, b := range c.Brokers {
@@ -577,10 +602,20 @@ func (c *Cluster) AllStreams() []uint64 {
 	return out
 }
 
+func (c *Cluster) allStreamsWithBacklog() []uint64 {
+	out := c.AllStreams()
+	for _, b := range c.Brokers {
+		if b.BacklogStream != 0 {
+			out = append(out, b.BacklogStream)
+		}
+	}
+	return out
+}
+
 // WaitStreamsOpen polls the catalog until every configured stream is OPENED
 // (by any broker).
 func (c *Cluster) WaitStreamsOpen(ctx context.Context, timeout time.Duration) error {
-	want := c.AllStreams()
+	want := c.allStreamsWithBacklog()
 	return Poll(ctx, timeout, "every stream opened", func() error {
 		ss, err := c.ListStreams(ctx)
 		if err != nil {

@@ -28,9 +28,9 @@ type Failover struct {
 	Warmup time.Duration
 	// Backlog is the amount of un-uploaded WAL (record payload bytes) the
 	// victim holds at the kill: extra records of BacklogPayload bytes are
-	// appended to the victim's streams before the kill. The cluster must
-	// then run with an upload_interval and upload_bytes that keep them in
-	// the WAL. 0: none beyond what the warm-up leaves.
+	// appended to the victim's backlog stream before the kill. The cluster
+	// must then have BacklogStreams and an upload_interval and upload_bytes
+	// that keep them in the WAL. 0: none beyond what the warm-up leaves.
 	Backlog int64
 	// BacklogPayload is the record size of the backlog (default 16 KiB).
 	BacklogPayload int
@@ -42,9 +42,14 @@ type Failover struct {
 	Say func(line string)
 	// BeforeKill runs after the warm-up, before the kill (optional).
 	BeforeKill func(ctx context.Context) error
-	// DuringRecovery runs once when the victim's recovery job is first seen
-	// (optional), e.g. to kill its assignee or the raft leader.
-	DuringRecovery func(ctx context.Context, job *waldenv1.Job) error
+	// AfterKill runs right after the kill, before the wait for the
+	// failover (optional), e.g. to kill the raft leader while the
+	// coordinators suspect the victim.
+	AfterKill func(ctx context.Context) error
+	// DuringRecovery is called with the victim's recovery job at every poll
+	// until it returns done (optional), e.g. to kill the job's assignee in
+	// the upload step.
+	DuringRecovery func(ctx context.Context, job *waldenv1.Job) (done bool, err error)
 }
 
 // StreamSummary is one stream's outcome.
@@ -61,6 +66,8 @@ type StreamSummary struct {
 // until the recovery job finished (every stream of the victim closed), reopen
 // until every such stream was seen OPENED by another broker.
 type Summary struct {
+	// Policy names the failover policy (set by the caller).
+	Policy              string          `json:"policy"`
 	Victim              string          `json:"victim"`
 	Acked               int64           `json:"acked"`
 	Present             int64           `json:"present"`
@@ -147,13 +154,18 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		return nil, err
 	}
 	if f.Backlog > 0 {
+		if victim.BacklogStream == 0 {
+			return nil, fmt.Errorf("%w: Backlog needs a cluster with BacklogStreams", ErrInvalid)
+		}
 		bl := filepath.Join(c.Opts.Dir, "ledger-backlog.jsonl")
 		ledgers = append(ledgers, bl)
 		n := (f.Backlog + int64(f.BacklogPayload) - 1) / int64(f.BacklogPayload)
-		f.say("backlog: appending %d records of %d bytes to %s's streams (upload_interval %s keeps them in its WAL)",
-			n, f.BacklogPayload, f.Victim, c.Opts.UploadInterval)
-		rep, err := loadgen.Load(ctx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: victim.Streams,
-			Rate: 1e6, Duration: f.Timeout, MaxRecords: n, PayloadBytes: f.BacklogPayload, Ledger: bl})
+		f.say("backlog: appending %d records of %d bytes to %s's stream %d (upload_interval %s keeps them in its WAL)",
+			n, f.BacklogPayload, f.Victim, victim.BacklogStream, c.Opts.UploadInterval)
+		rep, err := loadgen.Load(ctx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: []uint64{victim.BacklogStream},
+			Rate: 1e6, Duration: 3 * f.Timeout, MaxRecords: n, PayloadBytes: f.BacklogPayload, Ledger: bl,
+			// One Append stays well under gRPC's 4 MiB message limit.
+			MaxBatch: max(1, (1<<20)/f.BacklogPayload)})
 		if err != nil {
 			return nil, fmt.Errorf("e2e: backlog load: %w", err)
 		}
@@ -185,6 +197,11 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	killed := time.Now()
 	victim.Kill()
 	w.armed(killed, owned)
+	if f.AfterKill != nil {
+		if err := f.AfterKill(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	// Wait for the failover: job succeeded and every stream reopened.
 	err = Poll(ctx, 3*f.Timeout, "the failover of "+f.Victim, func() error {
@@ -271,21 +288,21 @@ type watcher struct {
 	c *Cluster
 	f *Failover
 
-	mu        sync.Mutex
-	killed    time.Time
-	owned     map[uint64]bool
-	events    uint64
-	brokers   map[string]string
-	jobs      map[string]string
-	streams   map[uint64]string
-	job       *waldenv1.Job
-	failedMs  int64
-	jobSeen   bool
-	reopened  time.Time
-	closedAt  time.Time
-	newEpoch  uint64
-	hookErr   error
-	hookFired bool
+	mu       sync.Mutex
+	killed   time.Time
+	owned    map[uint64]bool
+	events   uint64
+	brokers  map[string]string
+	jobs     map[string]string
+	streams  map[uint64]string
+	job      *waldenv1.Job
+	failedMs int64
+	jobSeen  bool
+	reopened time.Time
+	closedAt time.Time
+	newEpoch uint64
+	hookErr  error
+	hookDone bool
 }
 
 func newWatcher(c *Cluster, f *Failover) *watcher {
@@ -374,15 +391,16 @@ func (w *watcher) poll(ctx context.Context) {
 			if j.GetBrokerId() == victim && !killed.IsZero() && j.GetCreatedUnixMs() >= killed.UnixMilli()-1000 {
 				w.mu.Lock()
 				w.job = j
-				fire := !w.hookFired && w.f.DuringRecovery != nil
-				w.hookFired = true
+				fire := !w.hookDone && w.f.DuringRecovery != nil
 				w.mu.Unlock()
 				if fire {
-					if err := w.f.DuringRecovery(ctx, j); err != nil {
-						w.mu.Lock()
+					done, err := w.f.DuringRecovery(ctx, j)
+					w.mu.Lock()
+					w.hookDone = done || err != nil
+					if err != nil {
 						w.hookErr = err
-						w.mu.Unlock()
 					}
+					w.mu.Unlock()
 				}
 			}
 		}
@@ -450,7 +468,8 @@ func (w *watcher) failoverErr() error {
 func (w *watcher) done() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.failedMs != 0 && w.job != nil && w.job.GetState() == "succeeded" && !w.reopened.IsZero()
+	hooked := w.hookDone || w.f.DuringRecovery == nil
+	return hooked && w.failedMs != 0 && w.job != nil && w.job.GetState() == "succeeded" && !w.reopened.IsZero()
 }
 
 func (w *watcher) progress() string {

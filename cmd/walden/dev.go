@@ -125,8 +125,8 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if o.backlog > 0 {
 		// The WAL holds the backlog and the warm-up without uploading:
 		// upload_bytes at most half the capacity.
-		capacity := max(64<<20, (4*o.backlog+4095)/4096*4096)
-		opts.WALCapacity, opts.UploadBytes = capacity, capacity/2
+		capacity := (2*o.backlog + 64<<20 + 4095) / 4096 * 4096
+		opts.WALCapacity, opts.UploadBytes, opts.BacklogStreams = capacity, capacity/2, true
 		if opts.UploadInterval == 0 {
 			opts.UploadInterval = time.Hour
 		}
@@ -161,6 +161,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dev: %w (logs in %s)", err, dir)
 	}
+	sum.Policy = o.policy
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
