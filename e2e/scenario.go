@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"walden/loadgen"
@@ -42,6 +43,12 @@ type Failover struct {
 	Say func(line string)
 	// BeforeKill runs after the warm-up, before the kill (optional).
 	BeforeKill func(ctx context.Context) error
+	// Signal is what the victim is sent (default SIGKILL; SIGSTOP makes it
+	// a zombie that the cluster fails over while it still exists).
+	Signal syscall.Signal
+	// AfterFailover runs once the failover is done, before the load after
+	// it (optional).
+	AfterFailover func(ctx context.Context) error
 	// AfterKill runs right after the kill, before the wait for the
 	// failover (optional), e.g. to kill the raft leader while the
 	// coordinators suspect the victim.
@@ -193,9 +200,16 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		}
 	}
 
-	f.say("kill -9 %s (pid %d), owner of %d streams", f.Victim, victim.Pid(), len(owned))
 	killed := time.Now()
-	victim.Kill()
+	if f.Signal == 0 || f.Signal == syscall.SIGKILL {
+		f.say("kill -9 %s (pid %d), owner of %d streams", f.Victim, victim.Pid(), len(owned))
+		victim.Kill()
+	} else {
+		f.say("kill -%d %s (pid %d: %v), owner of %d streams", int(f.Signal), f.Victim, victim.Pid(), f.Signal, len(owned))
+		if err := victim.Signal(f.Signal); err != nil {
+			return nil, err
+		}
+	}
 	w.armed(killed, owned)
 	if f.AfterKill != nil {
 		if err := f.AfterKill(ctx); err != nil {
@@ -221,6 +235,13 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	w.fill(sum, killed)
 	f.say("failover done: detected after %d ms, recovered after %d ms, streams reopened after %d ms",
 		sum.DetectionMs, sum.RecoveryMs, sum.ReopenMs)
+	if f.AfterFailover != nil {
+		if err := f.AfterFailover(ctx); err != nil {
+			stopLoad()
+			<-loadDone
+			return nil, err
+		}
+	}
 	if err := sleepCtx(ctx, f.After); err != nil {
 		return nil, err
 	}
