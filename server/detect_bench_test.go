@@ -291,27 +291,45 @@ func measureMemberlist(b *testing.B, n int) latencies {
 	return l
 }
 
-// soak runs the tuned configuration with 20% loss and up to 100 ms jitter on
-// every direct probe of one coordinator and counts the failovers.
-func soak(b *testing.B, d time.Duration) (failovers int, probes int) {
+// soakResult is what the false-positive soak measured.
+type soakResult struct {
+	// failovers sums the brokers' failover counters; decisions counts the
+	// decision events (both must stay 0).
+	failovers, decisions int
+	faults               faultCounts
+	// terms is how many raft terms passed during the soak; leaderless
+	// counts the 100 ms samples in which the leader's member saw no leader.
+	terms               uint64
+	samples, leaderless int
+}
+
+// soak runs the tuned configuration with 20% loss and 0–100 ms jitter on
+// every link of coordinator c3 (its direct probes, its gossip to and from
+// every member, its raft streams both ways) and counts the failovers.
+func soak(b *testing.B, d time.Duration) soakResult {
 	c := newDetCluster(b, tunedConfig)
 	ids := []string{"s1", "s2", "s3", "s4", "s5"}
 	for _, id := range ids {
 		c.startAgent(id, nil)
 	}
 	c.waitAllAlive(ids...)
-	c.faults.mu.Lock()
-	c.faults.lossy["c3"] = true
-	p0 := c.faults.probed["c3"]
-	c.faults.mu.Unlock()
-	time.Sleep(d)
-	for _, id := range ids {
-		failovers += int(c.broker(id).GetFailovers())
+	var r soakResult
+	term0 := c.leader().node.Status().Term
+	before := c.faults.counts()
+	c.degradeCoordinator("c3", 0.2, 0, 100*time.Millisecond)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		r.samples++
+		if !slices.ContainsFunc(c.servers, func(s *Server) bool { return s.node.IsLeader() }) {
+			r.leaderless++
+		}
 	}
-	c.faults.mu.Lock()
-	probes = c.faults.probed["c3"] - p0
-	c.faults.mu.Unlock()
-	return failovers, probes
+	r.faults = c.faults.counts().sub(before)
+	for _, id := range ids {
+		r.failovers += int(c.broker(id).GetFailovers())
+	}
+	r.decisions = len(c.events("", "decision"))
+	r.terms = c.leader().node.Status().Term - term0
+	return r
 }
 
 func BenchmarkDetection(b *testing.B) {
@@ -376,15 +394,17 @@ func detectionLatency(b *testing.B, out io.Writer) {
 
 // soakTable runs the false-positive soak and prints its table.
 func soakTable(b *testing.B, out io.Writer) {
-	var f, probes int
-	b.Run("soak", func(b *testing.B) { f, probes = soak(b, *benchSoak) })
-	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every direct probe of coordinator c3 (%d probes), load average %s after\n\n", *benchSoak, probes, loadavg())
-	fmt.Fprintln(out, "| duration | brokers | false failovers |")
-	fmt.Fprintln(out, "|---|---|---|")
-	fmt.Fprintf(out, "| %v | 5 | %d |\n", *benchSoak, f)
-	b.ReportMetric(float64(f), "false-failovers")
-	if f != 0 {
-		b.Errorf("%d false failovers under loss and jitter on one coordinator", f)
+	var r soakResult
+	b.Run("soak", func(b *testing.B) { r = soak(b, *benchSoak) })
+	f := r.faults
+	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of coordinator c3 (probes, gossip both ways, raft both ways), load average %s after\n\n", *benchSoak, loadavg())
+	fmt.Fprintln(out, "| duration | brokers | c3 probes (dropped) | gossip packets dropped / delayed, streams blocked | raft chunks (lost → retransmitted) | raft terms | samples without a leader | false failovers (decisions) |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(out, "| %v | 5 | %d (%d) | %d / %d, %d | %d (%d) | %d | %d of %d | %d (%d) |\n", *benchSoak, f.probes, f.probesDropped,
+		f.gossipDropped, f.gossipDelayed, f.gossipStreamsBlocked, f.raftChunks, f.raftLost, r.terms, r.leaderless, r.samples, r.failovers, r.decisions)
+	b.ReportMetric(float64(r.failovers), "false-failovers")
+	if r.failovers != 0 || r.decisions != 0 {
+		b.Errorf("%d false failovers (%d decisions) under loss and jitter on one coordinator", r.failovers, r.decisions)
 	}
 }
 

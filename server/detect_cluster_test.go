@@ -37,17 +37,26 @@ const (
 
 // probeFaults injects faults into the coordinators' direct probes: a
 // coordinator can be cut off from an agent address, or all its probes can
-// suffer loss and jitter.
+// suffer loss, delay and jitter.
 type probeFaults struct {
-	mu     sync.Mutex
-	cut    map[string]map[string]bool // node → agent addr → cut
-	lossy  map[string]bool            // node → 20% loss + up to 100ms jitter
-	rng    *rand.Rand
-	probed map[string]int // node → probes attempted (proves probes ran)
+	mu      sync.Mutex
+	cut     map[string]map[string]bool // node → agent addr → cut
+	lossy   map[string]probeFault      // node → fault on all its probes
+	rng     *rand.Rand
+	probed  map[string]int // node → probes attempted (proves probes ran)
+	dropped map[string]int // node → probes dropped or cut
+}
+
+// probeFault is the fault on a coordinator's probes: a lost probe (its
+// request or its answer) times out.
+type probeFault struct {
+	loss          float64
+	delay, jitter time.Duration
 }
 
 func newProbeFaults() *probeFaults {
-	return &probeFaults{cut: map[string]map[string]bool{}, lossy: map[string]bool{}, rng: rand.New(rand.NewPCG(1, 2)), probed: map[string]int{}}
+	return &probeFaults{cut: map[string]map[string]bool{}, lossy: map[string]probeFault{}, rng: rand.New(rand.NewPCG(1, 2)),
+		probed: map[string]int{}, dropped: map[string]int{}}
 }
 
 func (f *probeFaults) setCut(node, addr string, on bool) {
@@ -59,17 +68,26 @@ func (f *probeFaults) setCut(node, addr string, on bool) {
 	f.cut[node][addr] = on
 }
 
+func (f *probeFaults) setLossy(node string, pf probeFault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lossy[node] = pf
+}
+
 func (f *probeFaults) prober(node string) detect.Prober {
 	real := detect.HTTPProber{}
 	return detect.ProberFunc(func(ctx context.Context, addr string) error {
 		f.mu.Lock()
 		f.probed[node]++
 		cut := f.cut[node][addr]
-		lossy := f.lossy[node]
-		drop := lossy && f.rng.Float64() < 0.2
-		jitter := time.Duration(0)
-		if lossy {
-			jitter = time.Duration(f.rng.Int64N(int64(100 * time.Millisecond)))
+		pf := f.lossy[node]
+		drop := pf.loss > 0 && f.rng.Float64() < pf.loss
+		delay := pf.delay
+		if pf.jitter > 0 {
+			delay += time.Duration(f.rng.Int64N(int64(pf.jitter) + 1))
+		}
+		if cut || drop {
+			f.dropped[node]++
 		}
 		f.mu.Unlock()
 		if cut || drop {
@@ -77,7 +95,7 @@ func (f *probeFaults) prober(node string) detect.Prober {
 			return fmt.Errorf("%w: injected drop", detect.ErrProbe)
 		}
 		select {
-		case <-time.After(jitter):
+		case <-time.After(delay):
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", detect.ErrProbe, ctx.Err())
 		}
@@ -91,26 +109,24 @@ type detCluster struct {
 	// startAgent.
 	agentGossip gossip.Config
 	agentMargin time.Duration
-	faults      *probeFaults
-	cfgs        []*config.Server
-	servers     []*Server
-	gossip      []string
-	conns       map[string]*grpc.ClientConn
+	// faults reach every link: probes, gossip and raft.
+	faults *linkFaults
+	// agentAddrs and agentGossipAddrs are the started agents' probe and
+	// gossip addresses, by broker id.
+	agentAddrs, agentGossipAddrs map[string]string
+	cfgs                         []*config.Server
+	servers                      []*Server
+	gossip                       []string
+	conns                        map[string]*grpc.ClientConn
 }
 
 // newDetCluster starts 3 coordinators with gossip on loopback, with the
 // test timings (tweak may change any key, e.g. back to the defaults).
 func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 	t.Helper()
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	c := &detCluster{t: t, faults: newProbeFaults(), conns: map[string]*grpc.ClientConn{}}
+	free := func() string { return freeAddr(t) }
+	c := &detCluster{t: t, faults: newLinkFaults(), conns: map[string]*grpc.ClientConn{},
+		agentAddrs: map[string]string{}, agentGossipAddrs: map[string]string{}}
 	c.agentGossip = gossip.DefaultConfig()
 	c.agentGossip.ProbeInterval, c.agentGossip.ProbeTimeout = tProbeInterval, tProbeTimeout
 	c.agentGossip.GossipInterval = 50 * time.Millisecond
@@ -121,8 +137,9 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 		c.gossip = append(c.gossip, free())
 	}
 	old := proberFor
-	proberFor = func(cfg *config.Server) detect.Prober { return c.faults.prober(cfg.NodeID) }
+	proberFor = func(cfg *config.Server) detect.Prober { return c.faults.probes.prober(cfg.NodeID) }
 	t.Cleanup(func() { proberFor = old })
+	t.Cleanup(c.faults.installRaftHook())
 	for i, m := range initial {
 		cfg := config.DefaultServerConfig()
 		cfg.ClusterName, cfg.NodeID = "det", m.ID
@@ -139,6 +156,7 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 		if tweak != nil {
 			tweak(cfg)
 		}
+		cfg.Gossip.Faults = c.faults.gossipFor(m.ID) // after tweak, which may reset gossip
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	for _, cfg := range c.cfgs {
@@ -195,8 +213,9 @@ func (c *detCluster) startAgent(id string, coordinators []string) *agent.Agent {
 	cfg.WAL = config.WALLocation{VolumeID: "vol-" + id, Path: "/nonexistent/" + id + ".wal"}
 	cfg.LeaseSafetyMargin = c.agentMargin
 	cfg.Gossip = c.agentGossip
-	cfg.Gossip.BindAddr = "127.0.0.1:0"
+	cfg.Gossip.BindAddr = freeAddr(c.t)
 	cfg.Gossip.Join = c.gossip
+	cfg.Gossip.Faults = c.faults.gossipFor(id)
 	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), RegisterBackoffMax: 200 * time.Millisecond})
 	if err != nil {
 		c.t.Fatal(err)
@@ -205,6 +224,7 @@ func (c *detCluster) startAgent(id string, coordinators []string) *agent.Agent {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() { _ = a.Stop(false) })
+	c.agentAddrs[id], c.agentGossipAddrs[id] = a.Addr(), cfg.Gossip.BindAddr
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := a.WaitRegistered(ctx); err != nil {
@@ -320,24 +340,19 @@ func TestDetectAgentKilledFailedOnceAfterTimeout(t *testing.T) {
 
 func TestDetectOneCoordinatorCutOffNeverFailsOver(t *testing.T) {
 	c := newDetCluster(t, nil)
-	a1 := c.startAgent("b1", nil)
-	c.waitAllAlive("b1")
-	// c2 loses the broker entirely: its probes are dropped and its gossip
-	// says dead (the worst gossip could say).
-	c.faults.setCut("c2", a1.Addr(), true)
-	c2 := c.servers[1]
-	stop := make(chan struct{})
-	go func() {
-		for {
-			c2.detector.observer.SetGossip("agent/b1", detect.GossipDead)
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	defer close(stop)
+	// b1 reaches c2's admin API through a proxy, so that the cut covers
+	// its lease renewals to c2 too.
+	c2proxy := newCutProxy(t, c.conns["c2"].Target())
+	a1 := c.startAgent("b1", []string{c.conns["c1"].Target(), c2proxy.addr(), c.conns["c3"].Target()})
+	c.startAgent("b2", nil)
+	c.waitAllAlive("b1", "b2")
+	epoch := c.broker("b1").GetEpoch()
+	before := c.faults.counts()
+
+	// c2 loses b1 entirely: its probes are dropped, gossip between c2 and
+	// b1's agent carries nothing either way, and b1 cannot reach c2.
+	c.cutCoordinatorFromBroker("c2", "b1")
+	c2proxy.cut()
 	c.waitFor("c2 observes b1 suspect or dead", 10*time.Second, func() bool {
 		for _, o := range c.broker("b1").GetObservations() {
 			if o.GetObserverId() == "c2" && o.GetState() != detect.StateAlive {
@@ -346,30 +361,58 @@ func TestDetectOneCoordinatorCutOffNeverFailsOver(t *testing.T) {
 		}
 		return false
 	})
-	c.hold("b1 never failed over", 4*tFailureTimeout, func() bool {
+	c.hold("b1 never failed over, its lease stays valid", 4*tFailureTimeout, func() bool {
 		b := c.broker("b1")
-		return !b.GetFenced() && b.GetFailovers() == 0
+		return !b.GetFenced() && b.GetFailovers() == 0 && b.GetEpoch() == epoch && a1.Lease().Valid
 	})
+	if d := c.events("", "decision"); len(d) != 0 {
+		t.Fatalf("decisions %v", d)
+	}
+	n := c.faults.counts().sub(before)
+	if n.probesDropped == 0 || n.gossipDropped+n.gossipStreamsBlocked == 0 {
+		t.Fatalf("the cut did not act: %+v", n)
+	}
+	t.Logf("faults during the hold: %+v", n)
 }
 
 func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
 	c := newDetCluster(t, nil)
 	c.startAgent("b1", nil)
 	c.startAgent("b2", nil)
-	c.waitAllAlive("b1", "b2")
-	c.faults.mu.Lock()
-	c.faults.lossy["c3"] = true
-	n0 := c.faults.probed["c3"]
-	c.faults.mu.Unlock()
-	c.hold("no failover under 20% loss and jitter on c3's probes", 5*tFailureTimeout, func() bool {
-		return !c.broker("b1").GetFenced() && !c.broker("b2").GetFenced()
-	})
-	c.faults.mu.Lock()
-	n := c.faults.probed["c3"] - n0
-	c.faults.mu.Unlock()
-	if n < 20 {
-		t.Fatalf("only %d probes ran on c3", n)
+	a3 := c.startAgent("b3", nil)
+	c.waitAllAlive("b1", "b2", "b3")
+	epochs := map[string]uint64{}
+	for _, id := range []string{"b1", "b2"} {
+		epochs[id] = c.broker(id).GetEpoch()
 	}
+	before := c.faults.counts()
+
+	// 20% loss and 50–100 ms delay on every link of c3: its probes, its
+	// gossip to and from every member, its raft streams both ways.
+	c.degradeCoordinator("c3", 0.2, 50*time.Millisecond, 50*time.Millisecond)
+	healthy := func() bool {
+		for id, e := range epochs {
+			if b := c.broker(id); b.GetFenced() || b.GetEpoch() != e || b.GetFailovers() != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	c.hold("no failover under loss and jitter on c3", 5*tFailureTimeout, func() bool {
+		return healthy() && !c.broker("b3").GetFenced()
+	})
+	// The cluster still decides: a broker that really dies is failed over,
+	// once, and the healthy ones are not.
+	_ = a3.Stop(false)
+	c.waitFor("b3 failed while c3's links are degraded", 20*time.Second, func() bool { return c.broker("b3").GetFenced() })
+	c.hold("b1, b2 untouched; one decision", 2*tFailureTimeout, func() bool {
+		return healthy() && len(c.events("", "decision")) == 1
+	})
+	n := c.faults.counts().sub(before)
+	if n.probes < 20 || n.probesDropped == 0 || n.gossipDropped == 0 || n.raftLost == 0 {
+		t.Fatalf("the faults did not act on every link: %+v", n)
+	}
+	t.Logf("faults: %+v", n)
 }
 
 func TestDetectAgentCutOffSelfFencesBeforeFailed(t *testing.T) {
@@ -391,7 +434,7 @@ func TestDetectAgentCutOffSelfFencesBeforeFailed(t *testing.T) {
 		p.cut()
 	}
 	for _, s := range c.cfgs {
-		c.faults.setCut(s.NodeID, a1.Addr(), true)
+		c.faults.probes.setCut(s.NodeID, a1.Addr(), true)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for fencedAt.IsZero() {
@@ -680,6 +723,17 @@ func (p *cutProxy) cut() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 func startServerTB(t testing.TB, cfg *config.Server) *Server {

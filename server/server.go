@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
 	"walden/config"
@@ -106,7 +107,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{
 		ClusterName: cfg.ClusterName,
 		NodeID:      cfg.NodeID,
-		Creds:       tlsCfg.clientCreds(),
+		Creds:       raftCredsFor(cfg, tlsCfg.clientCreds()),
 		Logger:      base,
 		Metrics:     trMetrics,
 	})
@@ -153,6 +154,13 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 		}
 	}
 	return s, nil
+}
+
+// raftCredsFor returns the credentials of a member's raft peer connections.
+// It returns creds unchanged; tests replace it to wrap the connections and
+// inject link faults (loss, delay) into the raft traffic of one member.
+var raftCredsFor = func(_ *config.Server, creds credentials.TransportCredentials) credentials.TransportCredentials {
+	return creds
 }
 
 // raftConfig turns the server config into the node's.
