@@ -103,15 +103,21 @@ func logSay(t *testing.T) func(string) {
 	return func(line string) { t.Logf("%s %s", time.Now().Format("15:04:05.000"), line) }
 }
 
-// checkNothingLost asserts the verify outcome of a scenario.
+// checkNothingLost asserts the verify outcome of a scenario: every
+// acknowledged record at its offset, no gaps. Duplicates are reported, not
+// failed: an append the broker made durable but never answered (killed or
+// stopped in between) is recovered from its WAL, and the producer, which
+// never got the answer, sends those records again (the load generator is
+// not an idempotent producer).
 func checkNothingLost(t *testing.T, s *e2e.Summary) {
 	t.Helper()
 	if s.Acked == 0 {
 		t.Fatalf("no record acknowledged: %+v", s)
 	}
-	if s.Lost != 0 || s.Gaps != 0 || s.Duplicates != 0 || s.Present != s.Acked {
+	if s.Lost != 0 || s.Gaps != 0 || s.Present != s.Acked {
 		t.Fatalf("acked %d present %d lost %d gaps %d duplicates %d", s.Acked, s.Present, s.Lost, s.Gaps, s.Duplicates)
 	}
+	t.Logf("verify: acked %d, present %d, lost 0, gaps 0, duplicates (producer retries of unanswered appends) %d", s.Acked, s.Present, s.Duplicates)
 }
 
 // checkReopenedElsewhere asserts that every stream the victim owned at the
