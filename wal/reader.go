@@ -372,7 +372,13 @@ func (rd *Reader) scan(rec *Record) error {
 			*rec = Record{}
 			return rd.finish(reason)
 		}
-		if afterRecord && !isAligned(at) && isHeaderFailure(reason) {
+		switch {
+		case at == rd.skipAt:
+			// The scan starts at the trim offset, which need not hold a
+			// record (a fresh WAL's is capacity-1): the jump to the next
+			// block is the normal start, not damage.
+			reason = ReasonTrimmedRecord
+		case afterRecord && !isAligned(at) && isHeaderFailure(reason):
 			// The normal end of a block: whatever follows its last record.
 			reason = ReasonBlockTail
 		}
