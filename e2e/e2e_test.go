@@ -26,6 +26,17 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
+// full runs every scenario; without it only TestE2EShort* runs (the form
+// `go test ./...` and `make test` run).
+var full = flag.Bool("e2e.full", false, "run every end-to-end scenario, not only the short form")
+
+func needFull(t *testing.T) {
+	t.Helper()
+	if !*full {
+		t.Skip("full end-to-end scenario: run with -e2e.full (make e2e)")
+	}
+}
+
 // Binaries built once by TestMain.
 var (
 	waldenBin    string
@@ -224,9 +235,7 @@ func TestE2EShortKillBrokerAndRestart(t *testing.T) {
 // while it was stopped, then the cluster tells it it is fenced), the catalog
 // refuses its old epoch, and nothing acknowledged is lost.
 func TestE2EZombieBroker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("full e2e only")
-	}
+	needFull(t)
 	c := startCluster(t, nil)
 	ctx := context.Background()
 	var reasons []string
@@ -337,9 +346,7 @@ func liveAdmins(c *e2e.Cluster) []string {
 // jobs -o json`) is killed with SIGKILL in the upload step; the job is
 // reassigned and completes on another coordinator; nothing is lost.
 func TestE2EKillRecoveryExecutor(t *testing.T) {
-	if testing.Short() {
-		t.Skip("full e2e only")
-	}
+	needFull(t)
 	const backlog = 128 << 20
 	c := startCluster(t, func(o *e2e.Options) {
 		o.BacklogStreams = true
@@ -393,9 +400,7 @@ func TestE2EKillRecoveryExecutor(t *testing.T) {
 // while the coordinators suspect the killed broker; the new leader decides,
 // fences and recovers; nothing is lost.
 func TestE2EKillLeaderDuringFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("full e2e only")
-	}
+	needFull(t)
 	c := startCluster(t, nil)
 	ctx := context.Background()
 	var oldLeader string
