@@ -74,6 +74,14 @@ bench:
 run: build
 	$(BIN)/walden dev
 
+# e2e runs every end-to-end scenario on real processes (walden and waldenctl
+# built by the test, S3 served by versitygw): kill -9 a broker under load and
+# restart it, a SIGSTOPped zombie broker, kill -9 the recovery's executor
+# mid-upload, kill -9 the raft leader during a failover. `make test` runs the
+# short form (TestE2EShort*, part of `go test ./...`).
+e2e: build versitygw
+	$(GO) test -count=1 -v -timeout 20m ./e2e -e2e.full
+
 clean:
 	rm -rf $(BIN)
 
