@@ -298,7 +298,7 @@ type soakResult struct {
 	failovers, decisions int
 	faults               faultCounts
 	// terms is how many raft terms passed during the soak; leaderless
-	// counts the 100 ms samples in which the leader's member saw no leader.
+	// counts the 100 ms samples in which no member was leader.
 	terms               uint64
 	samples, leaderless int
 }

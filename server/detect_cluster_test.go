@@ -386,6 +386,7 @@ func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
 		epochs[id] = c.broker(id).GetEpoch()
 	}
 	before := c.faults.counts()
+	term0 := c.leader().node.Status().Term
 
 	// 20% loss and 50–100 ms delay on every link of c3: its probes, its
 	// gossip to and from every member, its raft streams both ways.
@@ -412,7 +413,7 @@ func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
 	if n.probes < 20 || n.probesDropped == 0 || n.gossipDropped == 0 || n.raftLost == 0 {
 		t.Fatalf("the faults did not act on every link: %+v", n)
 	}
-	t.Logf("faults: %+v", n)
+	t.Logf("faults: %+v; raft terms during the faults: %d", n, c.leader().node.Status().Term-term0)
 }
 
 func TestDetectAgentCutOffSelfFencesBeforeFailed(t *testing.T) {
