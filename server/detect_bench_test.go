@@ -395,7 +395,9 @@ func detectionLatency(b *testing.B, out io.Writer) {
 // soakTable runs the false-positive soak and prints its table.
 func soakTable(b *testing.B, out io.Writer) {
 	var r soakResult
-	b.Run("soak", func(b *testing.B) { r = soak(b, *benchSoak) })
+	if !b.Run("soak", func(b *testing.B) { r = soak(b, *benchSoak) }) {
+		return
+	}
 	f := r.faults
 	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of coordinator c3 (probes, gossip both ways, raft both ways), load average %s after\n\n", *benchSoak, loadavg())
 	fmt.Fprintln(out, "| duration | brokers | c3 probes (dropped) | gossip packets dropped / delayed, streams blocked | raft chunks (lost → retransmitted) | raft terms | samples without a leader | false failovers (decisions) |")

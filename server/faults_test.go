@@ -233,6 +233,7 @@ func (l *linkFaults) installRaftHook() (restore func()) {
 
 // faultCounts sums what the faults did so far.
 type faultCounts struct {
+	// probes counts the probes that met a fault, probesDropped those lost.
 	probes, probesDropped                 int
 	gossipDropped, gossipDelayed          uint64
 	gossipStreamsBlocked                  uint64
@@ -242,7 +243,7 @@ type faultCounts struct {
 func (l *linkFaults) counts() faultCounts {
 	var n faultCounts
 	l.probes.mu.Lock()
-	for _, p := range l.probes.probed {
+	for _, p := range l.probes.faulty {
 		n.probes += p
 	}
 	for _, p := range l.probes.dropped {
