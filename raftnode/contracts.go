@@ -20,6 +20,9 @@ import (
 //     replaces the log when its index is beyond the last entry, otherwise it
 //     discards the entries up to its index.
 //   - After Save returns, every read method reflects it, also after a restart.
+//     Exception: a HardState that moves only the commit index (raft.MustSync
+//     false) may reach disk later, but no later than the next write and
+//     always with a snapshot; a restart may then see a lower commit index.
 //   - CreateSnapshot records the state machine's data at applied index i (which
 //     must not exceed the last stored entry) and never loses entries after i.
 //   - Compact(c) discards the entries up to and including c (FirstIndex
