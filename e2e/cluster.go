@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -68,7 +69,7 @@ type Options struct {
 	// LogLevel is every child's log.level (default info).
 	LogLevel string
 	// Host is the loopback address every process binds (default a random
-	// 127.0.x.y).
+	// 127.0.x.y on Linux, 127.0.0.1 elsewhere).
 	Host string
 }
 
@@ -255,6 +256,9 @@ func New(o Options) (*Cluster, error) {
 	// A loopback address of its own (127.0.x.y) keeps the cluster's ports
 	// apart from everything else on 127.0.0.1.
 	host := o.Host
+	if host == "" && runtime.GOOS != "linux" {
+		host = "127.0.0.1" // only Linux routes all of 127.0.0.0/8 by default
+	}
 	if host == "" {
 		host = fmt.Sprintf("127.0.%d.%d", 2+rand.IntN(250), 2+rand.IntN(250))
 	}
