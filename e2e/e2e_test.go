@@ -446,3 +446,31 @@ func TestE2EKillLeaderDuringFailover(t *testing.T) {
 		t.Fatalf("the job finished on the killed leader %s", oldLeader)
 	}
 }
+
+// TestE2EDevCommand runs `walden dev -o json` itself (its own `walden s3`,
+// the demo policy) and checks its summary: every required key a JSON number,
+// nothing lost, exit status 0.
+func TestE2EDevCommand(t *testing.T) {
+	needFull(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, waldenBin, "dev", "-o", "json", "--policy", "demo", "--warmup", "2s", "--dir", t.TempDir())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("walden dev: %v\n%s\n%s", err, out, stderr.String())
+	}
+	var sum map[string]any
+	if err := json.Unmarshal(out, &sum); err != nil {
+		t.Fatalf("walden dev -o json: %v\n%s", err, out)
+	}
+	for _, k := range []string{"acked", "lost", "gaps", "detection_ms", "recovery_ms", "max_unavailable_ms", "median_unavailable_ms"} {
+		if _, ok := sum[k].(float64); !ok {
+			t.Errorf("summary key %q: %v (%T), want a JSON number", k, sum[k], sum[k])
+		}
+	}
+	if sum["lost"] != 0.0 || sum["gaps"] != 0.0 || sum["acked"] == 0.0 || sum["policy"] != "demo" {
+		t.Fatalf("summary: %s", out)
+	}
+}
