@@ -27,6 +27,7 @@ var (
 	benchWindow = flag.Duration("detect.window", 20*time.Second, "detection benchmark: kills are spread at random over this window")
 	benchAlone  = flag.Bool("detect.memberlist-alone", false, "detection benchmark: also run memberlist in a pool of its own")
 	benchSoak   = flag.Duration("detect.soak", 2*time.Minute, "detection benchmark: duration of the false-positive soak (0 skips it)")
+	benchSoakOn = flag.String("detect.soak-on", "follower", "detection benchmark: the soak's faults are on the links of a \"follower\" or of the \"leader\"")
 )
 
 // latencies summarises detection latencies.
@@ -293,6 +294,8 @@ func measureMemberlist(b *testing.B, n int) latencies {
 
 // soakResult is what the false-positive soak measured.
 type soakResult struct {
+	// node is the coordinator whose links were degraded.
+	node string
 	// failovers sums the brokers' failover counters; decisions counts the
 	// decision events (both must stay 0).
 	failovers, decisions int
@@ -304,9 +307,10 @@ type soakResult struct {
 }
 
 // soak runs the tuned configuration with 20% loss and 0–100 ms jitter on
-// every link of coordinator c3 (its direct probes, its gossip to and from
-// every member, its raft streams both ways) and counts the failovers.
-func soak(b *testing.B, d time.Duration) soakResult {
+// every link of one coordinator, a follower or the leader at the start (its
+// direct probes, its gossip to and from every member, its raft streams both
+// ways) and counts the failovers.
+func soak(b *testing.B, d time.Duration, on string) soakResult {
 	c := newDetCluster(b, tunedConfig)
 	ids := []string{"s1", "s2", "s3", "s4", "s5"}
 	for _, id := range ids {
@@ -316,7 +320,8 @@ func soak(b *testing.B, d time.Duration) soakResult {
 	var r soakResult
 	term0 := c.leader().node.Status().Term
 	before := c.faults.counts()
-	c.degradeCoordinator("c3", 0.2, 0, 100*time.Millisecond)
+	r.node = c.pick(on)
+	c.degradeCoordinator(r.node, 0.2, 0, 100*time.Millisecond)
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		r.samples++
 		if !slices.ContainsFunc(c.servers, func(s *Server) bool { return s.node.IsLeader() }) {
@@ -394,13 +399,16 @@ func detectionLatency(b *testing.B, out io.Writer) {
 
 // soakTable runs the false-positive soak and prints its table.
 func soakTable(b *testing.B, out io.Writer) {
+	if *benchSoakOn != "follower" && *benchSoakOn != "leader" {
+		b.Fatalf("-detect.soak-on %q: want follower or leader", *benchSoakOn)
+	}
 	var r soakResult
-	if !b.Run("soak", func(b *testing.B) { r = soak(b, *benchSoak) }) {
+	if !b.Run("soak", func(b *testing.B) { r = soak(b, *benchSoak, *benchSoakOn) }) {
 		return
 	}
 	f := r.faults
-	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of coordinator c3 (probes, gossip both ways, raft both ways), load average %s after\n\n", *benchSoak, loadavg())
-	fmt.Fprintln(out, "| duration | brokers | c3 probes (dropped) | gossip packets dropped / delayed, streams blocked | raft chunks (lost → retransmitted) | raft terms | samples without a leader | false failovers (decisions) |")
+	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of coordinator %s, the %s at the start (probes, gossip both ways, raft both ways), load average %s after\n\n", *benchSoak, r.node, *benchSoakOn, loadavg())
+	fmt.Fprintln(out, "| duration | brokers | its probes (dropped) | gossip packets dropped / delayed, streams blocked | raft chunks (lost → retransmitted) | raft terms | samples without a leader | false failovers (decisions) |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
 	fmt.Fprintf(out, "| %v | 5 | %d (%d) | %d / %d, %d | %d (%d) | %d | %d of %d | %d (%d) |\n", *benchSoak, f.probes, f.probesDropped,
 		f.gossipDropped, f.gossipDelayed, f.gossipStreamsBlocked, f.raftChunks, f.raftLost, r.terms, r.leaderless, r.samples, r.failovers, r.decisions)

@@ -193,6 +193,23 @@ func (c *detCluster) leader() *Server {
 	return nil
 }
 
+// pick returns the id of the current leader ("leader") or of a follower
+// ("follower").
+func (c *detCluster) pick(role string) string {
+	c.t.Helper()
+	leader := c.leader().cfg.NodeID
+	if role == "leader" {
+		return leader
+	}
+	for _, cfg := range c.cfgs {
+		if cfg.NodeID != leader {
+			return cfg.NodeID
+		}
+	}
+	c.t.Fatal("no follower")
+	return ""
+}
+
 func (c *detCluster) brokers(id string) waldenv1.BrokersClient {
 	return waldenv1.NewBrokersClient(c.conns[id])
 }
@@ -379,7 +396,15 @@ func TestDetectOneCoordinatorCutOffNeverFailsOver(t *testing.T) {
 	t.Logf("faults during the hold: %+v", n)
 }
 
+// TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver puts the faults on
+// a follower, then on the leader.
 func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
+	for _, target := range []string{"follower", "leader"} {
+		t.Run(target, func(t *testing.T) { testLossAndJitterOn(t, target) })
+	}
+}
+
+func testLossAndJitterOn(t *testing.T, target string) {
 	c := newDetCluster(t, nil)
 	c.startAgent("b1", nil)
 	c.startAgent("b2", nil)
@@ -391,10 +416,11 @@ func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
 	}
 	before := c.faults.counts()
 	term0 := c.leader().node.Status().Term
+	node := c.pick(target)
 
-	// 20% loss and 50–100 ms delay on every link of c3: its probes, its
+	// 20% loss and 50–100 ms delay on every link of node: its probes, its
 	// gossip to and from every member, its raft streams both ways.
-	c.degradeCoordinator("c3", 0.2, 50*time.Millisecond, 50*time.Millisecond)
+	c.degradeCoordinator(node, 0.2, 50*time.Millisecond, 50*time.Millisecond)
 	healthy := func() bool {
 		for id, e := range epochs {
 			if b := c.broker(id); b.GetFenced() || b.GetEpoch() != e || b.GetFailovers() != 0 {
@@ -403,13 +429,13 @@ func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
 		}
 		return true
 	}
-	c.hold("no failover under loss and jitter on c3", 5*tFailureTimeout, func() bool {
+	c.hold("no failover under loss and jitter on "+node, 5*tFailureTimeout, func() bool {
 		return healthy() && !c.broker("b3").GetFenced()
 	})
 	// The cluster still decides: a broker that really dies is failed over,
 	// once, and the healthy ones are not.
 	_ = a3.Stop(false)
-	c.waitFor("b3 failed while c3's links are degraded", 20*time.Second, func() bool { return c.broker("b3").GetFenced() })
+	c.waitFor("b3 failed while "+node+"'s links are degraded", 20*time.Second, func() bool { return c.broker("b3").GetFenced() })
 	c.hold("b1, b2 untouched; one decision", 2*tFailureTimeout, func() bool {
 		return healthy() && len(c.events("", "decision")) == 1
 	})
@@ -417,7 +443,7 @@ func TestDetectLossAndJitterOnOneCoordinatorNeverFailsOver(t *testing.T) {
 	if n.probes < 20 || n.probesDropped == 0 || n.gossipDropped == 0 || n.raftLost == 0 {
 		t.Fatalf("the faults did not act on every link: %+v", n)
 	}
-	t.Logf("faults: %+v; raft terms during the faults: %d", n, c.leader().node.Status().Term-term0)
+	t.Logf("faults on %s (%s): %+v; raft terms during the faults: %d", node, target, n, c.leader().node.Status().Term-term0)
 }
 
 func TestDetectAgentCutOffSelfFencesBeforeFailed(t *testing.T) {
