@@ -5,27 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"walden/coordclient"
 	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
-)
-
-// Leader hints and refusal reasons as the coordinators send them.
-const (
-	// trailerLeaderAddr carries the leader's admin address in a not-leader
-	// (Unavailable) answer.
-	trailerLeaderAddr = "walden-leader-addr"
-	reasonNotLeader   = "NOT_LEADER"
 )
 
 // Refusal reasons the agent acts on (package fencing's reasons).
@@ -54,84 +42,16 @@ func refusalReason(err error) string {
 	return ""
 }
 
-// leaderHint reads the leader's address from a not-leader answer.
-func leaderHint(err error, trailer metadata.MD) string {
-	if s, ok := status.FromError(err); ok {
-		for _, d := range s.Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonNotLeader {
-				if a := info.GetMetadata()["leader_addr"]; a != "" {
-					return a
-				}
-			}
-		}
-	}
-	if v := trailer.Get(trailerLeaderAddr); len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
 // coordinators sends Agent RPCs to the coordinator cluster: to the member
 // that answered last, else to each configured endpoint in turn, following
 // leader hints.
 type coordinators struct {
-	endpoints []string
-	dialOpts  []grpc.DialOption
-	log       *slog.Logger
-
-	mu        sync.Mutex
-	conns     map[string]*grpc.ClientConn
-	preferred string // the address that answered last, or a hinted leader
+	client    *coordclient.Client
+	endpoints int
 }
 
 func newCoordinators(endpoints []string, dialOpts []grpc.DialOption, log *slog.Logger) *coordinators {
-	return &coordinators{endpoints: slices.Clone(endpoints), dialOpts: dialOpts, log: log, conns: map[string]*grpc.ClientConn{}}
-}
-
-func (c *coordinators) client(addr string) (waldenv1.AgentClient, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	conn, ok := c.conns[addr]
-	if !ok {
-		var err error
-		conn, err = grpc.NewClient(addr, c.dialOpts...)
-		if err != nil {
-			return nil, fmt.Errorf("agent: dial %s: %w", addr, err)
-		}
-		c.conns[addr] = conn
-	}
-	return waldenv1.NewAgentClient(conn), nil
-}
-
-// order is the sequence of addresses one call tries.
-func (c *coordinators) order() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.endpoints)+1)
-	if c.preferred != "" {
-		out = append(out, c.preferred)
-	}
-	for _, e := range c.endpoints {
-		if e != c.preferred {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func (c *coordinators) prefer(addr string) {
-	c.mu.Lock()
-	c.preferred = addr
-	c.mu.Unlock()
-}
-
-// unprefer forgets addr as the preferred member after it failed.
-func (c *coordinators) unprefer(addr string) {
-	c.mu.Lock()
-	if c.preferred == addr {
-		c.preferred = ""
-	}
-	c.mu.Unlock()
+	return &coordinators{client: coordclient.New(endpoints, log, dialOpts...), endpoints: len(endpoints)}
 }
 
 // rpc is one Agent RPC attempt against one coordinator.
@@ -143,57 +63,25 @@ type rpc func(ctx context.Context, cl waldenv1.AgentClient, opts ...grpc.CallOpt
 // answer is returned comes back as sent (the moment the request was sent,
 // or a moment just before it).
 func (c *coordinators) call(ctx context.Context, perTry time.Duration, now func() time.Time, fn rpc) (sent time.Time, err error) {
-	queue := c.order()
-	tried := map[string]bool{}
-	hops := 0
-	for len(queue) > 0 && hops < len(c.endpoints)+3 {
-		addr := queue[0]
-		queue = queue[1:]
-		if tried[addr] {
-			continue
-		}
-		tried[addr] = true
-		hops++
-		cl, derr := c.client(addr)
-		if derr != nil {
-			err = derr
-			continue
-		}
-		var trailer metadata.MD
-		tctx, cancel := context.WithTimeout(ctx, perTry)
-		sent = now()
-		err = fn(tctx, cl, grpc.Trailer(&trailer))
-		cancel()
-		if err == nil {
-			c.prefer(addr)
-			return sent, nil
-		}
-		if ctx.Err() != nil {
-			return sent, fmt.Errorf("agent: %s: %w", addr, ctx.Err())
-		}
-		code := status.Code(err)
-		if code != codes.Unavailable && code != codes.DeadlineExceeded {
-			// A real answer (a refusal): the member is reachable.
-			c.prefer(addr)
-			return sent, err
-		}
-		if hint := leaderHint(err, trailer); hint != "" && hint != addr && !tried[hint] {
-			c.log.Debug("following leader hint", "from", addr, "leader_addr", hint)
-			queue = append([]string{hint}, queue...)
-		}
-		c.unprefer(addr)
+	err = c.client.Do(ctx, coordclient.Policy{PerTry: perTry, MaxAttempts: c.endpoints + 3},
+		func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+			sent = now()
+			return fn(ctx, waldenv1.NewAgentClient(conn), opts...)
+		})
+	var none *coordclient.NoAnswerError
+	if !errors.As(err, &none) {
+		return sent, err
 	}
-	if err == nil {
-		err = errors.New("agent: no coordinator to ask")
+	last := none.Last()
+	switch {
+	case none.Ctx != nil:
+		return sent, fmt.Errorf("agent: %s: %w", last.Addr, none.Ctx)
+	case last.Err != nil:
+		return sent, last.Err
 	}
-	return sent, err
+	return sent, errors.New("agent: no coordinator to ask")
 }
 
 func (c *coordinators) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for a, conn := range c.conns {
-		_ = conn.Close()
-		delete(c.conns, a)
-	}
+	c.client.Close()
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/broker"
+	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -443,14 +444,11 @@ func ownerAddrHint(err error) string {
 type resolver struct {
 	coords    *broker.Coordinators
 	overrides map[string]string
-	dial      []grpc.DialOption
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns     *coordclient.Conns
 }
 
 func newResolver(c *broker.Coordinators, overrides map[string]string, dial []grpc.DialOption) *resolver {
-	return &resolver{coords: c, overrides: overrides, dial: dial, conns: map[string]*grpc.ClientConn{}}
+	return &resolver{coords: c, overrides: overrides, conns: coordclient.NewConns(dial...)}
 }
 
 func (r *resolver) brokerAddr(ctx context.Context, id string) (string, error) {
@@ -493,24 +491,13 @@ func (r *resolver) anyBrokers(ctx context.Context) []string {
 }
 
 func (r *resolver) client(addr string) (waldenv1.BrokerAPIClient, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	conn, ok := r.conns[addr]
-	if !ok {
-		var err error
-		if conn, err = grpc.NewClient(addr, r.dial...); err != nil {
-			return nil, fmt.Errorf("loadgen: broker %s: %w", addr, err)
-		}
-		r.conns[addr] = conn
+	conn, err := r.conns.Get(addr)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: broker %s: %w", addr, err)
 	}
 	return waldenv1.NewBrokerAPIClient(conn), nil
 }
 
 func (r *resolver) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for a, c := range r.conns {
-		_ = c.Close()
-		delete(r.conns, a)
-	}
+	r.conns.Close()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/config"
+	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
@@ -25,13 +25,13 @@ const (
 	// Unavailable "not leader" answer: the leader's member id and admin
 	// address. The same values are in an errdetails.ErrorInfo detail
 	// (reason NOT_LEADER, metadata leader_id and leader_addr).
-	TrailerLeaderID   = "walden-leader-id"
-	TrailerLeaderAddr = "walden-leader-addr"
+	TrailerLeaderID   = coordclient.TrailerLeaderID
+	TrailerLeaderAddr = coordclient.TrailerLeaderAddr
 	// headerForwardedBy marks a request one member forwarded to the leader,
 	// so that the receiver answers with a hint instead of forwarding again.
 	headerForwardedBy = "walden-forwarded-by"
 	// ReasonNotLeader is the ErrorInfo reason of a not-leader answer.
-	ReasonNotLeader = "NOT_LEADER"
+	ReasonNotLeader = coordclient.ReasonNotLeader
 	errorDomain     = "walden.v1"
 )
 
@@ -42,25 +42,18 @@ type adminService struct {
 	node   ClusterNode
 	nodeID string
 	logger *slog.Logger
-	// creds secure the connections to the leader when forwarding.
-	creds credentials.TransportCredentials
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn // by leader admin address
+	// conns are the connections to the leader when forwarding, by admin
+	// address, secured with the cluster's client credentials.
+	conns *coordclient.Conns
 }
 
 func newAdminService(node ClusterNode, nodeID string, creds credentials.TransportCredentials, logger *slog.Logger) *adminService {
-	return &adminService{node: node, nodeID: nodeID, creds: creds, logger: logger, conns: map[string]*grpc.ClientConn{}}
+	return &adminService{node: node, nodeID: nodeID, logger: logger, conns: coordclient.NewConns(grpc.WithTransportCredentials(creds))}
 }
 
 // close drops the forwarding connections.
 func (a *adminService) close() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for addr, c := range a.conns {
-		_ = c.Close()
-		delete(a.conns, addr)
-	}
+	a.conns.Close()
 }
 
 func (a *adminService) Status(ctx context.Context, _ *waldenv1.StatusRequest) (*waldenv1.StatusResponse, error) {
@@ -178,16 +171,9 @@ func (a *adminService) forwardLeaderTransfer(ctx context.Context, req *waldenv1.
 }
 
 func (a *adminService) leaderClient(addr string) (waldenv1.ClusterClient, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, ok := a.conns[addr]
-	if !ok {
-		var err error
-		c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(a.creds))
-		if err != nil {
-			return nil, fmt.Errorf("server: dial leader %s: %w", addr, err)
-		}
-		a.conns[addr] = c
+	c, err := a.conns.Get(addr)
+	if err != nil {
+		return nil, fmt.Errorf("server: dial leader %s: %w", addr, err)
 	}
 	return waldenv1.NewClusterClient(c), nil
 }
@@ -204,16 +190,7 @@ func adminAddrOf(st NodeStatus, id string) string {
 // notLeader is the Unavailable answer naming the leader, with the hint in a
 // status detail and in trailers.
 func (a *adminService) notLeader(ctx context.Context, leaderID, addr string) error {
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(TrailerLeaderID, leaderID, TrailerLeaderAddr, addr))
-	s := status.New(codes.Unavailable, fmt.Sprintf("not leader; leader=%s addr=%s", leaderID, addr))
-	if d, err := s.WithDetails(&errdetails.ErrorInfo{
-		Reason:   ReasonNotLeader,
-		Domain:   errorDomain,
-		Metadata: map[string]string{"leader_id": leaderID, "leader_addr": addr},
-	}); err == nil {
-		s = d
-	}
-	return s.Err()
+	return coordclient.NotLeader(ctx, errorDomain, leaderID, addr)
 }
 
 func hasLeaderHint(s *status.Status) bool {
@@ -224,19 +201,14 @@ func hasLeaderHint(s *status.Status) bool {
 // copyLeaderHint passes a hint received from a forwarded call on to our caller.
 func copyLeaderHint(ctx context.Context, s *status.Status) {
 	if id, addr := LeaderHint(s); addr != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(TrailerLeaderID, id, TrailerLeaderAddr, addr))
+		coordclient.SetLeaderTrailer(ctx, id, addr)
 	}
 }
 
 // LeaderHint returns the leader id and admin address carried by a
 // not-leader status, or empty strings.
 func LeaderHint(s *status.Status) (id, addr string) {
-	for _, d := range s.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonNotLeader {
-			return info.GetMetadata()["leader_id"], info.GetMetadata()["leader_addr"]
-		}
-	}
-	return "", ""
+	return coordclient.LeaderHint(s)
 }
 
 // toStatus maps a node error to a gRPC status error.

@@ -128,16 +128,9 @@ func forwardToLeader[T any](ctx context.Context, d *detection, st NodeStatus, ca
 
 // conn returns a cached client connection to a member's admin address.
 func (a *adminService) conn(addr string) (*grpc.ClientConn, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, ok := a.conns[addr]
-	if !ok {
-		var err error
-		c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(a.creds))
-		if err != nil {
-			return nil, fmt.Errorf("server: dial %s: %w", addr, err)
-		}
-		a.conns[addr] = c
+	c, err := a.conns.Get(addr)
+	if err != nil {
+		return nil, fmt.Errorf("server: dial %s: %w", addr, err)
 	}
 	return c, nil
 }

@@ -15,23 +15,22 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"walden/coordclient"
 )
 
 // Names shared with the server's admin API.
 const (
-	envEndpoints      = "WALDENCTL_ENDPOINTS"
-	defaultEndpoint   = "127.0.0.1:7001"
-	trailerLeaderAddr = "walden-leader-addr"
-	reasonNotLeader   = "NOT_LEADER"
+	envEndpoints    = "WALDENCTL_ENDPOINTS"
+	defaultEndpoint = "127.0.0.1:7001"
+	reasonNotLeader = coordclient.ReasonNotLeader
 )
 
 // cli holds the global flags and what every command shares: the endpoints,
@@ -118,38 +117,31 @@ func (c *cli) complete(cmd *cobra.Command) error {
 // leader; any other Unavailable (or, when retryable is set, a deadline)
 // moves on to the next endpoint. Other errors are final.
 func (c *cli) call(ctx context.Context, retryable bool, rpc func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error) error {
-	queue := append([]string(nil), c.endpoints...)
-	var errs []string
-	maxAttempts := len(c.endpoints) + 3 // room for following leader hints
-	for attempt := 0; len(queue) > 0 && attempt < maxAttempts; attempt++ {
-		addr := queue[0]
-		queue = queue[1:]
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
-			continue
-		}
-		actx, cancel := context.WithTimeout(ctx, c.timeout)
-		var trailer metadata.MD
-		err = rpc(actx, conn, grpc.Trailer(&trailer))
-		cancel()
-		_ = conn.Close()
+	coords := coordclient.New(c.endpoints, nil, grpc.WithTransportCredentials(c.creds))
+	defer coords.Close()
+	moveOn := func(code codes.Code) bool {
+		return code == codes.Unavailable || (code == codes.DeadlineExceeded && retryable)
+	}
+	err := coords.Do(ctx, coordclient.Policy{PerTry: c.timeout, MaxAttempts: len(c.endpoints) + 3, MoveOn: moveOn},
+		func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+			return rpc(ctx, conn, opts...)
+		})
+	var none *coordclient.NoAnswerError
+	if !errors.As(err, &none) {
 		if err == nil {
 			return nil
 		}
-		s, _ := status.FromError(err)
-		errs = append(errs, fmt.Sprintf("%s: %s", addr, describeStatus(s)))
-		switch {
-		case s.Code() == codes.Unavailable:
-			if leader := leaderAddr(s, trailer); leader != "" && leader != addr {
-				queue = append([]string{leader}, queue...)
-			}
-		case s.Code() == codes.DeadlineExceeded && retryable:
-		default:
-			return errors.New(describeStatus(s))
-		}
-		if ctx.Err() != nil {
-			break
+		return errors.New(describeStatus(status.Convert(err)))
+	}
+	if last := none.Last(); none.Ctx != nil && !moveOn(status.Code(last.Err)) {
+		return errors.New(describeStatus(status.Convert(last.Err)))
+	}
+	var errs []string
+	for _, f := range none.Failures {
+		if s, ok := status.FromError(f.Err); ok {
+			errs = append(errs, fmt.Sprintf("%s: %s", f.Addr, describeStatus(s)))
+		} else {
+			errs = append(errs, fmt.Sprintf("%s: %v", f.Addr, f.Err))
 		}
 	}
 	if len(errs) == 1 {
@@ -160,21 +152,6 @@ func (c *cli) call(ctx context.Context, retryable bool, rpc func(ctx context.Con
 
 func describeStatus(s *status.Status) string {
 	return fmt.Sprintf("%s: %s", s.Code(), s.Message())
-}
-
-// leaderAddr reads the leader hint of a not-leader answer.
-func leaderAddr(s *status.Status, trailer metadata.MD) string {
-	for _, d := range s.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonNotLeader {
-			if a := info.GetMetadata()["leader_addr"]; a != "" {
-				return a
-			}
-		}
-	}
-	if v := trailer.Get(trailerLeaderAddr); len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 // print writes msg as JSON (every field present, proto names) or calls
