@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,16 +9,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"walden/config"
 	"walden/gossip"
+	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -130,9 +126,9 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 	if opts.RegisterBackoffMax <= 0 {
 		opts.RegisterBackoffMax = 2 * time.Second
 	}
-	creds, err := transportCreds(cfg.TLS)
+	creds, err := mtls.ClientCreds(cfg.TLS)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	log := opts.Logger.With("broker_id", cfg.BrokerID)
 	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
@@ -145,25 +141,6 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		changed: make(chan struct{}),
 		events:  make(chan Lease, 64),
 	}, nil
-}
-
-func transportCreds(c config.TLS) (credentials.TransportCredentials, error) {
-	if !c.Enabled() {
-		return insecure.NewCredentials(), nil
-	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: tls.cert_file %s, tls.key_file %s: %w", ErrInvalidConfig, c.CertFile, c.KeyFile, err)
-	}
-	caPEM, err := os.ReadFile(c.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: tls.ca_file: %w", ErrInvalidConfig, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("%w: tls.ca_file %s holds no PEM certificate", ErrInvalidConfig, c.CAFile)
-	}
-	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}), nil
 }
 
 // Run starts the agent, blocks until ctx is done, then stops it gracefully

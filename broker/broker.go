@@ -2,8 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,12 +14,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"walden/agent"
 	"walden/config"
 	"walden/fencing"
+	"walden/mtls"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/wal"
@@ -120,9 +117,9 @@ func New(cfg *config.Broker, opts Options) (*Broker, error) {
 		opts.S3.Logger = opts.Logger
 	}
 	if len(opts.DialOptions) == 0 {
-		creds, err := transportCreds(cfg.TLS)
+		creds, err := mtls.ClientCreds(cfg.TLS)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		opts.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	}
@@ -541,25 +538,4 @@ func (b *Broker) pendingLen(inc *incarnation) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(inc.pending)
-}
-
-// transportCreds returns the credentials of the coordinator connections:
-// mutual TLS from the tls keys, or none.
-func transportCreds(c config.TLS) (credentials.TransportCredentials, error) {
-	if !c.Enabled() {
-		return insecure.NewCredentials(), nil
-	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: tls.cert_file %s, tls.key_file %s: %w", ErrInvalidConfig, c.CertFile, c.KeyFile, err)
-	}
-	caPEM, err := os.ReadFile(c.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: tls.ca_file: %w", ErrInvalidConfig, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("%w: tls.ca_file %s holds no PEM certificate", ErrInvalidConfig, c.CAFile)
-	}
-	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}), nil
 }

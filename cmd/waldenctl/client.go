@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/coordclient"
+	"walden/mtls"
 )
 
 // Names shared with the server's admin API.
@@ -91,13 +91,9 @@ func (c *cli) complete(cmd *cobra.Command) error {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.cacert != "" {
-		pem, err := os.ReadFile(c.cacert)
+		pool, err := mtls.CertPool(c.cacert)
 		if err != nil {
 			return fmt.Errorf("--cacert: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--cacert: no PEM certificate in %s", c.cacert)
 		}
 		tc.RootCAs = pool
 	}

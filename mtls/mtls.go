@@ -1,0 +1,85 @@
+package mtls
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"walden/config"
+)
+
+// ErrNoPEM means a CA file holds no PEM certificate.
+var ErrNoPEM = errors.New("no PEM certificate")
+
+// Configs are the two sides of mutual TLS of one member. Both are nil when
+// TLS is off.
+type Configs struct {
+	// Server requires a client certificate signed by ca_file.
+	Server *tls.Config
+	// Client presents cert_file and checks the server against ca_file.
+	Client *tls.Config
+}
+
+// Load reads the files c names. With TLS off it returns empty Configs.
+func Load(c config.TLS) (Configs, error) {
+	if !c.Enabled() {
+		return Configs{}, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return Configs{}, fmt.Errorf("tls.cert_file %s, tls.key_file %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	pool, err := CertPool(c.CAFile)
+	if err != nil {
+		return Configs{}, fmt.Errorf("tls.ca_file: %w", err)
+	}
+	return Configs{
+		Server: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{cert},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    pool,
+		},
+		Client: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{cert},
+			RootCAs:      pool,
+		},
+	}, nil
+}
+
+// CertPool reads the PEM certificates of file.
+func CertPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w in %s", ErrNoPEM, file)
+	}
+	return pool, nil
+}
+
+// Creds are the gRPC transport credentials of tc: plain when tc is nil.
+func Creds(tc *tls.Config) credentials.TransportCredentials {
+	if tc == nil {
+		return insecure.NewCredentials()
+	}
+	return credentials.NewTLS(tc)
+}
+
+// ClientCreds are the credentials of a client of the coordinators
+// configured by c: mutual TLS, or plain when TLS is off.
+func ClientCreds(c config.TLS) (credentials.TransportCredentials, error) {
+	m, err := Load(c)
+	if err != nil {
+		return nil, err
+	}
+	return Creds(m.Client), nil
+}
