@@ -240,8 +240,26 @@ func TestE2EZombieBroker(t *testing.T) {
 	ctx := context.Background()
 	var reasons []string
 	sc := &e2e.Failover{Warmup: 3 * time.Second, Say: logSay(t), Signal: syscall.SIGSTOP}
+	var zombieEpoch uint64
+	sc.BeforeKill = func(ctx context.Context) error {
+		b, err := c.GetBroker(ctx, sc.Victim)
+		zombieEpoch = b.GetEpoch()
+		return err
+	}
 	sc.AfterFailover = func(ctx context.Context) error {
 		v := c.Proc(sc.Victim)
+		// The zombie is still stopped and fenced: the catalog refuses its
+		// epoch with NODE_FENCED.
+		old, err := c.GetBroker(ctx, sc.Victim)
+		if err != nil {
+			return err
+		}
+		if !old.GetFenced() {
+			return fmt.Errorf("%s not fenced after the failover: %v", sc.Victim, old)
+		}
+		if reason := catalogAsOldEpoch(t, c, sc.Victim, zombieEpoch); reason != "NODE_FENCED" {
+			return fmt.Errorf("catalog: the zombie's epoch refused with %q, want NODE_FENCED", reason)
+		}
 		cc, err := c.Conn(v.Listen)
 		if err != nil {
 			return err
@@ -294,11 +312,22 @@ func TestE2EZombieBroker(t *testing.T) {
 	if !sawFence {
 		t.Fatalf("no LEASE_INVALID or NODE_FENCED refusal among %v", reasons)
 	}
-	// The catalog refuses the zombie's old epoch.
+	// After SIGCONT the broker registered again: its old epoch is refused
+	// still, now as an expired one (or still fenced).
+	if reason := catalogAsOldEpoch(t, c, sum.Victim, sum.OldEpoch); reason != "NODE_FENCED" && reason != "EPOCH_EXPIRED" {
+		t.Fatalf("catalog OpenStream with the zombie's old epoch %d after SIGCONT: reason %q", sum.OldEpoch, reason)
+	}
+}
+
+// catalogAsOldEpoch asks the catalog, as broker id with the given epoch, to
+// open id's first stream, and returns the refusal's reason ("" if it was
+// accepted).
+func catalogAsOldEpoch(t *testing.T, c *e2e.Cluster, id string, epoch uint64) string {
+	t.Helper()
 	var catErr error
-	err = c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+	err := c.Call(context.Background(), func(ctx context.Context, cc *grpc.ClientConn) error {
 		_, catErr = waldenv1.NewCatalogClient(cc).OpenStream(ctx, &waldenv1.OpenStreamRequest{
-			BrokerId: sum.Victim, BrokerEpoch: sum.OldEpoch, StreamId: c.Proc(sum.Victim).Streams[0]})
+			BrokerId: id, BrokerEpoch: epoch, StreamId: c.Proc(id).Streams[0]})
 		if status.Code(catErr) == codes.Unavailable {
 			return catErr
 		}
@@ -307,10 +336,9 @@ func TestE2EZombieBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reason := fencing.ReasonFromStatus(catErr); reason != "NODE_FENCED" && reason != "EPOCH_EXPIRED" {
-		t.Fatalf("catalog OpenStream with the zombie's old epoch %d: %v (reason %q)", sum.OldEpoch, catErr, reason)
-	}
-	t.Logf("catalog refuses the old epoch: %s", fencing.ReasonFromStatus(catErr))
+	reason := fencing.ReasonFromStatus(catErr)
+	t.Logf("catalog OpenStream as %s epoch %d: %v (reason %q)", id, epoch, catErr, reason)
+	return reason
 }
 
 // waldenctlJobs runs `waldenctl jobs -o json` against the cluster.
