@@ -66,7 +66,9 @@ records acknowledged and lost.
 
 It exits with status 1 when an acknowledged record is lost or offsets have
 gaps. --keep leaves the cluster running (until Ctrl-C) and prints how to
-look at it with waldenctl. --backlog builds that many bytes of un-uploaded
+look at it with waldenctl. Configs, data and logs go to --dir; without it, to
+a temporary directory that is removed after a successful run and kept (and
+named) after a failure. --backlog builds that many bytes of un-uploaded
 WAL on b1 before the kill (brokers then upload only every
 --upload-interval).`,
 		Args: cobra.NoArgs,
@@ -109,14 +111,22 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		}
 	}
 
-	dir := o.dir
+	dir, removeDir := o.dir, false
 	if dir == "" {
 		d, err := os.MkdirTemp("", "walden-dev-")
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
-		dir = d
+		dir, removeDir = d, true
 	}
+	// A temporary directory goes away after a successful run; after a
+	// failure it stays, with the logs the error names.
+	succeeded := false
+	defer func() {
+		if removeDir && succeeded {
+			os.RemoveAll(dir)
+		}
+	}()
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("dev: find own binary: %w", err)
@@ -175,6 +185,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return fmt.Errorf("%w: lost %d, gaps %d (logs in %s)", errDevLost, sum.Lost, sum.Gaps, dir)
 	}
 	if !o.keep {
+		succeeded = true
 		return nil
 	}
 	eps := strings.Join(c.AdminAddrs(), ",")
@@ -187,9 +198,10 @@ the cluster keeps running (Ctrl-C stops it); %s was killed, the other brokers se
   waldenctl streams
   waldenctl events --limit 30
   walden load --coordinators %s --rate 100 --duration 10s --ledger %s/more.jsonl
-logs and data: %s
-`, sum.Victim, eps, eps, dir, dir)
+logs and data: %s%s
+`, sum.Victim, eps, eps, dir, dir, map[bool]string{true: " (removed on Ctrl-C; --dir keeps them)", false: ""}[removeDir])
 	<-ctx.Done()
+	succeeded = true
 	return nil
 }
 
