@@ -407,7 +407,7 @@ func soakTable(b *testing.B, out io.Writer) {
 		return
 	}
 	f := r.faults
-	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of coordinator %s, the %s at the start (probes, gossip both ways, raft both ways), load average %s after\n\n", *benchSoak, r.node, *benchSoakOn, loadavg())
+	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of coordinator %s (%s at the start; probes, gossip both ways, raft both ways), load average %s after\n\n", *benchSoak, r.node, *benchSoakOn, loadavg())
 	fmt.Fprintln(out, "| duration | brokers | its probes (dropped) | gossip packets dropped / delayed, streams blocked | raft chunks (lost → retransmitted) | raft terms | samples without a leader | false failovers (decisions) |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
 	fmt.Fprintf(out, "| %v | 5 | %d (%d) | %d / %d, %d | %d (%d) | %d | %d of %d | %d (%d) |\n", *benchSoak, f.probes, f.probesDropped,
