@@ -2,8 +2,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -78,14 +76,7 @@ func DefaultAgentConfig() *Agent {
 func LoadAgent(path string) (*Agent, error) {
 	cfg := DefaultAgentConfig()
 	src, err := decodeFile(path, cfg)
-	if err != nil {
-		return nil, err
-	}
-	cfg.src = src
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return validated(cfg, src, err)
 }
 
 // ParseAgent is LoadAgent for YAML already in memory; name is used as the
@@ -93,15 +84,11 @@ func LoadAgent(path string) (*Agent, error) {
 func ParseAgent(name string, data []byte) (*Agent, error) {
 	cfg := DefaultAgentConfig()
 	src, err := decodeBytes(name, data, cfg)
-	if err != nil {
-		return nil, err
-	}
-	cfg.src = src
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return validated(cfg, src, err)
 }
+
+// setSource keeps the source the configuration was read from.
+func (c *Agent) setSource(src *source) { c.src = src }
 
 // GossipNodeName is the agent's name in the gossip pool: "agent/<broker_id>".
 func (c *Agent) GossipNodeName() string { return string(gossip.RoleAgent) + "/" + c.BrokerID }
@@ -112,81 +99,23 @@ func (c *Agent) Validate() error {
 	v := validator{src: c.src}
 	v.name("broker_id", c.BrokerID)
 	v.name("cluster_name", c.ClusterName)
+	v.coordinators(c.Coordinators)
 
-	if len(c.Coordinators) == 0 {
-		v.missing("coordinators", "the coordinators' admin host:port addresses")
-	}
-	seen := map[string]int{}
-	for i, a := range c.Coordinators {
-		key := fmt.Sprintf("coordinators[%d]", i)
-		if v.peerAddr(key, a) {
-			if j, dup := seen[a]; dup {
-				v.add(key, "duplicate address %s (also coordinators[%d])", a, j)
-			}
-			seen[a] = i
-		}
-	}
-
-	if v.listenAddr("listen", c.Listen, true) {
-		if host, _, _ := net.SplitHostPort(c.Listen); host == "" {
-			v.add("listen", "invalid address %q: host must not be empty (coordinators dial it)", c.Listen)
-		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			v.add("listen", "invalid address %q: a wildcard address cannot be dialled by the coordinators; name this host's address", c.Listen)
-		}
-	}
-	if c.BrokerAddr != "" {
-		if err := checkHostPort(c.BrokerAddr, true); err != nil {
-			v.add("broker_addr", "invalid address %q: %v", c.BrokerAddr, err)
-		}
-	}
+	v.agentListen("listen", c.Listen)
+	v.optionalPeerAddr("broker_addr", c.BrokerAddr)
 	v.required("wal.path", c.WAL.Path, "the broker's WAL file or device")
 
-	if !v.src.has("gossip.listen") && v.src != nil {
-		v.missing("gossip.listen", "ip:port of the agent's gossip member")
-	} else {
-		g := c.Gossip
-		g.ClusterName = c.ClusterName
-		g.NodeName = c.GossipNodeName()
-		g.Meta = gossip.Meta{Role: gossip.RoleAgent, ID: c.BrokerID}
-		if c.ClusterName != "" && c.BrokerID != "" {
-			if err := g.Validate(); err != nil {
-				var ge *gossip.ConfigError
-				if errors.As(err, &ge) && !strings.HasPrefix(ge.Key, "meta") &&
-					ge.Key != "cluster_name" && ge.Key != "node_name" {
-					v.add("gossip."+ge.Key, "%s", ge.Reason)
-				} else {
-					v.add("gossip", "%v", err)
-				}
-			}
-		}
-		if c.Gossip.BindAddr == c.Listen && c.Listen != "" && !strings.HasSuffix(c.Listen, ":0") {
-			v.add("gossip.listen", "address %s is already used by listen", c.Listen)
-		}
+	if v.agentGossip(c.Gossip, c.ClusterName, c.BrokerID, "ip:port of the agent's gossip member") &&
+		c.Gossip.BindAddr == c.Listen && c.Listen != "" && !strings.HasSuffix(c.Listen, ":0") {
+		v.add("gossip.listen", "address %s is already used by listen", c.Listen)
 	}
 
 	if c.LeaseSafetyMargin < 0 {
 		v.add("lease_safety_margin", "must not be negative, got %s", c.LeaseSafetyMargin)
 	}
 
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		v.add("log.level", "must be one of debug, info, warn, error, got %q", c.Log.Level)
-	}
-	switch c.Log.Format {
-	case "json", "text":
-	default:
-		v.add("log.format", "must be json or text, got %q", c.Log.Format)
-	}
-	if c.TLS.Enabled() {
-		for _, f := range []struct{ key, val string }{
-			{"tls.cert_file", c.TLS.CertFile}, {"tls.key_file", c.TLS.KeyFile}, {"tls.ca_file", c.TLS.CAFile},
-		} {
-			if f.val == "" {
-				v.add(f.key, "must be set when any tls file is set (cert_file, key_file and ca_file go together)")
-			}
-		}
-	}
+	v.logSection(c.Log)
+	v.tlsSection(c.TLS)
 	return errors.Join(v.errs...)
 }
 

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -107,15 +106,7 @@ func DefaultBrokerConfig() *Broker {
 func LoadBroker(path string) (*Broker, error) {
 	cfg := DefaultBrokerConfig()
 	src, err := decodeFile(path, cfg)
-	if err != nil {
-		return nil, err
-	}
-	cfg.src = src
-	cfg.defaultUploadBytes()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return validated(cfg, src, err)
 }
 
 // ParseBroker is LoadBroker for YAML already in memory; name is used as the
@@ -123,15 +114,13 @@ func LoadBroker(path string) (*Broker, error) {
 func ParseBroker(name string, data []byte) (*Broker, error) {
 	cfg := DefaultBrokerConfig()
 	src, err := decodeBytes(name, data, cfg)
-	if err != nil {
-		return nil, err
-	}
-	cfg.src = src
-	cfg.defaultUploadBytes()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return validated(cfg, src, err)
+}
+
+// setSource keeps src and fills the defaults that depend on what it set.
+func (c *Broker) setSource(src *source) {
+	c.src = src
+	c.defaultUploadBytes()
 }
 
 // defaultUploadBytes lowers the default upload_bytes to a quarter of a small
@@ -166,49 +155,12 @@ func (c *Broker) Validate() error {
 	v.name("broker_id", c.BrokerID)
 	v.name("cluster_name", c.ClusterName)
 	v.listenAddr("listen", c.Listen, true)
-	if c.BrokerAddr != "" {
-		if err := checkHostPort(c.BrokerAddr, true); err != nil {
-			v.add("broker_addr", "invalid address %q: %v", c.BrokerAddr, err)
-		}
+	v.optionalPeerAddr("broker_addr", c.BrokerAddr)
+	v.coordinators(c.Coordinators)
+	if v.agentListen("agent_listen", c.AgentListen) && c.AgentListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		v.add("agent_listen", "address %s is already used by listen", c.AgentListen)
 	}
-	if len(c.Coordinators) == 0 {
-		v.missing("coordinators", "the coordinators' admin host:port addresses")
-	}
-	seen := map[string]int{}
-	for i, a := range c.Coordinators {
-		key := fmt.Sprintf("coordinators[%d]", i)
-		if v.peerAddr(key, a) {
-			if j, dup := seen[a]; dup {
-				v.add(key, "duplicate address %s (also coordinators[%d])", a, j)
-			}
-			seen[a] = i
-		}
-	}
-	if v.listenAddr("agent_listen", c.AgentListen, true) {
-		if host, _, _ := net.SplitHostPort(c.AgentListen); host == "" {
-			v.add("agent_listen", "invalid address %q: host must not be empty (coordinators dial it)", c.AgentListen)
-		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			v.add("agent_listen", "invalid address %q: a wildcard address cannot be dialled by the coordinators; name this host's address", c.AgentListen)
-		} else if c.AgentListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
-			v.add("agent_listen", "address %s is already used by listen", c.AgentListen)
-		}
-	}
-	if c.src != nil && !c.src.has("gossip.listen") {
-		v.missing("gossip.listen", "ip:port of the broker's gossip member")
-	} else if c.ClusterName != "" && c.BrokerID != "" {
-		g := c.Gossip
-		g.ClusterName = c.ClusterName
-		g.NodeName = string(gossip.RoleAgent) + "/" + c.BrokerID
-		g.Meta = gossip.Meta{Role: gossip.RoleAgent, ID: c.BrokerID}
-		if err := g.Validate(); err != nil {
-			var ge *gossip.ConfigError
-			if errors.As(err, &ge) && !strings.HasPrefix(ge.Key, "meta") && ge.Key != "cluster_name" && ge.Key != "node_name" {
-				v.add("gossip."+ge.Key, "%s", ge.Reason)
-			} else {
-				v.add("gossip", "%v", err)
-			}
-		}
-	}
+	v.agentGossip(c.Gossip, c.ClusterName, c.BrokerID, "ip:port of the broker's gossip member")
 	v.required("wal.path", c.WAL.Path, "the broker's WAL file or device")
 	if c.WAL.Capacity < 16<<10 || c.WAL.Capacity%4096 != 0 {
 		v.add("wal.capacity", "must be a multiple of 4096 and at least 16384, got %d", c.WAL.Capacity)
@@ -244,25 +196,8 @@ func (c *Broker) Validate() error {
 	if c.LeaseSafetyMargin < 0 {
 		v.add("lease_safety_margin", "must not be negative, got %s", c.LeaseSafetyMargin)
 	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		v.add("log.level", "must be one of debug, info, warn, error, got %q", c.Log.Level)
-	}
-	switch c.Log.Format {
-	case "json", "text":
-	default:
-		v.add("log.format", "must be json or text, got %q", c.Log.Format)
-	}
-	if c.TLS.Enabled() {
-		for _, f := range []struct{ key, val string }{
-			{"tls.cert_file", c.TLS.CertFile}, {"tls.key_file", c.TLS.KeyFile}, {"tls.ca_file", c.TLS.CAFile},
-		} {
-			if f.val == "" {
-				v.add(f.key, "must be set when any tls file is set (cert_file, key_file and ca_file go together)")
-			}
-		}
-	}
+	v.logSection(c.Log)
+	v.tlsSection(c.TLS)
 	return errors.Join(v.errs...)
 }
 

@@ -225,14 +225,7 @@ func DefaultServerConfig() *Server {
 func LoadServer(path string) (*Server, error) {
 	cfg := DefaultServerConfig()
 	src, err := decodeFile(path, cfg)
-	if err != nil {
-		return nil, err
-	}
-	cfg.src = src
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return validated(cfg, src, err)
 }
 
 // ParseServer is LoadServer for YAML already in memory; name is used as
@@ -240,15 +233,11 @@ func LoadServer(path string) (*Server, error) {
 func ParseServer(name string, data []byte) (*Server, error) {
 	cfg := DefaultServerConfig()
 	src, err := decodeBytes(name, data, cfg)
-	if err != nil {
-		return nil, err
-	}
-	cfg.src = src
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return validated(cfg, src, err)
 }
+
+// setSource keeps the source the configuration was read from.
+func (c *Server) setSource(src *source) { c.src = src }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
@@ -316,26 +305,8 @@ func (c *Server) Validate() error {
 		v.add("node_id", "%q is not in initial_cluster (a founding member must list itself)", c.NodeID)
 	}
 
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		v.add("log.level", "must be one of debug, info, warn, error, got %q", c.Log.Level)
-	}
-	switch c.Log.Format {
-	case "json", "text":
-	default:
-		v.add("log.format", "must be json or text, got %q", c.Log.Format)
-	}
-
-	if c.TLS.Enabled() {
-		for _, f := range []struct{ key, val string }{
-			{"tls.cert_file", c.TLS.CertFile}, {"tls.key_file", c.TLS.KeyFile}, {"tls.ca_file", c.TLS.CAFile},
-		} {
-			if f.val == "" {
-				v.add(f.key, "must be set when any tls file is set (cert_file, key_file and ca_file go together)")
-			}
-		}
-	}
+	v.logSection(c.Log)
+	v.tlsSection(c.TLS)
 
 	r := c.Raft
 	if r.TickInterval < time.Millisecond {
@@ -451,26 +422,29 @@ func (v *validator) name(key, val string) bool {
 // listenAddr checks a host:port to listen on; the host may be empty (all
 // interfaces) and the port 0 (any free port).
 func (v *validator) listenAddr(key, val string, required bool) bool {
+	return v.hostPort(key, val, required, false)
+}
+
+// peerAddr checks an address other members dial: host and a non-zero port.
+func (v *validator) peerAddr(key, val string) bool {
+	return v.hostPort(key, val, true, true)
+}
+
+// optionalPeerAddr is peerAddr for a key that may be left empty.
+func (v *validator) optionalPeerAddr(key, val string) bool {
+	return v.hostPort(key, val, false, true)
+}
+
+// hostPort checks a host:port as checkHostPort does; an empty one is a
+// mistake when required.
+func (v *validator) hostPort(key, val string, required, dial bool) bool {
 	if val == "" {
 		if required {
 			v.missing(key, "host:port")
 		}
 		return false
 	}
-	if err := checkHostPort(val, false); err != nil {
-		v.add(key, "invalid address %q: %v", val, err)
-		return false
-	}
-	return true
-}
-
-// peerAddr checks an address other members dial: host and a non-zero port.
-func (v *validator) peerAddr(key, val string) bool {
-	if val == "" {
-		v.missing(key, "host:port")
-		return false
-	}
-	if err := checkHostPort(val, true); err != nil {
+	if err := checkHostPort(val, dial); err != nil {
 		v.add(key, "invalid address %q: %v", val, err)
 		return false
 	}
