@@ -385,6 +385,7 @@ func TestE2EKillRecoveryExecutor(t *testing.T) {
 	})
 	ctx := context.Background()
 	var killed string
+	var inUpload time.Time
 	sc := &e2e.Failover{Warmup: 2 * time.Second, Backlog: backlog, Say: logSay(t)}
 	sc.DuringRecovery = func(ctx context.Context, _ *waldenv1.Job) (bool, error) {
 		jobs, err := waldenctlJobs(ctx, c, sc.Victim)
@@ -395,6 +396,14 @@ func TestE2EKillRecoveryExecutor(t *testing.T) {
 		state, step, assignee := fmt.Sprint(j["state"]), fmt.Sprint(j["step"]), fmt.Sprint(j["assignee_id"])
 		switch {
 		case state == "running" && step == "upload" && assignee != "":
+			// Kill once bytes are reported uploaded, or 300ms into the
+			// step (parts in flight), whichever comes first.
+			if inUpload.IsZero() {
+				inUpload = time.Now()
+			}
+			if fmt.Sprint(j["bytes_uploaded"]) == "0" && time.Since(inUpload) < 300*time.Millisecond {
+				return false, nil
+			}
 			p := c.Proc(assignee)
 			if p == nil {
 				return false, fmt.Errorf("job assignee %q is not a coordinator", assignee)
