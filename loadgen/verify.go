@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -52,7 +53,9 @@ type StreamVerify struct {
 // VerifyReport is the result of Verify. Lost counts acknowledged records
 // missing at their acknowledged offset (absent, or another record there);
 // Gaps counts offsets missing inside the data read back; Duplicates counts
-// extra copies of a record id at other offsets.
+// extra copies of a record id at other offsets, from the stream's first
+// acknowledged offset in the ledger on (record ids restart with every load
+// run, so records of earlier runs on the same streams are not duplicates).
 type VerifyReport struct {
 	Acked      int64          `json:"acked"`
 	Present    int64          `json:"present"`
@@ -160,8 +163,10 @@ func Verify(ctx context.Context, cfg VerifyConfig) (*VerifyReport, error) {
 func verifyStream(ctx context.Context, res *resolver, stream uint64, acked map[uint64]string, deadline time.Time, log *slog.Logger) (StreamVerify, error) {
 	sv := StreamVerify{Stream: stream, Acked: int64(len(acked)), LostOffsets: []uint64{}}
 	var need uint64 // one past the last acknowledged offset
+	first := uint64(math.MaxUint64)
 	for off := range acked {
 		need = max(need, off+1)
+		first = min(first, off)
 	}
 	got := map[uint64]string{}
 	seen := map[string]int{}
@@ -178,7 +183,12 @@ func verifyStream(ctx context.Context, res *resolver, stream uint64, acked map[u
 			sv.Gaps += int64(r.GetOffset() - next)
 			id := PayloadID(r.GetPayload())
 			got[r.GetOffset()] = id
-			seen[id]++
+			// Record ids restart at 0 with every load run: only the
+			// records from the ledger's first acknowledged offset on
+			// belong to this run, the ones below to earlier runs.
+			if r.GetOffset() >= first {
+				seen[id]++
+			}
 			next = r.GetOffset() + 1
 		}
 		if len(recs) > 0 {
