@@ -249,7 +249,7 @@ func (c *Server) Validate() error {
 	v.name("node_id", c.NodeID)
 	v.required("data_dir", c.DataDir, "directory of the raft log")
 
-	v.listenAddr("listen.admin", c.Listen.Admin, true)
+	adminOK := v.listenAddr("listen.admin", c.Listen.Admin, true)
 	v.listenAddr("listen.raft", c.Listen.Raft, true)
 	v.listenAddr("listen.gossip", c.Listen.Gossip, false)
 	v.listenAddr("listen.http", c.Listen.HTTP, false)
@@ -332,7 +332,9 @@ func (c *Server) Validate() error {
 				}
 				v.add(key, "%s", ge.Reason)
 			} else if errors.As(err, &ge) && strings.HasPrefix(ge.Key, "meta.admin_addr") {
-				v.add("listen.admin", "%s", ge.Reason)
+				if adminOK { // else listen.admin's mistake is reported already
+					v.add("listen.admin", "%s", ge.Reason)
+				}
 			} else {
 				v.add("gossip", "%v", err)
 			}

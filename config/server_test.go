@@ -146,6 +146,18 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestBadAdminAddressReportedOnce: a bad listen.admin is one mistake, not
+// a second one from the gossip metadata that carries the same address.
+func TestBadAdminAddressReportedOnce(t *testing.T) {
+	_, err := ParseServer("c1.yaml", []byte(replace(t, "admin: 127.0.0.1:7001\n", "admin: 127.0.0.1:99999\n")))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if n := strings.Count(err.Error(), "listen.admin"); n != 1 {
+		t.Fatalf("listen.admin reported %d times:\n%v", n, err)
+	}
+}
+
 func TestBrokenYAMLLine(t *testing.T) {
 	_, err := ParseServer("x.yaml", []byte("cluster_name: demo\nlisten:\n  admin: [\n"))
 	var ce *Error
