@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -162,8 +163,18 @@ func (d *Decider) Tick(ctx context.Context) {
 			"suspect_for_ms", ev.GetSuspectForMs(), "failure_timeout_ms", ev.GetFailureTimeoutMs(),
 			"lease_expired_for_ms", ev.GetLeaseExpiredForMs(), "brokers_suspected", ev.GetBrokersSuspected(),
 			"brokers_total", ev.GetBrokersTotal(), "running_recoveries", ev.GetRunningRecoveries(), "live_members", df.GetLiveMembers())
+		if !df.GetDryRun() && !d.leases.BeginDeclare(df.GetBrokerId(), df.GetEpoch(), ttl, time.Duration(p.GetDriftMarginMs())*time.Millisecond, d.cfg.Now()) {
+			d.log.Info("decision dropped: the lease was renewed meanwhile", "broker_id", df.GetBrokerId(), "epoch", df.GetEpoch(), "term", term)
+			continue
+		}
 		res, err := d.proposeOne(ctx, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: df}})
 		if err != nil {
+			// A refusal by the state machine means the entry did not apply;
+			// any other failure may still commit, so renewals of the epoch
+			// stay refused.
+			if !df.GetDryRun() && fencing.Reason(err) != "" {
+				d.leases.AbortDeclare(df.GetBrokerId(), df.GetEpoch())
+			}
 			continue
 		}
 		d.mu.Lock()

@@ -16,6 +16,10 @@ type LeaseTable struct {
 	mu          sync.Mutex
 	leaderSince time.Time
 	renewed     map[string]lease
+	// declaring holds, per broker, the epoch for which a failover decision
+	// was proposed: renewals of that epoch are refused from then on, so
+	// that no agent is granted a lease while the decision is in flight.
+	declaring map[string]uint64
 }
 
 type lease struct {
@@ -28,15 +32,18 @@ type lease struct {
 
 // NewLeaseTable returns an empty table whose leadership starts at since.
 func NewLeaseTable(since time.Time) *LeaseTable {
-	return &LeaseTable{leaderSince: since, renewed: map[string]lease{}}
+	return &LeaseTable{leaderSince: since, renewed: map[string]lease{}, declaring: map[string]uint64{}}
 }
 
 // Reset starts a new leadership at now: every lease is treated as renewed
-// no earlier than now.
+// no earlier than now. Decisions of an earlier leadership are applied
+// before a renewal of the new one passes its linearizable read, so their
+// marks are dropped.
 func (t *LeaseTable) Reset(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.leaderSince = now
+	clear(t.declaring)
 }
 
 // LeaderSince returns the start of the current leadership.
@@ -47,14 +54,46 @@ func (t *LeaseTable) LeaderSince() time.Time {
 }
 
 // Renew records a renewal (or a registration) of broker at epoch at the
-// leader's time at, granting ttl.
-func (t *LeaseTable) Renew(broker string, epoch uint64, at time.Time, ttl time.Duration) {
+// leader's time at, granting ttl. It reports false, and records nothing,
+// when a failover decision of broker at epoch is in flight or made (see
+// BeginDeclare): the renewal must then be refused.
+func (t *LeaseTable) Renew(broker string, epoch uint64, at time.Time, ttl time.Duration) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if e, ok := t.declaring[broker]; ok && e == epoch {
+		return false
+	}
 	if cur, ok := t.renewed[broker]; ok && cur.epoch == epoch && cur.at.After(at) {
-		return
+		return true
 	}
 	t.renewed[broker] = lease{epoch: epoch, at: at, ttl: ttl}
+	return true
+}
+
+// BeginDeclare is called before a failover decision of broker at epoch is
+// proposed. Atomically with the renewals, it checks that the lease expired
+// at least margin before now, and if so refuses every later renewal of that
+// epoch (a renewal that passed its epoch check before the decision applied
+// would otherwise let the fenced broker acknowledge writes). It reports
+// whether the decision may be proposed.
+func (t *LeaseTable) BeginDeclare(broker string, epoch uint64, ttl, margin time.Duration, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if now.Sub(t.expiresAtLocked(broker, epoch, ttl)) < margin {
+		return false
+	}
+	t.declaring[broker] = epoch
+	return true
+}
+
+// AbortDeclare lifts the refusal of BeginDeclare after the decision was
+// refused by the state machine (it will not apply).
+func (t *LeaseTable) AbortDeclare(broker string, epoch uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.declaring[broker]; ok && e == epoch {
+		delete(t.declaring, broker)
+	}
 }
 
 // Forget drops a broker's entry.
@@ -71,6 +110,10 @@ func (t *LeaseTable) Forget(broker string) {
 func (t *LeaseTable) ExpiresAt(broker string, epoch uint64, ttl time.Duration) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.expiresAtLocked(broker, epoch, ttl)
+}
+
+func (t *LeaseTable) expiresAtLocked(broker string, epoch uint64, ttl time.Duration) time.Time {
 	exp := t.leaderSince.Add(ttl)
 	if l, ok := t.renewed[broker]; ok && l.epoch == epoch {
 		if e := l.at.Add(max(l.ttl, ttl)); e.After(exp) {

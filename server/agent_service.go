@@ -227,7 +227,12 @@ func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseR
 		return nil, d.stateErr(ctx, err)
 	}
 	ttl := d.policy().GetLeaseTtlMs()
-	d.leases.Renew(req.GetBrokerId(), req.GetEpoch(), at, time.Duration(ttl)*time.Millisecond)
+	if !d.leases.Renew(req.GetBrokerId(), req.GetEpoch(), at, time.Duration(ttl)*time.Millisecond) {
+		// A failover decision of this epoch is in flight: granting the
+		// lease would let the broker acknowledge writes while it is fenced.
+		return nil, status.Errorf(codes.FailedPrecondition, "lease renewal refused: a failover decision of broker %q at epoch %d is in flight",
+			req.GetBrokerId(), req.GetEpoch())
+	}
 	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: ttl, LeaderId: st.NodeID}, nil
 }
 
