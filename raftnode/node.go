@@ -235,6 +235,9 @@ type Node struct {
 	// transferring is set while TransferLeadership runs: raft drops
 	// proposals during a transfer, so they take the path that reports it.
 	transferring atomic.Int32
+	// removed is set once this member applied its own removal; it stops
+	// shortly after.
+	removed atomic.Bool
 
 	stopOnce sync.Once
 	stopc    chan struct{}
@@ -426,6 +429,8 @@ func (n *Node) run() {
 	defer n.shutdown()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
+	// removedc fires a while after this member applied its own removal.
+	var removedc <-chan time.Time
 	for {
 		select {
 		case <-ticker.C:
@@ -437,10 +442,19 @@ func (n *Node) run() {
 				n.logger.Error("raftnode: fatal error, stopping member", "err", err)
 				return
 			}
-			if removed {
-				n.logger.Warn("raftnode: this member was removed from the cluster, stopping")
-				return
+			if removed && removedc == nil {
+				// Linger before stopping, as etcd does: a removed leader
+				// must still deliver the commit index of its removal (and
+				// vote and append for the survivors while they have not
+				// applied it), else the survivors keep a configuration
+				// that needs this member; with two voters, forever.
+				n.removed.Store(true)
+				wait := 2 * n.electionTimeout()
+				n.logger.Warn("raftnode: this member was removed from the cluster, stopping", "in", wait)
+				removedc = time.After(wait)
 			}
+		case <-removedc:
+			return
 		case <-n.stopc:
 			return
 		}
@@ -830,11 +844,15 @@ func (n *Node) Stop() {
 	<-n.donec
 }
 
-// Done is closed once the member stopped: after Stop, after it applied its
-// own removal, or after a fatal storage error (which it logs).
+// Done is closed once the member stopped: after Stop, two election
+// timeouts after it applied its own removal, or after a fatal storage error
+// (which it logs).
 func (n *Node) Done() <-chan struct{} { return n.donec }
 
 func (n *Node) stopped() bool {
+	if n.removed.Load() {
+		return true
+	}
 	select {
 	case <-n.donec:
 		return true
