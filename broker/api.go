@@ -27,6 +27,11 @@ const (
 	MaxReadBytes = 2 << 20
 )
 
+// Test hooks, nil outside tests: testHookAppendAdmitted runs in Append
+// once the request was admitted, before its WAL write; testHookDrained runs
+// in a graceful stop once nothing is pending, before the streams close.
+var testHookAppendAdmitted, testHookDrained func()
+
 // apiServer serves walden.v1.BrokerAPI.
 type apiServer struct {
 	waldenv1.UnimplementedBrokerAPIServer
@@ -100,6 +105,9 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	if err := b.checkLease(inc); err != nil {
 		return nil, err
 	}
+	if testHookAppendAdmitted != nil {
+		testHookAppendAdmitted()
+	}
 
 	b.walMu.RLock()
 	st := inc.streams[req.GetStreamId()]
@@ -145,6 +153,10 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	// use, not only the payloads.
 	full := inc.pendingBytes >= b.cfg.UploadBytes || inc.w.NextOffset()-inc.w.Header().TrimOffset >= b.cfg.UploadBytes
 	fenced := inc.fenced
+	// A graceful stop that began after the admission may already have
+	// uploaded for the last time and be closing the streams: the record
+	// would stay in the WAL only, behind a closed stream.
+	draining = b.draining
 	b.mu.Unlock()
 	st.mu.Unlock()
 	b.walMu.RUnlock()
@@ -154,6 +166,9 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	// The records are durable; acknowledge only if the lease still holds.
 	if fenced {
 		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
+	}
+	if draining {
+		return nil, refusal(codes.Unavailable, ReasonShuttingDown, "the broker is stopping", nil)
 	}
 	if err := b.checkLease(inc); err != nil {
 		return nil, err

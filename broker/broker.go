@@ -518,6 +518,9 @@ func (b *Broker) drain(ctx context.Context, inc *incarnation) error {
 		_ = inc.w.Close()
 		return fmt.Errorf("broker: drain: %d records not uploaded", n)
 	}
+	if testHookDrained != nil {
+		testHookDrained()
+	}
 	for _, id := range inc.streamIDs() {
 		s := inc.streams[id]
 		err := b.coords.Do(ctx, 3*time.Second, func(ctx context.Context, conn *grpc.ClientConn) error {
