@@ -285,8 +285,8 @@ func readIdentity(meta *bolt.Bucket) (storageIdentity, error) {
 // checkLog verifies the entries and state buckets: contiguous entries whose
 // stored index matches their key and whose terms never decrease, a decodable
 // HardState, snapshot and ConfState, FirstIndex-1 <= snapshot index <=
-// LastIndex with matching terms, and a commit index between the compaction
-// point and LastIndex.
+// LastIndex with matching terms, and a commit index between the snapshot
+// index (so also the compaction point) and LastIndex.
 func checkLog(tx *bolt.Tx, damaged func(string, ...any) error) error {
 	eb, sb := tx.Bucket(bucketEntries), tx.Bucket(bucketState)
 	if eb == nil {
@@ -361,6 +361,11 @@ func checkLog(tx *bolt.Tx, damaged func(string, ...any) error) error {
 		// raft restarts with the compaction point as committed and refuses
 		// a HardState below it.
 		return damaged("hard state commit %d below the compaction point %d", hs.GetCommit(), first)
+	}
+	if hs.GetCommit() < si {
+		// The node restarts raft with the snapshot index as applied, and
+		// raft refuses an applied index beyond the commit index.
+		return damaged("hard state commit %d below the snapshot index %d", hs.GetCommit(), si)
 	}
 	return nil
 }

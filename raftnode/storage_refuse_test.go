@@ -365,6 +365,21 @@ func TestOpenStorageRefuses(t *testing.T) {
 			wantText: []string{"hard state commit 10 below the compaction point 15"},
 		},
 		{
+			// raft restarts with the snapshot index as applied and panics
+			// when that is beyond the commit index.
+			name: "commit below the snapshot",
+			prepare: func(t *testing.T) string {
+				dir := populatedDir(t)
+				editDB(t, dir, func(tx *bolt.Tx) error {
+					hs := &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(17))}
+					return putProto(tx.Bucket(bucketState), keyHardState, hs)
+				})
+				return dir
+			},
+			want:     ErrDamagedDataDir,
+			wantText: []string{"hard state commit 17 below the snapshot index 20"},
+		},
+		{
 			name: "undecodable entry",
 			prepare: func(t *testing.T) string {
 				dir := populatedDir(t)
