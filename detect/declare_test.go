@@ -74,3 +74,28 @@ func TestRenewalDuringDecisionRefused(t *testing.T) {
 		t.Fatal("renewal of the new epoch refused")
 	}
 }
+
+// TestForceDeclareRefusesRenewalsAndReportsTheLease checks the manual
+// failover's hold on the lease table: from the call on, renewals of the
+// epoch are refused, and the answer is how long the lease may still run.
+func TestForceDeclareRefusesRenewalsAndReportsTheLease(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	lt := NewLeaseTable(t0)
+	ttl := 3 * time.Second
+	if !lt.Renew("b1", 4, t0.Add(10*time.Second), ttl) {
+		t.Fatal("renewal before the decision refused")
+	}
+	if rem := lt.ForceDeclare("b1", 4, ttl, t0.Add(11*time.Second)); rem != 2*time.Second {
+		t.Fatalf("remaining lease = %s, want 2s", rem)
+	}
+	if lt.Renew("b1", 4, t0.Add(12*time.Second), ttl) {
+		t.Fatal("renewal of the epoch accepted after a manual failover began")
+	}
+	if !lt.Renew("b2", 1, t0.Add(12*time.Second), ttl) {
+		t.Fatal("another broker's renewal refused")
+	}
+	lt.AbortDeclare("b1", 4)
+	if !lt.Renew("b1", 4, t0.Add(13*time.Second), ttl) {
+		t.Fatal("renewal still refused after the decision was refused")
+	}
+}

@@ -86,6 +86,18 @@ func (t *LeaseTable) BeginDeclare(broker string, epoch uint64, ttl, margin time.
 	return true
 }
 
+// ForceDeclare is BeginDeclare for a manual failover, which does not wait
+// for the lease to expire: it refuses every later renewal of broker at epoch
+// at once and returns how long the lease may still be valid at now (zero or
+// negative once expired). The recovery must not read the broker's WAL before
+// that, plus the drift margin, has passed.
+func (t *LeaseTable) ForceDeclare(broker string, epoch uint64, ttl time.Duration, now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.declaring[broker] = epoch
+	return t.expiresAtLocked(broker, epoch, ttl).Sub(now)
+}
+
 // AbortDeclare lifts the refusal of BeginDeclare after the decision was
 // refused by the state machine (it will not apply).
 func (t *LeaseTable) AbortDeclare(broker string, epoch uint64) {

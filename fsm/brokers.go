@@ -162,6 +162,7 @@ func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *wald
 		CreatedUnixMs:      s.now(),
 		UpdatedUnixMs:      s.now(),
 		RecoveredWalOffset: -1,
+		LeaseWaitMs:        max(op.GetEvidence().GetLeaseWaitMs(), 0),
 	}
 	j.Wal = clone(b.GetWal())
 	s.jobs[j.GetJobId()] = j

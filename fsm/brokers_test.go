@@ -111,9 +111,14 @@ func TestDeclareFailed(t *testing.T) {
 	// Maintenance blocks an automatic decision, not a manual one.
 	h.ok(&waldenv1.SetMaintenance{BrokerId: "b2", On: true})
 	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: ev}, fencing.ErrMaintenance)
-	res = h.ok(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: &waldenv1.Evidence{Manual: true}, LiveMembers: []string{"c1"}}).GetDeclareFailed()
+	res = h.ok(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: &waldenv1.Evidence{Manual: true, LeaseWaitMs: 2500}, LiveMembers: []string{"c1"}}).GetDeclareFailed()
 	if res.GetNewEpoch() != 3 || res.GetJobId() != "job-b2-3" {
 		t.Fatalf("manual decision = %v", res)
+	}
+	// The recovery of a broker failed over while it held a lease waits for
+	// that lease to run out before it reads the WAL.
+	if w := h.job("job-b2-3").GetLeaseWaitMs(); w != 2500 {
+		t.Fatalf("manual decision: job lease_wait_ms = %d, want 2500", w)
 	}
 
 	// The decision: new epoch, fenced, failed, job assigned to the least
@@ -128,7 +133,7 @@ func TestDeclareFailed(t *testing.T) {
 	}
 	j := h.job("job-b1-4")
 	if j.GetAssigneeId() != "c2" || j.GetState() != fsm.JobPending || j.GetAttempt() != 1 || j.GetToken() != 4 ||
-		j.GetWal().GetPath() != "/var/lib/broker/b1.wal" || j.GetRecoveredWalOffset() != -1 {
+		j.GetWal().GetPath() != "/var/lib/broker/b1.wal" || j.GetRecoveredWalOffset() != -1 || j.GetLeaseWaitMs() != 0 {
 		t.Fatalf("job = %v", j)
 	}
 	evs := h.s.Events("b1", 1)

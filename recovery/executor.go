@@ -229,6 +229,20 @@ func (a *attempt) fence(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if wait := time.Duration(j.GetLeaseWaitMs()) * time.Millisecond; wait > 0 {
+		// A broker failed over while it still held a lease (a manual
+		// failover) may acknowledge writes until that lease runs out; the
+		// WAL is read only after that, so the recovery sees every one.
+		a.log.Info("waiting for the broker's lease to run out before reading its WAL", "wait", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("recovery: fence: waiting for the broker's lease: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+		detail = fmt.Sprintf("%s; waited %s for the broker's lease to run out", detail, wait)
+	}
 	return a.stepDone(ctx, fsm.StepFence, detail)
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"walden/fencing"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -103,12 +104,19 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 	p := s.d.policy()
 	ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond
 	ev := &waldenv1.Evidence{
-		Observations:      b.GetObservations(),
-		FailureTimeoutMs:  p.GetFailureTimeoutMs(),
-		LeaseExpiredForMs: -s.d.leases.Remaining(b.GetBrokerId(), b.GetEpoch(), ttl, time.Now()).Milliseconds(),
-		Manual:            true,
-		Reason:            "manual failover: " + req.GetReason(),
-		DecidedBy:         st.NodeID,
+		Observations:     b.GetObservations(),
+		FailureTimeoutMs: p.GetFailureTimeoutMs(),
+		Manual:           true,
+		Reason:           "manual failover: " + req.GetReason(),
+		DecidedBy:        st.NodeID,
+	}
+	if !p.GetDryRun() {
+		// The broker may be alive and hold a valid lease: refuse its
+		// renewals from now on, and make the recovery wait until the lease
+		// has certainly run out before it reads the WAL.
+		remaining := s.d.leases.ForceDeclare(b.GetBrokerId(), b.GetEpoch(), ttl, time.Now())
+		ev.LeaseExpiredForMs = -remaining.Milliseconds()
+		ev.LeaseWaitMs = max(remaining.Milliseconds()+p.GetDriftMarginMs(), 0)
 	}
 	live := s.liveMembers()
 	s.d.logger.WarnContext(ctx, "manual failover", "broker_id", b.GetBrokerId(), "epoch", b.GetEpoch(), "term", st.Term,
@@ -117,6 +125,10 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 		BrokerId: b.GetBrokerId(), Epoch: b.GetEpoch(), Evidence: ev, DryRun: p.GetDryRun(), LiveMembers: live,
 	}}})
 	if err != nil {
+		if fencing.Reason(err) != "" {
+			// Refused by the state machine: the decision will not apply.
+			s.d.leases.AbortDeclare(b.GetBrokerId(), b.GetEpoch())
+		}
 		return nil, s.d.stateErr(ctx, err)
 	}
 	r := res.GetDeclareFailed()

@@ -807,3 +807,48 @@ func waitServingTB(t testing.TB, conn *grpc.ClientConn) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestManualFailoverOfLiveBrokerWaitsForItsLease fails over a broker whose
+// agent holds a valid lease: the decision refuses its renewals at once, and
+// the recovery's fence step does not finish (so the WAL is not read) before
+// the agent has stopped acknowledging.
+func TestManualFailoverOfLiveBrokerWaitsForItsLease(t *testing.T) {
+	c := newDetCluster(t, nil)
+	a1 := c.startAgent("b1", nil)
+	c.waitAllAlive("b1")
+	if !a1.Lease().Valid {
+		t.Fatal("b1's lease is not valid before the failover")
+	}
+	resp, err := c.brokers("c1").Failover(context.Background(), &waldenv1.FailoverRequest{BrokerId: "b1", Reason: "operator"})
+	if err != nil {
+		t.Fatalf("manual failover: %v", err)
+	}
+	jobs := waldenv1.NewJobsClient(c.conns["c1"])
+	var invalidAt, fencedStepAt time.Time
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && (invalidAt.IsZero() || fencedStepAt.IsZero()) {
+		now := time.Now()
+		if invalidAt.IsZero() && !a1.Lease().Valid {
+			invalidAt = now
+		}
+		if fencedStepAt.IsZero() {
+			if r, err := jobs.GetJob(context.Background(), &waldenv1.GetJobRequest{JobId: resp.GetJobId()}); err == nil {
+				if r.GetJob().GetLeaseWaitMs() <= 0 {
+					t.Fatalf("job of a manual failover of a live broker: lease_wait_ms = %d, want > 0", r.GetJob().GetLeaseWaitMs())
+				}
+				for _, cp := range r.GetJob().GetCheckpoints() {
+					if cp.GetStep() == "fence" {
+						fencedStepAt = now
+					}
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if invalidAt.IsZero() || fencedStepAt.IsZero() {
+		t.Fatalf("lease invalid at %v, fence step done at %v", invalidAt, fencedStepAt)
+	}
+	if !invalidAt.Before(fencedStepAt) {
+		t.Fatalf("the fence step finished %v before b1's lease turned invalid", invalidAt.Sub(fencedStepAt))
+	}
+}

@@ -402,7 +402,15 @@ type Evidence struct {
 	Manual bool   `protobuf:"varint,9,opt,name=manual,proto3" json:"manual,omitempty"`
 	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
 	// decided_by is the member (the leader) that proposed the decision.
-	DecidedBy     string `protobuf:"bytes,11,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecidedBy string `protobuf:"bytes,11,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// lease_wait_ms is how long, at most, the broker may still hold a valid
+	// lease when the decision is proposed (its remaining lease on the leader's
+	// monotonic clock plus the drift margin; 0 when the lease had already
+	// expired by the margin, as every automatic decision requires). The
+	// recovery waits this long before it reads the WAL, so that a broker
+	// failed over manually while alive cannot acknowledge a write the recovery
+	// does not see.
+	LeaseWaitMs   int64 `protobuf:"varint,12,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -512,6 +520,13 @@ func (x *Evidence) GetDecidedBy() string {
 		return x.DecidedBy
 	}
 	return ""
+}
+
+func (x *Evidence) GetLeaseWaitMs() int64 {
+	if x != nil {
+		return x.LeaseWaitMs
+	}
+	return 0
 }
 
 // Event is one entry of the bounded event log kept in the replicated state.
@@ -2434,7 +2449,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\tfailovers\x18\x11 \x01(\x04R\tfailovers\x12\x1e\n" +
 	"\vlast_job_id\x18\x12 \x01(\tR\tlastJobId\x12\"\n" +
 	"\racked_unix_ms\x18\x13 \x01(\x03R\vackedUnixMs\x12'\n" +
-	"\x0fleft_gracefully\x18\x14 \x01(\bR\x0eleftGracefully\"\xc6\x03\n" +
+	"\x0fleft_gracefully\x18\x14 \x01(\bR\x0eleftGracefully\"\xea\x03\n" +
 	"\bEvidence\x12:\n" +
 	"\fobservations\x18\x01 \x03(\v2\x16.walden.v1.ObservationR\fobservations\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12,\n" +
@@ -2448,7 +2463,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
-	"decided_by\x18\v \x01(\tR\tdecidedBy\"\xdf\x01\n" +
+	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\"\n" +
+	"\rlease_wait_ms\x18\f \x01(\x03R\vleaseWaitMs\"\xdf\x01\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x12\n" +

@@ -136,8 +136,11 @@ type Job struct {
 	// records_uploaded counts the record batches the job committed.
 	RecordsUploaded uint64 `protobuf:"varint,22,opt,name=records_uploaded,json=recordsUploaded,proto3" json:"records_uploaded,omitempty"`
 	FinishedUnixMs  int64  `protobuf:"varint,23,opt,name=finished_unix_ms,json=finishedUnixMs,proto3" json:"finished_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// lease_wait_ms is copied from the decision's evidence: the fence step
+	// waits this long before the WAL is read.
+	LeaseWaitMs   int64 `protobuf:"varint,24,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -327,6 +330,13 @@ func (x *Job) GetRecordsUploaded() uint64 {
 func (x *Job) GetFinishedUnixMs() int64 {
 	if x != nil {
 		return x.FinishedUnixMs
+	}
+	return 0
+}
+
+func (x *Job) GetLeaseWaitMs() int64 {
+	if x != nil {
+		return x.LeaseWaitMs
 	}
 	return 0
 }
@@ -1231,7 +1241,7 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\x9e\x06\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xc2\x06\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
@@ -1258,7 +1268,8 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x14recovered_wal_offset\x18\x14 \x01(\x03R\x12recoveredWalOffset\x12\x12\n" +
 	"\x04gaps\x18\x15 \x03(\tR\x04gaps\x12)\n" +
 	"\x10records_uploaded\x18\x16 \x01(\x04R\x0frecordsUploaded\x12(\n" +
-	"\x10finished_unix_ms\x18\x17 \x01(\x03R\x0efinishedUnixMs\"a\n" +
+	"\x10finished_unix_ms\x18\x17 \x01(\x03R\x0efinishedUnixMs\x12\"\n" +
+	"\rlease_wait_ms\x18\x18 \x01(\x03R\vleaseWaitMs\"a\n" +
 	"\rRenewJobLease\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1f\n" +
