@@ -9,9 +9,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -167,15 +167,13 @@ func newJobsWatchCmd(c *cli) *cobra.Command {
 // JSON document per update (json). With no job active at the start it
 // follows until the first job appears and finishes.
 func (c *cli) watchJobs(ctx context.Context, req *waldenv1.WatchJobsRequest) error {
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	if c.output == "table" {
-		fmt.Fprintln(tw, "TIME\tJOB\tSTATE\tSTEP\tASSIGNEE\tATTEMPT\tUPLOADED\tSTREAMS CLOSED\tERROR")
-		_ = tw.Flush()
+		fmt.Fprintln(c.stdout, watchRow("TIME", "JOB", "STATE", "STEP", "ASSIGNEE", "ATTEMPT", "UPLOADED", "STREAMS CLOSED", "ERROR"))
 	}
 	shown := map[string]string{}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		done, err := c.watchOnce(ctx, req, tw, shown)
+		done, err := c.watchOnce(ctx, req, shown)
 		if done || ctx.Err() != nil {
 			return nil
 		}
@@ -191,7 +189,7 @@ func (c *cli) watchJobs(ctx context.Context, req *waldenv1.WatchJobsRequest) err
 
 // watchOnce follows one WatchJobs stream, trying the endpoints in turn. It
 // reports done when every watched job has finished.
-func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, tw *tabwriter.Writer, shown map[string]string) (bool, error) {
+func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, shown map[string]string) (bool, error) {
 	var done bool
 	err := c.stream(ctx, func(ctx context.Context, conn grpc.ClientConnInterface) error {
 		st, err := jobsClient(conn).WatchJobs(ctx, req)
@@ -229,15 +227,16 @@ func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, tw 
 				}
 			} else {
 				for _, j := range resp.GetJobs() {
-					line := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%d/%d\t%s", j.GetJobId(), j.GetState(), orDash(j.GetStep()), orDash(j.GetAssigneeId()),
-						j.GetAttempt(), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()), j.GetStreamsClosed(), j.GetStreamsTotal(), orDash(oneLine(j.GetError(), 60)))
+					cells := []string{j.GetJobId(), j.GetState(), orDash(j.GetStep()), orDash(j.GetAssigneeId()),
+						strconv.FormatUint(uint64(j.GetAttempt()), 10), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()),
+						fmt.Sprintf("%d/%d", j.GetStreamsClosed(), j.GetStreamsTotal()), orDash(oneLine(j.GetError(), 60))}
+					line := strings.Join(cells, "\t")
 					if shown[j.GetJobId()] == line {
 						continue
 					}
 					shown[j.GetJobId()] = line
-					fmt.Fprintf(tw, "%s\t%s\n", time.Now().Format("15:04:05.000"), line)
+					fmt.Fprintln(c.stdout, watchRow(append([]string{time.Now().Format("15:04:05.000")}, cells...)...))
 				}
-				_ = tw.Flush()
 			}
 			// Done once the watched jobs are all finished: a named job at
 			// once, otherwise after at least one was seen active.
@@ -308,4 +307,26 @@ func newRetryCmd(c *cli) *cobra.Command {
 			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}) })
 		},
 	}
+}
+
+// watchWidths are the column widths of the live jobs table: its lines are
+// printed one by one as changes arrive, so the columns cannot be measured
+// over the whole table; a longer value pushes its line's next columns right.
+var watchWidths = []int{12, 8, 9, 6, 8, 7, 22, 14}
+
+// watchRow pads cells to watchWidths, two spaces apart; the last is unpadded.
+func watchRow(cells ...string) string {
+	var b strings.Builder
+	for i, cell := range cells {
+		b.WriteString(cell)
+		if i == len(cells)-1 {
+			break
+		}
+		w := 0
+		if i < len(watchWidths) {
+			w = watchWidths[i]
+		}
+		b.WriteString(strings.Repeat(" ", max(w-len(cell), 0)+2))
+	}
+	return b.String()
 }

@@ -123,4 +123,13 @@ func TestStreamsAndJobsCommands(t *testing.T) {
 		!strings.Contains(lines[3], "succeeded") || !strings.Contains(lines[3], "c2") {
 		t.Fatalf("watch output:\n%s", out)
 	}
+	// Lines printed one by one still line up under the header.
+	for _, col := range []string{"STATE", "UPLOADED", "STREAMS CLOSED"} {
+		at := strings.Index(lines[0], col)
+		for _, l := range lines[1:] {
+			if at <= 0 || len(l) <= at || l[at-1] != ' ' || l[at] == ' ' {
+				t.Fatalf("column %s (at %d) not aligned:\n%s", col, at, out)
+			}
+		}
+	}
 }
