@@ -48,6 +48,13 @@ func testLogger(t testing.TB) *slog.Logger {
 // test ends.
 func startAgent(t testing.TB, cfg *config.Agent, opts Options) *Agent {
 	t.Helper()
+	return startAgentWith(t, cfg, opts, nil)
+}
+
+// startAgentWith is startAgent with a hook run between New and Start (to
+// register OnEpochChange hooks, which must precede Start).
+func startAgentWith(t testing.TB, cfg *config.Agent, opts Options, beforeStart func(*Agent)) *Agent {
+	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
@@ -57,6 +64,9 @@ func startAgent(t testing.TB, cfg *config.Agent, opts Options) *Agent {
 	a, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if beforeStart != nil {
+		beforeStart(a)
 	}
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
@@ -240,9 +250,10 @@ func TestCoordinatorUnreachableSelfFences(t *testing.T) {
 // WAL offset.
 func TestFencedReregisters(t *testing.T) {
 	f := newFakeLeader(testTTL, testDrift)
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{})
 	epochs := make(chan Lease, 8)
-	a.OnEpochChange(func(l Lease) { epochs <- l })
+	a := startAgentWith(t, testConfig(serveAgent(t, f)), Options{}, func(a *Agent) {
+		a.OnEpochChange(func(l Lease) { epochs <- l })
+	})
 	waitRegistered(t, a)
 	select {
 	case l := <-epochs:
