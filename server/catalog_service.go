@@ -32,9 +32,14 @@ func newCatalogService(d *detection, state catalogState) *catalogService {
 	return &catalogService{d: d, state: state}
 }
 
-func checkEpoch(field string, epoch uint64) error {
+// checkBrokerRef validates the (broker_id, broker_epoch) pair every catalog
+// request carries.
+func checkBrokerRef(brokerID string, epoch uint64) error {
+	if err := checkBrokerID("broker_id", brokerID); err != nil {
+		return err
+	}
 	if epoch == 0 {
-		return invalidArg(field, "must be a registered epoch (> 0)")
+		return invalidArg("broker_epoch", "must be a registered epoch (> 0)")
 	}
 	return nil
 }
@@ -64,10 +69,7 @@ func (s *catalogService) write(ctx context.Context, cmd *waldenv1.Command) (*wal
 }
 
 func (s *catalogService) OpenStream(ctx context.Context, req *waldenv1.OpenStreamRequest) (*waldenv1.OpenStreamResponse, error) {
-	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
-		return nil, err
-	}
-	if err := checkEpoch("broker_epoch", req.GetBrokerEpoch()); err != nil {
+	if err := checkBrokerRef(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
 		return nil, err
 	}
 	res, err := s.write(ctx, &waldenv1.Command{Op: &waldenv1.Command_OpenStream{OpenStream: req}})
@@ -78,10 +80,7 @@ func (s *catalogService) OpenStream(ctx context.Context, req *waldenv1.OpenStrea
 }
 
 func (s *catalogService) CommitObject(ctx context.Context, req *waldenv1.CommitObjectRequest) (*waldenv1.CommitObjectResponse, error) {
-	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
-		return nil, err
-	}
-	if err := checkEpoch("broker_epoch", req.GetBrokerEpoch()); err != nil {
+	if err := checkBrokerRef(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
 		return nil, err
 	}
 	if err := checkFailover("failover", req.GetFailover()); err != nil {
@@ -120,10 +119,7 @@ func (s *catalogService) CommitObject(ctx context.Context, req *waldenv1.CommitO
 }
 
 func (s *catalogService) CloseStream(ctx context.Context, req *waldenv1.CloseStreamRequest) (*waldenv1.CloseStreamResponse, error) {
-	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
-		return nil, err
-	}
-	if err := checkEpoch("broker_epoch", req.GetBrokerEpoch()); err != nil {
+	if err := checkBrokerRef(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
 		return nil, err
 	}
 	if req.GetStreamEpoch() == 0 {
@@ -151,10 +147,7 @@ func (s *catalogService) read(ctx context.Context) error {
 // is checked like a write (a fenced broker is refused NODE_FENCED), unless
 // a recovery job asks in failover mode with its current attempt.
 func (s *catalogService) GetOpeningStreams(ctx context.Context, req *waldenv1.GetOpeningStreamsRequest) (*waldenv1.GetOpeningStreamsResponse, error) {
-	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
-		return nil, err
-	}
-	if err := checkEpoch("broker_epoch", req.GetBrokerEpoch()); err != nil {
+	if err := checkBrokerRef(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
 		return nil, err
 	}
 	if err := checkFailover("failover", req.GetFailover()); err != nil {
