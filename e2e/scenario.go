@@ -349,7 +349,8 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-func fmtBytes(n uint64) string {
+// FormatBytes prints a byte count for people (B, KiB, MiB, GiB).
+func FormatBytes(n uint64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
@@ -400,8 +401,8 @@ func (w *watcher) poll(ctx context.Context) {
 	if js, err := w.c.ListJobs(ctx, ""); err == nil {
 		for _, j := range js {
 			key := fmt.Sprintf("%s step %s attempt %d on %s, uploaded %s/%s (%d records), streams closed %d/%d",
-				j.GetState(), j.GetStep(), j.GetAttempt(), j.GetAssigneeId(), fmtBytes(j.GetBytesUploaded()),
-				fmtBytes(j.GetBytesTotal()), j.GetRecordsUploaded(), j.GetStreamsClosed(), j.GetStreamsTotal())
+				j.GetState(), j.GetStep(), j.GetAttempt(), j.GetAssigneeId(), FormatBytes(j.GetBytesUploaded()),
+				FormatBytes(j.GetBytesTotal()), j.GetRecordsUploaded(), j.GetStreamsClosed(), j.GetStreamsTotal())
 			if j.GetError() != "" {
 				key += ", error: " + j.GetError()
 			}

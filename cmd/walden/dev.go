@@ -225,13 +225,13 @@ func devPolicy(ctx context.Context, c *e2e.Cluster) (*waldenv1.Policy, error) {
 func devPrintSummary(out io.Writer, s *e2e.Summary, policy string) {
 	fmt.Fprintf(out, "\nsummary (policy %s): broker %s killed with SIGKILL, owner of %d streams", policy, s.Victim, s.VictimStreams)
 	if s.BacklogBytes > 0 {
-		fmt.Fprintf(out, ", %s of WAL not uploaded", devBytes(s.BacklogBytes))
+		fmt.Fprintf(out, ", %s of WAL not uploaded", e2e.FormatBytes(s.BacklogBytes))
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  detection (kill -> FAILED committed)\t%d ms\n", s.DetectionMs)
 	fmt.Fprintf(tw, "  recovery (kill -> its streams closed, job %s on %s, attempt %d, %s uploaded)\t%d ms\n",
-		s.JobID, s.JobAssignee, s.JobAttempts, devBytes(s.UploadedBytes), s.RecoveryMs)
+		s.JobID, s.JobAssignee, s.JobAttempts, e2e.FormatBytes(s.UploadedBytes), s.RecoveryMs)
 	fmt.Fprintf(tw, "  reopen (kill -> its streams open on other brokers)\t%d ms\n", s.ReopenMs)
 	fmt.Fprintf(tw, "  producer-visible unavailability, max / median over streams\t%d ms / %d ms\n", s.MaxUnavailableMs, s.MedianUnavailableMs)
 	fmt.Fprintf(tw, "  records acknowledged / present / lost / gaps / duplicates\t%d / %d / %d / %d / %d\n", s.Acked, s.Present, s.Lost, s.Gaps, s.Duplicates)
@@ -248,16 +248,4 @@ func devPrintSummary(out io.Writer, s *e2e.Summary, policy string) {
 	} else {
 		fmt.Fprintln(out, "FAILED: acknowledged records lost or gaps")
 	}
-}
-
-func devBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
