@@ -56,10 +56,10 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
 	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) ./objformat
 
-# deps installs what the tests need beyond Go modules: iproute2 (network
-# namespace tests) and the pinned versitygw S3 gateway (end-to-end tests).
+# deps installs what the tests need beyond Go modules: the pinned versitygw
+# S3 gateway (end-to-end tests). Network faults are injected in process
+# (memnet, gossip.Faults, the raft dial hook), so no system package is needed.
 deps: versitygw
-	scripts/install-deps.sh
 
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
 # concurrent packages and short fuzz runs of the WAL and object readers.
