@@ -57,9 +57,9 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) ./objformat
 
 # deps installs what the tests need beyond Go modules: the pinned versitygw
-# S3 gateway (end-to-end tests). Network faults are injected in process
-# (memnet, gossip.Faults, the raft dial hook), so no system package is needed.
-deps: versitygw
+# S3 gateway (end-to-end tests) and the system packages of
+# scripts/install-deps.sh (chromium for the web view's browser test).
+deps: versitygw system-deps
 
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
 # concurrent packages and short fuzz runs of the WAL and object readers.
@@ -99,3 +99,7 @@ clean:
 .PHONY: versitygw
 versitygw:
 	scripts/install-versitygw.sh
+
+.PHONY: system-deps
+system-deps:
+	scripts/install-deps.sh
