@@ -211,6 +211,20 @@ func LeaderHint(s *status.Status) (id, addr string) {
 	return coordclient.LeaderHint(s)
 }
 
+// Reasons (errdetails.ErrorInfo, domain walden.v1) of the cluster's
+// membership and leadership refusals, so that clients can tell them apart
+// without reading the message.
+const (
+	ReasonNoLeader        = "NO_LEADER"
+	ReasonStopping        = "STOPPING"
+	ReasonMemberNotFound  = "MEMBER_NOT_FOUND"
+	ReasonMemberExists    = "MEMBER_EXISTS"
+	ReasonInvalidMember   = "INVALID_MEMBER"
+	ReasonNotVoter        = "NOT_VOTER"
+	ReasonLastVoter       = "LAST_VOTER"
+	ReasonProposalDropped = "PROPOSAL_DROPPED"
+)
+
 // toStatus maps a node error to a gRPC status error.
 func (a *adminService) toStatus(ctx context.Context, err error) error {
 	if _, ok := status.FromError(err); ok && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -220,29 +234,40 @@ func (a *adminService) toStatus(ctx context.Context, err error) error {
 	case errors.Is(err, raftnode.ErrNotLeader):
 		st := a.node.Status()
 		if st.LeaderID == "" || st.LeaderID == st.NodeID {
-			return status.Error(codes.Unavailable, "no leader")
+			return withReason(codes.Unavailable, ReasonNoLeader, "no leader")
 		}
 		return a.notLeader(ctx, st.LeaderID, adminAddrOf(st, st.LeaderID))
 	case errors.Is(err, raftnode.ErrNoLeader):
-		return status.Error(codes.Unavailable, "no leader")
+		return withReason(codes.Unavailable, ReasonNoLeader, "no leader")
 	case errors.Is(err, raftnode.ErrStopped):
-		return status.Error(codes.Unavailable, "member is stopping")
+		return withReason(codes.Unavailable, ReasonStopping, "member is stopping")
 	case errors.Is(err, raftnode.ErrUnknownMember):
-		return status.Error(codes.NotFound, err.Error())
+		return withReason(codes.NotFound, ReasonMemberNotFound, err.Error())
 	case errors.Is(err, raftnode.ErrMemberExists):
-		return status.Error(codes.AlreadyExists, err.Error())
+		return withReason(codes.AlreadyExists, ReasonMemberExists, err.Error())
 	case errors.Is(err, raftnode.ErrInvalidMember):
 		return invalidArg("id", err.Error())
-	case errors.Is(err, raftnode.ErrNotVoter), errors.Is(err, raftnode.ErrLastVoter):
-		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, raftnode.ErrNotVoter):
+		return withReason(codes.FailedPrecondition, ReasonNotVoter, err.Error())
+	case errors.Is(err, raftnode.ErrLastVoter):
+		return withReason(codes.FailedPrecondition, ReasonLastVoter, err.Error())
 	case errors.Is(err, raftnode.ErrProposalDropped):
-		return status.Error(codes.Unavailable, err.Error())
+		return withReason(codes.Unavailable, ReasonProposalDropped, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// withReason is a status error with an ErrorInfo detail naming reason.
+func withReason(code codes.Code, reason, msg string) error {
+	s := status.New(code, msg)
+	if d, err := s.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
+		s = d
+	}
+	return s.Err()
 }
 
 func invalidArg(field, reason string) error {
