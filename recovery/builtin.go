@@ -56,6 +56,7 @@ type plan struct {
 	skipped   int64
 	skipNote  string
 	endReason string
+	endOffset int64
 	// recovered is the WAL offset of the last valid record (the broker
 	// trims to it, inclusive), or the header's trim offset when there is
 	// none.
@@ -164,9 +165,13 @@ func (a *attempt) readPlan(path string, streams []*waldenv1.Stream) (*plan, erro
 		}
 		p.skipped += n
 	}
+	p.endOffset = st.EndOffset
 	var notes []string
 	reasons := make([]string, 0, len(st.SkippedByReason))
 	for r := range st.SkippedByReason {
+		if r == wal.ReasonPadding || r == wal.ReasonTrimmedRecord || r == wal.ReasonBlockTail {
+			continue // the normal layout of a WAL, not damage
+		}
 		reasons = append(reasons, r)
 	}
 	sort.Strings(reasons)
@@ -303,16 +308,17 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 	if err != nil {
 		return fsm.StepRead, err
 	}
-	detail := fmt.Sprintf("%d records of %d opening streams to upload in %d objects (%d bytes); skipped %d bytes of damaged records",
-		p.records, len(streams), len(p.objects), p.bytes, p.skipped)
-	if p.skipNote != "" {
-		detail += " (" + p.skipNote + ")"
-	}
-	if p.endReason != "" {
-		detail += "; log ended: " + p.endReason
+	detail := fmt.Sprintf("%s of %s to upload in %s (%d bytes); %s",
+		plural(int64(p.records), "record", "records"), plural(int64(len(streams)), "opening stream", "opening streams"),
+		plural(int64(len(p.objects)), "object", "objects"), p.bytes, walEndText(p.endOffset, p.endReason))
+	if p.skipped > 0 {
+		detail += fmt.Sprintf("; skipped %d bytes of damaged records", p.skipped)
+		if p.skipNote != "" {
+			detail += " (" + p.skipNote + ")"
+		}
 	}
 	if len(p.gaps) > 0 {
-		detail += fmt.Sprintf("; %d streams stopped at a gap", len(p.gaps))
+		detail += fmt.Sprintf("; %s stopped at a gap", plural(int64(len(p.gaps)), "stream", "streams"))
 	}
 	if !a.reported && (p.skipped > 0 || len(p.gaps) > 0) {
 		a.reported = true
@@ -345,7 +351,7 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 		a.log.Debug("object committed", "object_id", o.id, "redundant", res.GetCommitObject().GetRedundant())
 	}
 	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepCommit, StepDone: true, RecordsUploaded: uint64(records),
-		Detail: fmt.Sprintf("committed %d objects (%d record batches)", len(objs), records)}); err != nil {
+		Detail: fmt.Sprintf("committed %s (%s)", plural(int64(len(objs)), "object", "objects"), plural(int64(records), "record batch", "record batches"))}); err != nil {
 		return fsm.StepCommit, err
 	}
 	if err := a.closeStreams(ctx, j, total); err != nil {
@@ -487,7 +493,7 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 		return nil, err
 	}
 	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepUpload, StepDone: true, BytesUploaded: uint64(p.bytes), BytesTotal: uint64(p.bytes),
-		Detail: fmt.Sprintf("uploaded %d objects (%d already in S3), %d bytes", len(out), skipped, p.bytes)}); err != nil {
+		Detail: fmt.Sprintf("uploaded %s (%d already in S3), %d bytes", plural(int64(len(out)), "object", "objects"), skipped, p.bytes)}); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -530,4 +536,37 @@ func (a *attempt) cleanup(ctx context.Context, j *waldenv1.Job) {
 	if deleted > 0 {
 		a.log.Info("cleanup: deleted objects uploaded but never committed", "count", deleted, "prefix", prefix)
 	}
+}
+
+// walEndText says where the WAL ended and why, in the reader's terms: the
+// end of a WAL is normal (nothing written after it, older data of an
+// earlier lap round the ring, or a last write torn by the crash, which was
+// never acknowledged); damage is reported separately, as skipped bytes.
+func walEndText(offset int64, reason string) string {
+	why := ""
+	switch reason {
+	case wal.ReasonRecordMagic, wal.ReasonShortHeader:
+		why = "nothing written after it"
+	case wal.ReasonBodyOffset:
+		why = "older data of an earlier lap round the ring after it"
+	case wal.ReasonHeaderCRC, wal.ReasonBodyLength, wal.ReasonShortBody, wal.ReasonBodyCRC, wal.ReasonMalformedBody:
+		why = "its last write was torn by the crash, so never acknowledged"
+	case wal.ReasonRingBound:
+		why = "a whole ring was read"
+	case wal.ReasonWindow:
+		why = "past the version 0 recovery window"
+	case "":
+		return "the WAL ends"
+	default:
+		why = reason
+	}
+	return fmt.Sprintf("the WAL ends at offset %d (%s)", offset, why)
+}
+
+// plural is "1 object", "2 objects".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
