@@ -28,7 +28,7 @@ func newBrokersCmd(c *cli) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.ListBrokersResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "list", kind: "brokers"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).ListBrokers(ctx, &waldenv1.ListBrokersRequest{}, opts...)
 				return err
@@ -36,20 +36,29 @@ func newBrokersCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.print(resp, func(w io.Writer) { printBrokers(w, resp.GetBrokers()) })
+			return c.print(resp, func(w io.Writer) { printBrokers(w, resp.GetBrokers(), c.wide()) })
 		},
 	}
 }
 
-func printBrokers(w io.Writer, brokers []*waldenv1.Broker) {
-	fmt.Fprintln(w, "BROKER\tSTATE\tEPOCH\tFENCED\tLEASE\tOBSERVATIONS\tFAILOVERS\tAGENT")
+func printBrokers(w io.Writer, brokers []*waldenv1.Broker, wide bool) {
+	head := "BROKER\tSTATE\tEPOCH\tLEASE\tOBSERVATIONS\tFAILOVERS\tLAST JOB"
+	if wide {
+		head += "\tFENCED\tMAINTENANCE\tAGENT\tBROKER ADDR\tWAL"
+	}
+	fmt.Fprintln(w, head)
 	for _, b := range brokers {
 		var obs []string
 		for _, o := range b.GetObservations() {
 			obs = append(obs, o.GetObserverId()+"="+o.GetState())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%t\t%s\t%s\t%d\t%s\n", b.GetBrokerId(), b.GetState(), b.GetEpoch(), b.GetFenced(),
-			leaseText(b.GetLeaseRemainingMs()), orDash(strings.Join(obs, ",")), b.GetFailovers(), orDash(b.GetAgentAddr()))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%s", b.GetBrokerId(), b.GetState(), b.GetEpoch(),
+			leaseText(b.GetLeaseRemainingMs()), orDash(strings.Join(obs, ",")), b.GetFailovers(), orDash(b.GetLastJobId()))
+		if wide {
+			fmt.Fprintf(w, "\t%t\t%t\t%s\t%s\t%s", b.GetFenced(), b.GetMaintenance(), orDash(b.GetAgentAddr()),
+				orDash(b.GetBrokerAddr()), orDash(b.GetWal().GetPath()))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -75,12 +84,13 @@ func unixText(ms int64) string {
 
 func newBrokerCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "broker ID",
-		Short: "Show one broker: state, epoch, lease remaining and each coordinator's observation since when",
-		Args:  cobra.ExactArgs(1),
+		Use:               "broker ID",
+		Short:             "Show one broker: state, epoch, lease remaining and each coordinator's observation since when",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("broker", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.GetBrokerResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "show", kind: "broker", id: args[0]}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: args[0]}, opts...)
 				return err
@@ -119,12 +129,13 @@ func printBroker(w io.Writer, b *waldenv1.Broker) {
 func newFailoverCmd(c *cli) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "failover ID --reason TEXT",
-		Short: "Declare a broker failed now: skips the timeouts and policy gates, never the fencing",
-		Args:  cobra.ExactArgs(1),
+		Use:               "failover ID --reason TEXT",
+		Short:             "Declare a broker failed now: skips the timeouts and policy gates, never the fencing",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("broker", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.FailoverResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "fail over", kind: "broker", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).Failover(ctx, &waldenv1.FailoverRequest{BrokerId: args[0], Reason: reason}, opts...)
 				return err
@@ -148,12 +159,13 @@ func newFailoverCmd(c *cli) *cobra.Command {
 
 func newAckCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "ack ID",
-		Short: "Acknowledge a broker: clears its cooldown block so automatic failover applies again",
-		Args:  cobra.ExactArgs(1),
+		Use:               "ack ID",
+		Short:             "Acknowledge a broker: clears its cooldown block so automatic failover applies again",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("broker", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.AckResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "acknowledge", kind: "broker", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).Ack(ctx, &waldenv1.AckRequest{BrokerId: args[0]}, opts...)
 				return err
@@ -170,10 +182,15 @@ func newAckCmd(c *cli) *cobra.Command {
 
 func newMaintenanceCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:       "maintenance on|off ID",
-		Short:     "Turn a broker's maintenance on (no automatic failover) or off",
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"on", "off"},
+		Use:   "maintenance on|off ID",
+		Short: "Turn a broker's maintenance on (no automatic failover) or off",
+		Args:  cobra.ExactArgs(2),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return []cobra.Completion{"on", "off"}, cobra.ShellCompDirectiveNoFileComp
+			}
+			return c.completeIDs("broker", 1)(cmd, args, toComplete)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var on bool
 			switch args[0] {
@@ -184,7 +201,7 @@ func newMaintenanceCmd(c *cli) *cobra.Command {
 				return fmt.Errorf("maintenance: first argument must be on or off, got %q", args[0])
 			}
 			var resp *waldenv1.SetMaintenanceResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "set maintenance of", kind: "broker", id: args[1]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: args[1], On: on}, opts...)
 				return err

@@ -118,7 +118,7 @@ func TestBrokersTables(t *testing.T) {
 		t.Fatalf("broker table (%d):\n%s", code, out)
 	}
 	code, _, errOut := runCtl(t, "--endpoints", addr, "broker", "nope")
-	if code == 0 || !strings.Contains(errOut, "NotFound") {
+	if code == 0 || errOut != "waldenctl: broker nope is not registered\n" {
 		t.Fatalf("unknown broker (%d): %s", code, errOut)
 	}
 	code, out, _ = runCtl(t, "--endpoints", addr, "failover", "b1", "--reason", "host lost")

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -29,8 +32,17 @@ import (
 // Names shared with the server's admin API.
 const (
 	envEndpoints    = "WALDENCTL_ENDPOINTS"
+	envPrefix       = "WALDENCTL_"
 	defaultEndpoint = "127.0.0.1:7001"
 	reasonNotLeader = coordclient.ReasonNotLeader
+)
+
+// Output formats of -o.
+const (
+	outTable = "table"
+	outWide  = "wide"
+	outJSON  = "json"
+	outYAML  = "yaml"
 )
 
 // cli holds the global flags and what every command shares: the endpoints,
@@ -51,33 +63,54 @@ type cli struct {
 func (c *cli) bindFlags(root *cobra.Command) {
 	f := root.PersistentFlags()
 	f.StringSliceVar(&c.endpoints, "endpoints", []string{defaultEndpoint},
-		"admin addresses (host:port) of cluster members, comma separated; env "+envEndpoints)
-	f.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
+		"admin addresses of cluster members, host:port or http(s)://host:port, comma separated")
+	f.StringVarP(&c.output, "output", "o", outTable, "output format: table, wide, json or yaml")
 	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "timeout of each request to one endpoint")
 	f.StringVar(&c.cacert, "cacert", "", "PEM file of the CA that signed the members' certificates (enables TLS)")
 	f.StringVar(&c.cert, "cert", "", "PEM client certificate for mutual TLS (with --key)")
 	f.StringVar(&c.key, "key", "", "PEM private key of --cert")
+	// Every global flag has an environment variable, as etcdctl's
+	// ETCDCTL_*: WALDENCTL_ and the flag's name in capitals.
+	f.VisitAll(func(fl *pflag.Flag) {
+		fl.Usage += " (env " + envName(fl.Name) + ")"
+	})
+}
+
+// envName is the environment variable of global flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// fromEnv sets every global flag not given on the command line from its
+// environment variable.
+func fromEnv(flags *pflag.FlagSet) error {
+	var err error
+	flags.VisitAll(func(fl *pflag.Flag) {
+		v, ok := os.LookupEnv(envName(fl.Name))
+		if !ok || fl.Changed || err != nil {
+			return
+		}
+		if sv, isSlice := fl.Value.(pflag.SliceValue); isSlice {
+			err = sv.Replace(strings.Split(v, ","))
+		} else {
+			err = fl.Value.Set(v)
+		}
+		if err != nil {
+			err = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, err)
+		}
+	})
+	return err
 }
 
 // complete checks the global flags and builds the credentials.
 func (c *cli) complete(cmd *cobra.Command) error {
-	if !cmd.Flags().Changed("endpoints") {
-		if env := os.Getenv(envEndpoints); env != "" {
-			c.endpoints = strings.Split(env, ",")
-		}
+	if err := fromEnv(cmd.Root().PersistentFlags()); err != nil {
+		return err
 	}
-	var eps []string
-	for _, e := range c.endpoints {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	if len(eps) == 0 {
-		return errors.New("--endpoints: no endpoint given")
-	}
-	c.endpoints = eps
-	if c.output != "table" && c.output != "json" {
-		return fmt.Errorf("--output: must be table or json, got %q", c.output)
+	switch c.output {
+	case outTable, outWide, outJSON, outYAML:
+	default:
+		return fmt.Errorf("--output: must be table, wide, json or yaml, not %q", c.output)
 	}
 	if c.timeout <= 0 {
 		return fmt.Errorf("--timeout: must be positive, got %s", c.timeout)
@@ -85,7 +118,12 @@ func (c *cli) complete(cmd *cobra.Command) error {
 	if (c.cert == "") != (c.key == "") {
 		return errors.New("--cert and --key must be given together")
 	}
-	if c.cacert == "" && c.cert == "" {
+	eps, useTLS, err := parseEndpoints(c.endpoints, c.cacert != "" || c.cert != "")
+	if err != nil {
+		return err
+	}
+	c.endpoints = eps
+	if !useTLS {
 		c.creds = insecure.NewCredentials()
 		return nil
 	}
@@ -108,11 +146,58 @@ func (c *cli) complete(cmd *cobra.Command) error {
 	return nil
 }
 
+// parseEndpoints accepts host:port, http://host:port (plaintext) and
+// https://host:port (TLS), as etcdctl does, and returns the host:port forms
+// and whether to use TLS: https:// asks for it, as do the TLS flags
+// (tlsFlags); an http:// endpoint with TLS flags, or a mix of http:// and
+// https://, is an error.
+func parseEndpoints(in []string, tlsFlags bool) ([]string, bool, error) {
+	var out []string
+	schemes := map[string]string{}
+	var all []string
+	for _, e := range in {
+		all = append(all, strings.Split(e, ",")...)
+	}
+	for _, e := range all {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		scheme := ""
+		if i := strings.Index(e, "://"); i >= 0 {
+			scheme, e = strings.ToLower(e[:i]), e[i+3:]
+			if scheme != "http" && scheme != "https" {
+				return nil, false, fmt.Errorf("--endpoints: %s://%s: the scheme must be http or https", scheme, e)
+			}
+			schemes[scheme] = e
+		}
+		e = strings.TrimSuffix(e, "/")
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			return nil, false, fmt.Errorf("--endpoints: %q is not host:port", e)
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil, false, errors.New("--endpoints: no endpoint given")
+	}
+	if _, ok := schemes["http"]; ok {
+		if _, both := schemes["https"]; both {
+			return nil, false, errors.New("--endpoints: mixes http:// and https://")
+		}
+		if tlsFlags {
+			return nil, false, fmt.Errorf("--endpoints: http://%s is plaintext, but --cacert/--cert ask for TLS (use https://)", schemes["http"])
+		}
+	}
+	_, https := schemes["https"]
+	return out, https || tlsFlags, nil
+}
+
 // call runs rpc against the endpoints until one answers. A member that
 // answers Unavailable with a leader hint sends the next attempt to the
 // leader; any other Unavailable (or, when retryable is set, a deadline)
-// moves on to the next endpoint. Other errors are final.
-func (c *cli) call(ctx context.Context, retryable bool, rpc func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error) error {
+// moves on to the next endpoint. Other errors are final. A failure comes
+// back as a *callError that says what went wrong in the terms of o.
+func (c *cli) call(ctx context.Context, o op, retryable bool, rpc func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error) error {
 	coords := coordclient.New(c.endpoints, nil, grpc.WithTransportCredentials(c.creds))
 	defer coords.Close()
 	moveOn := func(code codes.Code) bool {
@@ -122,57 +207,127 @@ func (c *cli) call(ctx context.Context, retryable bool, rpc func(ctx context.Con
 		func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
 			return rpc(ctx, conn, opts...)
 		})
+	if err == nil {
+		return nil
+	}
 	var none *coordclient.NoAnswerError
 	if !errors.As(err, &none) {
-		if err == nil {
-			return nil
-		}
-		return errors.New(describeStatus(status.Convert(err)))
+		e := explain(o, status.Convert(err), c.timeout)
+		c.suggestID(ctx, o, e)
+		return e
+	}
+	if ctx.Err() != nil {
+		return errInterrupted
 	}
 	if last := none.Last(); none.Ctx != nil && !moveOn(status.Code(last.Err)) {
-		return errors.New(describeStatus(status.Convert(last.Err)))
+		return explain(o, status.Convert(last.Err), c.timeout)
 	}
-	var errs []string
-	for _, f := range none.Failures {
-		if s, ok := status.FromError(f.Err); ok {
-			errs = append(errs, fmt.Sprintf("%s: %s", f.Addr, describeStatus(s)))
-		} else {
-			errs = append(errs, fmt.Sprintf("%s: %v", f.Addr, f.Err))
-		}
-	}
-	if len(errs) == 1 {
-		return errors.New(errs[0])
-	}
-	return fmt.Errorf("no endpoint answered: %s", strings.Join(errs, "; "))
+	return explainNoAnswer(none, c.timeout)
 }
 
-func describeStatus(s *status.Status) string {
-	return fmt.Sprintf("%s: %s", s.Code(), s.Message())
-}
+// wide reports whether tables show their extra columns (-o wide).
+func (c *cli) wide() bool { return c.output == outWide }
 
-// print writes msg as JSON (every field present, proto names) or calls
-// table with an aligned tab writer.
+// structured reports whether the output is json or yaml.
+func (c *cli) structured() bool { return c.output == outJSON || c.output == outYAML }
+
+// print writes msg as JSON or YAML (every field present, proto names) or
+// calls table with an aligned tab writer.
 func (c *cli) print(msg proto.Message, table func(w io.Writer)) error {
-	if c.output == "json" {
+	if c.structured() {
 		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(msg)
 		if err != nil {
 			return fmt.Errorf("encode json: %w", err)
 		}
-		// protojson varies its whitespace on purpose; print a stable form.
-		var compact, out bytes.Buffer
-		if err := json.Compact(&compact, b); err != nil {
-			return fmt.Errorf("encode json: %w", err)
-		}
-		if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
-			return fmt.Errorf("encode json: %w", err)
-		}
-		out.WriteByte('\n')
-		_, err = c.stdout.Write(out.Bytes())
-		return err
+		return c.printJSONBytes(b)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	table(tw)
 	return tw.Flush()
+}
+
+// printValue writes v (a Go value with json tags) as JSON or YAML, or calls
+// table.
+func (c *cli) printValue(v any, table func(w io.Writer)) error {
+	if c.structured() {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode json: %w", err)
+		}
+		return c.printJSONBytes(b)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// printJSONBytes prints a JSON document indented (json) or as YAML with
+// its keys in the same order (yaml).
+func (c *cli) printJSONBytes(b []byte) error {
+	out, err := formatDoc(b, c.output == outYAML)
+	if err != nil {
+		return err
+	}
+	_, err = c.stdout.Write(out)
+	return err
+}
+
+// formatDoc renders JSON b stably: indented JSON, or YAML in block style.
+func formatDoc(b []byte, asYAML bool) ([]byte, error) {
+	// protojson varies its whitespace on purpose; print a stable form.
+	var compact, out bytes.Buffer
+	if err := json.Compact(&compact, b); err != nil {
+		return nil, fmt.Errorf("encode json: %w", err)
+	}
+	if !asYAML {
+		if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
+			return nil, fmt.Errorf("encode json: %w", err)
+		}
+		out.WriteByte('\n')
+		return out.Bytes(), nil
+	}
+	// JSON is YAML: decode it into nodes (which keeps the key order) and
+	// encode them in block style.
+	var doc yaml.Node
+	if err := yaml.Unmarshal(compact.Bytes(), &doc); err != nil {
+		return nil, fmt.Errorf("encode yaml: %w", err)
+	}
+	blockStyle(&doc)
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, fmt.Errorf("encode yaml: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode yaml: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// blockStyle clears the flow and quoting styles JSON input leaves on n.
+func blockStyle(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		n.Style = 0
+		if needsQuotes(n.Value) {
+			n.Style = yaml.DoubleQuotedStyle
+		}
+	} else {
+		n.Style = 0
+	}
+	for _, k := range n.Content {
+		blockStyle(k)
+	}
+}
+
+// needsQuotes reports whether a string would read as another type (a
+// number, a boolean, null) in plain YAML.
+func needsQuotes(s string) bool {
+	var v any
+	if err := yaml.Unmarshal([]byte(s), &v); err != nil {
+		return true
+	}
+	_, isString := v.(string)
+	return !isString || v.(string) != s
 }
 
 // orDash shows an empty value in a table.

@@ -23,7 +23,7 @@ func newEventsCmd(c *cli) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.ListEventsResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "list", kind: "events"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).ListEvents(ctx, &waldenv1.ListEventsRequest{BrokerId: broker, Limit: limit}, opts...)
 				return err

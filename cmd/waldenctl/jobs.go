@@ -38,7 +38,7 @@ func newJobsCmd(c *cli) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.ListJobsResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "list", kind: "jobs"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = jobsClient(conn).ListJobs(ctx, &waldenv1.ListJobsRequest{BrokerId: broker, State: state}, opts...)
 				return err
@@ -46,7 +46,7 @@ func newJobsCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.print(resp, func(w io.Writer) { printJobs(w, resp.GetJobs()) })
+			return c.print(resp, func(w io.Writer) { printJobs(w, resp.GetJobs(), c.wide()) })
 		},
 	}
 	cmd.Flags().StringVar(&broker, "broker", "", "only the jobs of this broker")
@@ -55,13 +55,30 @@ func newJobsCmd(c *cli) *cobra.Command {
 	return cmd
 }
 
-func printJobs(w io.Writer, jobs []*waldenv1.Job) {
-	fmt.Fprintln(w, "JOB\tBROKER\tSTATE\tSTEP\tASSIGNEE\tATTEMPT\tTOKEN\tUPLOADED\tSTREAMS CLOSED\tERROR")
-	for _, j := range jobs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d/%d\t%s\n", j.GetJobId(), j.GetBrokerId(), j.GetState(), orDash(j.GetStep()),
-			orDash(j.GetAssigneeId()), j.GetAttempt(), j.GetToken(), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()),
-			j.GetStreamsClosed(), j.GetStreamsTotal(), orDash(oneLine(j.GetError(), 80)))
+func printJobs(w io.Writer, jobs []*waldenv1.Job, wide bool) {
+	head := "JOB\tBROKER\tSTATE\tSTEP\tASSIGNEE\tATTEMPT\tUPLOADED\tSTREAMS CLOSED\tERROR"
+	if wide {
+		head += "\tTOKEN\tRECORDS\tSKIPPED\tCREATED\tFINISHED"
 	}
+	fmt.Fprintln(w, head)
+	for _, j := range jobs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d/%d\t%s", j.GetJobId(), j.GetBrokerId(), j.GetState(), orDash(j.GetStep()),
+			orDash(j.GetAssigneeId()), j.GetAttempt(), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()),
+			j.GetStreamsClosed(), j.GetStreamsTotal(), orDash(oneLine(j.GetError(), 80)))
+		if wide {
+			fmt.Fprintf(w, "\t%d\t%d\t%s\t%s\t%s", j.GetToken(), j.GetRecordsUploaded(), size(j.GetSkippedBytes()),
+				msText(j.GetCreatedUnixMs()), msText(j.GetFinishedUnixMs()))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// msText is a wall-clock time with milliseconds (UTC), "-" for none.
+func msText(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
 // bytesOf shows "uploaded/total" in binary units with the percentage.
@@ -94,12 +111,13 @@ func oneLine(s string, max int) string {
 
 func newJobCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "job ID",
-		Short: "Show one recovery job: progress, checkpoints of every step, gaps, skipped bytes and objects",
-		Args:  cobra.ExactArgs(1),
+		Use:               "job ID",
+		Short:             "Show one recovery job: progress, checkpoints of every step, gaps, skipped bytes and objects",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("job", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.GetJobResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "show", kind: "job", id: args[0]}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = jobsClient(conn).GetJob(ctx, &waldenv1.GetJobRequest{JobId: args[0]}, opts...)
 				return err
@@ -125,20 +143,39 @@ func printJob(w io.Writer, j *waldenv1.Job) {
 	fmt.Fprintf(w, "skipped bytes\t%d\n", j.GetSkippedBytes())
 	fmt.Fprintf(w, "wal\t%s %s\n", orDash(j.GetWal().GetPath()), j.GetWal().GetVolumeId())
 	fmt.Fprintf(w, "recovered wal offset\t%d\n", j.GetRecoveredWalOffset())
-	fmt.Fprintf(w, "created\t%s\n", unixText(j.GetCreatedUnixMs()))
-	fmt.Fprintf(w, "finished\t%s\n", unixText(j.GetFinishedUnixMs()))
+	fmt.Fprintf(w, "created\t%s\n", msText(j.GetCreatedUnixMs()))
+	fmt.Fprintf(w, "finished\t%s\n", msText(j.GetFinishedUnixMs()))
 	fmt.Fprintf(w, "error\t%s\n", orDash(j.GetError()))
 	for _, g := range j.GetGaps() {
 		fmt.Fprintf(w, "gap\t%s\n", g)
 	}
 	fmt.Fprintf(w, "objects\t%d\n", len(j.GetObjects()))
+	if j.GetLeaseWaitMs() > 0 {
+		fmt.Fprintf(w, "lease wait\t%s before the WAL was read\n", durationText(j.GetLeaseWaitMs()))
+	}
 	if len(j.GetCheckpoints()) > 0 {
-		fmt.Fprintln(w, "\nSTEP\tATTEMPT\tINDEX\tAT\tDETAIL")
+		fmt.Fprintln(w, "\nSTEP\tATTEMPT\tINDEX\tDONE AT\tTOOK\tDETAIL")
+		prev := j.GetCreatedUnixMs()
 		for _, cp := range j.GetCheckpoints() {
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", cp.GetStep(), cp.GetAttempt(), cp.GetIndex(),
-				time.UnixMilli(cp.GetUnixMs()).UTC().Format(time.RFC3339), cp.GetDetail())
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\n", cp.GetStep(), cp.GetAttempt(), cp.GetIndex(),
+				msText(cp.GetUnixMs()), durationText(cp.GetUnixMs()-prev), cp.GetDetail())
+			prev = cp.GetUnixMs()
 		}
 	}
+}
+
+// durationText shows a duration in milliseconds for people: "840ms",
+// "2.315s", "1m4.2s"; "-" when negative (clocks of two members).
+func durationText(ms int64) string {
+	switch {
+	case ms < 0:
+		return "-"
+	case ms < 1000:
+		return fmt.Sprintf("%dms", ms)
+	case ms < 60_000:
+		return fmt.Sprintf("%.3fs", float64(ms)/1000)
+	}
+	return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String()
 }
 
 func finished(j *waldenv1.Job) bool {
@@ -148,9 +185,10 @@ func finished(j *waldenv1.Job) bool {
 func newJobsWatchCmd(c *cli) *cobra.Command {
 	var broker string
 	return &cobra.Command{
-		Use:   "watch [ID]",
-		Short: "Follow recovery jobs live: step, assignee, bytes uploaded of total, streams closed of total; ends when they finish or on Ctrl-C",
-		Args:  cobra.MaximumNArgs(1),
+		Use:               "watch [ID]",
+		Short:             "Follow recovery jobs live: step, assignee, bytes uploaded of total, streams closed of total; ends when they finish or on Ctrl-C",
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: c.completeIDs("job", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -271,12 +309,13 @@ func (c *cli) stream(ctx context.Context, call func(ctx context.Context, conn gr
 
 func newCancelCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a pending or running recovery job (its broker stays fenced; retry starts it again)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "cancel ID",
+		Short:             "Cancel a pending or running recovery job (its broker stays fenced; retry starts it again)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("job", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.CancelJobResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "cancel", kind: "job", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = jobsClient(conn).CancelJob(ctx, &waldenv1.CancelJobRequest{JobId: args[0]}, opts...)
 				return err
@@ -284,19 +323,20 @@ func newCancelCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}) })
+			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}, c.wide()) })
 		},
 	}
 }
 
 func newRetryCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "retry ID",
-		Short: "Start a failed or cancelled recovery job again (attempt+1, assigned to a live member)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "retry ID",
+		Short:             "Start a failed or cancelled recovery job again (attempt+1, assigned to a live member)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("job", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.RetryJobResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "retry", kind: "job", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = jobsClient(conn).RetryJob(ctx, &waldenv1.RetryJobRequest{JobId: args[0]}, opts...)
 				return err
@@ -304,7 +344,7 @@ func newRetryCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}) })
+			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}, c.wide()) })
 		},
 	}
 }

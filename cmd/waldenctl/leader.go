@@ -19,12 +19,13 @@ func newLeaderCmd(c *cli) *cobra.Command {
 		Short: "Leadership commands",
 	}
 	cmd.AddCommand(&cobra.Command{
-		Use:   "transfer ID",
-		Short: "Hand leadership to the named voter",
-		Args:  cobra.ExactArgs(1),
+		Use:               "transfer ID",
+		Short:             "Hand leadership to the named voter",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("member", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.LeaderTransferResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "transfer leadership to", kind: "member", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewClusterClient(conn).LeaderTransfer(ctx, &waldenv1.LeaderTransferRequest{Id: args[0]}, opts...)
 				return err

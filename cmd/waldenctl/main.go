@@ -9,19 +9,22 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // commands are the constructors of the top-level commands, added by init
 // functions of the command files.
 var commands []func(*cli) *cobra.Command
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd(stdout, stderr io.Writer) (*cobra.Command, *cli) {
 	c := &cli{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "waldenctl",
@@ -29,7 +32,12 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `waldenctl talks to the admin API (gRPC) of walden coordinators.
 
 It tries the endpoints in order until one answers, and follows the leader
-hint when a member answers that it is not the leader.`,
+hint when a member answers that it is not the leader.
+
+Every global flag can also be set in the environment: WALDENCTL_ and the
+flag's name in capitals (WALDENCTL_ENDPOINTS, WALDENCTL_CACERT,
+WALDENCTL_CERT, WALDENCTL_KEY, WALDENCTL_TIMEOUT, WALDENCTL_OUTPUT); a flag
+on the command line wins. Shell completion: waldenctl completion bash|zsh|fish.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -37,24 +45,69 @@ hint when a member answers that it is not the leader.`,
 		},
 	}
 	c.bindFlags(root)
+	root.SuggestionsMinimumDistance = 2
+	root.SetFlagErrorFunc(flagError)
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(c))
 	}
-	return root
+	return root, c
 }
 
 // run executes waldenctl with args and returns the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd(stdout, stderr)
+	root, c := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.Execute(); err != nil {
-		msg := strings.Join(strings.Fields(err.Error()), " ") // exactly one line
-		fmt.Fprintf(stderr, "waldenctl: %s\n", msg)
+		reportError(stderr, err, c.structured())
 		return 1
 	}
 	return 0
+}
+
+// reportError prints err on one line, and its suggestion (a typo's likely
+// meaning) on a line of its own; with -o json or yaml, a refused call is
+// printed as a JSON object with its gRPC code and reason as well.
+func reportError(stderr io.Writer, err error, structured bool) {
+	var ce *callError
+	if !errors.As(err, &ce) {
+		ce = &callError{Message: err.Error()}
+	}
+	msg, hint := ce.Message, ce.Hint
+	// cobra appends its suggestions to the message of an unknown command.
+	if i := strings.Index(msg, "\n\nDid you mean this?"); i >= 0 {
+		hint = "did you mean " + strings.Join(strings.Fields(msg[i+len("\n\nDid you mean this?"):]), " or ") + "?"
+		msg = msg[:i]
+	}
+	msg = strings.Join(strings.Fields(msg), " ") // exactly one line
+	if structured && ce.Code != "" {
+		out := *ce
+		out.Message, out.Hint = msg, hint
+		b, _ := json.Marshal(map[string]any{"error": out})
+		fmt.Fprintf(stderr, "%s\n", b)
+		return
+	}
+	fmt.Fprintf(stderr, "waldenctl: %s\n", msg)
+	if hint != "" {
+		fmt.Fprintln(stderr, hint)
+	}
+}
+
+// flagError adds the closest known flag to an unknown flag's error.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	name, ok := strings.CutPrefix(msg, "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var names []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if s := closest(name, names); s != "" {
+		return &callError{Message: msg, Hint: "did you mean --" + s + "?"}
+	}
+	return err
 }
 
 func main() {

@@ -175,7 +175,7 @@ func TestMemberCommands(t *testing.T) {
 	}
 
 	code, out, errOut = runCtl(t, "--endpoints", addr, "member", "remove", "c9")
-	if code != 1 || out != "" || errOut != "waldenctl: NotFound: unknown member \"c9\"\n" {
+	if code != 1 || out != "" || errOut != "waldenctl: there is no member c9 in the cluster\ndid you mean c1?\n" {
 		t.Fatalf("member remove: exit %d stdout %q stderr %q", code, out, errOut)
 	}
 }
@@ -226,7 +226,7 @@ func TestFollowsLeaderHint(t *testing.T) {
 
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"status", "-o", "yaml"},
+		{"status", "-o", "xml"},
 		{"status", "--timeout", "0s"},
 		{"status", "--cert", "x.pem"},
 		{"status", "--cacert", "/nonexistent/ca.pem"},

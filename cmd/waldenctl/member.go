@@ -30,7 +30,7 @@ func newMemberListCmd(c *cli) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.MemberListResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "list", kind: "members"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewClusterClient(conn).MemberList(ctx, &waldenv1.MemberListRequest{Linearizable: linearizable}, opts...)
 				return err
@@ -54,7 +54,7 @@ func newMemberAddCmd(c *cli) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &waldenv1.MemberAddRequest{Id: args[0], RaftAddr: raftAddr, AdminAddr: adminAddr}
 			var resp *waldenv1.MemberAddResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "add", kind: "member", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewClusterClient(conn).MemberAdd(ctx, req, opts...)
 				return err
@@ -77,12 +77,13 @@ func newMemberAddCmd(c *cli) *cobra.Command {
 
 func newMemberRemoveCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "remove ID",
-		Short: "Remove a member (voter or learner)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "remove ID",
+		Short:             "Remove a member (voter or learner)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("member", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.MemberRemoveResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "remove", kind: "member", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewClusterClient(conn).MemberRemove(ctx, &waldenv1.MemberRemoveRequest{Id: args[0]}, opts...)
 				return err

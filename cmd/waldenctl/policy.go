@@ -30,7 +30,7 @@ func newPolicyGetCmd(c *cli) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.GetPolicyResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "show", kind: "policy"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).GetPolicy(ctx, &waldenv1.GetPolicyRequest{}, opts...)
 				return err
@@ -72,7 +72,7 @@ func newPolicySetCmd(c *cli) *cobra.Command {
 				return fmt.Errorf("policy set: give at least one KEY=VALUE or --unset KEY")
 			}
 			var resp *waldenv1.SetPolicyResponse
-			err := c.call(cmd.Context(), false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "change", kind: "policy"}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).SetPolicy(ctx, req, opts...)
 				return err

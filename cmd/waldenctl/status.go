@@ -20,7 +20,7 @@ func newStatusCmd(c *cli) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.StatusResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "show", kind: "status"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewClusterClient(conn).Status(ctx, &waldenv1.StatusRequest{}, opts...)
 				return err

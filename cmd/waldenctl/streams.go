@@ -24,7 +24,7 @@ func newStreamsCmd(c *cli) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.ListStreamsResponse
-			err := c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "list", kind: "streams"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewCatalogClient(conn).ListStreams(ctx, &waldenv1.ListStreamsRequest{OwnerBrokerId: owner, State: state}, opts...)
 				return err
@@ -51,16 +51,17 @@ func printStreams(w io.Writer, streams []*waldenv1.Stream) {
 func newStreamCmd(c *cli) *cobra.Command {
 	var max uint32
 	cmd := &cobra.Command{
-		Use:   "stream ID",
-		Short: "Show one stream and its committed objects (offset ranges, keys, failover job)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "stream ID",
+		Short:             "Show one stream and its committed objects (offset ranges, keys, failover job)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("stream", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil {
 				return fmt.Errorf("stream ID: %q is not a number", args[0])
 			}
 			var resp *waldenv1.DescribeStreamResponse
-			err = c.call(cmd.Context(), true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err = c.call(cmd.Context(), op{verb: "show", kind: "stream", id: args[0]}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewCatalogClient(conn).DescribeStream(ctx, &waldenv1.DescribeStreamRequest{StreamId: id, MaxObjects: max}, opts...)
 				return err

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"walden/coordclient"
+)
+
+// This file is the one place where waldenctl turns what the coordinators
+// answer into sentences for people: the refusal reasons of the state machine
+// (fencing.Err*), of the membership API and of gRPC itself. The code, the
+// reason and the server's own message stay available in -o json.
+
+// op says what a call was about, so that a refusal can be told in the
+// user's terms ("broker b1 is already failed over").
+type op struct {
+	// verb is what the user asked, in a few words ("fail over", "cancel").
+	verb string
+	// kind and id name the object: "broker", "job", "member", "stream".
+	kind, id string
+}
+
+func (o op) object() string {
+	if o.id == "" {
+		return o.kind
+	}
+	return o.kind + " " + o.id
+}
+
+// callError is a call that failed: Message is the sentence a person reads,
+// Hint an optional suggestion printed on a line of its own; the other
+// fields are printed with -o json or yaml.
+type callError struct {
+	Message  string            `json:"message"`
+	Code     string            `json:"code"`
+	Reason   string            `json:"reason,omitempty"`
+	Field    string            `json:"field,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Detail is the server's own message (for bug reports).
+	Detail string `json:"detail,omitempty"`
+	// Endpoints are the per-endpoint failures when no member answered.
+	Endpoints []endpointError `json:"endpoints,omitempty"`
+	Hint      string          `json:"hint,omitempty"`
+}
+
+type endpointError struct {
+	Endpoint string `json:"endpoint"`
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+func (e *callError) Error() string { return e.Message }
+
+// explain turns the status of a refused call about o into a callError.
+func explain(o op, s *status.Status, timeout time.Duration) *callError {
+	e := &callError{Code: s.Code().String(), Detail: s.Message()}
+	for _, d := range s.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			e.Reason, e.Metadata = d.GetReason(), d.GetMetadata()
+		case *errdetails.BadRequest:
+			if v := d.GetFieldViolations(); len(v) > 0 {
+				e.Field = v[0].GetField()
+				e.Message = fmt.Sprintf("invalid %s: %s", v[0].GetField(), v[0].GetDescription())
+			}
+		}
+	}
+	if e.Message == "" {
+		e.Message = sentence(o, e, s, timeout)
+	}
+	return e
+}
+
+// sentence is the table of refusals: by reason first, then by code.
+func sentence(o op, e *callError, s *status.Status, timeout time.Duration) string {
+	obj := o.object()
+	switch e.Reason {
+	case "EPOCH_EXPIRED":
+		switch {
+		case o.verb == "fail over":
+			return fmt.Sprintf("broker %s is already failed over: it was fenced and has not registered again since", o.id)
+		case o.kind == "job":
+			return fmt.Sprintf("job %s belongs to an earlier epoch: its broker registered again since the failover", o.id)
+		}
+		return fmt.Sprintf("%s: the epoch given is no longer current (fenced or superseded)", obj)
+	case "NODE_FENCED":
+		return fmt.Sprintf("%s is fenced: it was failed over and must register again before it may write", obj)
+	case "UNKNOWN_NODE":
+		return fmt.Sprintf("broker %s is not registered", firstNonEmpty(o.idOf("broker"), "given"))
+	case "JOB_NOT_FOUND":
+		return fmt.Sprintf("there is no recovery job %s", firstNonEmpty(o.idOf("job"), "with that id"))
+	case "JOB_NOT_RUNNING":
+		return fmt.Sprintf("job %s is not pending or running, so there is nothing to %s", o.id, firstNonEmpty(o.verb, "do"))
+	case "RECOVERY_RUNNING":
+		if o.kind == "job" {
+			return fmt.Sprintf("job %s is still pending or running; only a failed or cancelled job can be retried", o.id)
+		}
+		return fmt.Sprintf("%s has a recovery job pending or running", obj)
+	case "STALE_ATTEMPT":
+		return fmt.Sprintf("%s: this attempt of the recovery job is no longer the current one", obj)
+	case "MAINTENANCE":
+		return fmt.Sprintf("%s is in maintenance: only a manual failover may fence it", obj)
+	case "STREAM_NOT_FOUND":
+		return fmt.Sprintf("there is no stream %s", firstNonEmpty(o.idOf("stream"), "with that id"))
+	case "STREAM_NOT_CLOSED":
+		if owner := e.Metadata["owner_broker_id"]; owner != "" {
+			return fmt.Sprintf("%s is opened by broker %s", obj, owner)
+		}
+		return fmt.Sprintf("%s: a stream of the broker is still opened", obj)
+	case "STREAM_NOT_OPENED":
+		return fmt.Sprintf("%s is closed", obj)
+	case "NOT_OWNER":
+		return fmt.Sprintf("%s is owned by broker %s", obj, firstNonEmpty(e.Metadata["owner_broker_id"], "another broker"))
+	case "OFFSET_MISMATCH":
+		return fmt.Sprintf("%s: the range does not start at the stream's end offset %s", obj, firstNonEmpty(e.Metadata["end_offset"], "?"))
+	case "MEMBER_NOT_FOUND":
+		return fmt.Sprintf("there is no member %s in the cluster", firstNonEmpty(o.idOf("member"), "with that id"))
+	case "MEMBER_EXISTS":
+		return fmt.Sprintf("member %s is already in the cluster", o.id)
+	case "NOT_VOTER":
+		return fmt.Sprintf("member %s is a learner, not a voter: it cannot lead until it is promoted", o.id)
+	case "LAST_VOTER":
+		return fmt.Sprintf("member %s is the last voter: the cluster cannot remove it", o.id)
+	case "NO_LEADER", coordclient.ReasonNotLeader:
+		return "the cluster has no leader right now (a majority of coordinators must be up and in touch); try again"
+	case "STOPPING":
+		return "the coordinator is shutting down; try another endpoint"
+	case "PROPOSAL_DROPPED":
+		return "the leader changed while the request was in flight; try again"
+	case "INVALID_ARGUMENT":
+		return plain(s.Message())
+	}
+	switch s.Code() {
+	case codes.DeadlineExceeded:
+		return fmt.Sprintf("no answer within %s (--timeout)", timeout)
+	case codes.Unavailable:
+		if strings.Contains(s.Message(), "no leader") {
+			return "the cluster has no leader right now (a majority of coordinators must be up and in touch); try again"
+		}
+		return "unavailable: " + transport(s.Message())
+	case codes.PermissionDenied:
+		return "permission denied: the role of your certificate does not allow this: " + plain(s.Message())
+	case codes.Unauthenticated:
+		return "not authenticated: give a client certificate signed by the cluster's CA (--cert, --key): " + plain(s.Message())
+	case codes.Unimplemented:
+		return "the coordinator does not know this request (it runs an older walden)"
+	case codes.NotFound:
+		switch {
+		case o.kind == "broker" && o.id != "":
+			return fmt.Sprintf("broker %s is not registered", o.id)
+		case o.kind == "member" && o.id != "":
+			return fmt.Sprintf("there is no member %s in the cluster", o.id)
+		case o.kind == "job" && o.id != "":
+			return fmt.Sprintf("there is no recovery job %s", o.id)
+		case o.id != "":
+			return fmt.Sprintf("%s not found", obj)
+		}
+	}
+	return plain(s.Message())
+}
+
+func (o op) idOf(kind string) string {
+	if o.kind == kind {
+		return o.id
+	}
+	return ""
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// packagePrefix matches the "pkg: " prefixes that Go error chains add
+// (lower-case identifiers), and a leading refusal reason ("EPOCH_EXPIRED: ").
+var packagePrefix = regexp.MustCompile(`(^|: )([a-z][a-z0-9]*|[A-Z][A-Z_]+): `)
+
+// plain drops package prefixes and reasons from a server message: what is
+// left is the last, most specific part of the chain and what the server
+// said about it.
+func plain(msg string) string {
+	out := msg
+	for {
+		next := packagePrefix.ReplaceAllString(out, "$1")
+		if next == out {
+			break
+		}
+		out = next
+	}
+	return strings.Join(strings.Fields(out), " ")
+}
+
+// transport describes a connection failure in a few words.
+func transport(msg string) string {
+	m := strings.ToLower(msg)
+	switch {
+	case strings.Contains(m, "connection refused"):
+		return "connection refused (is a coordinator listening there?)"
+	case strings.Contains(m, "certificate signed by unknown authority"), strings.Contains(m, "certificate is not trusted"):
+		return "its certificate is not signed by the CA given with --cacert"
+	case strings.Contains(m, "first record does not look like a tls handshake"):
+		return "it does not speak TLS (drop --cacert/--cert, or use an http:// endpoint)"
+	case strings.Contains(m, "certificate required"), strings.Contains(m, "bad certificate"):
+		return "it requires a client certificate signed by the cluster's CA (--cert, --key)"
+	case strings.Contains(m, "error reading server preface"), strings.Contains(m, "connection reset"), strings.Contains(m, "eof"):
+		return "the connection was closed (does it expect TLS? give --cacert, --cert and --key)"
+	case strings.Contains(m, "no such host"):
+		return "no such host"
+	case strings.Contains(m, "i/o timeout"), strings.Contains(m, "deadline exceeded"):
+		return "no answer in time"
+	}
+	return plain(msg)
+}
+
+// explainNoAnswer describes a call that no endpoint answered.
+func explainNoAnswer(none *coordclient.NoAnswerError, timeout time.Duration) *callError {
+	e := &callError{Code: codes.Unavailable.String()}
+	var parts []string
+	for _, f := range none.Failures {
+		ee := endpointError{Endpoint: f.Addr}
+		if s, ok := status.FromError(f.Err); ok {
+			ee.Code, ee.Detail = s.Code().String(), s.Message()
+			switch {
+			case s.Code() == codes.DeadlineExceeded:
+				ee.Message = fmt.Sprintf("no answer within %s", timeout)
+			case s.Code() == codes.Unavailable && !strings.Contains(s.Message(), "no leader"):
+				ee.Message = transport(s.Message())
+			default:
+				ee.Message = explain(op{}, s, timeout).Message
+			}
+		} else {
+			ee.Code, ee.Message, ee.Detail = codes.Unknown.String(), transport(f.Err.Error()), f.Err.Error()
+		}
+		e.Endpoints = append(e.Endpoints, ee)
+		parts = append(parts, ee.Endpoint+": "+ee.Message)
+	}
+	switch {
+	case len(parts) == 0:
+		e.Message = "no endpoint to ask (--endpoints)"
+	case len(parts) == 1:
+		e.Message = parts[0]
+	default:
+		e.Message = "no endpoint answered: " + strings.Join(parts, "; ")
+	}
+	if errors.Is(none.Ctx, errInterrupted) {
+		e.Message = "interrupted"
+	}
+	return e
+}
+
+// errInterrupted ends a command on Ctrl-C.
+var errInterrupted = errors.New("interrupted")
+
+// plural is "1 object", "2 objects".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// closest returns the candidate nearest to s by edit distance when it is
+// near enough to be a typo (at most a third of s's length, at least 1),
+// else "".
+func closest(s string, candidates []string) string {
+	best, bestD := "", -1
+	for _, c := range candidates {
+		if c == s {
+			continue
+		}
+		d := editDistance(s, c)
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if bestD < 0 || bestD > max(1, len(s)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
