@@ -37,6 +37,9 @@ func (s *State) applyOpenStream(index uint64, op *waldenv1.OpenStreamRequest) (*
 			st.GetStreamId(), st.GetOwnerBrokerId(), st.GetOwnerEpoch(), fencing.ErrStreamNotClosed),
 			map[string]string{"owner_broker_id": st.GetOwnerBrokerId()})
 	}
+	if st.GetState() == StreamClosed {
+		s.noteReopen(st)
+	}
 	st.Epoch++
 	st.State = StreamOpened
 	st.OwnerBrokerId = op.GetBrokerId()
@@ -167,6 +170,7 @@ func (s *State) applyCloseStream(index uint64, op *waldenv1.CloseStreamRequest) 
 	}
 	st.State = StreamClosed
 	st.UpdatedUnixMs = s.now()
+	noteFailoverClose(st, job)
 	if job != nil {
 		job.UpdatedUnixMs = s.now()
 	}

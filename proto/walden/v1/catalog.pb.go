@@ -39,7 +39,11 @@ type Stream struct {
 	EndOffset     uint64 `protobuf:"varint,7,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
 	UpdatedUnixMs int64  `protobuf:"varint,8,opt,name=updated_unix_ms,json=updatedUnixMs,proto3" json:"updated_unix_ms,omitempty"`
 	// objects counts the committed objects holding data of the stream.
-	Objects       uint64 `protobuf:"varint,9,opt,name=objects,proto3" json:"objects,omitempty"`
+	Objects uint64 `protobuf:"varint,9,opt,name=objects,proto3" json:"objects,omitempty"`
+	// closed_by_job_id is the recovery job that closed the stream in failover
+	// mode, until another broker opens it again (the job then counts the
+	// stream as reopened).
+	ClosedByJobId string `protobuf:"bytes,10,opt,name=closed_by_job_id,json=closedByJobId,proto3" json:"closed_by_job_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -135,6 +139,13 @@ func (x *Stream) GetObjects() uint64 {
 		return x.Objects
 	}
 	return 0
+}
+
+func (x *Stream) GetClosedByJobId() string {
+	if x != nil {
+		return x.ClosedByJobId
+	}
+	return ""
 }
 
 // ObjectRange is the part of an object that holds one stream's records.
@@ -1118,7 +1129,7 @@ var File_walden_v1_catalog_proto protoreflect.FileDescriptor
 
 const file_walden_v1_catalog_proto_rawDesc = "" +
 	"\n" +
-	"\x17walden/v1/catalog.proto\x12\twalden.v1\"\x9e\x02\n" +
+	"\x17walden/v1/catalog.proto\x12\twalden.v1\"\xc7\x02\n" +
 	"\x06Stream\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\x04R\bstreamId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
@@ -1130,7 +1141,9 @@ const file_walden_v1_catalog_proto_rawDesc = "" +
 	"\n" +
 	"end_offset\x18\a \x01(\x04R\tendOffset\x12&\n" +
 	"\x0fupdated_unix_ms\x18\b \x01(\x03R\rupdatedUnixMs\x12\x18\n" +
-	"\aobjects\x18\t \x01(\x04R\aobjects\"\xc3\x01\n" +
+	"\aobjects\x18\t \x01(\x04R\aobjects\x12'\n" +
+	"\x10closed_by_job_id\x18\n" +
+	" \x01(\tR\rclosedByJobId\"\xc3\x01\n" +
 	"\vObjectRange\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\x04R\bstreamId\x12!\n" +
 	"\fstream_epoch\x18\x02 \x01(\x04R\vstreamEpoch\x12!\n" +

@@ -138,9 +138,15 @@ type Job struct {
 	FinishedUnixMs  int64  `protobuf:"varint,23,opt,name=finished_unix_ms,json=finishedUnixMs,proto3" json:"finished_unix_ms,omitempty"`
 	// lease_wait_ms is copied from the decision's evidence: the fence step
 	// waits this long before the WAL is read.
-	LeaseWaitMs   int64 `protobuf:"varint,24,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseWaitMs int64 `protobuf:"varint,24,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
+	// streams_reopened counts the streams this job closed that another broker
+	// has opened since; first_reopened_unix_ms and reopened_unix_ms are when
+	// the first and the last of them were opened.
+	StreamsReopened     uint32 `protobuf:"varint,25,opt,name=streams_reopened,json=streamsReopened,proto3" json:"streams_reopened,omitempty"`
+	FirstReopenedUnixMs int64  `protobuf:"varint,26,opt,name=first_reopened_unix_ms,json=firstReopenedUnixMs,proto3" json:"first_reopened_unix_ms,omitempty"`
+	ReopenedUnixMs      int64  `protobuf:"varint,27,opt,name=reopened_unix_ms,json=reopenedUnixMs,proto3" json:"reopened_unix_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -337,6 +343,27 @@ func (x *Job) GetFinishedUnixMs() int64 {
 func (x *Job) GetLeaseWaitMs() int64 {
 	if x != nil {
 		return x.LeaseWaitMs
+	}
+	return 0
+}
+
+func (x *Job) GetStreamsReopened() uint32 {
+	if x != nil {
+		return x.StreamsReopened
+	}
+	return 0
+}
+
+func (x *Job) GetFirstReopenedUnixMs() int64 {
+	if x != nil {
+		return x.FirstReopenedUnixMs
+	}
+	return 0
+}
+
+func (x *Job) GetReopenedUnixMs() int64 {
+	if x != nil {
+		return x.ReopenedUnixMs
 	}
 	return 0
 }
@@ -1241,7 +1268,7 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xc2\x06\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xcc\a\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
@@ -1269,7 +1296,10 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x04gaps\x18\x15 \x03(\tR\x04gaps\x12)\n" +
 	"\x10records_uploaded\x18\x16 \x01(\x04R\x0frecordsUploaded\x12(\n" +
 	"\x10finished_unix_ms\x18\x17 \x01(\x03R\x0efinishedUnixMs\x12\"\n" +
-	"\rlease_wait_ms\x18\x18 \x01(\x03R\vleaseWaitMs\"a\n" +
+	"\rlease_wait_ms\x18\x18 \x01(\x03R\vleaseWaitMs\x12)\n" +
+	"\x10streams_reopened\x18\x19 \x01(\rR\x0fstreamsReopened\x123\n" +
+	"\x16first_reopened_unix_ms\x18\x1a \x01(\x03R\x13firstReopenedUnixMs\x12(\n" +
+	"\x10reopened_unix_ms\x18\x1b \x01(\x03R\x0ereopenedUnixMs\"a\n" +
 	"\rRenewJobLease\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1f\n" +
