@@ -143,6 +143,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	}
 	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
 	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: raftCluster{node}.LiveMembers})
+	waldenv1.RegisterFailoversServer(s.adminGRPC, &failoversService{state: state})
 	if s.httpLis != nil {
 		if tlsCfg.enabled() {
 			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.server)

@@ -1,0 +1,205 @@
+package timeline
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Phase kinds, in the order a failover goes through them.
+const (
+	KindObserve   = "observe"
+	KindDecide    = "decide"
+	KindFence     = "fence"
+	KindLeaseWait = "lease_wait"
+	KindAttach    = "attach"
+	KindRead      = "read"
+	KindUpload    = "upload"
+	KindCommit    = "commit"
+	KindClose     = "close"
+	KindDetach    = "detach"
+	KindReopen    = "reopen"
+)
+
+// Kinds lists the phase kinds in order.
+func Kinds() []string {
+	return []string{KindObserve, KindDecide, KindFence, KindLeaseWait, KindAttach, KindRead, KindUpload, KindCommit,
+		KindClose, KindDetach, KindReopen}
+}
+
+// The state machine's event messages this package reads (fsm/brokers.go,
+// fsm/jobs.go).
+var (
+	declaredRe = regexp.MustCompile(`^declared failed: epoch (\d+) fenced`)
+	runningRe  = regexp.MustCompile(`^attempt (\d+) running on (\S+)`)
+)
+
+// Build tells the failover of job j. events are the event log of j's
+// broker (any order; events of other jobs are ignored). A phase still going
+// on has end 0; the renderers draw it up to their "now".
+func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
+	f := &waldenv1.Failover{
+		Id: j.GetJobId(), BrokerId: j.GetBrokerId(), NewEpoch: j.GetToken(), State: j.GetState(), Step: j.GetStep(),
+		RecoveredBy: j.GetAssigneeId(), Attempts: j.GetAttempt(), DecidedUnixMs: j.GetCreatedUnixMs(),
+		FinishedUnixMs: j.GetFinishedUnixMs(), BytesUploaded: j.GetBytesUploaded(), BytesTotal: j.GetBytesTotal(),
+		RecordsUploaded: j.GetRecordsUploaded(), Objects: uint32(len(j.GetObjects())), StreamsTotal: j.GetStreamsTotal(),
+		StreamsClosed: j.GetStreamsClosed(), StreamsReopened: j.GetStreamsReopened(), Error: j.GetError(),
+	}
+	evs := slices.Clone(events)
+	slices.SortFunc(evs, func(a, b *waldenv1.Event) int {
+		switch {
+		case a.GetIndex() < b.GetIndex():
+			return -1
+		case a.GetIndex() > b.GetIndex():
+			return 1
+		}
+		return 0
+	})
+	assigneeOf := map[uint32]string{}
+	for _, e := range evs {
+		if e.GetJobId() != j.GetJobId() {
+			continue
+		}
+		switch e.GetKind() {
+		case "decision":
+			f.DecidedUnixMs = e.GetUnixMs()
+			f.DecidedBy = e.GetActor()
+			f.Evidence = e.GetEvidence()
+			f.Manual = e.GetEvidence().GetManual()
+			f.Reason = e.GetEvidence().GetReason()
+			if m := declaredRe.FindStringSubmatch(e.GetMessage()); m != nil {
+				f.OldEpoch, _ = strconv.ParseUint(m[1], 10, 64)
+			}
+		case "job":
+			if m := runningRe.FindStringSubmatch(e.GetMessage()); m != nil {
+				n, _ := strconv.ParseUint(m[1], 10, 32)
+				assigneeOf[uint32(n)] = m[2]
+				if len(f.Assignees) == 0 || f.Assignees[len(f.Assignees)-1] != m[2] {
+					f.Assignees = append(f.Assignees, m[2])
+				}
+			}
+		}
+	}
+	if f.DecidedBy == "" {
+		f.DecidedBy = f.GetEvidence().GetDecidedBy()
+	}
+	if len(f.Assignees) == 0 || f.Assignees[len(f.Assignees)-1] != j.GetAssigneeId() {
+		if j.GetAssigneeId() != "" {
+			f.Assignees = append(f.Assignees, j.GetAssigneeId())
+		}
+	}
+	assigneeOf[j.GetAttempt()] = j.GetAssigneeId()
+	actorOf := func(attempt uint32) string {
+		if a, ok := assigneeOf[attempt]; ok {
+			return a
+		}
+		return j.GetAssigneeId()
+	}
+
+	// What each coordinator observed until the decision.
+	for _, o := range f.GetEvidence().GetObservations() {
+		if o.GetState() != "suspect" && o.GetState() != "dead" {
+			continue
+		}
+		if f.FirstSuspectUnixMs == 0 || o.GetSinceUnixMs() < f.FirstSuspectUnixMs {
+			f.FirstSuspectUnixMs = o.GetSinceUnixMs()
+		}
+		f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindObserve, Actor: o.GetObserverId(),
+			StartUnixMs: o.GetSinceUnixMs(), EndUnixMs: f.DecidedUnixMs, Detail: observed(o)})
+	}
+	f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindDecide, Actor: f.DecidedBy,
+		StartUnixMs: f.DecidedUnixMs, EndUnixMs: f.DecidedUnixMs, Detail: f.Reason})
+
+	// The recovery job's steps: each runs from the end of the one before.
+	prev := f.DecidedUnixMs
+	lastClose := int64(0)
+	for _, cp := range j.GetCheckpoints() {
+		at, actor := cp.GetUnixMs(), actorOf(cp.GetAttempt())
+		if cp.GetStep() == KindFence && j.GetLeaseWaitMs() > 0 {
+			waitFrom := max(prev, at-j.GetLeaseWaitMs())
+			f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindFence, Actor: actor, StartUnixMs: prev, EndUnixMs: waitFrom,
+				Detail: cp.GetDetail(), Attempt: cp.GetAttempt()},
+				&waldenv1.FailoverPhase{Kind: KindLeaseWait, Actor: actor, StartUnixMs: waitFrom, EndUnixMs: at,
+					Detail: "the broker may hold a valid lease until then; its WAL is read after", Attempt: cp.GetAttempt()})
+		} else {
+			f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: cp.GetStep(), Actor: actor, StartUnixMs: prev, EndUnixMs: at,
+				Detail: cp.GetDetail(), Attempt: cp.GetAttempt()})
+		}
+		if cp.GetStep() == KindClose {
+			lastClose = at
+		}
+		prev = at
+	}
+	active := j.GetState() == "pending" || j.GetState() == "running"
+	if active && j.GetStep() != "" && j.GetStep() != "done" {
+		f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: j.GetStep(), Actor: j.GetAssigneeId(), StartUnixMs: prev,
+			Detail: runningDetail(j), Attempt: j.GetAttempt()})
+	}
+
+	// The reopening of the closed streams by other brokers.
+	if j.GetStreamsTotal() > 0 && (j.GetStreamsReopened() > 0 || j.GetState() == "succeeded") {
+		from := lastClose
+		if from == 0 {
+			from = max(j.GetFinishedUnixMs(), prev)
+		}
+		p := &waldenv1.FailoverPhase{Kind: KindReopen, StartUnixMs: from,
+			Detail: strconv.Itoa(int(j.GetStreamsReopened())) + " of " + strconv.Itoa(int(closedCount(j))) + " streams open on other brokers"}
+		if j.GetStreamsReopened() >= closedCount(j) {
+			p.EndUnixMs = max(j.GetReopenedUnixMs(), from)
+			f.ReopenedUnixMs = j.GetReopenedUnixMs()
+		}
+		f.Phases = append(f.Phases, p)
+	}
+	return f
+}
+
+// closedCount is the number of streams the job closed (or must close).
+func closedCount(j *waldenv1.Job) uint32 {
+	return max(j.GetStreamsClosed(), j.GetStreamsTotal())
+}
+
+func observed(o *waldenv1.Observation) string {
+	s := o.GetObserverId() + " observes " + o.GetState()
+	if o.GetReason() != "" {
+		s += ": " + o.GetReason()
+	}
+	return s
+}
+
+func runningDetail(j *waldenv1.Job) string {
+	if j.GetError() != "" {
+		return "retrying: " + j.GetError()
+	}
+	if j.GetState() == "pending" {
+		return "waiting for " + j.GetAssigneeId() + " to start"
+	}
+	return "in progress"
+}
+
+// Duration is a phase's duration in milliseconds, measured up to nowUnixMs
+// while it is still going on.
+func Duration(p *waldenv1.FailoverPhase, nowUnixMs int64) int64 {
+	end := p.GetEndUnixMs()
+	if end == 0 {
+		end = nowUnixMs
+	}
+	return max(end-p.GetStartUnixMs(), 0)
+}
+
+// Span returns the first start and the last end of f's phases (up to
+// nowUnixMs for phases still going on).
+func Span(f *waldenv1.Failover, nowUnixMs int64) (start, end int64) {
+	for _, p := range f.GetPhases() {
+		e := p.GetEndUnixMs()
+		if e == 0 {
+			e = nowUnixMs
+		}
+		if start == 0 || p.GetStartUnixMs() < start {
+			start = p.GetStartUnixMs()
+		}
+		end = max(end, e)
+	}
+	return start, end
+}
