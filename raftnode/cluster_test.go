@@ -96,6 +96,10 @@ type testCluster struct {
 	tune    func(*Config)
 	mu      sync.Mutex
 	members map[string]*testMember
+	// joining lists members that start as a joining member would
+	// (initial_cluster_state: existing): without themselves in the initial
+	// cluster, so that empty storage does not bootstrap.
+	joining map[string]bool
 }
 
 type testMember struct {
@@ -144,8 +148,13 @@ func (c *testCluster) start(id string) *testMember {
 	cfg := Config{
 		ClusterName: c.name, NodeID: id, InitialCluster: c.initial,
 		TickInterval: testTick, ElectionTicks: 10, HeartbeatTicks: 1,
-		Logger: testLogger(c.t),
+		DataDir: m.dir, Logger: testLogger(c.t),
 	}
+	c.mu.Lock()
+	if c.joining[id] {
+		cfg.InitialCluster = slices.DeleteFunc(slices.Clone(c.initial), func(mc *waldenv1.MemberContext) bool { return mc.GetId() == id })
+	}
+	c.mu.Unlock()
 	if c.tune != nil {
 		c.tune(&cfg)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -51,6 +52,17 @@ var (
 	ErrProposalDropped = errors.New("raftnode: proposal dropped")
 	// ErrInvalidConfig is wrapped by Config.Validate errors.
 	ErrInvalidConfig = errors.New("raftnode: invalid config")
+	// ErrCorruptEntry stops a member that is about to apply a committed
+	// entry whose command (or membership change) does not decode: applying
+	// anything else than what its peers apply would diverge the state.
+	ErrCorruptEntry = errors.New("raftnode: committed entry does not decode")
+	// ErrLogWentBackwards stops a member whose leader says it had
+	// acknowledged entries beyond the end of its log: its data directory is
+	// an older copy, or was wiped while the member id stayed in the cluster.
+	// Such a member may have voted and acknowledged what it no longer has;
+	// the way back is `waldenctl member remove` and `member add` with an
+	// empty data directory.
+	ErrLogWentBackwards = errors.New("raftnode: this member's raft log went backwards")
 )
 
 // Config configures a Node. Zero durations and counts take the defaults of
@@ -86,6 +98,10 @@ type Config struct {
 	// MaxInflightMsgs limits the append messages in flight per follower
 	// (default 256).
 	MaxInflightMsgs int
+	// DataDir is the member's data directory, named in the messages of the
+	// faults that stop the member (default: the storage's Path, when it has
+	// one).
+	DataDir string
 	// Logger receives the node's and raft's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer exports the walden_raft_* metrics; nil: not registered.
@@ -242,6 +258,10 @@ type Node struct {
 	stopOnce sync.Once
 	stopc    chan struct{}
 	donec    chan struct{}
+	// fatal is the error that stopped the member (nil after Stop or a
+	// removal); set once, before donec is closed.
+	fatalOnce sync.Once
+	fatal     atomic.Pointer[error]
 }
 
 // NewNode starts (empty storage) or restarts (storage with state) the member
@@ -439,7 +459,7 @@ func (n *Node) run() {
 		case rd := <-n.raft.Ready():
 			removed, err := n.handleReady(rd)
 			if err != nil {
-				n.logger.Error("raftnode: fatal error, stopping member", "err", err)
+				n.fail(err)
 				return
 			}
 			if removed && removedc == nil {
@@ -607,7 +627,9 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) (removed bool, err error) {
 		switch e.GetType() {
 		case raftpb.EntryNormal:
 			if !replay {
-				n.applyNormal(e)
+				if err := n.applyNormal(e); err != nil {
+					return false, err
+				}
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			r, err := n.applyConfChange(e, !replay)
@@ -623,21 +645,32 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) (removed bool, err error) {
 	return removed, nil
 }
 
-func (n *Node) applyNormal(e *raftpb.Entry) {
+// applyNormal applies one normal entry. An entry that does not decode is
+// a fault of this member's storage (or of the log it was sent): skipping it
+// would leave this member's state different from its peers' for good, so
+// the member stops instead.
+func (n *Node) applyNormal(e *raftpb.Entry) error {
 	if len(e.GetData()) == 0 {
-		return // the empty entry a new leader appends to commit its term
+		return nil // the empty entry a new leader appends to commit its term
 	}
 	cmd := new(waldenv1.Command)
 	if err := proto.Unmarshal(e.GetData(), cmd); err != nil {
-		// Every member skips the same undecodable entry, so the state
-		// machines stay identical.
-		n.logger.Error("raftnode: skipping undecodable entry", "index", e.GetIndex(), "err", err)
-		return
+		return n.corruptEntry(e, "command", err)
 	}
 	result, err := n.sm.Apply(e.GetIndex(), cmd)
 	if cmd.GetProposerId() == n.cfg.NodeID {
 		n.wait.Trigger(cmd.GetRequestId(), applied{result: result, err: err})
 	}
+	return nil
+}
+
+// corruptEntry is the fault of a committed entry whose what does not
+// decode.
+func (n *Node) corruptEntry(e *raftpb.Entry, what string, err error) error {
+	return fmt.Errorf("%w: the %s of raft entry %d (term %d) in data dir %s does not decode (%v); "+
+		"the member stops rather than apply something else than its peers. Replace its data dir: "+
+		"`waldenctl member remove %s`, empty the directory, `waldenctl member add %s` and start it with initial_cluster_state: existing",
+		ErrCorruptEntry, what, e.GetIndex(), e.GetTerm(), n.dataDir(), err, n.cfg.NodeID, n.cfg.NodeID)
 }
 
 // applyConfChange applies a membership change to raft, the state machine
@@ -648,21 +681,20 @@ func (n *Node) applyConfChange(e *raftpb.Entry, toStateMachine bool) (removed bo
 	if e.GetType() == raftpb.EntryConfChange {
 		v1 := new(raftpb.ConfChange)
 		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
-			return false, fmt.Errorf("raftnode: decode conf change at index %d: %w", e.GetIndex(), err)
+			return false, n.corruptEntry(e, "membership change", err)
 		}
 		cc = v1.AsV2()
 	} else {
 		cc = new(raftpb.ConfChangeV2)
 		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-			return false, fmt.Errorf("raftnode: decode conf change at index %d: %w", e.GetIndex(), err)
+			return false, n.corruptEntry(e, "membership change", err)
 		}
 	}
 	var ctx *waldenv1.ConfChangeContext
 	if len(cc.GetContext()) > 0 {
 		ctx = new(waldenv1.ConfChangeContext)
 		if err := proto.Unmarshal(cc.GetContext(), ctx); err != nil {
-			n.logger.Error("raftnode: undecodable conf change context", "index", e.GetIndex(), "err", err)
-			ctx = nil
+			return false, n.corruptEntry(e, "membership change's member description", err)
 		}
 	}
 
@@ -845,9 +877,40 @@ func (n *Node) Stop() {
 }
 
 // Done is closed once the member stopped: after Stop, two election
-// timeouts after it applied its own removal, or after a fatal storage error
-// (which it logs).
+// timeouts after it applied its own removal, or after a fatal fault (which
+// it logs, and Err returns).
 func (n *Node) Done() <-chan struct{} { return n.donec }
+
+// Err returns the fault that stopped the member (ErrCorruptEntry,
+// ErrLogWentBackwards, a storage error), or nil while it runs and after
+// Stop or its removal.
+func (n *Node) Err() error {
+	if p := n.fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records the fault that stops the member, logs it and makes the run
+// goroutine stop. The first fault wins.
+func (n *Node) fail(err error) {
+	n.fatalOnce.Do(func() {
+		n.fatal.Store(&err)
+		n.logger.Error("raftnode: fatal fault, stopping member", "data_dir", n.dataDir(), "err", err)
+	})
+	n.stopOnce.Do(func() { close(n.stopc) })
+}
+
+// dataDir names the member's data directory in messages.
+func (n *Node) dataDir() string {
+	if n.cfg.DataDir != "" {
+		return n.cfg.DataDir
+	}
+	if p, ok := n.st.(interface{ Path() string }); ok {
+		return filepath.Dir(p.Path())
+	}
+	return "(storage without a directory)"
+}
 
 func (n *Node) stopped() bool {
 	if n.removed.Load() {
@@ -1349,6 +1412,10 @@ func (n *Node) nameOf(id uint64) string {
 
 // Process steps a message received from a peer into raft (Handler).
 func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
+	if err := n.checkLogNotBehind(m); err != nil {
+		n.fail(err)
+		return ErrStopped
+	}
 	if err := n.raft.Step(ctx, m); err != nil {
 		if errors.Is(err, raft.ErrStopped) {
 			return ErrStopped
@@ -1356,6 +1423,31 @@ func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 		return fmt.Errorf("raftnode: step: %w", err)
 	}
 	return nil
+}
+
+// checkLogNotBehind refuses a heartbeat whose commit index is beyond this
+// member's last stored entry. The leader sends min(its commit index, the
+// index this member acknowledged last), and this member acknowledges only
+// what it has stored (it sends after Save): so this member acknowledged
+// entries, in this term or a later one than it has stored, that its log no
+// longer holds. Raft itself would panic on it ("tocommit out of range").
+// A heartbeat of an older term than the stored one is left to raft, which
+// ignores it (a log truncated by a newer leader is shorter legitimately).
+func (n *Node) checkLogNotBehind(m *raftpb.Message) error {
+	if m.GetType() != raftpb.MessageType_MsgHeartbeat || m.GetCommit() == 0 || m.GetTerm() < n.term.Load() {
+		return nil
+	}
+	last, err := n.st.LastIndex()
+	if err != nil || m.GetCommit() <= last {
+		return nil
+	}
+	return fmt.Errorf("%w: the leader %s says member %s acknowledged raft entries up to index %d (term %d), "+
+		"but its log in data dir %s ends at index %d (term %d): the data dir is an older copy, or it was wiped "+
+		"while %s stayed a member. A member that lost what it acknowledged can break the cluster's agreement, so it is refused. "+
+		"Way back: `waldenctl member remove %s`, empty %s, `waldenctl member add %s --raft ADDR --admin ADDR`, "+
+		"then start it with initial_cluster_state: existing",
+		ErrLogWentBackwards, n.nameOf(m.GetFrom()), n.cfg.NodeID, m.GetCommit(), m.GetTerm(), n.dataDir(), last, n.term.Load(),
+		n.cfg.NodeID, n.cfg.NodeID, n.dataDir(), n.cfg.NodeID)
 }
 
 // ReportUnreachable tells raft that a message to id was not delivered

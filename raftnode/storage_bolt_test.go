@@ -12,7 +12,19 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	waldenv1 "walden/proto/walden/v1"
 )
+
+// testCommand is the data of a normal entry: a Noop command carrying
+// payload.
+func testCommand(payload []byte) []byte {
+	b, err := proto.Marshal(&waldenv1.Command{Op: &waldenv1.Command_Noop{Noop: &waldenv1.Noop{Payload: payload}}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
 
 // openTestStorage opens a storage in a new directory of the test.
 func openTestStorage(t testing.TB, dir string) *BoltStorage {
@@ -77,9 +89,16 @@ func (m *diffModel) randEntries(from uint64, n int) []*raftpb.Entry {
 			e.Type = raftpb.EntryNormal.Enum()
 		}
 		if sz := m.rng.IntN(80); sz > 0 {
-			e.Data = make([]byte, sz)
-			for j := range e.Data {
-				e.Data[j] = byte(m.rng.Uint32())
+			payload := make([]byte, sz)
+			for j := range payload {
+				payload[j] = byte(m.rng.Uint32())
+			}
+			// The data decodes as what the entry's type says (the start-up
+			// check decodes it).
+			if e.GetType() == raftpb.EntryConfChangeV2 {
+				e.Data, _ = proto.Marshal(&raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{NodeId: new(uint64(sz))}}})
+			} else {
+				e.Data = testCommand(payload)
 			}
 		}
 		ents[i] = e
@@ -499,7 +518,7 @@ func TestStorageSaveSnapshotKeepsMatchingSuffix(t *testing.T) {
 	defer s.Close()
 	var ents []*raftpb.Entry
 	for i := uint64(1); i <= 10; i++ {
-		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(2)), Data: []byte{byte(i)}})
+		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(2)), Data: testCommand([]byte{byte(i)})})
 	}
 	if err := s.Save(&raftpb.HardState{Term: new(uint64(2)), Commit: new(uint64(4))}, ents, nil); err != nil {
 		t.Fatal(err)
@@ -515,7 +534,7 @@ func TestStorageSaveSnapshotKeepsMatchingSuffix(t *testing.T) {
 		t.Fatalf("LastIndex = %d, want 10", l)
 	}
 	got, err := s.Entries(7, 11, math.MaxUint64)
-	if err != nil || len(got) != 4 || got[0].GetData()[0] != 7 {
+	if err != nil || len(got) != 4 || !proto.Equal(got[0], ents[6]) {
 		t.Fatalf("Entries(7, 11) = %v, %v", got, err)
 	}
 	// A snapshot whose term differs from the log's replaces the log.
@@ -595,7 +614,7 @@ func TestStorageConcurrentReads(t *testing.T) {
 		})
 	}
 	for i := uint64(1); i <= 200; i++ {
-		e := &raftpb.Entry{Index: new(i), Term: new(uint64(1)), Data: []byte("x")}
+		e := &raftpb.Entry{Index: new(i), Term: new(uint64(1)), Data: testCommand([]byte("x"))}
 		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{e}, nil); err != nil {
 			t.Fatal(err)
 		}

@@ -99,7 +99,7 @@ func FuzzVerifyBoltFile(f *testing.F) {
 	}
 	var ents []*raftpb.Entry
 	for i := uint64(1); i <= 30; i++ {
-		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(1)), Data: make([]byte, 100)})
+		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(1)), Data: testCommand(make([]byte, 100))})
 	}
 	if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(30))}, ents, nil); err != nil {
 		f.Fatal(err)

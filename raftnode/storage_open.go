@@ -17,6 +17,8 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	waldenv1 "walden/proto/walden/v1"
 )
 
 // storageLockTimeout bounds the wait for the file lock of raft.db (a
@@ -283,7 +285,9 @@ func readIdentity(meta *bolt.Bucket) (storageIdentity, error) {
 }
 
 // checkLog verifies the entries and state buckets: contiguous entries whose
-// stored index matches their key and whose terms never decrease, a decodable
+// stored index matches their key, whose terms never decrease and whose
+// commands or membership changes decode (the apply path would stop on
+// them), a decodable
 // HardState, snapshot and ConfState, FirstIndex-1 <= snapshot index <=
 // LastIndex with matching terms, and a commit index between the snapshot
 // index (so also the compaction point) and LastIndex.
@@ -329,6 +333,9 @@ func checkLog(tx *bolt.Tx, damaged func(string, ...any) error) error {
 		if e.GetIndex() != idx {
 			return damaged("entry under key %d says index %d", idx, e.GetIndex())
 		}
+		if what, err := decodeEntryData(e); err != nil {
+			return damaged("the %s of entry %d (term %d) does not decode: %v", what, idx, e.GetTerm(), err)
+		}
 		if n > 0 && e.GetTerm() < prevTerm {
 			return damaged("entry %d has term %d after term %d", idx, e.GetTerm(), prevTerm)
 		}
@@ -368,6 +375,38 @@ func checkLog(tx *bolt.Tx, damaged func(string, ...any) error) error {
 		return damaged("hard state commit %d below the snapshot index %d", hs.GetCommit(), si)
 	}
 	return nil
+}
+
+// decodeEntryData decodes what the apply path decodes from e: the command of
+// a normal entry, the membership change and its member description of a
+// conf change entry. It returns what failed to decode.
+func decodeEntryData(e *raftpb.Entry) (what string, err error) {
+	var cctx []byte
+	switch e.GetType() {
+	case raftpb.EntryNormal:
+		if len(e.GetData()) == 0 {
+			return "", nil
+		}
+		return "command", proto.Unmarshal(e.GetData(), new(waldenv1.Command))
+	case raftpb.EntryConfChange:
+		cc := new(raftpb.ConfChange)
+		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+			return "membership change", err
+		}
+		cctx = cc.GetContext()
+	case raftpb.EntryConfChangeV2:
+		cc := new(raftpb.ConfChangeV2)
+		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+			return "membership change", err
+		}
+		cctx = cc.GetContext()
+	default:
+		return "entry type", fmt.Errorf("unknown entry type %d", e.GetType())
+	}
+	if len(cctx) == 0 {
+		return "", nil
+	}
+	return "membership change's member description", proto.Unmarshal(cctx, new(waldenv1.ConfChangeContext))
 }
 
 // decodeOptional decodes key into m when present.

@@ -72,7 +72,7 @@ func populatedDir(t *testing.T) string {
 	s := openTestStorage(t, dir)
 	var ents []*raftpb.Entry
 	for i := uint64(1); i <= 40; i++ {
-		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(1)), Data: make([]byte, 2048)})
+		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(1)), Data: testCommand(make([]byte, 2048))})
 	}
 	if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(30))}, ents, nil); err != nil {
 		t.Fatal(err)
@@ -388,6 +388,30 @@ func TestOpenStorageRefuses(t *testing.T) {
 			},
 			want:     ErrDamagedDataDir,
 			wantText: []string{"entry 30 does not decode"},
+		},
+		{
+			// A bit flip inside an entry that leaves the entry well-formed
+			// but its command undecodable: the apply path would stop on it.
+			name: "entry whose command does not decode",
+			prepare: func(t *testing.T) string {
+				dir := populatedDir(t)
+				e := &raftpb.Entry{Index: new(uint64(31)), Term: new(uint64(1)), Data: []byte{0xff, 0xff, 0xff}}
+				editDB(t, dir, func(tx *bolt.Tx) error { return putEntry(tx.Bucket(bucketEntries), e) })
+				return dir
+			},
+			want:     ErrDamagedDataDir,
+			wantText: []string{"the command of entry 31 (term 1) does not decode"},
+		},
+		{
+			name: "membership change that does not decode",
+			prepare: func(t *testing.T) string {
+				dir := populatedDir(t)
+				e := &raftpb.Entry{Index: new(uint64(32)), Term: new(uint64(1)), Type: raftpb.EntryConfChangeV2.Enum(), Data: []byte{0xff, 0xff, 0xff}}
+				editDB(t, dir, func(tx *bolt.Tx) error { return putEntry(tx.Bucket(bucketEntries), e) })
+				return dir
+			},
+			want:     ErrDamagedDataDir,
+			wantText: []string{"the membership change of entry 32 (term 1) does not decode"},
 		},
 	}
 	for _, tc := range cases {

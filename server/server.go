@@ -25,7 +25,8 @@ import (
 )
 
 // ErrNodeStopped is returned by Run when the raft node stopped on its own
-// (a fatal storage error, or this member was removed from the cluster).
+// (a fatal storage fault, which the error wraps, or this member was removed
+// from the cluster).
 var ErrNodeStopped = errors.New("server: raft node stopped")
 
 // stopGrace bounds how long Stop waits for in-flight requests.
@@ -169,6 +170,7 @@ func raftConfig(cfg *config.Server, logger *slog.Logger, reg prometheus.Register
 	rc := raftnode.DefaultConfig()
 	rc.ClusterName = cfg.ClusterName
 	rc.NodeID = cfg.NodeID
+	rc.DataDir = cfg.DataDir
 	for _, m := range cfg.InitialCluster {
 		if cfg.InitialClusterState == config.ClusterStateExisting && m.ID == cfg.NodeID {
 			continue // a joining member must not bootstrap a cluster of its own
@@ -223,7 +225,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.logger.Info("walden server stopping", "reason", context.Cause(ctx))
 	case <-s.node.Done():
 		err = ErrNodeStopped
-		s.logger.Error("raft node stopped; shutting down", "term", s.node.Status().Term)
+		if cause := s.node.Err(); cause != nil {
+			err = fmt.Errorf("%w: %w", ErrNodeStopped, cause)
+		}
+		s.logger.Error("raft node stopped; shutting down", "term", s.node.Status().Term, "err", err)
 	case err = <-errc:
 		s.logger.Error("listener failed; shutting down", "err", err)
 	}
