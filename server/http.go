@@ -7,11 +7,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// newHTTPHandler serves /metrics, /healthz (200 while the process runs) and
+// newHTTPHandler serves /metrics, /healthz (200 while the process runs),
 // /readyz (200 only while the node is ready: it knows a leader and has
-// applied what was committed when it started).
-func newHTTPHandler(reg *prometheus.Registry, node ClusterNode) http.Handler {
+// applied what was committed when it started) and the web view under /ui/
+// (ui; nil for none).
+func newHTTPHandler(reg *prometheus.Registry, node ClusterNode, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if ui != nil {
+		mux.Handle("/ui/", ui)
+		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

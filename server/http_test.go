@@ -15,7 +15,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	f := &fakeNode{}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
-	srv := httptest.NewServer(newHTTPHandler(reg, f))
+	srv := httptest.NewServer(newHTTPHandler(reg, f, nil))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		t.Helper()

@@ -22,6 +22,7 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/recovery"
+	"walden/webui"
 )
 
 // ErrNodeStopped is returned by Run when the raft node stopped on its own
@@ -144,13 +145,17 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	}
 	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
 	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: raftCluster{node}.LiveMembers})
-	waldenv1.RegisterFailoversServer(s.adminGRPC, &failoversService{state: state})
+	failovers := &failoversService{state: state}
+	waldenv1.RegisterFailoversServer(s.adminGRPC, failovers)
 	if s.httpLis != nil {
 		if tlsCfg.enabled() {
 			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.server)
 		}
 		s.httpSrv = &http.Server{
-			Handler:           newHTTPHandler(reg, node),
+			Handler: newHTTPHandler(reg, node, webui.Handler(webui.Options{
+				Source:    &webSource{admin: s.admin, brokers: s.detector.brokers, failovers: failovers, state: state},
+				Authorize: webAuthorize,
+			})),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
 		}

@@ -155,7 +155,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return fmt.Errorf("dev: %w", err)
 	}
 	for _, m := range c.Coords {
-		say(fmt.Sprintf("  coordinator %s  admin %s  raft %s  gossip %s  pid %d", m.Name, m.Admin, m.Raft, m.Gossip, m.Pid()))
+		say(fmt.Sprintf("  coordinator %s  admin %s  raft %s  gossip %s  pid %d  web view http://%s/ui/", m.Name, m.Admin, m.Raft, m.Gossip, m.Pid(), m.HTTP))
 	}
 	for _, b := range c.Brokers {
 		say(fmt.Sprintf("  broker %s  data %s  agent %s  streams %v  pid %d", b.Name, b.Listen, b.AgentListen, b.Streams, b.Pid()))
@@ -191,6 +191,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	eps := strings.Join(c.AdminAddrs(), ",")
 	fmt.Fprintf(out, `
 the cluster keeps running (Ctrl-C stops it); %s was killed, the other brokers serve its streams.
+  web view: http://%s/ui/
   export WALDENCTL_ENDPOINTS=%s
   waldenctl status
   waldenctl brokers
@@ -199,7 +200,7 @@ the cluster keeps running (Ctrl-C stops it); %s was killed, the other brokers se
   waldenctl events --limit 30
   walden load --coordinators %s --rate 100 --duration 10s --ledger %s/more.jsonl
 logs and data: %s%s
-`, sum.Victim, eps, eps, dir, dir, map[bool]string{true: " (removed on Ctrl-C; --dir keeps them)", false: ""}[removeDir])
+`, sum.Victim, c.Coords[0].HTTP, eps, eps, dir, dir, map[bool]string{true: " (removed on Ctrl-C; --dir keeps them)", false: ""}[removeDir])
 	<-ctx.Done()
 	succeeded = true
 	return nil

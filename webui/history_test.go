@@ -1,0 +1,35 @@
+package webui
+
+import (
+	"fmt"
+	"testing"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+func TestBrokerHistory(t *testing.T) {
+	ev := func(i uint64, kind, broker, msg string) *waldenv1.Event {
+		return &waldenv1.Event{Index: i, UnixMs: int64(i) * 100, Kind: kind, BrokerId: broker, Message: msg}
+	}
+	h := brokerHistory([]*waldenv1.Event{
+		ev(1, "register", "b1", "registered with epoch 1"),
+		ev(2, "register", "b2", "registered with epoch 2"),
+		ev(3, "observation", "b1", "c1 observes alive: probe ok"),
+		ev(4, "observation", "b1", "c1 observes suspect: probe: 3 consecutive failures"),
+		ev(5, "observation", "b1", "c2 observes dead: gossip: dead"),
+		ev(6, "decision", "b1", "declared failed: epoch 1 fenced, new epoch 3"),
+		ev(7, "observation", "b1", "c3 observes dead"),
+		ev(8, "job", "b1", "attempt 1 running on c2"),
+		ev(9, "job", "b1", `attempt 2 reassigned from "c2" to "c3"`),
+		ev(10, "job", "b1", "attempt 2 running on c3"),
+		ev(11, "job", "b1", "attempt 2 succeeded"),
+		ev(12, "maintenance", "b2", "maintenance on: kernel upgrade"),
+		ev(13, "register", "b1", "registered with epoch 4"),
+	})
+	if got := fmt.Sprint(h["b1"]); got != "[{alive 100 1} {suspect 400 4} {failed 600 6} {recovering 800 8} {recovered 1100 11} {alive 1300 13}]" {
+		t.Errorf("b1: %s", got)
+	}
+	if got := fmt.Sprint(h["b2"]); got != "[{alive 200 2} {maintenance 1200 12}]" {
+		t.Errorf("b2: %s", got)
+	}
+}
