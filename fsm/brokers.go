@@ -66,7 +66,7 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 	b.RegisteredUnixMs = s.now()
 	s.deriveState(b)
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "register", BrokerId: id,
-		Actor: cmd.GetProposerId(), Message: fmt.Sprintf("registered with epoch %d", epoch)})
+		Actor: actorOf(op.GetActor(), cmd), Message: fmt.Sprintf("registered with epoch %d", epoch)})
 	return &waldenv1.Result{Value: &waldenv1.Result_RegisterBroker{RegisterBroker: &waldenv1.RegisterBrokerResult{
 		Epoch: epoch, RecoveredWalOffset: b.GetRecoveredWalOffset()}}}, nil
 }
@@ -135,7 +135,10 @@ func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *wald
 	if b.GetMaintenance() && !op.GetEvidence().GetManual() {
 		return nil, fmt.Errorf("fsm: declare broker %q failed: %w", b.GetBrokerId(), fencing.ErrMaintenance)
 	}
-	actor := op.GetEvidence().GetDecidedBy()
+	actor := op.GetEvidence().GetRequestedBy() // the identity of a manual failover
+	if actor == "" {
+		actor = op.GetEvidence().GetDecidedBy()
+	}
 	if actor == "" {
 		actor = cmd.GetProposerId()
 	}

@@ -47,6 +47,11 @@ type GRPCTransportConfig struct {
 	QueueSize int
 	// MaxBackoff caps the wait between reconnection attempts (default 1s).
 	MaxBackoff time.Duration
+	// CheckSender, when set, is asked about every received frame with the
+	// stream's context and the member id the frame claims; an error ends
+	// the stream with it (a member whose certificate names another member
+	// is refused). nil accepts every sender.
+	CheckSender func(ctx context.Context, fromID string) error
 }
 
 // GRPCTransport carries raft messages over the walden.v1.Raft gRPC service
@@ -163,6 +168,13 @@ func (t *GRPCTransport) Stream(stream waldenv1.Raft_StreamServer) error {
 			return status.Errorf(codes.PermissionDenied,
 				"raftnode: member %q of cluster %q refused by member %q of cluster %q",
 				f.GetFromId(), f.GetClusterName(), t.cfg.NodeID, t.cfg.ClusterName)
+		}
+		if t.cfg.CheckSender != nil {
+			if err := t.cfg.CheckSender(stream.Context(), f.GetFromId()); err != nil {
+				t.cfg.Metrics.refused()
+				t.logger.Warn("raftnode: refusing raft frame of an impostor", "their_member", f.GetFromId(), "err", err)
+				return err
+			}
 		}
 		m := new(raftpb.Message)
 		if err := proto.Unmarshal(f.GetMessage(), m); err != nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"walden/authz"
 	"walden/config"
 	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
@@ -48,7 +49,12 @@ type adminService struct {
 }
 
 func newAdminService(node ClusterNode, nodeID string, creds credentials.TransportCredentials, logger *slog.Logger) *adminService {
-	return &adminService{node: node, nodeID: nodeID, logger: logger, conns: coordclient.NewConns(grpc.WithTransportCredentials(creds))}
+	return &adminService{node: node, nodeID: nodeID, logger: logger, conns: coordclient.NewConns(
+		grpc.WithTransportCredentials(creds),
+		// The leader authorizes the original caller, not this member.
+		grpc.WithChainUnaryInterceptor(authz.ForwardUnary()),
+		grpc.WithChainStreamInterceptor(authz.ForwardStream()),
+	)}
 }
 
 // close drops the forwarding connections.

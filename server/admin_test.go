@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"walden/authz"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
@@ -109,7 +110,7 @@ func serveAdmin(t *testing.T, node ClusterNode, nodeID string, lis net.Listener)
 	logger := slog.New(slog.DiscardHandler)
 	admin := newAdminService(node, nodeID, insecure.NewCredentials(), logger)
 	hs := health.NewServer()
-	s, err := newAdminGRPC(admin, hs, insecure.NewCredentials(), prometheus.NewRegistry(), logger)
+	s, err := newAdminGRPC(admin, hs, insecure.NewCredentials(), &authz.Authorizer{}, prometheus.NewRegistry(), logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"walden/authz"
 	"walden/config"
 	"walden/detect"
 	"walden/fencing"
@@ -185,7 +186,7 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 	}
 	res, err := d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{
 		BrokerId: req.GetBrokerId(), AgentAddr: req.GetAgentAddr(), BrokerAddr: req.GetBrokerAddr(),
-		Wal: req.GetWal(), GossipName: req.GetGossipName(),
+		Wal: req.GetWal(), GossipName: req.GetGossipName(), Actor: authz.Actor(ctx),
 	}}})
 	if err != nil {
 		d.logger.InfoContext(ctx, "register refused", "broker_id", req.GetBrokerId(), "term", st.Term, "err", err)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"walden/authz"
 	"walden/fencing"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
@@ -109,6 +110,7 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 		Manual:           true,
 		Reason:           "manual failover: " + req.GetReason(),
 		DecidedBy:        st.NodeID,
+		RequestedBy:      authz.Actor(ctx),
 	}
 	if !p.GetDryRun() {
 		// The broker may be alive and hold a valid lease: refuse its
@@ -119,7 +121,7 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 		ev.LeaseWaitMs = max(remaining.Milliseconds()+p.GetDriftMarginMs(), 0)
 	}
 	live := s.liveMembers()
-	s.d.logger.WarnContext(ctx, "manual failover", "broker_id", b.GetBrokerId(), "epoch", b.GetEpoch(), "term", st.Term,
+	s.d.logger.WarnContext(ctx, "manual failover", "broker_id", b.GetBrokerId(), "epoch", b.GetEpoch(), "term", st.Term, "requested_by", ev.GetRequestedBy(),
 		"reason", req.GetReason(), "dry_run", p.GetDryRun(), "live_members", live)
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailed{
 		BrokerId: b.GetBrokerId(), Epoch: b.GetEpoch(), Evidence: ev, DryRun: p.GetDryRun(), LiveMembers: live,
@@ -140,7 +142,7 @@ func (s *brokersService) Ack(ctx context.Context, req *waldenv1.AckRequest) (*wa
 		return nil, err
 	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_AckBroker{AckBroker: &waldenv1.AckBroker{
-		BrokerId: req.GetBrokerId(), Actor: "operator",
+		BrokerId: req.GetBrokerId(), Actor: authz.Actor(ctx),
 	}}})
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)
@@ -153,7 +155,7 @@ func (s *brokersService) SetMaintenance(ctx context.Context, req *waldenv1.SetMa
 		return nil, err
 	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_SetMaintenance{SetMaintenance: &waldenv1.SetMaintenance{
-		BrokerId: req.GetBrokerId(), On: req.GetOn(), Actor: "operator",
+		BrokerId: req.GetBrokerId(), On: req.GetOn(), Actor: authz.Actor(ctx),
 	}}})
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)
@@ -224,7 +226,7 @@ func (s *brokersService) SetPolicy(ctx context.Context, req *waldenv1.SetPolicyR
 		return nil, policyErr("", err)
 	}
 	_, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_SetPolicy{SetPolicy: &waldenv1.SetPolicy{
-		Set: req.GetSet(), Unset: req.GetUnset(), Actor: "operator",
+		Set: req.GetSet(), Unset: req.GetUnset(), Actor: authz.Actor(ctx),
 	}}})
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)

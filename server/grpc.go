@@ -18,13 +18,15 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"walden/authz"
 	waldenv1 "walden/proto/walden/v1"
 )
 
 // newAdminGRPC builds the admin gRPC server: walden.v1.Cluster, the health
-// service and reflection, behind recovery, request metrics and logging
-// interceptors.
-func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.TransportCredentials, reg prometheus.Registerer, logger *slog.Logger) (*grpc.Server, error) {
+// service and reflection, behind recovery, request metrics, authorization
+// and logging interceptors (in that order: a refusal is counted, and the
+// log line of a call names its identity).
+func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.TransportCredentials, az *authz.Authorizer, reg prometheus.Registerer, logger *slog.Logger) (*grpc.Server, error) {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	if err := reg.Register(metrics); err != nil {
 		return nil, err
@@ -32,6 +34,7 @@ func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.Tran
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(codeToLevel),
+		logging.WithFieldsFromContext(identityFields),
 	}
 	panicHandler := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in gRPC handler", "panic", p, "stack", string(debug.Stack()))
@@ -42,11 +45,13 @@ func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.Tran
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(panicHandler),
 			metrics.UnaryServerInterceptor(),
+			az.UnaryInterceptor(),
 			logging.UnaryServerInterceptor(slogAdapter(logger), logOpts...),
 		),
 		grpc.ChainStreamInterceptor(
 			recovery.StreamServerInterceptor(panicHandler),
 			metrics.StreamServerInterceptor(),
+			az.StreamInterceptor(),
 			logging.StreamServerInterceptor(slogAdapter(logger), logOpts...),
 		),
 	)
@@ -71,6 +76,19 @@ func codeToLevel(code codes.Code) logging.Level {
 	default:
 		return logging.LevelError
 	}
+}
+
+// identityFields names the caller in the log line of a call.
+func identityFields(ctx context.Context) logging.Fields {
+	id, ok := authz.FromContext(ctx)
+	if !ok || id.IsAnonymous() {
+		return nil
+	}
+	f := logging.Fields{"identity", id.Name, "role", string(id.Role)}
+	if id.Via != "" {
+		f = append(f, "via", id.Via)
+	}
+	return f
 }
 
 func slogAdapter(l *slog.Logger) logging.Logger {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"walden/authz"
 	"walden/config"
 	"walden/fencing"
 	"walden/fsm"
@@ -106,11 +107,11 @@ func (s *jobsService) CancelJob(ctx context.Context, req *waldenv1.CancelJobRequ
 	if req.GetJobId() == "" {
 		return nil, invalidArg("job_id", "must not be empty")
 	}
-	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CancelJob{CancelJob: &waldenv1.CancelJob{JobId: req.GetJobId(), Actor: "operator"}}})
+	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CancelJob{CancelJob: &waldenv1.CancelJob{JobId: req.GetJobId(), Actor: authz.Actor(ctx)}}})
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)
 	}
-	s.d.logger.WarnContext(ctx, "job cancelled by operator", "job_id", req.GetJobId(), "broker_id", res.GetJob().GetBrokerId())
+	s.d.logger.WarnContext(ctx, "job cancelled", "job_id", req.GetJobId(), "broker_id", res.GetJob().GetBrokerId(), "actor", authz.Actor(ctx))
 	return &waldenv1.CancelJobResponse{Job: res.GetJob()}, nil
 }
 
@@ -127,11 +128,11 @@ func (s *jobsService) RetryJob(ctx context.Context, req *waldenv1.RetryJobReques
 		})
 	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RetryJob{RetryJob: &waldenv1.RetryJob{
-		JobId: req.GetJobId(), Actor: "operator", LiveMembers: s.liveMembers()}}})
+		JobId: req.GetJobId(), Actor: authz.Actor(ctx), LiveMembers: s.liveMembers()}}})
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)
 	}
-	s.d.logger.WarnContext(ctx, "job retried by operator", "job_id", req.GetJobId(), "attempt", res.GetJob().GetAttempt(), "assignee_id", res.GetJob().GetAssigneeId())
+	s.d.logger.WarnContext(ctx, "job retried", "actor", authz.Actor(ctx), "job_id", req.GetJobId(), "attempt", res.GetJob().GetAttempt(), "assignee_id", res.GetJob().GetAssigneeId())
 	return &waldenv1.RetryJobResponse{Job: res.GetJob()}, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
+	"walden/authz"
 	"walden/config"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
@@ -106,14 +107,20 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: transport metrics: %w", err)
 	}
+	// Every RPC is authorized from the peer's certificate (TLS on); raft
+	// frames are accepted from coordinators only, each as the member its
+	// certificate names.
+	az := &authz.Authorizer{Secure: tlsCfg.enabled(), Logger: logger.With("component", "authz")}
 	tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{
 		ClusterName: cfg.ClusterName,
 		NodeID:      cfg.NodeID,
 		Creds:       raftCredsFor(cfg, tlsCfg.clientCreds()),
 		Logger:      base,
 		Metrics:     trMetrics,
+		CheckSender: authz.CheckMember,
 	})
-	s.raftGRPC = grpc.NewServer(append(raftnode.ServerOptions(), grpc.Creds(tlsCfg.serverCreds()))...)
+	s.raftGRPC = grpc.NewServer(append(raftnode.ServerOptions(), grpc.Creds(tlsCfg.serverCreds()),
+		grpc.ChainUnaryInterceptor(az.UnaryInterceptor()), grpc.ChainStreamInterceptor(az.StreamInterceptor()))...)
 	tr.Register(s.raftGRPC)
 
 	state := fsm.New(cfg.ClusterName)
@@ -130,7 +137,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	node := raftNode{s.node}
 	s.health = health.NewServer()
 	s.admin = newAdminService(node, cfg.NodeID, tlsCfg.clientCreds(), logger.With("component", "admin"))
-	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, tlsCfg.serverCreds(), reg, logger.With("component", "grpc")); err != nil {
+	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, tlsCfg.serverCreds(), az, reg, logger.With("component", "grpc")); err != nil {
 		return nil, fmt.Errorf("server: admin grpc: %w", err)
 	}
 	// Failure detection: gossip, observer, decider, Agent and Brokers APIs.

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"walden/authz"
 	"walden/config"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -118,11 +119,11 @@ func TestServerRefusesBadConfigBeforeDataDir(t *testing.T) {
 func TestServerMutualTLS(t *testing.T) {
 	p := newTestPKI(t, t.TempDir())
 	cfg := singleMember(t)
-	cfg.TLS = p.config()
+	cfg.TLS = p.member(t, "c1")
 	s := startServer(t, cfg)
 	a := s.Addrs()
 
-	ts, err := loadTLS(cfg.TLS)
+	ts, err := loadTLS(p.admin(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +203,14 @@ func TestServerThreeMembersMutualTLS(t *testing.T) {
 		cfg.DataDir = filepath.Join(t.TempDir(), m.ID)
 		cfg.Listen = config.Listen{Admin: m.Admin, Raft: m.Raft}
 		cfg.InitialCluster = initial
-		cfg.TLS = p.config()
+		cfg.TLS = p.member(t, m.ID)
 		cfg.Raft.TickInterval = 20 * time.Millisecond
 		cfgs = append(cfgs, cfg)
 	}
 	for _, cfg := range cfgs {
 		startServer(t, cfg)
 	}
-	ts, err := loadTLS(p.config())
+	ts, err := loadTLS(p.tls(t, authz.Identity{Name: "alice", Role: authz.RoleOperator}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,100 +1,60 @@
 package server
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"walden/authz"
+	"walden/certs"
 	"walden/config"
 )
 
-// testPKI writes a CA and one certificate signed by it (valid for
-// 127.0.0.1 and localhost, usable as server and client certificate), and a
-// second CA that signed nothing, into dir.
+// testPKI is a CA made by package certs in a directory, the certificates
+// it issued there, and a second CA with a certificate of its own (whose
+// role does not matter: the cluster's CA never signed it).
 type testPKI struct {
-	CA, Cert, Key, OtherCA, OtherCert, OtherKey string
+	Dir, CA, OtherCA, OtherCert, OtherKey string
 }
 
 func newTestPKI(t *testing.T, dir string) testPKI {
 	t.Helper()
-	p := testPKI{
-		CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "member.pem"), Key: filepath.Join(dir, "member-key.pem"),
-		OtherCA: filepath.Join(dir, "other-ca.pem"), OtherCert: filepath.Join(dir, "other.pem"), OtherKey: filepath.Join(dir, "other-key.pem"),
+	if _, err := certs.Init(dir, "walden test CA", time.Hour); err != nil {
+		t.Fatal(err)
 	}
-	caCert, caKey := writeCA(t, p.CA, "walden test CA")
-	writeLeaf(t, p.Cert, p.Key, caCert, caKey)
-	otherCert, otherKey := writeCA(t, p.OtherCA, "unrelated CA")
-	writeLeaf(t, p.OtherCert, p.OtherKey, otherCert, otherKey)
-	return p
+	other := filepath.Join(dir, "other")
+	if _, err := certs.Init(other, "unrelated CA", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	f, err := certs.IssueFiles(other, "", certs.Request{Identity: authz.Identity{Name: "intruder", Role: authz.RoleAdmin}, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testPKI{Dir: dir, CA: filepath.Join(dir, certs.CAFile), OtherCA: filepath.Join(other, certs.CAFile), OtherCert: f.Cert, OtherKey: f.Key}
 }
 
-func (p testPKI) config() config.TLS {
-	return config.TLS{CertFile: p.Cert, KeyFile: p.Key, CAFile: p.CA}
-}
-
-var serial int64
-
-func nextSerial() *big.Int { serial++; return big.NewInt(serial) }
-
-func writeCA(t *testing.T, path, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+// tls returns the tls section of id's certificate, issuing it on first use.
+func (p testPKI) tls(t *testing.T, id authz.Identity) config.TLS {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	c := config.TLS{CertFile: filepath.Join(p.Dir, id.Name+".pem"), KeyFile: filepath.Join(p.Dir, id.Name+"-key.pem"), CAFile: p.CA}
+	if _, err := os.Stat(c.CertFile); err == nil {
+		return c
+	}
+	if _, err := certs.IssueFiles(p.Dir, "", certs.Request{Identity: id, Validity: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, path, "CERTIFICATE", der)
-	cert, _ := x509.ParseCertificate(der)
-	return cert, key
+	return c
 }
 
-func writeLeaf(t *testing.T, certPath, keyPath string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: "member"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, certPath, "CERTIFICATE", der)
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, keyPath, "EC PRIVATE KEY", kb)
+// member is the tls section of coordinator id.
+func (p testPKI) member(t *testing.T, id string) config.TLS {
+	return p.tls(t, authz.Identity{Name: id, Role: authz.RoleCoordinator})
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// admin is the tls section of an admin client.
+func (p testPKI) admin(t *testing.T) config.TLS {
+	return p.tls(t, authz.Identity{Name: "root", Role: authz.RoleAdmin})
 }
 
 func TestLoadTLSErrors(t *testing.T) {
@@ -102,15 +62,15 @@ func TestLoadTLSErrors(t *testing.T) {
 	if s, err := loadTLS(config.TLS{}); err != nil || s.enabled() {
 		t.Fatalf("no tls: %v %v", s, err)
 	}
-	if s, err := loadTLS(p.config()); err != nil || !s.enabled() {
+	if s, err := loadTLS(p.member(t, "c1")); err != nil || !s.enabled() {
 		t.Fatalf("tls: %v %v", s, err)
 	}
-	bad := p.config()
-	bad.CAFile = p.Key // no certificate in it
+	bad := p.member(t, "c1")
+	bad.CAFile = bad.KeyFile // no certificate in it
 	if _, err := loadTLS(bad); err == nil {
 		t.Fatal("a key file accepted as CA")
 	}
-	bad = p.config()
+	bad = p.member(t, "c1")
 	bad.KeyFile = p.OtherKey // does not match the cert
 	if _, err := loadTLS(bad); err == nil {
 		t.Fatal("mismatched key accepted")

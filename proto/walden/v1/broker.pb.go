@@ -410,7 +410,10 @@ type Evidence struct {
 	// recovery waits this long before it reads the WAL, so that a broker
 	// failed over manually while alive cannot acknowledge a write the recovery
 	// does not see.
-	LeaseWaitMs   int64 `protobuf:"varint,12,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
+	LeaseWaitMs int64 `protobuf:"varint,12,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
+	// requested_by is the identity (its certificate's name) that asked for a
+	// manual failover; the decision event names it as the actor.
+	RequestedBy   string `protobuf:"bytes,13,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +532,13 @@ func (x *Evidence) GetLeaseWaitMs() int64 {
 	return 0
 }
 
+func (x *Evidence) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
 // Event is one entry of the bounded event log kept in the replicated state.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -542,7 +552,8 @@ type Event struct {
 	BrokerId string    `protobuf:"bytes,4,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
 	Message  string    `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	Evidence *Evidence `protobuf:"bytes,6,opt,name=evidence,proto3" json:"evidence,omitempty"`
-	// actor is the member or "operator" that caused the event.
+	// actor is who caused the event: the identity (certificate name) that
+	// called the API, or the member that decided; "anonymous" when TLS is off.
 	Actor         string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
 	JobId         string `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -824,12 +835,14 @@ func (x *PolicyEntry) GetSetIndex() uint64 {
 // or a failover: it always issues a new epoch. Refused while a recovery job
 // for the broker is running.
 type RegisterBroker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	AgentAddr     string                 `protobuf:"bytes,2,opt,name=agent_addr,json=agentAddr,proto3" json:"agent_addr,omitempty"`
-	BrokerAddr    string                 `protobuf:"bytes,3,opt,name=broker_addr,json=brokerAddr,proto3" json:"broker_addr,omitempty"`
-	Wal           *WalLocation           `protobuf:"bytes,4,opt,name=wal,proto3" json:"wal,omitempty"`
-	GossipName    string                 `protobuf:"bytes,5,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId   string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	AgentAddr  string                 `protobuf:"bytes,2,opt,name=agent_addr,json=agentAddr,proto3" json:"agent_addr,omitempty"`
+	BrokerAddr string                 `protobuf:"bytes,3,opt,name=broker_addr,json=brokerAddr,proto3" json:"broker_addr,omitempty"`
+	Wal        *WalLocation           `protobuf:"bytes,4,opt,name=wal,proto3" json:"wal,omitempty"`
+	GossipName string                 `protobuf:"bytes,5,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
+	// actor is the identity that registered (the agent's certificate name).
+	Actor         string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -895,6 +908,13 @@ func (x *RegisterBroker) GetWal() *WalLocation {
 func (x *RegisterBroker) GetGossipName() string {
 	if x != nil {
 		return x.GossipName
+	}
+	return ""
+}
+
+func (x *RegisterBroker) GetActor() string {
+	if x != nil {
+		return x.Actor
 	}
 	return ""
 }
@@ -2449,7 +2469,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\tfailovers\x18\x11 \x01(\x04R\tfailovers\x12\x1e\n" +
 	"\vlast_job_id\x18\x12 \x01(\tR\tlastJobId\x12\"\n" +
 	"\racked_unix_ms\x18\x13 \x01(\x03R\vackedUnixMs\x12'\n" +
-	"\x0fleft_gracefully\x18\x14 \x01(\bR\x0eleftGracefully\"\xea\x03\n" +
+	"\x0fleft_gracefully\x18\x14 \x01(\bR\x0eleftGracefully\"\x8d\x04\n" +
 	"\bEvidence\x12:\n" +
 	"\fobservations\x18\x01 \x03(\v2\x16.walden.v1.ObservationR\fobservations\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12,\n" +
@@ -2464,7 +2484,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
 	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\"\n" +
-	"\rlease_wait_ms\x18\f \x01(\x03R\vleaseWaitMs\"\xdf\x01\n" +
+	"\rlease_wait_ms\x18\f \x01(\x03R\vleaseWaitMs\x12!\n" +
+	"\frequested_by\x18\r \x01(\tR\vrequestedBy\"\xdf\x01\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x12\n" +
@@ -2490,7 +2511,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12\x1b\n" +
-	"\tset_index\x18\x04 \x01(\x04R\bsetIndex\"\xb8\x01\n" +
+	"\tset_index\x18\x04 \x01(\x04R\bsetIndex\"\xce\x01\n" +
 	"\x0eRegisterBroker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x1d\n" +
 	"\n" +
@@ -2499,7 +2520,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"brokerAddr\x12(\n" +
 	"\x03wal\x18\x04 \x01(\v2\x16.walden.v1.WalLocationR\x03wal\x12\x1f\n" +
 	"\vgossip_name\x18\x05 \x01(\tR\n" +
-	"gossipName\"^\n" +
+	"gossipName\x12\x14\n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\"^\n" +
 	"\x14RegisterBrokerResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
 	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"{\n" +
