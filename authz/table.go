@@ -89,6 +89,10 @@ var table = map[string]Rule{
 	waldenv1.Jobs_CancelJob_FullMethodName: {Roles: operators},
 	waldenv1.Jobs_RetryJob_FullMethodName:  {Roles: operators},
 
+	// walden.v1.Failovers: each failover told as phases.
+	waldenv1.Failovers_ListFailovers_FullMethodName: {Roles: readers},
+	waldenv1.Failovers_GetFailover_FullMethodName:   {Roles: readers},
+
 	// walden.v1.Raft: the peer transport (raft listener).
 	waldenv1.Raft_Stream_FullMethodName: {Roles: []Role{RoleCoordinator}},
 

@@ -69,11 +69,14 @@ var expectedAccess = map[string]struct {
 	"/walden.v1.Jobs/CancelJob": {roles: operatorsUp},
 	"/walden.v1.Jobs/RetryJob":  {roles: operatorsUp},
 
+	"/walden.v1.Failovers/ListFailovers": {roles: people},
+	"/walden.v1.Failovers/GetFailover":   {roles: people},
+
 	"/walden.v1.Raft/Stream": {roles: []authz.Role{authz.RoleCoordinator}},
 
-	"/grpc.health.v1.Health/Check": {roles: authz.Roles},
-	"/grpc.health.v1.Health/List":  {roles: authz.Roles},
-	"/grpc.health.v1.Health/Watch": {roles: authz.Roles},
+	"/grpc.health.v1.Health/Check":                                   {roles: authz.Roles},
+	"/grpc.health.v1.Health/List":                                    {roles: authz.Roles},
+	"/grpc.health.v1.Health/Watch":                                   {roles: authz.Roles},
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      {roles: people},
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": {roles: people},
 }
