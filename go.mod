@@ -12,6 +12,16 @@ require (
 require github.com/aws/aws-sdk-go-v2/service/ec2 v1.344.3
 
 require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
+	github.com/florianl/go-nfqueue/v2 v2.0.1 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/josharian/native v1.1.0 // indirect
+	github.com/mdlayher/netlink v1.7.2 // indirect
+	github.com/mdlayher/socket v0.4.1 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+)
+
+require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream v1.7.27 // indirect
 	github.com/aws/aws-sdk-go-v2/config v1.33.18

@@ -71,6 +71,23 @@ type Options struct {
 	// Host is the loopback address every process binds (default a random
 	// 127.0.x.y on Linux, 127.0.0.1 elsewhere).
 	Host string
+	// Listen, when set, gives the host:port each process binds for a role
+	// ("s3"; a coordinator's "admin", "raft", "gossip", "http"; a broker's
+	// "listen", "agent", "gossip") instead of a free port of Host, e.g. a
+	// fixed port on an address of the process's own network namespace.
+	Listen func(proc, role string) string
+	// Command, when set, builds the command that runs argv for the named
+	// process ("s3", "c1", "b1"...) instead of running argv directly, e.g.
+	// inside a network namespace.
+	Command func(proc string, argv []string) *exec.Cmd
+	// Dial, when set, opens every connection this package makes to the
+	// processes (gRPC and HTTP), e.g. from another network namespace.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// S3Command, when set with S3 nil, is the S3 server run as the "s3"
+	// child instead of `walden s3`: given its listen address and a
+	// directory of its own, it returns the command line and the Config
+	// every process uses.
+	S3Command func(listen, dir string) (argv []string, cfg objstore.Config)
 }
 
 func (o *Options) fill() error {
@@ -117,8 +134,9 @@ type Proc struct {
 	// BacklogStream is the broker's extra stream (0: none).
 	BacklogStream uint64
 
-	bin  string
-	args []string
+	bin     string
+	args    []string
+	command func(proc string, argv []string) *exec.Cmd
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -140,7 +158,12 @@ func (p *Proc) Start() error {
 	if err != nil {
 		return fmt.Errorf("e2e: start %s: %w", p.Name, err)
 	}
-	cmd := exec.Command(p.bin, p.args...)
+	var cmd *exec.Cmd
+	if p.command != nil {
+		cmd = p.command(p.Name, append([]string{p.bin}, p.args...))
+	} else {
+		cmd = exec.Command(p.bin, p.args...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
@@ -262,8 +285,15 @@ func New(o Options) (*Cluster, error) {
 	if host == "" {
 		host = fmt.Sprintf("127.0.%d.%d", 2+rand.IntN(250), 2+rand.IntN(250))
 	}
-	addrs := func(ps ...*string) error {
-		for _, p := range ps {
+	// addrs fills the addresses of proc's roles (role1, addr1, role2,
+	// addr2...).
+	addrs := func(proc string, roles ...any) error {
+		for i := 0; i < len(roles); i += 2 {
+			role, p := roles[i].(string), roles[i+1].(*string)
+			if o.Listen != nil {
+				*p = o.Listen(proc, role)
+				continue
+			}
 			a, err := FreeAddr(host)
 			if err != nil {
 				return err
@@ -272,27 +302,36 @@ func New(o Options) (*Cluster, error) {
 		}
 		return nil
 	}
-	if o.S3 != nil {
+	switch {
+	case o.S3 != nil:
 		c.S3Config = *o.S3
-	} else {
+	case o.S3Command != nil:
 		var listen string
-		if err := addrs(&listen); err != nil {
+		if err := addrs("s3", "s3", &listen); err != nil {
 			return nil, err
 		}
-		c.S3 = &Proc{Name: "s3", Log: filepath.Join(o.Dir, "s3.log"), bin: o.Bin,
+		argv, cfg := o.S3Command(listen, filepath.Join(o.Dir, "s3"))
+		c.S3 = &Proc{Name: "s3", Log: filepath.Join(o.Dir, "s3.log"), bin: argv[0], args: argv[1:], command: o.Command}
+		c.S3Config = cfg
+	default:
+		var listen string
+		if err := addrs("s3", "s3", &listen); err != nil {
+			return nil, err
+		}
+		c.S3 = &Proc{Name: "s3", Log: filepath.Join(o.Dir, "s3.log"), bin: o.Bin, command: o.Command,
 			args: []string{"s3", "--listen", listen, "--dir", filepath.Join(o.Dir, "s3"), "--bucket", "walden"}}
 		c.S3Config = objstore.FakeConfig("http://"+listen, "walden")
 	}
 	for i := 1; i <= 3; i++ {
-		p := &Proc{Name: fmt.Sprintf("c%d", i), bin: o.Bin}
-		if err := addrs(&p.Admin, &p.Raft, &p.Gossip, &p.HTTP); err != nil {
+		p := &Proc{Name: fmt.Sprintf("c%d", i), bin: o.Bin, command: o.Command}
+		if err := addrs(p.Name, "admin", &p.Admin, "raft", &p.Raft, "gossip", &p.Gossip, "http", &p.HTTP); err != nil {
 			return nil, err
 		}
 		c.Coords = append(c.Coords, p)
 	}
 	for i := 1; i <= o.Brokers; i++ {
-		p := &Proc{Name: fmt.Sprintf("b%d", i), bin: o.Bin}
-		if err := addrs(&p.Listen, &p.AgentListen, &p.Gossip); err != nil {
+		p := &Proc{Name: fmt.Sprintf("b%d", i), bin: o.Bin, command: o.Command}
+		if err := addrs(p.Name, "listen", &p.Listen, "agent", &p.AgentListen, "gossip", &p.Gossip); err != nil {
 			return nil, err
 		}
 		for s := 1; s <= o.StreamsPerBroker; s++ {
@@ -425,7 +464,7 @@ func (c *Cluster) Start(ctx context.Context, timeout time.Duration) error {
 		if err := c.S3.Start(); err != nil {
 			return err
 		}
-		if err := waitHTTP(ctx, c.S3Config.Endpoint, c.S3, timeout); err != nil {
+		if err := waitHTTP(ctx, c.HTTPClient(time.Second), c.S3Config.Endpoint, c.S3, timeout); err != nil {
 			return err
 		}
 	}
@@ -473,12 +512,35 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, c.DialOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("e2e: dial %s: %w", addr, err)
 	}
 	c.conns[addr] = cc
 	return cc, nil
+}
+
+// DialOptions are the gRPC options of every connection to the processes
+// (plain gRPC, through Options.Dial when set): pass them to clients of the
+// cluster built elsewhere (a load, a verify).
+func (c *Cluster) DialOptions() []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if c.Opts.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(c.Opts.Dial))
+	}
+	return opts
+}
+
+// HTTPClient returns an HTTP client with the given timeout whose
+// connections go through Options.Dial when set.
+func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
+	cl := &http.Client{Timeout: timeout}
+	if c.Opts.Dial != nil {
+		cl.Transport = &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return c.Opts.Dial(ctx, addr)
+		}}
+	}
+	return cl
 }
 
 // Conn returns a client connection to addr (cached).
@@ -702,8 +764,7 @@ func Poll(ctx context.Context, timeout time.Duration, what string, f func() erro
 	}
 }
 
-func waitHTTP(ctx context.Context, endpoint string, p *Proc, timeout time.Duration) error {
-	client := &http.Client{Timeout: time.Second}
+func waitHTTP(ctx context.Context, client *http.Client, endpoint string, p *Proc, timeout time.Duration) error {
 	return Poll(ctx, timeout, p.Name+" answering HTTP", func() error {
 		if !p.Alive() {
 			return Permanent(fmt.Errorf("e2e: %s exited; see %s", p.Name, p.Log))

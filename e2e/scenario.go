@@ -146,7 +146,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	f.say("load: %.0f records/s of %d bytes over %d streams (ledger %s)", f.Rate, f.Payload, len(c.AllStreams()), ledger)
 	go func() {
 		rep, err := loadgen.Load(loadCtx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: c.AllStreams(),
-			Rate: f.Rate, Duration: 10 * f.Timeout, PayloadBytes: f.Payload, Ledger: ledger})
+			Rate: f.Rate, Duration: 10 * f.Timeout, PayloadBytes: f.Payload, Ledger: ledger, DialOptions: c.DialOptions()})
 		loadDone <- loadResult{rep, err}
 	}()
 	ledgers := []string{ledger}
@@ -172,7 +172,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		rep, err := loadgen.Load(ctx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: []uint64{victim.BacklogStream},
 			Rate: 1e6, Duration: 3 * f.Timeout, MaxRecords: n, PayloadBytes: f.BacklogPayload, Ledger: bl,
 			// One Append stays well under gRPC's 4 MiB message limit.
-			MaxBatch: max(1, (1<<20)/f.BacklogPayload)})
+			MaxBatch: max(1, (1<<20)/f.BacklogPayload), DialOptions: c.DialOptions()})
 		if err != nil {
 			return nil, fmt.Errorf("e2e: backlog load: %w", err)
 		}
@@ -267,7 +267,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	}
 	f.say("load stopped: %d acknowledged; verifying every acknowledged record", lr.rep.Acked)
 	for _, l := range ledgers {
-		v, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: c.AdminAddrs(), Ledger: l, Wait: f.Timeout})
+		v, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: c.AdminAddrs(), Ledger: l, Wait: f.Timeout, DialOptions: c.DialOptions()})
 		if err != nil {
 			return nil, fmt.Errorf("e2e: verify %s: %w", l, err)
 		}

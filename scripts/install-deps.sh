@@ -8,11 +8,14 @@
 #
 #   chromium  headless browser of the web view's end-to-end test (webui
 #             is driven through the Chrome DevTools protocol by chromedp)
+#   iproute2  ip: the chaos harness's network namespaces, veths and bridge
+#   nftables  nft: the chaos harness's link cuts in the bridge
+#   iptables  iptables -j NFQUEUE: the chaos harness's loss and jitter
 #
 # Usage: scripts/install-deps.sh   (make deps calls it)
 set -euo pipefail
 
-PACKAGES=(chromium)
+PACKAGES=(chromium iproute2 nftables iptables)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
