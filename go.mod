@@ -9,14 +9,16 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/aws/aws-sdk-go-v2/service/ec2 v1.344.3
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/aws/aws-sdk-go-v2/service/ec2 v1.344.3
+	github.com/florianl/go-nfqueue/v2 v2.0.1
+	github.com/mdlayher/netlink v1.7.2
+)
 
 require (
-	github.com/anishathalye/porcupine v1.3.1 // indirect
-	github.com/florianl/go-nfqueue/v2 v2.0.1 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/josharian/native v1.1.0 // indirect
-	github.com/mdlayher/netlink v1.7.2 // indirect
 	github.com/mdlayher/socket v0.4.1 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 )

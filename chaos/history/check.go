@@ -1,0 +1,307 @@
+package history
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Linearizability verdicts.
+const (
+	Linearizable    = "ok"
+	NotLinearizable = "illegal"
+	CheckTimedOut   = "unknown"
+)
+
+// cell is one record of a stream's content, linked to the one before it:
+// states share their prefix, and a step appends in O(1).
+type cell struct {
+	prev *cell
+	id   string
+}
+
+// streamState is the model's state of one stream: its content (n records,
+// the last one tail), a hash of it, and the lowest stream epoch an append
+// may still be acknowledged under.
+type streamState struct {
+	n     uint64
+	tail  *cell
+	hash  uint64
+	floor uint64
+}
+
+func (s streamState) push(ids []string) streamState {
+	for _, id := range ids {
+		h := fnv.New64a()
+		var b [8]byte
+		for i := range b {
+			b[i] = byte(s.hash >> (8 * i))
+		}
+		h.Write(b[:])
+		h.Write([]byte(id))
+		s.hash = h.Sum64()
+		s.tail = &cell{prev: s.tail, id: id}
+		s.n++
+	}
+	return s
+}
+
+// slice returns the ids at offsets [from, to) (to ≤ n).
+func (s streamState) slice(from, to uint64) []string {
+	out := make([]string, to-from)
+	c := s.tail
+	for off := s.n; off > from; off-- {
+		if off <= to {
+			out[off-1-from] = c.id
+		}
+		c = c.prev
+	}
+	return out
+}
+
+// step returns the states op may lead to from s (none: op cannot happen
+// in s).
+func step(s streamState, op *Op) []streamState {
+	switch op.Kind {
+	case KindAppend:
+		switch op.Outcome {
+		case Ok:
+			if op.Base != s.n || op.StreamEpoch < s.floor {
+				return nil
+			}
+			next := s.push(op.IDs)
+			next.floor = max(next.floor, op.StreamEpoch)
+			return []streamState{next}
+		case Maybe, Unknown:
+			return []streamState{s, s.push(op.IDs)}
+		}
+		return []streamState{s}
+	case KindRead:
+		if len(op.ReadIDs) == 0 {
+			// Nothing read: the stream ends at From, unless an owner
+			// had more to give.
+			if op.Owner && op.From < s.n {
+				return nil
+			}
+			return []streamState{s}
+		}
+		end := op.From + uint64(len(op.ReadIDs))
+		if end > s.n {
+			return nil
+		}
+		// The owner serves everything up to the stream's end, Max at most.
+		if op.Owner && end != min(s.n, op.From+uint64(op.Max)) {
+			return nil
+		}
+		got := s.slice(op.From, end)
+		for i, id := range op.ReadIDs {
+			if got[i] != id {
+				return nil
+			}
+		}
+		return []streamState{s}
+	case KindStream:
+		if op.EndOffset > s.n {
+			return nil
+		}
+		switch op.State {
+		case "closed":
+			s.floor = max(s.floor, op.Epoch+1)
+		case "opened":
+			s.floor = max(s.floor, op.Epoch)
+		}
+		return []streamState{s}
+	}
+	return []streamState{s}
+}
+
+// Model is the Porcupine model of walden streams, partitioned by stream.
+func Model() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			by := map[uint64][]porcupine.Operation{}
+			var keys []uint64
+			for _, o := range h {
+				id := o.Input.(*Op).Stream
+				if _, ok := by[id]; !ok {
+					keys = append(keys, id)
+				}
+				by[id] = append(by[id], o)
+			}
+			sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+			out := make([][]porcupine.Operation, 0, len(keys))
+			for _, k := range keys {
+				out = append(out, by[k])
+			}
+			return out
+		},
+		Init: func() []any { return []any{streamState{}} },
+		Step: func(state, input, _ any) []any {
+			var out []any
+			for _, s := range step(state.(streamState), input.(*Op)) {
+				out = append(out, s)
+			}
+			return out
+		},
+		Equal: func(a, b any) bool {
+			x, y := a.(streamState), b.(streamState)
+			return x.n == y.n && x.hash == y.hash && x.floor == y.floor
+		},
+		Hash: func(a any) uint64 {
+			x := a.(streamState)
+			return x.hash ^ x.n*0x9e3779b97f4a7c15 ^ x.floor<<32
+		},
+		DescribeOperation: func(input, _ any) string { return describe(input.(*Op)) },
+		DescribeState: func(state any) string {
+			s := state.(streamState)
+			return fmt.Sprintf("%d records, epoch floor %d", s.n, s.floor)
+		},
+	}
+	return nm.ToModel()
+}
+
+func describe(op *Op) string {
+	switch op.Kind {
+	case KindAppend:
+		if op.Outcome == Ok {
+			return fmt.Sprintf("append %d records → ok at %d (stream epoch %d, %s)", len(op.IDs), op.Base, op.StreamEpoch, op.Broker)
+		}
+		return fmt.Sprintf("append %d records → %s %s (%s)", len(op.IDs), op.Outcome, op.Reason, op.Broker)
+	case KindRead:
+		return fmt.Sprintf("read from %d → %d records (%s, owner %v)", op.From, len(op.ReadIDs), op.Broker, op.Owner)
+	case KindStream:
+		return fmt.Sprintf("catalog: %s epoch %d by %s, end %d", op.State, op.Epoch, op.OwnerID, op.EndOffset)
+	}
+	return op.Kind
+}
+
+// Operations turns the stream operations of a history into Porcupine's:
+// an unanswered append may take effect until the end of the history;
+// refused appends (nothing written) are left out.
+func Operations(ops []Op) []porcupine.Operation {
+	var end int64
+	for _, op := range ops {
+		end = max(end, op.Return)
+	}
+	var out []porcupine.Operation
+	for i := range ops {
+		op := &ops[i]
+		if op.Stream == 0 || (op.Kind != KindAppend && op.Kind != KindRead && op.Kind != KindStream) {
+			continue
+		}
+		if op.Kind == KindAppend && op.Outcome == Refused {
+			continue
+		}
+		ret := op.Return
+		if op.Kind == KindAppend && op.Outcome == Unknown {
+			ret = end + 1
+		}
+		out = append(out, porcupine.Operation{ClientId: int(op.Stream % 1000), Input: op, Call: op.Call, Output: op, Return: ret})
+	}
+	return out
+}
+
+// Check runs the linearizability check (bounded by timeout) and, when the
+// history is not linearizable and vizPath is set, writes Porcupine's
+// visualization there.
+func Check(ops []Op, timeout time.Duration, vizPath string) (string, error) {
+	model := Model()
+	res, info := porcupine.CheckOperationsVerbose(model, Operations(ops), timeout)
+	switch res {
+	case porcupine.Ok:
+		return Linearizable, nil
+	case porcupine.Illegal:
+		if vizPath != "" {
+			if err := porcupine.VisualizePath(model, info, vizPath); err != nil {
+				return NotLinearizable, fmt.Errorf("history: visualization: %w", err)
+			}
+		}
+		return NotLinearizable, nil
+	}
+	return CheckTimedOut, nil
+}
+
+// Counts are the direct checks of a history.
+type Counts struct {
+	Appends      int `json:"appends"`
+	AppendsOK    int `json:"appends_ok"`
+	Reads        int `json:"reads"`
+	LeaseInvalid int `json:"lease_invalid"`
+	// StaleWrites counts appends acknowledged under a stream epoch the
+	// client had already seen closed or superseded in the catalog, or by a
+	// broker epoch it had already seen fenced or superseded, before it
+	// sent the append.
+	StaleWrites int      `json:"stale_writes"`
+	StaleWrite  []string `json:"stale_write_examples,omitempty"`
+	// StaleLeases counts agent answers "valid" for a broker epoch the
+	// client had already seen fenced or superseded.
+	StaleLeases int `json:"stale_leases"`
+}
+
+// Count computes the direct checks.
+func Count(ops []Op) Counts {
+	var c Counts
+	// For each stream and broker, the observations by return time.
+	type seen struct {
+		ret   int64
+		floor uint64 // epochs below it are over
+	}
+	streamSeen := map[uint64][]seen{}
+	brokerSeen := map[string][]seen{}
+	for _, op := range ops {
+		switch op.Kind {
+		case KindStream:
+			f := op.Epoch
+			if op.State == "closed" {
+				f++
+			}
+			streamSeen[op.Stream] = append(streamSeen[op.Stream], seen{op.Return, f})
+		case KindBroker:
+			f := op.Epoch
+			if op.Fenced {
+				f++
+			}
+			brokerSeen[op.Broker] = append(brokerSeen[op.Broker], seen{op.Return, f})
+		}
+	}
+	floorAt := func(ss []seen, t int64) uint64 {
+		var f uint64
+		for _, s := range ss {
+			if s.ret < t {
+				f = max(f, s.floor)
+			}
+		}
+		return f
+	}
+	for _, op := range ops {
+		switch op.Kind {
+		case KindAppend:
+			c.Appends++
+			if op.Reason == "LEASE_INVALID" {
+				c.LeaseInvalid++
+			}
+			if op.Outcome != Ok {
+				continue
+			}
+			c.AppendsOK++
+			sf, bf := floorAt(streamSeen[op.Stream], op.Call), floorAt(brokerSeen[op.Broker], op.Call)
+			if op.StreamEpoch < sf || op.BrokerEpoch < bf {
+				c.StaleWrites++
+				if len(c.StaleWrite) < 5 {
+					c.StaleWrite = append(c.StaleWrite, fmt.Sprintf("stream %d offset %d acknowledged by %s under stream epoch %d, broker epoch %d, at %.3fs (floors seen: stream %d, broker %d)",
+						op.Stream, op.Base, op.Broker, op.StreamEpoch, op.BrokerEpoch, float64(op.Return)/1e9, sf, bf))
+				}
+			}
+		case KindRead:
+			c.Reads++
+		case KindLease:
+			if op.Valid && op.Epoch < floorAt(brokerSeen[op.Broker], op.Call) {
+				c.StaleLeases++
+			}
+		}
+	}
+	return c
+}
