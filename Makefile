@@ -6,10 +6,10 @@ BIN       := bin
 TOOLS     := $(BIN)/tools
 PKGS      := ./...
 # Packages with goroutines of their own: run under the race detector.
-RACE_PKGS ?= ./raftnode/... ./server/... ./wal/... ./gossip/... ./agent/... ./detect/... ./objstore/... ./fencing/... ./fsm/... ./broker/... ./recovery/... ./loadgen/... ./coordclient/...
+RACE_PKGS ?= ./raftnode/... ./server/... ./wal/... ./gossip/... ./agent/... ./detect/... ./objstore/... ./fencing/... ./fsm/... ./broker/... ./recovery/... ./loadgen/... ./coordclient/... ./chaos/history/... ./chaos/netfault/...
 FUZZTIME  ?= 10s
 
-.PHONY: all deps build tools proto proto-check lint vet fmt-check test test-unit test-race fuzz-short bench run e2e clean
+.PHONY: all deps build tools proto proto-check lint vet fmt-check test test-unit test-race fuzz-short bench run e2e chaos clean
 
 all: build
 
@@ -88,6 +88,16 @@ run: build
 # short form (TestE2EShort*, part of `go test ./...`).
 e2e: build versitygw
 	$(GO) test -count=1 -v -timeout 20m ./e2e -e2e.full
+
+# chaos runs every chaos scenario (docs/chaos.md) on real processes in Linux
+# network namespaces, as root: link cuts (nftables), loss and jitter (an
+# NFQUEUE delayer), kill -9, SIGSTOP, S3 out of reach, a full disk; it prints
+# one line per scenario (CHAOS_FLAGS="-o json" for scripts; -scenarios a,b
+# for some; -list names them). Without root it says so and runs nothing.
+# `make test` runs the short form (TestChaosShort).
+CHAOS_FLAGS ?=
+chaos: build versitygw
+	$(GO) run ./chaos/cmd/walden-chaos -walden $(BIN)/walden -versitygw $(TOOLS)/versitygw $(CHAOS_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -83,6 +83,10 @@ type Options struct {
 	// Dial, when set, opens every connection this package makes to the
 	// processes (gRPC and HTTP), e.g. from another network namespace.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// DialOptions are added to every gRPC connection this package makes
+	// to the processes (and to DialOptions' answer), e.g. an interceptor
+	// that records the calls.
+	DialOptions []grpc.DialOption
 	// S3Command, when set with S3 nil, is the S3 server run as the "s3"
 	// child instead of `walden s3`: given its listen address and a
 	// directory of its own, it returns the command line and the Config
@@ -528,7 +532,7 @@ func (c *Cluster) DialOptions() []grpc.DialOption {
 	if c.Opts.Dial != nil {
 		opts = append(opts, grpc.WithContextDialer(c.Opts.Dial))
 	}
-	return opts
+	return append(opts, c.Opts.DialOptions...)
 }
 
 // HTTPClient returns an HTTP client with the given timeout whose

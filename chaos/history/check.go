@@ -76,7 +76,11 @@ func step(s streamState, op *Op) []streamState {
 			next.floor = max(next.floor, op.StreamEpoch)
 			return []streamState{next}
 		case Maybe, Unknown:
-			return []streamState{s, s.push(op.IDs)}
+			// Resolved: its records are in the stream at Base.
+			if op.Base != s.n {
+				return nil
+			}
+			return []streamState{s.push(op.IDs)}
 		}
 		return []streamState{s}
 	case KindRead:
@@ -178,21 +182,108 @@ func describe(op *Op) string {
 	return op.Kind
 }
 
-// Operations turns the stream operations of a history into Porcupine's:
-// an unanswered append may take effect until the end of the history;
-// refused appends (nothing written) are left out.
+// resolve decides, from what the reads saw, which appends without an
+// acknowledgement took effect, and where: the records read at offsets that
+// no acknowledged append covers are matched, in offset order, to the
+// unacknowledged appends that carried exactly those records (the earliest
+// sent first). A matched append gets Base; the others did not take effect
+// (the history ends with full reads of every stream, so their records
+// would have been seen) and are dropped. Left ambiguous, each of them
+// could be linearized or not at every point of the history, and the check
+// would take time exponential in their number.
+func resolve(ops []Op) []Op {
+	type key struct {
+		stream uint64
+		off    uint64
+	}
+	content := map[key]string{}
+	covered := map[key]bool{}
+	var pending []int // unacknowledged appends, by call time
+	for i, op := range ops {
+		switch {
+		case op.Kind == KindRead:
+			for j, id := range op.ReadIDs {
+				k := key{op.Stream, op.From + uint64(j)}
+				if _, ok := content[k]; !ok {
+					content[k] = id
+				}
+			}
+		case op.Kind == KindAppend && op.Outcome == Ok:
+			for j := range op.IDs {
+				covered[key{op.Stream, op.Base + uint64(j)}] = true
+			}
+		case op.Kind == KindAppend && (op.Outcome == Maybe || op.Outcome == Unknown):
+			pending = append(pending, i)
+		}
+	}
+	sort.SliceStable(pending, func(a, b int) bool { return ops[pending[a]].Call < ops[pending[b]].Call })
+	var extra []key
+	for k := range content {
+		if !covered[k] {
+			extra = append(extra, k)
+		}
+	}
+	sort.Slice(extra, func(a, b int) bool {
+		if extra[a].stream != extra[b].stream {
+			return extra[a].stream < extra[b].stream
+		}
+		return extra[a].off < extra[b].off
+	})
+	applied := map[int]bool{}
+	claimed := map[key]bool{}
+	for _, k := range extra {
+		if claimed[k] {
+			continue
+		}
+		for _, i := range pending {
+			op := ops[i]
+			if applied[i] || op.Stream != k.stream || len(op.IDs) == 0 {
+				continue
+			}
+			match := true
+			for j, id := range op.IDs {
+				kj := key{k.stream, k.off + uint64(j)}
+				if content[kj] != id || covered[kj] || claimed[kj] {
+					match = false
+					break
+				}
+			}
+			if !match {
+				continue
+			}
+			applied[i] = true
+			ops[i].Base = k.off
+			for j := range op.IDs {
+				claimed[key{k.stream, k.off + uint64(j)}] = true
+			}
+			break
+		}
+	}
+	out := make([]Op, 0, len(ops))
+	for i, op := range ops {
+		if op.Kind == KindAppend && op.Outcome != Ok && !applied[i] {
+			continue
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
+// Operations turns the stream operations of a history into Porcupine's.
+// Appends without an acknowledgement are resolved first (see resolve):
+// those that took effect keep their answer's time as the latest instant
+// they could (a refusal came back after the write), or the end of the
+// history when no answer came.
 func Operations(ops []Op) []porcupine.Operation {
 	var end int64
 	for _, op := range ops {
 		end = max(end, op.Return)
 	}
+	ops = resolve(append([]Op(nil), ops...))
 	var out []porcupine.Operation
 	for i := range ops {
 		op := &ops[i]
 		if op.Stream == 0 || (op.Kind != KindAppend && op.Kind != KindRead && op.Kind != KindStream) {
-			continue
-		}
-		if op.Kind == KindAppend && op.Outcome == Refused {
 			continue
 		}
 		ret := op.Return

@@ -1,0 +1,785 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"walden/chaos/history"
+	"walden/chaos/netfault"
+	"walden/chaos/netns"
+	"walden/e2e"
+	"walden/loadgen"
+	"walden/objstore"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Errors of this package.
+var (
+	// ErrInvalid wraps an invalid Config or an unknown scenario name.
+	ErrInvalid = errors.New("chaos: invalid configuration")
+)
+
+// Nodes are the processes of the topology, one namespace each.
+var Nodes = []string{"s3", "c1", "c2", "c3", "b1", "b2", "b3", "client"}
+
+// Fixed ports: every process has an address of its own.
+var ports = map[string]string{
+	"s3": "7070", "admin": "7000", "raft": "7001", "http": "7003",
+	"listen": "9000", "agent": "9001",
+}
+
+func port(proc, role string) string {
+	if role == "gossip" {
+		if strings.HasPrefix(proc, "c") {
+			return "7002"
+		}
+		return "9002"
+	}
+	return ports[role]
+}
+
+// Policies are the failover policies a run can use.
+var Policies = map[string][]string{
+	// walden's defaults: failure_timeout 5s, lease_ttl 3s, drift_margin 500ms.
+	"default": nil,
+	// fast shortens detection (the end-to-end tests' policy), for the
+	// short form.
+	"fast": {"failure_timeout: 2s", "lease_ttl: 1s", "drift_margin: 200ms"},
+}
+
+// policyFailureTimeout is failure_timeout under each policy.
+var policyFailureTimeout = map[string]time.Duration{"default": 5 * time.Second, "fast": 2 * time.Second}
+
+// Config configures a run.
+type Config struct {
+	// Walden is the walden binary (required).
+	Walden string
+	// Versity is the versitygw binary (required).
+	Versity string
+	// Dir receives one directory per scenario: configs, data, logs, the
+	// ledger, the history (required; created).
+	Dir string
+	// Policy names an entry of Policies (default "default").
+	Policy string
+	// Rate is the load in records per second over all streams (default
+	// 300).
+	Rate float64
+	// Warmup is the load before the fault (default 5s).
+	Warmup time.Duration
+	// Hold is how long the long faults last (loss and jitter; default
+	// 2m).
+	Hold time.Duration
+	// Cut is how long the short faults last (a leader cut off, a
+	// coordinator down, a full disk; default 15s).
+	Cut time.Duration
+	// After is the load after the faults healed and every stream is open
+	// (default 3s).
+	After time.Duration
+	// CheckTimeout bounds the linearizability check of one history
+	// (default 2m).
+	CheckTimeout time.Duration
+	// Seed makes the delayer's drops and delays reproducible.
+	Seed uint64
+	// Say receives progress lines (nil: silent).
+	Say func(string)
+}
+
+func (c *Config) fill() error {
+	if c.Walden == "" || c.Versity == "" || c.Dir == "" {
+		return fmt.Errorf("%w: the walden and versitygw binaries and a directory are required", ErrInvalid)
+	}
+	if c.Policy == "" {
+		c.Policy = "default"
+	}
+	if _, ok := Policies[c.Policy]; !ok {
+		return fmt.Errorf("%w: policy %q: must be default or fast", ErrInvalid, c.Policy)
+	}
+	if c.Rate == 0 {
+		c.Rate = 300
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 5 * time.Second
+	}
+	if c.Hold == 0 {
+		c.Hold = 2 * time.Minute
+	}
+	if c.Cut == 0 {
+		c.Cut = 15 * time.Second
+	}
+	if c.After == 0 {
+		c.After = 3 * time.Second
+	}
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = 2 * time.Minute
+	}
+	if c.Say == nil {
+		c.Say = func(string) {}
+	}
+	return nil
+}
+
+// FailureTimeout is the policy's failure_timeout.
+func (c *Config) FailureTimeout() time.Duration { return policyFailureTimeout[c.Policy] }
+
+// Result is one scenario's outcome.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Policy   string `json:"policy"`
+	Seed     uint64 `json:"seed"`
+	// Ledger check (walden verify).
+	Acked      int64 `json:"acked"`
+	Present    int64 `json:"present"`
+	Lost       int64 `json:"lost"`
+	Gaps       int64 `json:"gaps"`
+	Duplicates int64 `json:"duplicates"`
+	// Failovers lists the brokers failed over; FalseFailovers counts the
+	// ones the scenario did not cut off, kill or stop past the timeout.
+	Failovers      []string `json:"failovers"`
+	FalseFailovers int      `json:"false_failovers"`
+	// History checks.
+	StaleWrites  int    `json:"stale_writes"`
+	StaleLeases  int    `json:"stale_leases"`
+	LeaseInvalid int    `json:"lease_invalid"`
+	Linearizable string `json:"linearizable"`
+	Appends      int    `json:"appends"`
+	Reads        int    `json:"reads"`
+	// MaxWaitMs is the longest time a producer waited with records
+	// pending.
+	MaxWaitMs int64 `json:"max_wait_ms"`
+	// ReopenMs is the time from the fault until every stream of the
+	// broker failed over was seen open on another broker (-1: no
+	// broker's failover was expected or it did not happen).
+	ReopenMs int64 `json:"reopen_ms"`
+	// ReopenGoalMs is failure_timeout + 1.5s where that goal applies (a
+	// broker cut off or killed), else 0.
+	ReopenGoalMs int64 `json:"reopen_goal_ms"`
+	// Verdict is "pass", or "fail" with Missed naming each goal missed.
+	Verdict    string   `json:"verdict"`
+	Missed     []string `json:"missed"`
+	Notes      []string `json:"notes"`
+	DurationMs int64    `json:"duration_ms"`
+	Dir        string   `json:"dir"`
+	Error      string   `json:"error,omitempty"`
+}
+
+// Harness is a topology and its firewall, shared by the scenarios of a
+// run.
+type Harness struct {
+	cfg  Config
+	topo *netns.Topology
+	fw   *netfault.Firewall
+}
+
+// New builds the topology (removing what an earlier run left) and its
+// firewall. Close it.
+func New(ctx context.Context, cfg Config) (*Harness, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	if err := unmountStale(); err != nil {
+		return nil, err
+	}
+	topo, err := netns.Create(ctx, Nodes, 10*time.Minute, cfg.Say)
+	if err != nil {
+		return nil, err
+	}
+	fw, err := netfault.NewFirewall(ctx, topo)
+	if err != nil {
+		topo.Close()
+		return nil, err
+	}
+	return &Harness{cfg: cfg, topo: topo, fw: fw}, nil
+}
+
+// Close removes the topology (and every process left in it).
+func (h *Harness) Close() error {
+	return errors.Join(h.topo.Close(), unmountStale())
+}
+
+// Run runs the named scenarios one after the other (all when names is
+// empty) and returns their results; a scenario that cannot run to its end
+// has a result with Error set and verdict fail.
+func (h *Harness) Run(ctx context.Context, names []string) ([]Result, error) {
+	list, err := Select(names)
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for i, s := range list {
+		if ctx.Err() != nil {
+			break
+		}
+		h.cfg.Say(fmt.Sprintf("==== scenario %d/%d: %s — %s", i+1, len(list), s.Name, s.Description))
+		r := h.RunScenario(ctx, s)
+		h.cfg.Say(fmt.Sprintf("==== %s: %s %s", s.Name, r.Verdict, strings.Join(r.Missed, "; ")))
+		out = append(out, r)
+	}
+	return out, ctx.Err()
+}
+
+// Env is what a scenario's script acts on.
+type Env struct {
+	Cluster  *e2e.Cluster
+	Topo     *netns.Topology
+	Firewall *netfault.Firewall
+	Cfg      *Config
+
+	rec      *history.Recorder
+	mu       sync.Mutex
+	faultAt  time.Time
+	expected map[string]bool
+	reopen   string // the broker whose reopen time is measured
+	goal     bool
+	notes    []string
+}
+
+// Say prints a progress line.
+func (e *Env) Say(format string, args ...any) { e.Cfg.Say(fmt.Sprintf(format, args...)) }
+
+// Note adds a line to the scenario's result.
+func (e *Env) Note(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	e.Say("note: %s", line)
+	e.mu.Lock()
+	e.notes = append(e.notes, line)
+	e.mu.Unlock()
+}
+
+// Fault marks now as the fault's instant. The first call counts.
+func (e *Env) Fault() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.faultAt.IsZero() {
+		e.faultAt = time.Now()
+	}
+}
+
+// ExpectFailover says the scenario cuts off, kills or stops broker past the
+// failure timeout: its failover is expected, not false. With goal, the
+// reopen goal (failure_timeout + 1.5s) applies to it.
+func (e *Env) ExpectFailover(broker string, goal bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.expected[broker] = true
+	e.reopen, e.goal = broker, goal
+}
+
+// Sleep waits d or until ctx ends.
+func (e *Env) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Leader waits for the raft leader.
+func (e *Env) Leader(ctx context.Context) (*e2e.Proc, error) {
+	return e.Cluster.WaitLeader(ctx, "", 60*time.Second)
+}
+
+// Others returns the names of the coordinators other than name.
+func (e *Env) Others(name string) []string {
+	var out []string
+	for _, m := range e.Cluster.Coords {
+		if m.Name != name {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+// Coordinators returns the coordinators' names.
+func (e *Env) Coordinators() []string { return e.Others("") }
+
+// Brokers returns the brokers' names other than except.
+func (e *Env) Brokers(except string) []string {
+	var out []string
+	for _, b := range e.Cluster.Brokers {
+		if b.Name != except {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+// WaitReopened waits until every stream broker owned is open on another
+// broker.
+func (e *Env) WaitReopened(ctx context.Context, broker string, timeout time.Duration) error {
+	p := e.Cluster.Proc(broker)
+	return e2e.Poll(ctx, timeout, "the streams of "+broker+" open on other brokers", func() error {
+		ss, err := e.Cluster.ListStreams(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			if slices.Contains(p.Streams, s.GetStreamId()) && (s.GetState() != "opened" || s.GetOwnerBrokerId() == broker) {
+				return fmt.Errorf("stream %d %s by %s", s.GetStreamId(), s.GetState(), s.GetOwnerBrokerId())
+			}
+		}
+		return nil
+	})
+}
+
+// WaitRegistered waits until broker is registered, alive and not fenced
+// (after a restart or a failover it came back from).
+func (e *Env) WaitRegistered(ctx context.Context, broker string, timeout time.Duration) error {
+	return e2e.Poll(ctx, timeout, broker+" registered and alive", func() error {
+		b, err := e.Cluster.GetBroker(ctx, broker)
+		if err != nil {
+			return err
+		}
+		if b.GetState() != "alive" || b.GetFenced() {
+			return fmt.Errorf("%s: %s, fenced %v", broker, b.GetState(), b.GetFenced())
+		}
+		return nil
+	})
+}
+
+// WaitState waits until broker's registry state is one of states.
+func (e *Env) WaitState(ctx context.Context, broker string, timeout time.Duration, states ...string) error {
+	return e2e.Poll(ctx, timeout, broker+" "+strings.Join(states, " or "), func() error {
+		b, err := e.Cluster.GetBroker(ctx, broker)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(states, b.GetState()) {
+			return fmt.Errorf("%s is %s", broker, b.GetState())
+		}
+		return nil
+	})
+}
+
+// clusterOptions lays the scenario's cluster out on the topology.
+func (h *Harness) clusterOptions(dir string, rec *history.Recorder) e2e.Options {
+	versity := h.cfg.Versity
+	return e2e.Options{
+		Bin:      h.cfg.Walden,
+		Dir:      dir,
+		Policy:   Policies[h.cfg.Policy],
+		Recovery: []string{"job_lease: 3s"},
+		Listen:   func(proc, role string) string { return h.topo.IP(proc) + ":" + port(proc, role) },
+		Command: func(proc string, argv []string) *exec.Cmd {
+			cmd := h.topo.Command(proc, argv)
+			if proc == "s3" {
+				// versitygw takes its root account from the flags only.
+				cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY=", "ROOT_SECRET_KEY=")
+			}
+			return cmd
+		},
+		Dial:        h.topo.Dialer("client"),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rec.Interceptor())},
+		S3Command: func(listen, dir string) ([]string, objstore.Config) {
+			cfg := objstore.FakeConfig("http://"+listen, "walden")
+			cfg.AccessKeyID, cfg.SecretAccessKey = "waldenchaos", "waldenchaos-secret-key"
+			// A bucket of versitygw's POSIX back end is a directory.
+			_ = os.MkdirAll(filepath.Join(dir, "root", cfg.Bucket), 0o755)
+			_ = os.MkdirAll(filepath.Join(dir, "sidecar"), 0o755)
+			return []string{versity, "--access", cfg.AccessKeyID, "--secret", cfg.SecretAccessKey, "--port", listen,
+				"--quiet", "posix", "--sidecar", filepath.Join(dir, "sidecar"), filepath.Join(dir, "root")}, cfg
+		},
+	}
+}
+
+// RunScenario runs one scenario on a fresh cluster and judges it.
+func (h *Harness) RunScenario(ctx context.Context, s Scenario) Result {
+	start := time.Now()
+	cfg := h.cfg
+	res := Result{Scenario: s.Name, Policy: cfg.Policy, Seed: cfg.Seed, ReopenMs: -1, Dir: filepath.Join(cfg.Dir, s.Name),
+		Failovers: []string{}, Missed: []string{}, Notes: []string{}}
+	err := h.runScenario(ctx, s, &res)
+	res.DurationMs = time.Since(start).Milliseconds()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	judge(&res)
+	return res
+}
+
+func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) error {
+	cfg := &h.cfg
+	dir := res.Dir
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	names := map[string]string{}
+	for _, b := range Nodes {
+		if strings.HasPrefix(b, "b") {
+			names[h.topo.IP(b)+":"+port(b, "listen")] = b
+		}
+	}
+	rec := history.NewRecorder(names)
+	opts := h.clusterOptions(dir, rec)
+	if s.Options != nil {
+		s.Options(&opts)
+	}
+	c, err := e2e.New(opts)
+	if err != nil {
+		return err
+	}
+	env := &Env{Cluster: c, Topo: h.topo, Firewall: h.fw, Cfg: cfg, rec: rec, expected: map[string]bool{}}
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	cleanups = append(cleanups, func() { _ = h.fw.HealAll(context.Background()) })
+	if s.Setup != nil {
+		undo, err := s.Setup(ctx, env)
+		if undo != nil {
+			cleanups = append(cleanups, undo)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	cleanups = append(cleanups, c.Close)
+	cfg.Say(fmt.Sprintf("starting versitygw, 3 coordinators and 3 brokers in their namespaces (logs in %s)", dir))
+	if err := c.Start(ctx, 90*time.Second); err != nil {
+		return fmt.Errorf("chaos: start the cluster: %w", err)
+	}
+
+	// Load on every stream, observers of the catalog, the agents and the
+	// streams' content, all from the client namespace and recorded.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	ledger := filepath.Join(dir, "ledger.jsonl")
+	type loadResult struct {
+		rep *loadgen.LoadReport
+		err error
+	}
+	loadDone := make(chan loadResult, 1)
+	go func() {
+		rep, err := loadgen.Load(runCtx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: c.AllStreams(),
+			Rate: cfg.Rate, Duration: time.Hour, PayloadBytes: 64, Ledger: ledger, DialOptions: c.DialOptions()})
+		loadDone <- loadResult{rep, err}
+	}()
+	var obs sync.WaitGroup
+	obsCtx, stopObs := context.WithCancel(ctx)
+	defer stopObs()
+	obs.Add(1)
+	go func() { defer obs.Done(); watchCatalog(obsCtx, c) }()
+	obs.Add(1)
+	go func() { defer obs.Done(); watchLeases(obsCtx, c, rec) }()
+	for _, id := range c.AllStreams() {
+		obs.Add(1)
+		go func() { defer obs.Done(); readStream(obsCtx, c, id) }()
+	}
+	stopAll := func() *loadgen.LoadReport {
+		stopRun()
+		lr := <-loadDone
+		stopObs()
+		obs.Wait()
+		if lr.err != nil {
+			env.Note("load: %v", lr.err)
+		}
+		return lr.rep
+	}
+
+	cfg.Say(fmt.Sprintf("load: %.0f records/s over %d streams; warm-up %s", cfg.Rate, len(c.AllStreams()), cfg.Warmup))
+	if err := env.Sleep(ctx, cfg.Warmup); err != nil {
+		stopAll()
+		return err
+	}
+	faultOwned := map[string][]uint64{}
+	for _, b := range c.Brokers {
+		faultOwned[b.Name] = b.Streams
+	}
+	if err := s.Run(ctx, env); err != nil {
+		stopAll()
+		return fmt.Errorf("chaos: %s: %w", s.Name, err)
+	}
+	if err := h.fw.HealAll(ctx); err != nil {
+		stopAll()
+		return err
+	}
+	cfg.Say("faults healed; waiting until every stream is open")
+	if err := c.WaitStreamsOpen(ctx, 2*time.Minute); err != nil {
+		stopAll()
+		return fmt.Errorf("chaos: after the faults: %w", err)
+	}
+	if err := env.Sleep(ctx, cfg.After); err != nil {
+		stopAll()
+		return err
+	}
+	rep := stopAll()
+	if rep != nil {
+		res.MaxWaitMs = rep.MaxUnavailableMs
+	}
+
+	// The ledger, read back through the brokers (recorded too: the
+	// history ends with full reads of every stream).
+	cfg.Say("verifying the ledger")
+	v, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: c.AdminAddrs(), Ledger: ledger, Wait: time.Minute, DialOptions: c.DialOptions()})
+	if err != nil {
+		return fmt.Errorf("chaos: verify: %w", err)
+	}
+	res.Acked, res.Present, res.Lost, res.Gaps, res.Duplicates = v.Acked, v.Present, v.Lost, v.Gaps, v.Duplicates
+
+	// Failovers from the replicated event log.
+	evs, err := c.ListEvents(ctx)
+	if err != nil {
+		return fmt.Errorf("chaos: events: %w", err)
+	}
+	for _, e := range evs {
+		if e.GetKind() != "decision" {
+			continue
+		}
+		res.Failovers = append(res.Failovers, e.GetBrokerId())
+		if !env.expected[e.GetBrokerId()] {
+			res.FalseFailovers++
+			env.Note("false failover of %s: %s", e.GetBrokerId(), e.GetMessage())
+		}
+	}
+	for b := range env.expected {
+		if !slices.Contains(res.Failovers, b) {
+			env.Note("%s was not failed over", b)
+		}
+	}
+
+	// The history.
+	ops := rec.Ops()
+	if err := history.WriteJSONL(filepath.Join(dir, "history.jsonl"), ops); err != nil {
+		return err
+	}
+	counts := history.Count(ops)
+	res.StaleWrites, res.StaleLeases, res.LeaseInvalid = counts.StaleWrites, counts.StaleLeases, counts.LeaseInvalid
+	res.Appends, res.Reads = counts.Appends, counts.Reads
+	for _, ex := range counts.StaleWrite {
+		env.Note("stale write: %s", ex)
+	}
+	env.mu.Lock()
+	faultAt, reopenBroker, goal := env.faultAt, env.reopen, env.goal
+	env.mu.Unlock()
+	if reopenBroker != "" && !faultAt.IsZero() {
+		res.ReopenMs = reopenAfter(ops, faultOwned[reopenBroker], reopenBroker, rec.At(faultAt))
+		if goal {
+			res.ReopenGoalMs = (cfg.FailureTimeout() + 1500*time.Millisecond).Milliseconds()
+		}
+	}
+	cfg.Say(fmt.Sprintf("checking the history: %d operations (%d appends, %d reads)", len(ops), counts.Appends, counts.Reads))
+	checkStart := time.Now()
+	lin, err := history.Check(ops, cfg.CheckTimeout, filepath.Join(dir, "history.html"))
+	res.Linearizable = lin
+	if err != nil {
+		env.Note("%v", err)
+	}
+	cfg.Say(fmt.Sprintf("linearizability: %s (checked in %s)", lin, time.Since(checkStart).Round(time.Millisecond)))
+	if lin == history.NotLinearizable {
+		env.Note("the history is not linearizable: see %s", filepath.Join(dir, "history.html"))
+	}
+	env.mu.Lock()
+	res.Notes = append(res.Notes, env.notes...)
+	env.mu.Unlock()
+	return nil
+}
+
+// reopenAfter is the time from fault until every stream in streams was
+// seen opened by a broker other than broker (-1 when some never was).
+func reopenAfter(ops []history.Op, streams []uint64, broker string, fault int64) int64 {
+	first := map[uint64]int64{}
+	for _, op := range ops {
+		if op.Kind != history.KindStream || op.Return < fault || !slices.Contains(streams, op.Stream) {
+			continue
+		}
+		if op.State == "opened" && op.OwnerID != broker && op.OwnerID != "" {
+			if t, ok := first[op.Stream]; !ok || op.Return < t {
+				first[op.Stream] = op.Return
+			}
+		}
+	}
+	var worst int64
+	for _, s := range streams {
+		t, ok := first[s]
+		if !ok {
+			return -1
+		}
+		worst = max(worst, t-fault)
+	}
+	return int64(math.Round(float64(worst) / 1e6))
+}
+
+// judge sets the verdict from the goals.
+func judge(r *Result) {
+	miss := func(format string, args ...any) { r.Missed = append(r.Missed, fmt.Sprintf(format, args...)) }
+	if r.Error != "" {
+		miss("did not complete: %s", r.Error)
+	}
+	if r.Lost > 0 || r.Gaps > 0 {
+		miss("%d acknowledged records lost, %d offsets missing", r.Lost, r.Gaps)
+	}
+	if r.Duplicates > 0 {
+		miss("%d duplicates", r.Duplicates)
+	}
+	if r.StaleWrites > 0 || r.StaleLeases > 0 {
+		miss("%d stale writes accepted, %d stale lease answers", r.StaleWrites, r.StaleLeases)
+	}
+	if r.FalseFailovers > 0 {
+		miss("%d false failovers", r.FalseFailovers)
+	}
+	if r.Error == "" && r.Linearizable != history.Linearizable {
+		miss("history linearizable: %s", r.Linearizable)
+	}
+	if r.ReopenGoalMs > 0 && (r.ReopenMs < 0 || r.ReopenMs > r.ReopenGoalMs) {
+		miss("streams reopened after %d ms, goal %d ms", r.ReopenMs, r.ReopenGoalMs)
+	}
+	r.Verdict = "pass"
+	if len(r.Missed) > 0 {
+		r.Verdict = "fail"
+	}
+}
+
+// watchCatalog reads the stream catalog and the broker registry every
+// 100ms (recorded: stream and broker observations).
+func watchCatalog(ctx context.Context, c *e2e.Cluster) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		_, _ = c.ListStreams(ctx)
+		_, _ = c.ListBrokers(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchLeases asks every broker's agent for its lease every 250ms.
+func watchLeases(ctx context.Context, c *e2e.Cluster, rec *history.Recorder) {
+	client := c.HTTPClient(time.Second)
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for _, b := range c.Brokers {
+			leaseAnswer(ctx, client, rec, b)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func leaseAnswer(ctx context.Context, client *http.Client, rec *history.Recorder, b *e2e.Proc) {
+	var body struct {
+		Epoch  uint64 `json:"epoch"`
+		Valid  bool   `json:"valid"`
+		Fenced bool   `json:"fenced"`
+	}
+	call := rec.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.AgentListen+"/v1/lease", nil)
+	if err != nil {
+		return
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if err := decodeJSON(resp, &body); err != nil {
+		return
+	}
+	rec.Add(history.Op{Kind: history.KindLease, Call: call, Return: rec.Now(), Broker: b.Name,
+		Epoch: body.Epoch, Valid: body.Valid, Fenced: body.Fenced})
+}
+
+// readStream reads the stream's recent records from its owner every 300ms
+// (recorded: the owner's answer must reach the stream's end).
+func readStream(ctx context.Context, c *e2e.Cluster, id uint64) {
+	t := time.NewTicker(300 * time.Millisecond)
+	defer t.Stop()
+	var next uint64
+	for {
+		if n, ok := readOnce(ctx, c, id, next); ok {
+			next = n
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func readOnce(ctx context.Context, c *e2e.Cluster, id, next uint64) (uint64, bool) {
+	var d *waldenv1.DescribeStreamResponse
+	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		d, err = waldenv1.NewCatalogClient(cc).DescribeStream(ctx, &waldenv1.DescribeStreamRequest{StreamId: id, FromOffset: math.MaxUint64, MaxObjects: 1})
+		return err
+	})
+	if err != nil || d.GetStream().GetState() != "opened" {
+		return 0, false
+	}
+	owner := c.Proc(d.GetStream().GetOwnerBrokerId())
+	if owner == nil {
+		return 0, false
+	}
+	cc, err := c.Conn(owner.Listen)
+	if err != nil {
+		return 0, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	// Re-read the last few records too: a record must never change.
+	from := uint64(0)
+	if next > 16 {
+		from = next - 16
+	}
+	r, err := waldenv1.NewBrokerAPIClient(cc).Read(rctx, &waldenv1.ReadRequest{StreamId: id, FromOffset: from, MaxRecords: 500})
+	if err != nil {
+		return 0, false
+	}
+	return r.GetNextOffset(), true
+}
+
+// Select returns the scenarios named (all of them for none), in the
+// catalog's order.
+func Select(names []string) ([]Scenario, error) {
+	all := Catalog()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []Scenario
+	for _, s := range all {
+		if slices.Contains(names, s.Name) {
+			out = append(out, s)
+		}
+	}
+	for _, n := range names {
+		if !slices.ContainsFunc(all, func(s Scenario) bool { return s.Name == n }) {
+			var known []string
+			for _, s := range all {
+				known = append(known, s.Name)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("%w: no scenario %q (known: %s)", ErrInvalid, n, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,493 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"walden/chaos/netfault"
+	"walden/e2e"
+	"walden/loadgen"
+)
+
+// Scenario is one fault script run on a fresh cluster under load.
+type Scenario struct {
+	Name        string
+	Description string
+	// Short marks the scenarios of the short form (`make test`).
+	Short bool
+	// Options adjusts the cluster's layout (optional).
+	Options func(*e2e.Options)
+	// Setup runs before the cluster starts; undo runs after it stopped
+	// (optional).
+	Setup func(ctx context.Context, e *Env) (undo func(), err error)
+	// Run injects the faults after the warm-up, and heals what it
+	// injected before it returns (the harness heals every link again
+	// anyway).
+	Run func(ctx context.Context, e *Env) error
+}
+
+// victim is the broker the broker scenarios act on.
+const victim = "b1"
+
+// Catalog lists every scenario in the order a full run takes them.
+func Catalog() []Scenario {
+	return []Scenario{
+		{Name: "kill-broker", Description: "kill -9 a broker under load, restart it after its failover", Run: killBroker},
+		{Name: "broker-isolated", Short: true,
+			Description: "a broker cut off (both directions) from the coordinators and the other brokers, not from its clients",
+			Run:         brokerIsolated},
+		{Name: "broker-to-coordinators-cut", Description: "one direction: a broker's packets to the coordinators dropped",
+			Run: brokerOneWay},
+		{Name: "leader-isolated", Short: true, Description: "the raft leader cut off from the other coordinators under steady load",
+			Run: leaderIsolated},
+		{Name: "followers-to-leader-cut", Description: "one direction: the followers' packets to the raft leader dropped",
+			Run: followersToLeader},
+		{Name: "leader-isolated-during-failover", Description: "a broker killed, then the raft leader cut off while the broker is suspected",
+			Run: leaderIsolatedDuringFailover},
+		{Name: "loss-jitter-leader", Description: "20% loss and 0–100 ms jitter on every packet of the raft leader",
+			Run: func(ctx context.Context, e *Env) error { return lossJitter(ctx, e, true) }},
+		{Name: "loss-jitter-follower", Short: true, Description: "20% loss and 0–100 ms jitter on every packet of a follower",
+			Run: func(ctx context.Context, e *Env) error { return lossJitter(ctx, e, false) }},
+		{Name: "broker-flapping", Description: "a broker cut off from the coordinators for 0.6×failure_timeout, back for 0.4×, six times",
+			Run: brokerFlapping},
+		{Name: "kill-coordinator", Description: "kill -9 a follower coordinator under load, restart it", Run: killCoordinator},
+		{Name: "kill-leader", Description: "kill -9 the raft leader under load, restart it", Run: killLeader},
+		{Name: "zombie-broker", Description: "SIGSTOP a broker past its failover, SIGCONT it after", Run: zombieBroker},
+		{Name: "s3-cut-mid-upload", Description: "a broker killed with 64 MiB of WAL not uploaded; S3 cut off from the recovering coordinator mid-upload",
+			Options: backlogOptions, Run: s3CutMidUpload},
+		{Name: "disk-full", Description: "the raft leader's data directory full (a small tmpfs) under load, then freed",
+			Setup: coordinatorDisks, Run: diskFull},
+	}
+}
+
+// ShortNames are the scenarios of the short form.
+func ShortNames() []string {
+	var out []string
+	for _, s := range Catalog() {
+		if s.Short {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+func killBroker(ctx context.Context, e *Env) error {
+	b := e.Cluster.Proc(victim)
+	e.ExpectFailover(victim, true)
+	e.Fault()
+	e.Say("kill -9 %s (pid %d)", victim, b.Pid())
+	b.Kill()
+	if err := e.WaitReopened(ctx, victim, 2*time.Minute); err != nil {
+		return err
+	}
+	return restartBroker(ctx, e, b)
+}
+
+func restartBroker(ctx context.Context, e *Env, b *e2e.Proc) error {
+	e.Say("restarting %s", b.Name)
+	if err := b.Start(); err != nil {
+		return err
+	}
+	return e.WaitRegistered(ctx, b.Name, 2*time.Minute)
+}
+
+func brokerIsolated(ctx context.Context, e *Env) error {
+	links := netfault.Both(victim, append(e.Coordinators(), e.Brokers(victim)...)...)
+	e.ExpectFailover(victim, true)
+	e.Fault()
+	e.Say("cutting %s off from the coordinators and the other brokers (its clients still reach it)", victim)
+	if err := e.Firewall.Cut(ctx, links...); err != nil {
+		return err
+	}
+	if err := e.WaitReopened(ctx, victim, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := e.Sleep(ctx, 2*time.Second); err != nil {
+		return err
+	}
+	e.Say("healing %s's links", victim)
+	if err := e.Firewall.Heal(ctx, links...); err != nil {
+		return err
+	}
+	return e.WaitRegistered(ctx, victim, 2*time.Minute)
+}
+
+func brokerOneWay(ctx context.Context, e *Env) error {
+	links := netfault.From(victim, e.Coordinators()...)
+	e.ExpectFailover(victim, true)
+	e.Fault()
+	e.Say("dropping %s's packets to the coordinators (theirs to it pass)", victim)
+	if err := e.Firewall.Cut(ctx, links...); err != nil {
+		return err
+	}
+	if err := e.WaitReopened(ctx, victim, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := e.Firewall.Heal(ctx, links...); err != nil {
+		return err
+	}
+	return e.WaitRegistered(ctx, victim, 2*time.Minute)
+}
+
+func leaderIsolated(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	links := netfault.Both(l.Name, e.Others(l.Name)...)
+	e.Fault()
+	e.Say("cutting the leader %s off from %s for %s", l.Name, strings.Join(e.Others(l.Name), ", "), e.Cfg.Cut)
+	if err := e.Firewall.Cut(ctx, links...); err != nil {
+		return err
+	}
+	if err := e.Sleep(ctx, e.Cfg.Cut); err != nil {
+		return err
+	}
+	if err := e.Firewall.Heal(ctx, links...); err != nil {
+		return err
+	}
+	nl, err := e.Leader(ctx)
+	if err == nil {
+		e.Say("leader after the cut: %s", nl.Name)
+	}
+	return err
+}
+
+func followersToLeader(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	var links []netfault.Link
+	for _, f := range e.Others(l.Name) {
+		links = append(links, netfault.Link{From: f, To: l.Name})
+	}
+	e.Fault()
+	e.Say("dropping the followers' packets to the leader %s for %s (its packets to them pass)", l.Name, e.Cfg.Cut)
+	if err := e.Firewall.Cut(ctx, links...); err != nil {
+		return err
+	}
+	if err := e.Sleep(ctx, e.Cfg.Cut); err != nil {
+		return err
+	}
+	if err := e.Firewall.Heal(ctx, links...); err != nil {
+		return err
+	}
+	_, err = e.Leader(ctx)
+	return err
+}
+
+func leaderIsolatedDuringFailover(ctx context.Context, e *Env) error {
+	b := e.Cluster.Proc(victim)
+	e.ExpectFailover(victim, false)
+	e.Fault()
+	e.Say("kill -9 %s (pid %d)", victim, b.Pid())
+	b.Kill()
+	if err := e.WaitState(ctx, victim, time.Minute, "suspect", "failed", "recovering", "recovered"); err != nil {
+		return err
+	}
+	if br, err := e.Cluster.GetBroker(ctx, victim); err == nil && br.GetState() != "suspect" {
+		e.Note("%s was already %s when the leader was cut off", victim, br.GetState())
+	}
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	links := netfault.Both(l.Name, e.Others(l.Name)...)
+	e.Say("cutting the leader %s off while %s is suspected", l.Name, victim)
+	if err := e.Firewall.Cut(ctx, links...); err != nil {
+		return err
+	}
+	if err := e.WaitReopened(ctx, victim, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := e.Firewall.Heal(ctx, links...); err != nil {
+		return err
+	}
+	return restartBroker(ctx, e, b)
+}
+
+func lossJitter(ctx context.Context, e *Env, onLeader bool) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	target, queue := l.Name, uint16(101)
+	if !onLeader {
+		target, queue = e.Others(l.Name)[0], 102
+	}
+	if err := e.Firewall.Queue(ctx, target, queue); err != nil {
+		return err
+	}
+	d, err := netfault.StartDelayer(ctx, netfault.DelayerConfig{Queue: queue, Loss: 0.2, Jitter: 100 * time.Millisecond,
+		Seed: e.Cfg.Seed, Life: e.Cfg.Hold + time.Minute})
+	if err != nil {
+		_ = e.Firewall.Unqueue(ctx, target)
+		return err
+	}
+	e.Fault()
+	e.Say("20%% loss and 0–100 ms jitter on every packet of %s (leader %s) for %s", target, l.Name, e.Cfg.Hold)
+	serr := e.Sleep(ctx, e.Cfg.Hold)
+	uerr := e.Firewall.Unqueue(context.Background(), target)
+	st := d.Stop()
+	e.Note("delayer on %s: %d packets, %d dropped, %d delayed, %d let through at once (queue full)", target, st.Seen, st.Dropped, st.Delayed, st.Overflow)
+	if serr != nil {
+		return serr
+	}
+	return uerr
+}
+
+func brokerFlapping(ctx context.Context, e *Env) error {
+	ft := e.Cfg.FailureTimeout()
+	down, up := ft*6/10, ft*4/10
+	links := netfault.Both(victim, e.Coordinators()...)
+	e.Fault()
+	for i := 1; i <= 6; i++ {
+		e.Say("flap %d/6: %s cut off from the coordinators for %s", i, victim, down)
+		if err := e.Firewall.Cut(ctx, links...); err != nil {
+			return err
+		}
+		if err := e.Sleep(ctx, down); err != nil {
+			return err
+		}
+		if err := e.Firewall.Heal(ctx, links...); err != nil {
+			return err
+		}
+		if err := e.Sleep(ctx, up); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func killCoordinator(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	m := e.Cluster.Proc(e.Others(l.Name)[0])
+	return killAndRestart(ctx, e, m)
+}
+
+func killLeader(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	return killAndRestart(ctx, e, l)
+}
+
+func killAndRestart(ctx context.Context, e *Env, m *e2e.Proc) error {
+	e.Fault()
+	e.Say("kill -9 coordinator %s (pid %d) for %s", m.Name, m.Pid(), e.Cfg.Cut)
+	m.Kill()
+	if err := e.Sleep(ctx, e.Cfg.Cut); err != nil {
+		return err
+	}
+	e.Say("restarting %s", m.Name)
+	if err := m.Start(); err != nil {
+		return err
+	}
+	return waitMember(ctx, e, m)
+}
+
+// waitMember waits until coordinator m answers and knows the leader.
+func waitMember(ctx context.Context, e *Env, m *e2e.Proc) error {
+	return e2e.Poll(ctx, time.Minute, m.Name+" back with a leader", func() error {
+		if !m.Alive() {
+			return e2e.Permanent(fmt.Errorf("%s exited; see %s", m.Name, m.Log))
+		}
+		st, err := e.Cluster.Status(ctx, m)
+		if err != nil {
+			return err
+		}
+		if st.GetLeaderId() == "" {
+			return fmt.Errorf("%s knows no leader", m.Name)
+		}
+		return nil
+	})
+}
+
+func zombieBroker(ctx context.Context, e *Env) error {
+	b := e.Cluster.Proc(victim)
+	e.ExpectFailover(victim, true)
+	e.Fault()
+	e.Say("SIGSTOP %s (pid %d)", victim, b.Pid())
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	if err := e.WaitReopened(ctx, victim, 2*time.Minute); err != nil {
+		_ = b.Signal(syscall.SIGCONT)
+		return err
+	}
+	e.Say("SIGCONT %s after its failover", victim)
+	if err := b.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	return e.WaitRegistered(ctx, victim, 2*time.Minute)
+}
+
+const backlogBytes = 64 << 20
+
+func backlogOptions(o *e2e.Options) {
+	o.BacklogStreams = true
+	o.WALCapacity = 2*backlogBytes + 64<<20
+	o.UploadBytes, o.UploadInterval = o.WALCapacity/2, time.Hour
+	// One upload at a time, in small parts: the upload step lasts.
+	o.Recovery = append(o.Recovery, "upload_concurrency: 1", "part_size: 5242880")
+}
+
+func s3CutMidUpload(ctx context.Context, e *Env) error {
+	b := e.Cluster.Proc(victim)
+	const payload = 16 << 10
+	n := int64(backlogBytes / payload)
+	e.Say("backlog: %d records of %d bytes to %s's stream %d, kept in its WAL", n, payload, victim, b.BacklogStream)
+	_, err := loadgen.Load(ctx, loadgen.LoadConfig{Coordinators: e.Cluster.AdminAddrs(), Streams: []uint64{b.BacklogStream},
+		Rate: 1e6, Duration: 5 * time.Minute, MaxRecords: n, PayloadBytes: payload, MaxBatch: 64,
+		Ledger: filepath.Join(e.Cluster.Opts.Dir, "ledger-backlog.jsonl"), DialOptions: e.Cluster.DialOptions()})
+	if err != nil {
+		return fmt.Errorf("backlog: %w", err)
+	}
+	e.ExpectFailover(victim, false)
+	e.Fault()
+	e.Say("kill -9 %s (pid %d)", victim, b.Pid())
+	b.Kill()
+	var assignee string
+	err = e2e.Poll(ctx, 2*time.Minute, "the recovery of "+victim+" in its upload step", func() error {
+		jobs, err := e.Cluster.ListJobs(ctx, victim)
+		if err != nil || len(jobs) == 0 {
+			return fmt.Errorf("no job yet")
+		}
+		j := jobs[len(jobs)-1]
+		switch {
+		case j.GetState() == "running" && j.GetStep() == "upload" && j.GetAssigneeId() != "":
+			assignee = j.GetAssigneeId()
+			return nil
+		case j.GetState() == "succeeded" || j.GetState() == "failed":
+			return e2e.Permanent(fmt.Errorf("job %s %s before its upload could be cut", j.GetJobId(), j.GetState()))
+		}
+		return fmt.Errorf("job %s %s step %s", j.GetJobId(), j.GetState(), j.GetStep())
+	})
+	if err != nil {
+		return err
+	}
+	links := netfault.Both(assignee, "s3")
+	e.Say("cutting S3 off from %s, executing the recovery, for %s", assignee, e.Cfg.Cut)
+	if err := e.Firewall.Cut(ctx, links...); err != nil {
+		return err
+	}
+	if err := e.Sleep(ctx, e.Cfg.Cut); err != nil {
+		return err
+	}
+	if err := e.Firewall.Heal(ctx, links...); err != nil {
+		return err
+	}
+	if err := e.WaitReopened(ctx, victim, 3*time.Minute); err != nil {
+		return err
+	}
+	if jobs, err := e.Cluster.ListJobs(ctx, victim); err == nil && len(jobs) > 0 {
+		j := jobs[len(jobs)-1]
+		e.Note("job %s %s on %s at attempt %d (S3 was cut from %s)", j.GetJobId(), j.GetState(), j.GetAssigneeId(), j.GetAttempt(), assignee)
+	}
+	return restartBroker(ctx, e, b)
+}
+
+// diskSource names the harness's tmpfs mounts (the first column of
+// /proc/mounts), so that a later run finds the ones a killed run left.
+const diskSource = "wchaos-disk"
+
+// coordinatorDisks puts every coordinator's data directory on a 256 MiB
+// tmpfs of its own.
+func coordinatorDisks(ctx context.Context, e *Env) (func(), error) {
+	var mounted []string
+	undo := func() {
+		for _, p := range mounted {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+	for _, m := range e.Cluster.Coords {
+		dir := filepath.Join(e.Cluster.Opts.Dir, m.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return undo, err
+		}
+		if err := unix.Mount(diskSource, dir, "tmpfs", 0, "size=256m,mode=0755"); err != nil {
+			return undo, fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+		}
+		mounted = append(mounted, dir)
+	}
+	return undo, nil
+}
+
+func diskFull(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(e.Cluster.Opts.Dir, l.Name)
+	fill := filepath.Join(dir, "fill")
+	f, err := os.Create(fill)
+	if err != nil {
+		return err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		f.Close()
+		return err
+	}
+	free := int64(st.Bavail) * st.Bsize
+	e.Fault()
+	e.Say("filling %s's data directory (%s free) for %s", l.Name, e2e.FormatBytes(uint64(free)), e.Cfg.Cut)
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, free); err != nil {
+		f.Close()
+		return fmt.Errorf("fill %s: %w", dir, err)
+	}
+	f.Close()
+	serr := e.Sleep(ctx, e.Cfg.Cut)
+	if err := os.Remove(fill); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	if !l.Alive() {
+		e.Note("%s exited while its disk was full (see %s); restarted", l.Name, l.Log)
+		if err := l.Start(); err != nil {
+			return err
+		}
+	}
+	return waitMember(ctx, e, l)
+}
+
+// unmountStale unmounts the tmpfs mounts a killed run left.
+func unmountStale() error {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == diskSource {
+			if err := unix.Unmount(f[1], unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("chaos: unmount %s: %w", f[1], err)
+			}
+		}
+	}
+	return nil
+}
+
+func decodeJSON(resp *http.Response, v any) error {
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(v)
+}
