@@ -58,7 +58,8 @@ fuzz-short:
 
 # deps installs what the tests need beyond Go modules: the pinned versitygw
 # S3 gateway (end-to-end tests) and the system packages of
-# scripts/install-deps.sh (chromium for the web view's browser test).
+# scripts/install-deps.sh (chromium for the web view's browser test;
+# iproute2, nftables and iptables for the chaos harness).
 deps: versitygw system-deps
 
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
