@@ -202,8 +202,10 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 		return nil, invalid("checkpoint job %s: step_done without step", j.GetJobId())
 	}
 	if j.GetState() == JobPending {
+		// The attempt started with a checkpoint, before any lease renewal.
 		j.State = JobRunning
 		s.touchBroker(j)
+		s.jobEvent(index, "job", j.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
 	}
 	if op.GetStep() != "" {
 		j.Step = op.GetStep()
