@@ -163,7 +163,7 @@ func TestE2EShortWebView(t *testing.T) {
 	if len(seen) == 0 || seen[len(seen)-1] != "recovered" || !slices.Contains(seen, "recovering") || !recoveringShot {
 		t.Fatalf("b1's row showed %v; the recovery photographed: %v", seen, recoveringShot)
 	}
-	facts, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('` + card + ` .facts').textContent`))
+	facts, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('`+card+` .facts').textContent`))
 	if err != nil {
 		t.Fatal(err)
 	}
