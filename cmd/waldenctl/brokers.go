@@ -154,6 +154,7 @@ func newFailoverCmd(c *cli) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why the broker is failed over (kept in the event log)")
 	_ = cmd.MarkFlagRequired("reason")
+	cmd.AddCommand(newFailoverShowCmd(c))
 	return cmd
 }
 
