@@ -8,14 +8,20 @@ PKGS      := ./...
 # Packages with goroutines of their own: run under the race detector.
 RACE_PKGS ?= ./raftnode/... ./server/... ./wal/... ./gossip/... ./agent/... ./detect/... ./objstore/... ./fencing/... ./fsm/... ./broker/... ./recovery/... ./loadgen/... ./coordclient/... ./chaos/history/... ./chaos/netfault/...
 FUZZTIME  ?= 10s
+# The version and commit stamped into the binaries (walden version,
+# waldenctl version, walden_build_info). Without git they stay empty and
+# the binaries report what the Go toolchain recorded.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+LDFLAGS   := -X walden/version.version=$(VERSION) -X walden/version.commit=$(COMMIT)
 
 .PHONY: all deps build tools proto proto-check lint vet fmt-check test test-unit test-race fuzz-short bench run e2e chaos clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/walden ./cmd/walden
-	$(GO) build -o $(BIN)/waldenctl ./cmd/waldenctl
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/walden ./cmd/walden
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/waldenctl ./cmd/waldenctl
 
 tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
 

@@ -23,6 +23,7 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/recovery"
+	"walden/version"
 	"walden/webui"
 )
 
@@ -101,7 +102,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	}()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
 
 	trMetrics, err := raftnode.NewTransportMetrics(reg)
 	if err != nil {

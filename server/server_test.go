@@ -98,6 +98,15 @@ func TestServerSingleMember(t *testing.T) {
 		t.Fatalf("/readyz %v %v", resp, err)
 	}
 	resp.Body.Close()
+	resp, err = http.Get("http://" + a.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `walden_build_info{commit="`) {
+		t.Fatalf("/metrics has no walden_build_info")
+	}
 }
 
 func TestServerRefusesBadConfigBeforeDataDir(t *testing.T) {
