@@ -305,29 +305,42 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 	}
 }
 
-func TestHealthFollowsLeader(t *testing.T) {
+func TestHealthLivenessAndReadiness(t *testing.T) {
 	f := &fakeNode{st: NodeStatus{NodeID: "c1"}}
 	_, hs := serveAdmin(t, f, "c1", nil)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go watchLeader(wctx, f, hs, 5*time.Millisecond, slog.New(slog.DiscardHandler))
-	waitHealth := func(want healthpb.HealthCheckResponse_ServingStatus) {
+	waitHealth := func(service string, want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			r, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{Service: waldenv1.Cluster_ServiceDesc.ServiceName})
+			r, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
 			if err == nil && r.GetStatus() == want {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("health %v %v, want %v", r, err, want)
+				t.Fatalf("health %q: %v %v, want %v", service, r, err, want)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	cluster := waldenv1.Cluster_ServiceDesc.ServiceName
+	// No leader: alive, not ready.
+	waitHealth(cluster, healthpb.HealthCheckResponse_NOT_SERVING)
+	waitHealth("", healthpb.HealthCheckResponse_SERVING)
+	// A leader, but not caught up: still not ready.
 	f.setLeader("c2")
-	waitHealth(healthpb.HealthCheckResponse_SERVING)
-	f.setLeader("")
-	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	waitHealth(cluster, healthpb.HealthCheckResponse_NOT_SERVING)
+	f.mu.Lock()
+	f.ready = true
+	f.mu.Unlock()
+	waitHealth(cluster, healthpb.HealthCheckResponse_SERVING)
+	// Quorum lost: not ready, and still alive.
+	f.mu.Lock()
+	f.ready = false
+	f.st.LeaderID = ""
+	f.mu.Unlock()
+	waitHealth(cluster, healthpb.HealthCheckResponse_NOT_SERVING)
+	waitHealth("", healthpb.HealthCheckResponse_SERVING)
 }

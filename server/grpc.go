@@ -97,35 +97,43 @@ func slogAdapter(l *slog.Logger) logging.Logger {
 	})
 }
 
-// healthServices are the names the health service reports on: "" (the
-// whole member) and the admin API.
-var healthServices = []string{"", waldenv1.Cluster_ServiceDesc.ServiceName}
+// The services the health service reports on, as Kubernetes probes and
+// load balancers read them:
+//
+//   - "" is liveness: SERVING while the process works, also while this
+//     member knows no leader (a quorum loss must not get every member
+//     restarted when they must stay up); NOT_SERVING once it stops.
+//   - walden.v1.Cluster is readiness: SERVING while the member knows a
+//     leader and has applied what was committed when it started (Ready).
+const livenessService = ""
 
-// watchLeader keeps the health service in step with leadership: NOT_SERVING
-// while the member knows no leader, SERVING while it knows one. It logs
-// every leader change with the term. It returns when ctx is done.
+var readinessService = waldenv1.Cluster_ServiceDesc.ServiceName
+
+// watchLeader keeps readiness in step with the node (see readinessService)
+// and logs every leader change with the term. It returns when ctx is done.
 func watchLeader(ctx context.Context, node ClusterNode, hs *health.Server, every time.Duration, logger *slog.Logger) {
-	set := func(st healthpb.HealthCheckResponse_ServingStatus) {
-		for _, svc := range healthServices {
-			hs.SetServingStatus(svc, st)
-		}
-	}
-	set(healthpb.HealthCheckResponse_NOT_SERVING)
-	leader := ""
+	hs.SetServingStatus(livenessService, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+	leader, ready := "", false
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		if now := node.LeaderID(); now != leader {
 			st := node.Status()
-			switch {
-			case now == "":
+			if now == "" {
 				logger.Warn("leader lost", "previous_leader_id", leader, "term", st.Term)
-				set(healthpb.HealthCheckResponse_NOT_SERVING)
-			default:
+			} else {
 				logger.Info("leader known", "leader_id", now, "previous_leader_id", leader, "term", st.Term, "raft_state", st.RaftState)
-				set(healthpb.HealthCheckResponse_SERVING)
 			}
 			leader = now
+		}
+		if r := node.Ready(); r != ready {
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if r {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			hs.SetServingStatus(readinessService, st)
+			ready = r
 		}
 		select {
 		case <-ctx.Done():

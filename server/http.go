@@ -7,10 +7,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// newHTTPHandler serves /metrics, /healthz (200 while the process runs),
-// /readyz (200 only while the node is ready: it knows a leader and has
-// applied what was committed when it started) and the web view under /ui/
-// (ui; nil for none).
+// newHTTPHandler serves /metrics and the probes:
+//
+//   - /healthz is liveness: 200 while the process works, also while this
+//     member knows no leader (restarting members during a quorum loss
+//     makes it worse); 503 once the raft node has stopped.
+//   - /readyz is readiness: 200 only while the member knows a leader and
+//     has applied what was committed when it started; 503 with the reason
+//     otherwise.
+//
+// and the web view under /ui/ (ui; nil for none).
 func newHTTPHandler(reg *prometheus.Registry, node ClusterNode, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	if ui != nil {
@@ -20,6 +26,11 @@ func newHTTPHandler(reg *prometheus.Registry, node ClusterNode, ui http.Handler)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s, ok := node.(interface{ Stopped() bool }); ok && s.Stopped() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not alive: the raft node stopped\n"))
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

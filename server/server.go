@@ -40,6 +40,7 @@ type Server struct {
 	cfg    *config.Server
 	logger *slog.Logger
 
+	tls       *tlsSetup
 	storage   *raftnode.BoltStorage
 	node      *raftnode.Node
 	admin     *adminService
@@ -73,7 +74,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 
-	s := &Server{cfg: cfg, logger: logger}
+	s := &Server{cfg: cfg, logger: logger, tls: tlsCfg}
 	defer func() {
 		if err != nil {
 			s.closeListeners()
@@ -157,7 +158,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	waldenv1.RegisterFailoversServer(s.adminGRPC, failovers)
 	if s.httpLis != nil {
 		if tlsCfg.enabled() {
-			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.server)
+			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.r.ServerConfig())
 		}
 		s.httpSrv = &http.Server{
 			Handler: newHTTPHandler(reg, node, webui.Handler(webui.Options{
@@ -261,6 +262,7 @@ func wrapServe(name string, err error) error {
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		s.health.Shutdown()
+		s.handOffLeadership()
 		done := make(chan struct{})
 		go func() {
 			s.adminGRPC.GracefulStop()
@@ -297,6 +299,16 @@ func (s *Server) closeListeners() {
 
 // raftNode adapts *raftnode.Node to ClusterNode.
 type raftNode struct{ *raftnode.Node }
+
+// Stopped reports whether the raft node has stopped (liveness).
+func (n raftNode) Stopped() bool {
+	select {
+	case <-n.Done():
+		return true
+	default:
+		return false
+	}
+}
 
 func (n raftNode) Status() NodeStatus {
 	st := n.Node.Status()

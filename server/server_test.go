@@ -61,13 +61,15 @@ func startServer(t *testing.T, cfg *config.Server) *Server {
 	return s
 }
 
+// waitServing waits until the member is ready (walden.v1.Cluster SERVING:
+// it knows a leader and has caught up).
 func waitServing(t *testing.T, conn *grpc.ClientConn) {
 	t.Helper()
 	hc := healthpb.NewHealthClient(conn)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: waldenv1.Cluster_ServiceDesc.ServiceName})
 		cancel()
 		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			return
@@ -174,7 +176,7 @@ func TestServerMutualTLS(t *testing.T) {
 	}
 
 	// HTTP serves TLS and requires the client certificate too.
-	good := &http.Client{Transport: &http.Transport{TLSClientConfig: ts.client}, Timeout: 2 * time.Second}
+	good := &http.Client{Transport: &http.Transport{TLSClientConfig: ts.r.Current().Client}, Timeout: 2 * time.Second}
 	resp, err := good.Get("https://" + a.HTTP + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("https with client cert: %v %v", resp, err)
@@ -329,5 +331,77 @@ func TestServerJoinExistingCluster(t *testing.T) {
 	st, err := waldenv1.NewClusterClient(conn4).Status(ctx, &waldenv1.StatusRequest{})
 	if err != nil || len(st.GetMembers()) != 4 || st.GetLeaderId() == "" {
 		t.Fatalf("c4 status %v %v", st, err)
+	}
+}
+
+// TestServerReloadRotatesCertificates: after the files are replaced by
+// those of a new CA, Reload makes new connections use them; a client of the
+// old CA is refused from then on, and restartKeys names what else changed.
+func TestServerReloadRotatesCertificates(t *testing.T) {
+	first, second := newTestPKI(t, t.TempDir()), newTestPKI(t, t.TempDir())
+	// The member's files start as those of the first CA.
+	dir := t.TempDir()
+	files := config.TLS{CertFile: filepath.Join(dir, "c1.pem"), KeyFile: filepath.Join(dir, "c1-key.pem"), CAFile: filepath.Join(dir, "ca.pem")}
+	install := func(p testPKI) {
+		t.Helper()
+		src := p.member(t, "c1")
+		for from, to := range map[string]string{src.CertFile: files.CertFile, src.KeyFile: files.KeyFile, src.CAFile: files.CAFile} {
+			b, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(to, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	install(first)
+	cfg := singleMember(t)
+	cfg.TLS = files
+	s := startServer(t, cfg)
+	a := s.Addrs()
+	oldCreds, err := loadTLS(first.admin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCreds, err := loadTLS(second.admin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(ts *tlsSetup) error {
+		conn, err := grpc.NewClient(a.Admin, grpc.WithTransportCredentials(ts.clientCreds()))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := call(oldCreds); err != nil {
+		t.Fatal(err)
+	}
+	install(second)
+	next := *cfg
+	next.Raft.ElectionTicks++
+	res, err := s.Reload(&next)
+	if err != nil || !res.TLSReloaded || len(res.NeedRestart) != 1 || res.NeedRestart[0] != "raft" {
+		t.Fatalf("Reload = %+v, %v", res, err)
+	}
+	if err := call(newCreds); err != nil {
+		t.Fatalf("client of the new CA after the reload: %v", err)
+	}
+	if err := call(oldCreds); status.Code(err) != codes.Unavailable {
+		t.Fatalf("client of the old CA after the reload: %v, want refused", err)
+	}
+	// Unusable files: refused, the new files stay in use.
+	bad := next
+	bad.TLS.CertFile = filepath.Join(dir, "missing.pem")
+	if _, err := s.Reload(&bad); err == nil || !strings.Contains(err.Error(), "tls.cert_file") {
+		t.Fatalf("Reload(missing cert) = %v", err)
+	}
+	if err := call(newCreds); err != nil {
+		t.Fatalf("after a refused reload: %v", err)
 	}
 }

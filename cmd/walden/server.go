@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,7 +27,15 @@ bbolt log in data_dir, the gRPC admin API and the HTTP /metrics /healthz
 
 The configuration is checked strictly before anything else happens: an
 unknown key, a wrong type, a missing required key or an invalid value stops
-the process with FILE:LINE: KEY: reason, and data_dir is not touched.`,
+the process with FILE:LINE: KEY: reason, and data_dir is not touched.
+
+Signals:
+  SIGTERM, SIGINT  stop: a leader first hands leadership to the most
+                   caught-up reachable voter, then the member stops serving.
+  SIGHUP           read FILE again and apply log.level and the tls files
+                   (certificate rotation) to the running member; other
+                   changed keys are logged and take effect at the next
+                   start. A file with a mistake changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configPath == "" {
@@ -35,16 +45,48 @@ the process with FILE:LINE: KEY: reason, and data_dir is not touched.`,
 			if err != nil {
 				return err
 			}
-			logger := server.NewLogger(cfg.Log, os.Stderr)
+			level := new(slog.LevelVar)
+			logger := server.NewLevelLogger(cfg.Log, os.Stderr, level)
 			s, err := server.New(cfg, logger)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go reloadOnHUP(ctx, hup, configPath, s, level, logger)
 			return s.Run(ctx)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML configuration file (required)")
 	return cmd
+}
+
+// reloadOnHUP applies the configuration file to the running member at every
+// SIGHUP until ctx is done.
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, path string, s *server.Server, level *slog.LevelVar, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := config.LoadServer(path)
+		if err != nil {
+			logger.Error("reload refused: the configuration file has a mistake; the running settings stay", "file", path, "err", err)
+			continue
+		}
+		res, err := s.Reload(cfg)
+		if err != nil {
+			logger.Error("reload refused: the running settings stay", "file", path, "err", err)
+			continue
+		}
+		level.Set(server.ParseLevel(cfg.Log.Level))
+		logger.Info("configuration reloaded", "file", path, "log_level", level.Level().String(), "tls_reloaded", res.TLSReloaded)
+		if len(res.NeedRestart) > 0 {
+			logger.Warn("changed settings take effect at the next start", "keys", res.NeedRestart)
+		}
+	}
 }
