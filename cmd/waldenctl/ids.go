@@ -67,11 +67,11 @@ func (c *cli) suggestID(ctx context.Context, o op, e *callError) {
 }
 
 // completeIDs is a cobra ValidArgsFunction completing the position-th
-// argument (0-based) with the ids of kind, asked of the cluster with the
+// argument (0-based; -1 for a flag's value) with the ids of kind, asked of the cluster with the
 // global flags (and their environment variables) as given so far.
 func (c *cli) completeIDs(kind string, position int) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) != position {
+		if position >= 0 && len(args) != position {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		if err := c.complete(cmd); err != nil {

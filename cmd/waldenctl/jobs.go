@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,16 +8,19 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -184,9 +186,9 @@ func finished(j *waldenv1.Job) bool {
 
 func newJobsWatchCmd(c *cli) *cobra.Command {
 	var broker string
-	return &cobra.Command{
-		Use:               "watch [ID]",
-		Short:             "Follow recovery jobs live: step, assignee, bytes uploaded of total, streams closed of total; ends when they finish or on Ctrl-C",
+	cmd := &cobra.Command{
+		Use:               "watch [ID] [--broker ID]",
+		Short:             "Follow recovery jobs live: a line per change with step, assignee, a progress bar, rate and ETA (-o json: one object per change); ends when they finish or on Ctrl-C",
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: c.completeIDs("job", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -199,19 +201,108 @@ func newJobsWatchCmd(c *cli) *cobra.Command {
 			return c.watchJobs(ctx, req)
 		},
 	}
+	cmd.Flags().StringVar(&broker, "broker", "", "only the jobs of this broker")
+	_ = cmd.RegisterFlagCompletionFunc("broker", c.completeIDs("broker", -1))
+	return cmd
+}
+
+// jobChange is one change of a watched job, as -o json prints it: the job,
+// when the change was seen, and the upload rate and ETA measured from the
+// changes seen so far.
+type jobChange struct {
+	Time string          `json:"time"`
+	Job  json.RawMessage `json:"job"`
+	// RateBytesPerSec is the upload rate over the last five seconds; 0
+	// before two samples.
+	RateBytesPerSec float64 `json:"rate_bytes_per_sec"`
+	// EtaMs is the time left to upload bytes_total at that rate; -1 when
+	// unknown, 0 when uploaded.
+	EtaMs int64 `json:"eta_ms"`
+}
+
+// progress measures a job's upload rate from the byte counts seen.
+type progress struct {
+	samples []sample
+}
+
+type sample struct {
+	at    time.Time
+	bytes uint64
+}
+
+// add records the job's byte count at now and returns the rate (bytes per
+// second over the last five seconds) and the ETA (-1 unknown).
+func (p *progress) add(j *waldenv1.Job, now time.Time) (float64, time.Duration) {
+	b := j.GetBytesUploaded()
+	if n := len(p.samples); n == 0 || p.samples[n-1].bytes != b {
+		p.samples = append(p.samples, sample{now, b})
+	}
+	for len(p.samples) > 2 && now.Sub(p.samples[0].at) > 5*time.Second {
+		p.samples = p.samples[1:]
+	}
+	if j.GetBytesTotal() > 0 && b >= j.GetBytesTotal() {
+		return p.rate(now), 0
+	}
+	r := p.rate(now)
+	if r <= 0 || j.GetBytesTotal() == 0 {
+		return r, -1
+	}
+	return r, time.Duration(float64(j.GetBytesTotal()-b) / r * float64(time.Second))
+}
+
+func (p *progress) rate(now time.Time) float64 {
+	if len(p.samples) < 2 {
+		return 0
+	}
+	first, last := p.samples[0], p.samples[len(p.samples)-1]
+	dt := now.Sub(first.at).Seconds()
+	if dt <= 0 || last.bytes < first.bytes {
+		return 0
+	}
+	return float64(last.bytes-first.bytes) / dt
+}
+
+// progressBar is a bar of 20 columns with the percentage.
+func progressBar(done, total uint64) string {
+	const width = 20
+	if total == 0 {
+		return "[" + strings.Repeat("·", width) + "]    ?"
+	}
+	n := int(min(done, total) * width / total)
+	return fmt.Sprintf("[%s%s] %3d%%", strings.Repeat("█", n), strings.Repeat("·", width-n), min(done, total)*100/total)
+}
+
+func rateText(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return size(uint64(r)) + "/s"
+}
+
+func etaText(d time.Duration, j *waldenv1.Job) string {
+	switch {
+	case finished(j):
+		return "done"
+	case d < 0:
+		return "-"
+	case d == 0:
+		return "uploaded"
+	}
+	return durationText(d.Milliseconds())
 }
 
 // watchJobs prints one line per change of a watched job (table) or one
-// JSON document per update (json). With no job active at the start it
+// JSON object per change (json, yaml). With no job active at the start it
 // follows until the first job appears and finishes.
 func (c *cli) watchJobs(ctx context.Context, req *waldenv1.WatchJobsRequest) error {
-	if c.output == "table" {
-		fmt.Fprintln(c.stdout, watchRow("TIME", "JOB", "STATE", "STEP", "ASSIGNEE", "ATTEMPT", "UPLOADED", "STREAMS CLOSED", "ERROR"))
+	if !c.structured() {
+		fmt.Fprintln(c.stdout, watchRow("TIME", "JOB", "STATE", "STEP", "ON", "PROGRESS", "UPLOADED", "RATE", "ETA", "STREAMS", "ERROR"))
 	}
 	shown := map[string]string{}
+	rates := map[string]*progress{}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		done, err := c.watchOnce(ctx, req, shown)
+		done, err := c.watchOnce(ctx, req, shown, rates)
 		if done || ctx.Err() != nil {
 			return nil
 		}
@@ -222,14 +313,15 @@ func (c *cli) watchJobs(ctx context.Context, req *waldenv1.WatchJobsRequest) err
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("watch: %w", lastErr)
+	return lastErr
 }
 
 // watchOnce follows one WatchJobs stream, trying the endpoints in turn. It
 // reports done when every watched job has finished.
-func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, shown map[string]string) (bool, error) {
+func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, shown map[string]string, rates map[string]*progress) (bool, error) {
 	var done bool
-	err := c.stream(ctx, func(ctx context.Context, conn grpc.ClientConnInterface) error {
+	o := op{verb: "watch", kind: "job", id: req.GetJobId()}
+	err := c.stream(ctx, o, func(ctx context.Context, conn grpc.ClientConnInterface) error {
 		st, err := jobsClient(conn).WatchJobs(ctx, req)
 		if err != nil {
 			return err
@@ -243,37 +335,26 @@ func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, sho
 				}
 				return err
 			}
+			now := time.Now()
 			all := len(resp.GetJobs()) > 0
 			for _, j := range resp.GetJobs() {
 				if !finished(j) {
 					sawActive = true
 					all = false
 				}
-			}
-			if c.output == "json" {
-				b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(resp)
-				if err != nil {
-					return err
+				p := rates[j.GetJobId()]
+				if p == nil {
+					p = &progress{}
+					rates[j.GetJobId()] = p
 				}
-				var line bytes.Buffer
-				if err := json.Compact(&line, b); err != nil {
-					return err
+				rate, eta := p.add(j, now)
+				key, _ := protojson.Marshal(j)
+				if shown[j.GetJobId()] == string(key) {
+					continue
 				}
-				line.WriteByte('\n')
-				if _, err := c.stdout.Write(line.Bytes()); err != nil {
+				shown[j.GetJobId()] = string(key)
+				if err := c.printJobChange(j, now, rate, eta); err != nil {
 					return err
-				}
-			} else {
-				for _, j := range resp.GetJobs() {
-					cells := []string{j.GetJobId(), j.GetState(), orDash(j.GetStep()), orDash(j.GetAssigneeId()),
-						strconv.FormatUint(uint64(j.GetAttempt()), 10), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()),
-						fmt.Sprintf("%d/%d", j.GetStreamsClosed(), j.GetStreamsTotal()), orDash(oneLine(j.GetError(), 60))}
-					line := strings.Join(cells, "\t")
-					if shown[j.GetJobId()] == line {
-						continue
-					}
-					shown[j.GetJobId()] = line
-					fmt.Fprintln(c.stdout, watchRow(append([]string{time.Now().Format("15:04:05.000")}, cells...)...))
 				}
 			}
 			// Done once the watched jobs are all finished: a named job at
@@ -287,14 +368,42 @@ func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, sho
 	return done, err
 }
 
+func (c *cli) printJobChange(j *waldenv1.Job, now time.Time, rate float64, eta time.Duration) error {
+	if c.structured() {
+		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(j)
+		if err != nil {
+			return err
+		}
+		ch := jobChange{Time: now.UTC().Format("2006-01-02T15:04:05.000Z"), Job: b, RateBytesPerSec: rate, EtaMs: -1}
+		if eta >= 0 {
+			ch.EtaMs = eta.Milliseconds()
+		}
+		line, err := json.Marshal(ch)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(c.stdout, "%s\n", line)
+		return err
+	}
+	on := orDash(j.GetAssigneeId())
+	if j.GetAttempt() > 1 {
+		on += fmt.Sprintf("#%d", j.GetAttempt())
+	}
+	uploaded := size(j.GetBytesUploaded()) + "/" + size(j.GetBytesTotal())
+	_, err := fmt.Fprintln(c.stdout, watchRow(now.Format("15:04:05.000"), j.GetJobId(), j.GetState(), orDash(j.GetStep()), on,
+		progressBar(j.GetBytesUploaded(), j.GetBytesTotal()), uploaded, rateText(rate), etaText(eta, j),
+		fmt.Sprintf("%d/%d", j.GetStreamsClosed(), j.GetStreamsTotal()), orDash(oneLine(j.GetError(), 60))))
+	return err
+}
+
 // stream runs a streaming call against the endpoints in turn until one
-// accepts it.
-func (c *cli) stream(ctx context.Context, call func(ctx context.Context, conn grpc.ClientConnInterface) error) error {
-	var errs []string
+// accepts it; a failure reads as a sentence about o.
+func (c *cli) stream(ctx context.Context, o op, call func(ctx context.Context, conn grpc.ClientConnInterface) error) error {
+	var failures []coordclient.Failure
 	for _, addr := range c.endpoints {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
+			failures = append(failures, coordclient.Failure{Addr: addr, Err: err})
 			continue
 		}
 		err = call(metadata.NewOutgoingContext(ctx, nil), conn)
@@ -302,9 +411,12 @@ func (c *cli) stream(ctx context.Context, call func(ctx context.Context, conn gr
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
-		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
+		if s, ok := status.FromError(err); ok && s.Code() != codes.Unavailable && s.Code() != codes.DeadlineExceeded {
+			return explain(o, s, c.timeout) // a refusal: another member would say the same
+		}
+		failures = append(failures, coordclient.Failure{Addr: addr, Err: err})
 	}
-	return errors.New(strings.Join(errs, "; "))
+	return explainNoAnswer(&coordclient.NoAnswerError{Failures: failures}, c.timeout)
 }
 
 func newCancelCmd(c *cli) *cobra.Command {
@@ -352,7 +464,7 @@ func newRetryCmd(c *cli) *cobra.Command {
 // watchWidths are the column widths of the live jobs table: its lines are
 // printed one by one as changes arrive, so the columns cannot be measured
 // over the whole table; a longer value pushes its line's next columns right.
-var watchWidths = []int{12, 8, 9, 6, 8, 7, 22, 14}
+var watchWidths = []int{12, 10, 9, 6, 5, 27, 17, 10, 8, 7}
 
 // watchRow pads cells to watchWidths, two spaces apart; the last is unpadded.
 func watchRow(cells ...string) string {
@@ -366,7 +478,7 @@ func watchRow(cells ...string) string {
 		if i < len(watchWidths) {
 			w = watchWidths[i]
 		}
-		b.WriteString(strings.Repeat(" ", max(w-len(cell), 0)+2))
+		b.WriteString(strings.Repeat(" ", max(w-utf8.RuneCountInString(cell), 0)+2))
 	}
 	return b.String()
 }

@@ -119,17 +119,53 @@ func TestStreamsAndJobsCommands(t *testing.T) {
 		t.Fatalf("watch exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || !strings.Contains(lines[1], "1.0MiB/3.0MiB (33%)") || !strings.Contains(lines[2], "close") ||
+	if len(lines) != 4 || !strings.Contains(lines[1], "1.0MiB/3.0MiB") || !strings.Contains(lines[1], " 33%") || !strings.Contains(lines[2], "close") ||
 		!strings.Contains(lines[3], "succeeded") || !strings.Contains(lines[3], "c2") {
 		t.Fatalf("watch output:\n%s", out)
 	}
 	// Lines printed one by one still line up under the header.
-	for _, col := range []string{"STATE", "UPLOADED", "STREAMS CLOSED"} {
+	for _, col := range []string{"STATE", "PROGRESS", "UPLOADED", "RATE", "ETA", "STREAMS"} {
 		at := strings.Index(lines[0], col)
 		for _, l := range lines[1:] {
-			if at <= 0 || len(l) <= at || l[at-1] != ' ' || l[at] == ' ' {
+			r := []rune(l)
+			if at <= 0 || len(r) <= at || r[at-1] != ' ' || r[at] == ' ' {
 				t.Fatalf("column %s (at %d) not aligned:\n%s", col, at, out)
 			}
+		}
+	}
+}
+
+func TestJobsWatchJSON(t *testing.T) {
+	jobs := &fakeJobs{updates: [][]*waldenv1.Job{
+		{sampleJob("running", "upload", 1<<20, 0)},
+		{sampleJob("running", "upload", 1<<20, 0)},
+		{sampleJob("running", "close", 3<<20, 1)},
+		{sampleJob("succeeded", "done", 3<<20, 2)},
+	}}
+	addr := serveRecovery(t, &fakeCatalog{}, jobs)
+	code, out, errOut := runCtl(t, "--endpoints", addr, "jobs", "watch", "--broker", "b1", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want one object per change (3), got:\n%s", out)
+	}
+	for i, l := range lines {
+		var ch struct {
+			Time string         `json:"time"`
+			Job  map[string]any `json:"job"`
+			Rate *float64       `json:"rate_bytes_per_sec"`
+			Eta  *int64         `json:"eta_ms"`
+		}
+		if err := json.Unmarshal([]byte(l), &ch); err != nil || ch.Time == "" || ch.Job["job_id"] != "job-b1-4" || ch.Rate == nil || ch.Eta == nil {
+			t.Fatalf("line %d: %v %q", i, err, l)
+		}
+		if i == 0 && *ch.Eta != -1 {
+			t.Errorf("ETA before a rate: %d", *ch.Eta)
+		}
+		if i == 2 && (ch.Job["state"] != "succeeded" || *ch.Eta != 0) {
+			t.Errorf("last: %q", l)
 		}
 	}
 }

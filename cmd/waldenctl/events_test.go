@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// growingLog is a Brokers server whose event log grows by one event per
+// ListEvents call.
+type growingLog struct {
+	fakeBrokers
+	mu     sync.Mutex
+	events []*waldenv1.Event
+	next   uint64
+}
+
+func (g *growingLog) ListEvents(_ context.Context, r *waldenv1.ListEventsRequest) (*waldenv1.ListEventsResponse, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next++
+	kind := []string{"observation", "decision", "job"}[g.next%3]
+	g.events = append(g.events, &waldenv1.Event{Index: 100 + g.next, UnixMs: time.Now().UnixMilli(), Kind: kind, BrokerId: "b1", Message: kind})
+	var out []*waldenv1.Event
+	for _, e := range g.events {
+		if r.GetBrokerId() == "" || e.GetBrokerId() == r.GetBrokerId() {
+			out = append(out, e)
+		}
+	}
+	return &waldenv1.ListEventsResponse{Events: out}, nil
+}
+
+func TestEventsFilters(t *testing.T) {
+	now := time.Now()
+	f := &fakeBrokers{}
+	addr := serveBrokers(t, &eventsServer{fakeBrokers: f, events: []*waldenv1.Event{
+		{Index: 1, UnixMs: now.Add(-time.Hour).UnixMilli(), Kind: "register", BrokerId: "b1", Message: "registered"},
+		{Index: 2, UnixMs: now.Add(-time.Minute).UnixMilli(), Kind: "observation", BrokerId: "b1", Message: "c1 observes dead"},
+		{Index: 3, UnixMs: now.Add(-30 * time.Second).UnixMilli(), Kind: "decision", BrokerId: "b1", Message: "declared failed"},
+		{Index: 4, UnixMs: now.Add(-10 * time.Second).UnixMilli(), Kind: "job", BrokerId: "b1", Message: "attempt 1 running on c2"},
+	}})
+	for args, want := range map[string]string{
+		"events":                                 "1,2,3,4",
+		"events --kind decision,job":             "3,4",
+		"events --kind observation --kind job":   "2,4",
+		"events --since 2m":                      "2,3,4",
+		"events --since 45s --kind job,decision": "3,4",
+		"events --limit 2":                       "3,4",
+	} {
+		code, out, errOut := runCtl(t, append([]string{"--endpoints", addr, "-o", "json"}, strings.Fields(args)...)...)
+		var doc struct {
+			Events []struct {
+				Index string `json:"index"`
+			} `json:"events"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil {
+			t.Fatalf("%s: exit %d %v %s %s", args, code, err, out, errOut)
+		}
+		var got []string
+		for _, e := range doc.Events {
+			got = append(got, e.Index)
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("%s: %v, want %s", args, got, want)
+		}
+	}
+	code, _, errOut := runCtl(t, "--endpoints", addr, "events", "--kind", "decisoin")
+	if code != 1 || errOut != "waldenctl: --kind: \"decisoin\" is not a kind of event ("+strings.Join(eventKinds, ", ")+")\ndid you mean decision?\n" {
+		t.Errorf("bad kind: %d %q", code, errOut)
+	}
+	if code, _, errOut = runCtl(t, "--endpoints", addr, "events", "--since", "yesterday"); code != 1 || !strings.Contains(errOut, "--since") {
+		t.Errorf("bad since: %d %q", code, errOut)
+	}
+}
+
+type eventsServer struct {
+	*fakeBrokers
+	events []*waldenv1.Event
+}
+
+func (e *eventsServer) ListEvents(_ context.Context, r *waldenv1.ListEventsRequest) (*waldenv1.ListEventsResponse, error) {
+	return &waldenv1.ListEventsResponse{Events: e.events}, nil
+}
+
+func TestEventsFollow(t *testing.T) {
+	g := &growingLog{}
+	addr := serveBrokers(t, g)
+	for _, output := range []string{"table", "json"} {
+		var out bytes.Buffer
+		c := &cli{stdout: &out, stderr: &out, endpoints: []string{addr}, output: output, timeout: 2 * time.Second}
+		root, _ := newRootCmd(&out, &out)
+		if err := c.complete(root); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 1800*time.Millisecond)
+		err := c.followEvents(ctx, "b1", eventFilter{kinds: []string{"decision", "job"}}, 0)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if output == "json" {
+			seen := map[string]bool{}
+			for _, l := range lines {
+				var e map[string]any
+				if err := json.Unmarshal([]byte(l), &e); err != nil {
+					t.Fatalf("not one JSON object per line: %q", l)
+				}
+				if e["kind"] == "observation" || seen[e["index"].(string)] {
+					t.Fatalf("filtered or repeated: %q", l)
+				}
+				seen[e["index"].(string)] = true
+			}
+			if len(seen) < 2 {
+				t.Fatalf("followed %d events:\n%s", len(seen), out.String())
+			}
+			continue
+		}
+		if !strings.HasPrefix(lines[0], "INDEX") || len(lines) < 3 {
+			t.Fatalf("table follow:\n%s", out.String())
+		}
+	}
+}
