@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"walden/authz"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/webui"
@@ -73,14 +75,37 @@ func (w *webSource) Policy(ctx context.Context) (*waldenv1.Policy, error) {
 	return resp.GetPolicy(), err
 }
 
-// webAuthorize decides whether a request to the web view is served. The
-// listener's TLS has verified the client certificate (when TLS is on);
-// the role it carries must allow reading (the "reader" role, which every
-// role above it includes). Until certificates carry roles every identity
-// the listener accepted may read.
-var webAuthorize = func(r *http.Request) error {
-	if r.TLS != nil && len(r.TLS.PeerCertificates) == 0 && len(r.TLS.VerifiedChains) == 0 {
-		return errors.New("a client certificate signed by the cluster's CA is needed")
+// webMethods are the read calls whose answers the web view shows: an
+// identity may see the view when the authorization table lets it make every
+// one of them (the reader role and the roles above it).
+var webMethods = []string{
+	waldenv1.Cluster_Status_FullMethodName, waldenv1.Brokers_ListBrokers_FullMethodName,
+	waldenv1.Brokers_ListEvents_FullMethodName, waldenv1.Brokers_GetPolicy_FullMethodName,
+	waldenv1.Jobs_ListJobs_FullMethodName, waldenv1.Failovers_ListFailovers_FullMethodName,
+	waldenv1.Failovers_GetFailover_FullMethodName,
+}
+
+// webAuthorize decides whether a request to the web view is served, as the
+// gRPC API decides (package authz): with TLS off every caller is anonymous
+// and allowed; with TLS on the listener has verified the client
+// certificate, whose role must allow the reads the view makes. The identity
+// goes into the request's context, so that a call forwarded to the leader
+// names it.
+func webAuthorize(r *http.Request) (context.Context, error) {
+	if r.TLS == nil {
+		return r.Context(), nil
 	}
-	return nil
+	if len(r.TLS.PeerCertificates) == 0 {
+		return nil, errors.New("a client certificate signed by the cluster's CA is needed")
+	}
+	id, err := authz.FromCertificate(r.TLS.PeerCertificates[0])
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range webMethods {
+		if rule, ok := authz.Lookup(m); !ok || !rule.Allows(id.Role) {
+			return nil, fmt.Errorf("%s may not read the cluster's state: the web view needs the reader role", id)
+		}
+	}
+	return authz.NewContext(r.Context(), id), nil
 }

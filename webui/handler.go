@@ -51,8 +51,10 @@ type Options struct {
 	// non-nil error refuses it with 403 Forbidden and the error's text.
 	// The listener's TLS has already checked the client certificate; this
 	// is where the identity's role is checked (the view needs "reader").
-	// nil allows every request the listener accepted.
-	Authorize func(r *http.Request) error
+	// It returns the context to serve the request with (carrying the
+	// identity, so that the Source can act for it). nil allows every
+	// request the listener accepted.
+	Authorize func(r *http.Request) (context.Context, error)
 	// Now is the clock of the "now" the page draws running phases to
 	// (default time.Now).
 	Now func() time.Time
@@ -100,10 +102,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.o.Authorize != nil {
-		if err := h.o.Authorize(r); err != nil {
+		ctx, err := h.o.Authorize(r)
+		if err != nil {
 			http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
 			return
 		}
+		r = r.WithContext(ctx)
 	}
 	h.mux.ServeHTTP(w, r)
 }

@@ -70,7 +70,7 @@ func (fakeSource) Policy(context.Context) (*waldenv1.Policy, error) {
 	return &waldenv1.Policy{FailureTimeoutMs: 5000}, nil
 }
 
-func newServer(t *testing.T, authorize func(*http.Request) error) *httptest.Server {
+func newServer(t *testing.T, authorize func(*http.Request) (context.Context, error)) *httptest.Server {
 	src := fakeSource{events: []*waldenv1.Event{
 		{Index: 1, UnixMs: t0, Kind: "register", BrokerId: "b1", Message: "registered with epoch 1"},
 		{Index: 2, UnixMs: t0 + 1000, Kind: "observation", BrokerId: "b1", Actor: "c1", Message: "c1 observes dead"},
@@ -225,11 +225,11 @@ func TestTimelineSVG(t *testing.T) {
 }
 
 func TestReadOnlyAndAuthorized(t *testing.T) {
-	s := newServer(t, func(r *http.Request) error {
+	s := newServer(t, func(r *http.Request) (context.Context, error) {
 		if r.Header.Get("X-Role") != "reader" {
-			return errors.New("the reader role is needed")
+			return nil, errors.New("the reader role is needed")
 		}
-		return nil
+		return r.Context(), nil
 	})
 	req, _ := http.NewRequest(http.MethodGet, s.URL+"/ui/api/overview", nil)
 	resp, err := http.DefaultClient.Do(req)
