@@ -86,7 +86,7 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
 		return nil, err
 	}
-	if req.GetReason() == "" {
+	if req.GetReason() == "" && !req.GetPreview() {
 		return nil, invalidArg("reason", "must not be empty: say why the broker is failed over")
 	}
 	leader, st := s.d.isLeader()
@@ -101,6 +101,9 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 	b, ok := s.d.state.Broker(req.GetBrokerId())
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
+	}
+	if req.GetPreview() {
+		return s.previewFailover(ctx, b, st)
 	}
 	p := s.d.policy()
 	ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond

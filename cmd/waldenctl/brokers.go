@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -128,34 +129,66 @@ func printBroker(w io.Writer, b *waldenv1.Broker) {
 
 func newFailoverCmd(c *cli) *cobra.Command {
 	var reason string
+	var dryRun bool
 	cmd := &cobra.Command{
-		Use:               "failover ID --reason TEXT",
-		Short:             "Declare a broker failed now: skips the timeouts and policy gates, never the fencing",
+		Use:               "failover BROKER --reason TEXT [--dry-run] | failover show ID",
+		Short:             "Declare a broker failed now: skips the timeouts and policy gates, never the fencing (--dry-run: what it would do, changing nothing; failover show ID: one failover's timeline)",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.completeIDs("broker", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if reason == "" && !dryRun {
+				return errors.New("failover: --reason is required: say why the broker is failed over (kept in the event log)")
+			}
+			req := &waldenv1.FailoverRequest{BrokerId: args[0], Reason: reason, Preview: dryRun}
 			var resp *waldenv1.FailoverResponse
 			err := c.call(cmd.Context(), op{verb: "fail over", kind: "broker", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
-				resp, err = brokersClient(conn).Failover(ctx, &waldenv1.FailoverRequest{BrokerId: args[0], Reason: reason}, opts...)
+				resp, err = brokersClient(conn).Failover(ctx, req, opts...)
 				return err
 			})
 			if err != nil {
 				return err
 			}
 			return c.print(resp, func(w io.Writer) {
-				if resp.GetDryRun() {
+				switch {
+				case resp.GetPreview():
+					printFailoverPreview(w, resp)
+				case resp.GetDryRun():
 					fmt.Fprintf(w, "dry run: broker %s would be fenced (recorded in the event log)\n", resp.GetBrokerId())
-					return
+				default:
+					fmt.Fprintf(w, "broker %s fenced: new epoch %d, recovery job %s\n", resp.GetBrokerId(), resp.GetNewEpoch(), resp.GetJobId())
 				}
-				fmt.Fprintf(w, "broker %s fenced: new epoch %d, recovery job %s\n", resp.GetBrokerId(), resp.GetNewEpoch(), resp.GetJobId())
 			})
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why the broker is failed over (kept in the event log)")
-	_ = cmd.MarkFlagRequired("reason")
+	cmd.Flags().StringVar(&reason, "reason", "", "why the broker is failed over (kept in the event log; required unless --dry-run)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the decision a failover would make now and the conditions of an automatic one that do not hold; change nothing")
 	cmd.AddCommand(newFailoverShowCmd(c))
 	return cmd
+}
+
+func printFailoverPreview(w io.Writer, r *waldenv1.FailoverResponse) {
+	fmt.Fprintf(w, "dry run: nothing changed. A failover of broker %s now would:\n", r.GetBrokerId())
+	fmt.Fprintf(w, "  fence\tepoch %d (the broker must register again; the catalog refuses the old epoch)\n", r.GetEpoch())
+	fmt.Fprintf(w, "  issue\tepoch %d and recovery job %s\n", r.GetNewEpoch(), r.GetJobId())
+	fmt.Fprintf(w, "  recover on\t%s\n", orDash(r.GetAssigneeId()))
+	if r.GetLeaseWaitMs() > 0 {
+		fmt.Fprintf(w, "  wait\t%s for the broker's lease to run out before reading its WAL\n", durationText(r.GetLeaseWaitMs()))
+	} else {
+		fmt.Fprintf(w, "  wait\tnothing: the broker's lease has expired\n")
+	}
+	if r.GetDryRun() {
+		fmt.Fprintf(w, "  but\tthe policy is dry_run: the decision would only be recorded\n")
+	}
+	var obs []string
+	for _, o := range r.GetEvidence().GetObservations() {
+		obs = append(obs, o.GetObserverId()+"="+o.GetState())
+	}
+	fmt.Fprintf(w, "  evidence\tobservations %s\n", orDash(strings.Join(obs, ", ")))
+	fmt.Fprintln(w, "An automatic failover would wait, because:")
+	for _, h := range r.GetHolds() {
+		fmt.Fprintf(w, "  -\t%s\n", h)
+	}
 }
 
 func newAckCmd(c *cli) *cobra.Command {

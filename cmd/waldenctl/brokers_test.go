@@ -35,6 +35,11 @@ func (f *fakeBrokers) GetBroker(_ context.Context, r *waldenv1.GetBrokerRequest)
 }
 
 func (f *fakeBrokers) Failover(_ context.Context, r *waldenv1.FailoverRequest) (*waldenv1.FailoverResponse, error) {
+	if r.GetPreview() {
+		return &waldenv1.FailoverResponse{BrokerId: r.GetBrokerId(), Preview: true, Epoch: 3, NewEpoch: 9, JobId: "job-b2-9",
+			AssigneeId: "c2", LeaseWaitMs: 2700, Holds: []string{"suspected by 1 of the 2 coordinators needed (suspicion_quorum)"},
+			Evidence: &waldenv1.Evidence{Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "suspect"}}}}, nil
+	}
 	f.got = append(f.got, r)
 	return &waldenv1.FailoverResponse{BrokerId: r.GetBrokerId(), NewEpoch: 8, JobId: "job-b1-8"}, nil
 }
@@ -127,6 +132,16 @@ func TestBrokersTables(t *testing.T) {
 	}
 	if code, _, _ = runCtl(t, "--endpoints", addr, "failover", "b1"); code == 0 {
 		t.Fatal("failover without --reason accepted")
+	}
+	n := len(f.got)
+	code, out, _ = runCtl(t, "--endpoints", addr, "failover", "b2", "--dry-run")
+	for _, want := range []string{"dry run: nothing changed", "epoch 3", "epoch 9 and recovery job job-b2-9", "c2", "2.700s", "c1=suspect", "suspected by 1 of the 2"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("dry run (%d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	if len(f.got) != n {
+		t.Fatal("the dry run made a failover")
 	}
 	code, _, _ = runCtl(t, "--endpoints", addr, "maintenance", "on", "b2")
 	if code != 0 || !f.got[1].(*waldenv1.SetMaintenanceRequest).GetOn() {

@@ -1837,9 +1837,14 @@ func (x *GetBrokerResponse) GetBroker() *Broker {
 }
 
 type FailoverRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// reason is required unless preview is set.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// preview answers what the failover would do, and the conditions of an
+	// automatic decision that do not hold, without changing anything
+	// (`waldenctl failover BROKER --dry-run`).
+	Preview       bool `protobuf:"varint,3,opt,name=preview,proto3" json:"preview,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1888,12 +1893,33 @@ func (x *FailoverRequest) GetReason() string {
 	return ""
 }
 
+func (x *FailoverRequest) GetPreview() bool {
+	if x != nil {
+		return x.Preview
+	}
+	return false
+}
+
 type FailoverResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	NewEpoch      uint64                 `protobuf:"varint,2,opt,name=new_epoch,json=newEpoch,proto3" json:"new_epoch,omitempty"`
-	JobId         string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	DryRun        bool                   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	NewEpoch uint64                 `protobuf:"varint,2,opt,name=new_epoch,json=newEpoch,proto3" json:"new_epoch,omitempty"`
+	JobId    string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// dry_run is set when the policy's dry_run only recorded the decision.
+	DryRun bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// The preview (FailoverRequest.preview): epoch is the epoch that would be
+	// fenced, new_epoch and job_id what the decision would issue,
+	// assignee_id the coordinator the recovery job would go to, lease_wait_ms
+	// how long the recovery would wait for the broker's lease before reading
+	// its WAL, evidence what the decision would carry, and holds the
+	// conditions of an automatic decision that do not hold now (a manual
+	// failover skips them, never the fencing).
+	Preview       bool      `protobuf:"varint,5,opt,name=preview,proto3" json:"preview,omitempty"`
+	Epoch         uint64    `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	AssigneeId    string    `protobuf:"bytes,7,opt,name=assignee_id,json=assigneeId,proto3" json:"assignee_id,omitempty"`
+	LeaseWaitMs   int64     `protobuf:"varint,8,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
+	Evidence      *Evidence `protobuf:"bytes,9,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	Holds         []string  `protobuf:"bytes,10,rep,name=holds,proto3" json:"holds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1954,6 +1980,48 @@ func (x *FailoverResponse) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *FailoverResponse) GetPreview() bool {
+	if x != nil {
+		return x.Preview
+	}
+	return false
+}
+
+func (x *FailoverResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *FailoverResponse) GetAssigneeId() string {
+	if x != nil {
+		return x.AssigneeId
+	}
+	return ""
+}
+
+func (x *FailoverResponse) GetLeaseWaitMs() int64 {
+	if x != nil {
+		return x.LeaseWaitMs
+	}
+	return 0
+}
+
+func (x *FailoverResponse) GetEvidence() *Evidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+func (x *FailoverResponse) GetHolds() []string {
+	if x != nil {
+		return x.Holds
+	}
+	return nil
 }
 
 type AckRequest struct {
@@ -2587,15 +2655,24 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x10GetBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\">\n" +
 	"\x11GetBrokerResponse\x12)\n" +
-	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"F\n" +
+	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"`\n" +
 	"\x0fFailoverRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"|\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\apreview\x18\x03 \x01(\bR\apreview\"\xb8\x02\n" +
 	"\x10FailoverResponse\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x1b\n" +
 	"\tnew_epoch\x18\x02 \x01(\x04R\bnewEpoch\x12\x15\n" +
 	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\")\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x18\n" +
+	"\apreview\x18\x05 \x01(\bR\apreview\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12\x1f\n" +
+	"\vassignee_id\x18\a \x01(\tR\n" +
+	"assigneeId\x12\"\n" +
+	"\rlease_wait_ms\x18\b \x01(\x03R\vleaseWaitMs\x12/\n" +
+	"\bevidence\x18\t \x01(\v2\x13.walden.v1.EvidenceR\bevidence\x12\x14\n" +
+	"\x05holds\x18\n" +
+	" \x03(\tR\x05holds\")\n" +
 	"\n" +
 	"AckRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\"8\n" +
@@ -2704,39 +2781,40 @@ var file_walden_v1_broker_proto_depIdxs = []int32{
 	0,  // 8: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
 	2,  // 9: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
 	2,  // 10: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
-	2,  // 11: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
-	2,  // 12: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
-	4,  // 13: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
-	6,  // 14: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	5,  // 15: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	37, // 16: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
-	6,  // 17: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	5,  // 18: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	16, // 19: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	18, // 20: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	20, // 21: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	22, // 22: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	24, // 23: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	26, // 24: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	28, // 25: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	30, // 26: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	32, // 27: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	34, // 28: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	17, // 29: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	19, // 30: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	21, // 31: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	23, // 32: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	25, // 33: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	27, // 34: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	29, // 35: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	31, // 36: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	33, // 37: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	35, // 38: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	3,  // 11: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
+	2,  // 12: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
+	2,  // 13: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
+	4,  // 14: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
+	6,  // 15: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	5,  // 16: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
+	37, // 17: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	6,  // 18: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	5,  // 19: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
+	16, // 20: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	18, // 21: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	20, // 22: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	22, // 23: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	24, // 24: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	26, // 25: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	28, // 26: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	30, // 27: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	32, // 28: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	34, // 29: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	17, // 30: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	19, // 31: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	21, // 32: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	23, // 33: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	25, // 34: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	27, // 35: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	29, // 36: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	31, // 37: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	33, // 38: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	35, // 39: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
