@@ -198,12 +198,11 @@ func (s *State) applySetMaintenance(index uint64, cmd *waldenv1.Command, op *wal
 	if !ok {
 		return nil, unknownBroker("set maintenance", op.GetBrokerId())
 	}
-	b.Maintenance = op.GetOn()
-	s.deriveState(b)
-	msg := "maintenance off"
-	if op.GetOn() {
-		msg = "maintenance on"
+	msg := s.setMaintenance(b, op)
+	if msg == "" {
+		return brokerResult(b), nil // set again since: nothing to do
 	}
+	s.deriveState(b)
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "maintenance", BrokerId: b.GetBrokerId(),
 		Actor: actorOf(op.GetActor(), cmd), Message: msg})
 	return brokerResult(b), nil

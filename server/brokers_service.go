@@ -157,8 +157,14 @@ func (s *brokersService) SetMaintenance(ctx context.Context, req *waldenv1.SetMa
 	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
 		return nil, err
 	}
+	if req.GetTtlMs() < 0 || time.Duration(req.GetTtlMs())*time.Millisecond > maxMaintenanceTTL {
+		return nil, invalidArg("ttl_ms", fmt.Sprintf("must be between 0 (no ttl) and %s", maxMaintenanceTTL))
+	}
+	if !req.GetOn() && req.GetTtlMs() != 0 {
+		return nil, invalidArg("ttl_ms", "only maintenance on takes a ttl")
+	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_SetMaintenance{SetMaintenance: &waldenv1.SetMaintenance{
-		BrokerId: req.GetBrokerId(), On: req.GetOn(), Actor: authz.Actor(ctx),
+		BrokerId: req.GetBrokerId(), On: req.GetOn(), Actor: authz.Actor(ctx), Reason: req.GetReason(), TtlMs: req.GetTtlMs(),
 	}}})
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)

@@ -226,6 +226,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	go watchLeader(wctx, raftNode{s.node}, s.health, s.cfg.Raft.TickInterval, s.logger)
 	s.detector.run(wctx)
+	go newMaintenanceExpiry(s.detector.d).run(wctx, time.Second)
 	recoveryDone := make(chan struct{})
 	go func() { defer close(recoveryDone); s.recovery.Run(wctx) }()
 	defer func() { cancel(); <-recoveryDone }() // the attempts stop with wctx

@@ -109,7 +109,7 @@ func printBroker(w io.Writer, b *waldenv1.Broker) {
 	fmt.Fprintf(w, "state:\t%s\n", b.GetState())
 	fmt.Fprintf(w, "epoch:\t%d\n", b.GetEpoch())
 	fmt.Fprintf(w, "fenced:\t%t\n", b.GetFenced())
-	fmt.Fprintf(w, "maintenance:\t%t\n", b.GetMaintenance())
+	fmt.Fprintf(w, "maintenance:\t%t%s\n", b.GetMaintenance(), maintenanceText(b))
 	fmt.Fprintf(w, "lease remaining:\t%s\n", leaseText(b.GetLeaseRemainingMs()))
 	fmt.Fprintf(w, "agent:\t%s\n", orDash(b.GetAgentAddr()))
 	fmt.Fprintf(w, "broker addr:\t%s\n", orDash(b.GetBrokerAddr()))
@@ -215,9 +215,11 @@ func newAckCmd(c *cli) *cobra.Command {
 }
 
 func newMaintenanceCmd(c *cli) *cobra.Command {
-	return &cobra.Command{
-		Use:   "maintenance on|off ID",
-		Short: "Turn a broker's maintenance on (no automatic failover) or off",
+	var reason string
+	var ttl time.Duration
+	return withMaintenanceFlags(&cobra.Command{
+		Use:   "maintenance on|off BROKER [--reason TEXT] [--ttl 2h]",
+		Short: "Turn a broker's maintenance on (no automatic failover; --ttl ends it by itself) or off",
 		Args:  cobra.ExactArgs(2),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) == 0 {
@@ -231,21 +233,54 @@ func newMaintenanceCmd(c *cli) *cobra.Command {
 			case "on":
 				on = true
 			case "off":
+				if ttl != 0 {
+					return errors.New("maintenance off: --ttl goes with maintenance on")
+				}
 			default:
-				return fmt.Errorf("maintenance: first argument must be on or off, got %q", args[0])
+				e := &callError{Message: fmt.Sprintf("maintenance: the first argument must be on or off, not %q", args[0])}
+				if s := closest(args[0], []string{"on", "off"}); s != "" {
+					e.Hint = "did you mean " + s + "?"
+				}
+				return e
 			}
+			if ttl < 0 {
+				return fmt.Errorf("--ttl: must not be negative, got %s", ttl)
+			}
+			req := &waldenv1.SetMaintenanceRequest{BrokerId: args[1], On: on, Reason: reason, TtlMs: ttl.Milliseconds()}
 			var resp *waldenv1.SetMaintenanceResponse
 			err := c.call(cmd.Context(), op{verb: "set maintenance of", kind: "broker", id: args[1]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
-				resp, err = brokersClient(conn).SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: args[1], On: on}, opts...)
+				resp, err = brokersClient(conn).SetMaintenance(ctx, req, opts...)
 				return err
 			})
 			if err != nil {
 				return err
 			}
 			return c.print(resp, func(w io.Writer) {
-				fmt.Fprintf(w, "broker %s maintenance %s (state %s)\n", resp.GetBroker().GetBrokerId(), args[0], resp.GetBroker().GetState())
+				b := resp.GetBroker()
+				fmt.Fprintf(w, "broker %s maintenance %s (state %s)%s\n", b.GetBrokerId(), args[0], b.GetState(), maintenanceText(b))
 			})
 		},
+	}, &reason, &ttl)
+}
+
+func withMaintenanceFlags(cmd *cobra.Command, reason *string, ttl *time.Duration) *cobra.Command {
+	cmd.Flags().StringVar(reason, "reason", "", "why (kept in the event log, shown with the broker)")
+	cmd.Flags().DurationVar(ttl, "ttl", 0, "end maintenance by itself after this long (at most 168h; the leader counts it, a leader change may lengthen it)")
+	return cmd
+}
+
+// maintenanceText describes a broker's maintenance: ", until ... : reason".
+func maintenanceText(b *waldenv1.Broker) string {
+	if !b.GetMaintenance() {
+		return ""
 	}
+	s := ""
+	if b.GetMaintenanceUntilUnixMs() > 0 {
+		s += ", until about " + msText(b.GetMaintenanceUntilUnixMs())
+	}
+	if b.GetMaintenanceReason() != "" {
+		s += ": " + b.GetMaintenanceReason()
+	}
+	return s
 }

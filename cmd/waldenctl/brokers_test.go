@@ -143,9 +143,15 @@ func TestBrokersTables(t *testing.T) {
 	if len(f.got) != n {
 		t.Fatal("the dry run made a failover")
 	}
-	code, _, _ = runCtl(t, "--endpoints", addr, "maintenance", "on", "b2")
-	if code != 0 || !f.got[1].(*waldenv1.SetMaintenanceRequest).GetOn() {
+	code, _, _ = runCtl(t, "--endpoints", addr, "maintenance", "on", "b2", "--reason", "kernel upgrade", "--ttl", "90m")
+	if r := f.got[1].(*waldenv1.SetMaintenanceRequest); code != 0 || !r.GetOn() || r.GetReason() != "kernel upgrade" || r.GetTtlMs() != 90*60*1000 {
 		t.Fatalf("maintenance (%d) %v", code, f.got)
+	}
+	if code, _, errOut := runCtl(t, "--endpoints", addr, "maintenance", "offf", "b2"); code == 0 || !strings.Contains(errOut, "did you mean off?") {
+		t.Fatalf("maintenance offf: %d %q", code, errOut)
+	}
+	if code, _, _ := runCtl(t, "--endpoints", addr, "maintenance", "off", "b2", "--ttl", "1h"); code == 0 {
+		t.Fatal("maintenance off with a ttl accepted")
 	}
 	if code, _, _ = runCtl(t, "--endpoints", addr, "maintenance", "maybe", "b2"); code == 0 {
 		t.Fatal("maintenance maybe accepted")

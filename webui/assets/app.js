@@ -112,7 +112,8 @@ function renderBrokers(o) {
       i === 0 ? "" : " → ", badge(t.state), " ", i === 0 ? clock(t.unix_ms).slice(11) : "+" + duration(num(t.unix_ms) - num(all[i - 1].unix_ms))));
     return el("tr", { "data-broker": b.broker_id, "data-state": b.state },
       el("td", {}, b.broker_id),
-      el("td", {}, badge(b.state)),
+      el("td", {}, badge(b.state), b.maintenance && (b.maintenance_reason || num(b.maintenance_until_unix_ms))
+        ? el("div", { class: "muted" }, (b.maintenance_reason || "") + (num(b.maintenance_until_unix_ms) ? " (until about " + clock(b.maintenance_until_unix_ms).slice(11, 19) + ")" : "")) : null),
       el("td", { class: "num" }, b.epoch),
       el("td", {}, lease(b.lease_remaining_ms)),
       el("td", {}, ...(obs.length ? obs : ["-"])),

@@ -207,8 +207,17 @@ type Broker struct {
 	// left_gracefully is set when the broker's agent announced a graceful
 	// shutdown; restart_grace then extends failure_timeout.
 	LeftGracefully bool `protobuf:"varint,20,opt,name=left_gracefully,json=leftGracefully,proto3" json:"left_gracefully,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// maintenance_reason is why the broker is in maintenance. With
+	// maintenance_ttl_ms the leader turns maintenance off once it has seen it
+	// on for that long (on its own clock, from when it first saw it: a leader
+	// change may make it last longer, never shorter);
+	// maintenance_until_unix_ms is the proposer's estimate of that moment,
+	// for display, and identifies this setting.
+	MaintenanceReason      string `protobuf:"bytes,21,opt,name=maintenance_reason,json=maintenanceReason,proto3" json:"maintenance_reason,omitempty"`
+	MaintenanceTtlMs       int64  `protobuf:"varint,22,opt,name=maintenance_ttl_ms,json=maintenanceTtlMs,proto3" json:"maintenance_ttl_ms,omitempty"`
+	MaintenanceUntilUnixMs int64  `protobuf:"varint,23,opt,name=maintenance_until_unix_ms,json=maintenanceUntilUnixMs,proto3" json:"maintenance_until_unix_ms,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Broker) Reset() {
@@ -379,6 +388,27 @@ func (x *Broker) GetLeftGracefully() bool {
 		return x.LeftGracefully
 	}
 	return false
+}
+
+func (x *Broker) GetMaintenanceReason() string {
+	if x != nil {
+		return x.MaintenanceReason
+	}
+	return ""
+}
+
+func (x *Broker) GetMaintenanceTtlMs() int64 {
+	if x != nil {
+		return x.MaintenanceTtlMs
+	}
+	return 0
+}
+
+func (x *Broker) GetMaintenanceUntilUnixMs() int64 {
+	if x != nil {
+		return x.MaintenanceUntilUnixMs
+	}
+	return 0
 }
 
 // Evidence is what a failover decision was based on. It is committed in the
@@ -1298,10 +1328,18 @@ func (x *AckBroker) GetActor() string {
 }
 
 type SetMaintenance struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	On            bool                   `protobuf:"varint,2,opt,name=on,proto3" json:"on,omitempty"`
-	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	On       bool                   `protobuf:"varint,2,opt,name=on,proto3" json:"on,omitempty"`
+	Actor    string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Reason   string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// ttl_ms ends maintenance after that long (see Broker.maintenance_ttl_ms);
+	// 0: until turned off.
+	TtlMs int64 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// if_until_unix_ms, when set, makes the command apply only while the
+	// broker's maintenance_until_unix_ms is still that value (the leader's
+	// expiry must not end a maintenance set again since).
+	IfUntilUnixMs int64 `protobuf:"varint,6,opt,name=if_until_unix_ms,json=ifUntilUnixMs,proto3" json:"if_until_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1355,6 +1393,27 @@ func (x *SetMaintenance) GetActor() string {
 		return x.Actor
 	}
 	return ""
+}
+
+func (x *SetMaintenance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetMaintenance) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *SetMaintenance) GetIfUntilUnixMs() int64 {
+	if x != nil {
+		return x.IfUntilUnixMs
+	}
+	return 0
 }
 
 // RecordEvent appends an event that no other command produces (the leader's
@@ -2113,9 +2172,14 @@ func (x *AckResponse) GetBroker() *Broker {
 }
 
 type SetMaintenanceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	On            bool                   `protobuf:"varint,2,opt,name=on,proto3" json:"on,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	On       bool                   `protobuf:"varint,2,opt,name=on,proto3" json:"on,omitempty"`
+	// reason is kept in the event log and shown with the broker.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// ttl_ms turns maintenance off by itself after that long (at most 7
+	// days); 0 keeps it until turned off.
+	TtlMs         int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2162,6 +2226,20 @@ func (x *SetMaintenanceRequest) GetOn() bool {
 		return x.On
 	}
 	return false
+}
+
+func (x *SetMaintenanceRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetMaintenanceRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
 }
 
 type SetMaintenanceResponse struct {
@@ -2512,7 +2590,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\"\n" +
 	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\"\xe8\x05\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"\x80\a\n" +
 	"\x06Broker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
@@ -2537,7 +2615,10 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\tfailovers\x18\x11 \x01(\x04R\tfailovers\x12\x1e\n" +
 	"\vlast_job_id\x18\x12 \x01(\tR\tlastJobId\x12\"\n" +
 	"\racked_unix_ms\x18\x13 \x01(\x03R\vackedUnixMs\x12'\n" +
-	"\x0fleft_gracefully\x18\x14 \x01(\bR\x0eleftGracefully\"\x8d\x04\n" +
+	"\x0fleft_gracefully\x18\x14 \x01(\bR\x0eleftGracefully\x12-\n" +
+	"\x12maintenance_reason\x18\x15 \x01(\tR\x11maintenanceReason\x12,\n" +
+	"\x12maintenance_ttl_ms\x18\x16 \x01(\x03R\x10maintenanceTtlMs\x129\n" +
+	"\x19maintenance_until_unix_ms\x18\x17 \x01(\x03R\x16maintenanceUntilUnixMs\"\x8d\x04\n" +
 	"\bEvidence\x12:\n" +
 	"\fobservations\x18\x01 \x03(\v2\x16.walden.v1.ObservationR\fobservations\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12,\n" +
@@ -2618,11 +2699,14 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
 	"\tAckBroker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
-	"\x05actor\x18\x02 \x01(\tR\x05actor\"S\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\"\xab\x01\n" +
 	"\x0eSetMaintenance\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x0e\n" +
 	"\x02on\x18\x02 \x01(\bR\x02on\x12\x14\n" +
-	"\x05actor\x18\x03 \x01(\tR\x05actor\"5\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12'\n" +
+	"\x10if_until_unix_ms\x18\x06 \x01(\x03R\rifUntilUnixMs\"5\n" +
 	"\vRecordEvent\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.walden.v1.EventR\x05event\"\xdc\x01\n" +
 	"\x0fRegisterRequest\x12!\n" +
@@ -2677,10 +2761,12 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"AckRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\"8\n" +
 	"\vAckResponse\x12)\n" +
-	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"D\n" +
+	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"s\n" +
 	"\x15SetMaintenanceRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x0e\n" +
-	"\x02on\x18\x02 \x01(\bR\x02on\"C\n" +
+	"\x02on\x18\x02 \x01(\bR\x02on\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x15\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"C\n" +
 	"\x16SetMaintenanceResponse\x12)\n" +
 	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"F\n" +
 	"\x11ListEventsRequest\x12\x1b\n" +
