@@ -46,6 +46,7 @@ type Executor struct {
 	s3       *S3JSON
 	fencer   Fencer
 	attacher Attacher
+	metrics  Metrics
 	log      *slog.Logger
 	// proposeTimeout bounds one proposal.
 	proposeTimeout time.Duration
@@ -66,8 +67,22 @@ type ExecutorConfig struct {
 	S3       *S3JSON
 	Fencer   Fencer
 	Attacher Attacher
-	Logger   *slog.Logger
+	// Metrics receives the duration of every run of a step; nil records
+	// nothing.
+	Metrics Metrics
+	Logger  *slog.Logger
 }
+
+// Metrics receives the executor's measurements (metrics.Recovery).
+type Metrics interface {
+	// StepRun records one run of step that took d; failed says it ended
+	// in an error (the step is retried).
+	StepRun(step string, d time.Duration, failed bool)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) StepRun(string, time.Duration, bool) {}
 
 // NewExecutor returns an Executor. Fencer and Attacher default to none and
 // local.
@@ -81,8 +96,11 @@ func NewExecutor(c ExecutorConfig) *Executor {
 	if c.Attacher == nil {
 		c.Attacher = localAttach{template: c.Config.PathTemplate}
 	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
 	return &Executor{cfg: c.Config, nodeID: c.NodeID, state: c.State, cluster: c.Cluster, store: c.Store, s3: c.S3,
-		fencer: c.Fencer, attacher: c.Attacher, log: c.Logger.With("component", "recovery", "node_id", c.NodeID),
+		fencer: c.Fencer, attacher: c.Attacher, metrics: c.Metrics, log: c.Logger.With("component", "recovery", "node_id", c.NodeID),
 		proposeTimeout: 5 * time.Second, progressEvery: 250 * time.Millisecond}
 }
 
@@ -95,6 +113,16 @@ type attempt struct {
 	// reported is set once the read step's gaps and skips are recorded as
 	// an event in this run.
 	reported bool
+	// stepStart is when the step now running started (for Metrics).
+	stepStart time.Time
+}
+
+// stepEnded reports the run of step that started at stepStart and starts
+// the next one.
+func (a *attempt) stepEnded(step string, failed bool) {
+	now := time.Now()
+	a.e.metrics.StepRun(step, now.Sub(a.stepStart), failed)
+	a.stepStart = now
 }
 
 // Run executes attempt att of job jobID until the job succeeded (nil), the
@@ -160,6 +188,9 @@ func (a *attempt) checkpoint(ctx context.Context, cp *waldenv1.CheckpointJob) er
 	if err != nil {
 		return fmt.Errorf("recovery: checkpoint %s: %w", cp.GetStep(), err)
 	}
+	if cp.GetStepDone() {
+		a.stepEnded(cp.GetStep(), false)
+	}
 	return nil
 }
 
@@ -186,9 +217,13 @@ func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (strin
 		if _, err := a.job(); err != nil {
 			return err
 		}
+		a.stepStart = time.Now()
 		step, err := fn(ctx)
 		if err == nil {
 			return nil
+		}
+		if ctx.Err() == nil && !errors.Is(err, ErrStale) {
+			a.stepEnded(step, true)
 		}
 		if errors.Is(err, ErrStale) {
 			a.log.Warn("attempt is stale: stopping", "step", step, "err", err)
@@ -311,6 +346,7 @@ func (a *attempt) execAction(ctx context.Context) (string, error) {
 				a.log.Warn("exec action printed an unknown step", "step", pl.Step)
 				return
 			}
+			a.stepEnded(step, false)
 			step = pl.Step
 			last = time.Time{}
 		}

@@ -1,0 +1,52 @@
+package metrics
+
+import "slices"
+
+// Label values. Each list is the complete set a label takes (plus "other").
+var (
+	// BrokerStates are the broker states of the API.
+	BrokerStates = []string{"alive", "suspect", "failed", "recovering", "recovered", "maintenance"}
+	// JobStates are the recovery job states of the API.
+	JobStates = []string{"pending", "running", "succeeded", "failed", "cancelled"}
+	// ObservationStates are a coordinator's views of a broker.
+	ObservationStates = []string{"alive", "suspect", "dead"}
+	// GossipStates are the states of a gossip member.
+	GossipStates = []string{"alive", "dead", "left"}
+	// GossipRoles are the roles of gossip members.
+	GossipRoles = []string{"coordinator", "agent"}
+	// RecoverySteps are the executor's steps.
+	RecoverySteps = []string{"fence", "attach", "read", "upload", "commit", "close", "detach", "done"}
+	// StepResults are the outcomes of one run of a step.
+	StepResults = []string{"ok", "error"}
+	// FailoverPhases are the phases of a failover, in order: detect (from
+	// the first coordinator's suspicion to the decision), fence, lease_wait
+	// (for the broker's lease to run out), the recovery's steps, and reopen
+	// (until the closed streams are open on other brokers).
+	FailoverPhases = []string{"detect", "fence", "lease_wait", "attach", "read", "upload", "commit", "close", "detach", "reopen"}
+
+	// LeaseResults are the answers to a lease renewal.
+	LeaseResults = []string{"granted", "refused"}
+	// LeaseRefusalReasons say why a coordinator refused a renewal.
+	LeaseRefusalReasons = []string{"fenced", "epoch_expired", "declared", "not_registered", "stopping"}
+	// AgentRenewalResults are a renewal round's outcomes as the agent sees
+	// them: a majority granted, refused (fenced), or no majority answered.
+	AgentRenewalResults = []string{"granted", "refused", "no_majority"}
+	// DecisionOutcomes are what a failover decision did.
+	DecisionOutcomes = []string{"failed_over", "dry_run", "refused"}
+	// DecisionReasons say why a decision was made.
+	DecisionReasons = []string{"automatic", "manual"}
+	// HoldGates are the conditions that hold a suspect broker back from a
+	// failover.
+	HoldGates = []string{"quorum", "timeout", "lease", "frozen", "cooldown", "maintenance", "concurrency"}
+)
+
+// other is the label value of anything outside a list.
+const other = "other"
+
+// bounded returns v when it is in allowed, else "other".
+func bounded(v string, allowed []string) string {
+	if slices.Contains(allowed, v) {
+		return v
+	}
+	return other
+}
