@@ -44,6 +44,9 @@ type Options struct {
 	// RegisterBackoffMax bounds the wait between registration attempts.
 	// Default 2s.
 	RegisterBackoffMax time.Duration
+	// Metrics, when set, is served at GET /metrics on the agent's local
+	// endpoint (the process's Prometheus registry).
+	Metrics http.Handler
 }
 
 // Lease is the broker's lease as the agent knows it at one instant.

@@ -34,6 +34,7 @@ type RegistrationJSON struct {
 //	GET /v1/lease         → 200 LeaseJSON (whatever the lease's state)
 //	GET /v1/registration  → 200 RegistrationJSON
 //	GET /healthz          → 200 "ok" while the agent runs
+//	GET /metrics          → Options.Metrics (when set)
 //
 // A Go broker embedding the agent may mount it on its own server instead of
 // the agent's listen address.
@@ -62,6 +63,9 @@ func (a *Agent) Handler() http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(body)
 	})
+	if a.opts.Metrics != nil {
+		mux.Handle("GET /metrics", a.opts.Metrics)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

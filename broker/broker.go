@@ -35,6 +35,9 @@ type Options struct {
 	// DialOptions are the options of the catalog connections; default
 	// the tls keys' mutual TLS, or plain gRPC without them.
 	DialOptions []grpc.DialOption
+	// ServerOptions are added to the data API's gRPC server (e.g. metrics
+	// interceptors).
+	ServerOptions []grpc.ServerOption
 }
 
 // Broker is one reference broker. Create it with New, then Start (or Run).
@@ -185,7 +188,7 @@ func (b *Broker) Start(ctx context.Context) error {
 		_ = ln.Close()
 		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	b.grpc = grpc.NewServer()
+	b.grpc = grpc.NewServer(b.opts.ServerOptions...)
 	waldenv1.RegisterBrokerAPIServer(b.grpc, &apiServer{b: b})
 	go func() {
 		if err := b.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -210,6 +213,16 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return b.Stop(true)
+}
+
+// Status is what BrokerStatus answers: the epoch, the lease, whether the
+// broker serves, its uploads, its WAL backlog and its streams.
+func (b *Broker) Status() *waldenv1.BrokerStatusResponse {
+	if b.agent == nil {
+		return &waldenv1.BrokerStatusResponse{BrokerId: b.cfg.BrokerID}
+	}
+	resp, _ := (&apiServer{b: b}).BrokerStatus(context.Background(), nil)
+	return resp
 }
 
 // Ready reports whether the broker accepts appends now.

@@ -13,6 +13,7 @@ import (
 	"walden/config"
 	"walden/fencing"
 	"walden/fsm"
+	"walden/metrics"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
@@ -153,7 +154,7 @@ func (c recoveryCluster) LinearizableRead(ctx context.Context) error {
 // newRecoveryRunner wires this member's recovery: the S3 client (none when
 // s3.bucket is empty: the builtin upload step then fails visibly in the
 // job), the plugins, the executor and the job loops.
-func newRecoveryRunner(cfg *config.Server, node ClusterNode, prop proposer, state *fsm.State, logger *slog.Logger) (*recovery.Runner, error) {
+func newRecoveryRunner(cfg *config.Server, node ClusterNode, prop proposer, state *fsm.State, m *metrics.Recovery, logger *slog.Logger) (*recovery.Runner, error) {
 	rc := cfg.Recovery
 	logger = logger.With("component", "recovery")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -165,7 +166,7 @@ func newRecoveryRunner(cfg *config.Server, node ClusterNode, prop proposer, stat
 		if err != nil {
 			return nil, fmt.Errorf("server: s3: %w", err)
 		}
-		store = c
+		store = meteredStore{Store: c, m: m}
 		s3 = &recovery.S3JSON{Endpoint: cfg.S3.Endpoint, Region: cfg.S3.Region, Bucket: cfg.S3.Bucket, Prefix: cfg.S3.Prefix}
 	} else if rc.Action == recovery.ActionBuiltin {
 		logger.Warn("s3.bucket is not set: recovery jobs assigned to this member cannot upload until it is")
@@ -176,6 +177,6 @@ func newRecoveryRunner(cfg *config.Server, node ClusterNode, prop proposer, stat
 	}
 	cl := recoveryCluster{raftCluster: raftCluster{node}, prop: prop}
 	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: rc, NodeID: cfg.NodeID, State: state, Cluster: cl,
-		Store: store, S3: s3, Fencer: fencer, Attacher: attacher, Logger: logger})
+		Store: store, S3: s3, Fencer: fencer, Attacher: attacher, Metrics: m, Logger: logger})
 	return recovery.NewRunner(rc, cfg.NodeID, state, cl, exe, logger), nil
 }

@@ -45,6 +45,7 @@ type Server struct {
 	node      *raftnode.Node
 	admin     *adminService
 	detector  *detector
+	metrics   *memberMetrics
 	recovery  *recovery.Runner
 	health    *health.Server
 	adminGRPC *grpc.Server
@@ -148,8 +149,15 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	}
 	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
 	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
+	// The series that explain failovers.
+	if s.metrics, err = newMemberMetrics(reg, state, s.node.Ready); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	if err = registerClusterCollector(reg, cfg.NodeID, state, node, s.detector); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
 	// Recovery: job loops and executor; Catalog and Jobs APIs.
-	if s.recovery, err = newRecoveryRunner(cfg, node, s.node, state, logger); err != nil {
+	if s.recovery, err = newRecoveryRunner(cfg, node, s.node, state, s.metrics.recovery, logger); err != nil {
 		return nil, err
 	}
 	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
@@ -227,6 +235,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go watchLeader(wctx, raftNode{s.node}, s.health, s.cfg.Raft.TickInterval, s.logger)
 	s.detector.run(wctx)
 	go newMaintenanceExpiry(s.detector.d).run(wctx, time.Second)
+	go s.metrics.failovers.Run(wctx)
 	recoveryDone := make(chan struct{})
 	go func() { defer close(recoveryDone); s.recovery.Run(wctx) }()
 	defer func() { cancel(); <-recoveryDone }() // the attempts stop with wctx

@@ -10,6 +10,7 @@ import (
 
 	"walden/agent"
 	"walden/config"
+	"walden/metrics"
 	"walden/server"
 )
 
@@ -28,6 +29,7 @@ coordinators see it, and answers the broker on the local HTTP endpoint:
   GET /v1/lease         {"broker_id","epoch","valid","remaining_ms","fenced"}
   GET /v1/registration  {"broker_id","registered","epoch","recovered_wal_offset"}
   GET /healthz          200 ok while the agent runs (the coordinators probe it)
+  GET /metrics          Prometheus series: the lease as the agent sees it
 
 The broker acknowledges a write only while valid is true, with the epoch the
 endpoint returned. valid turns false before the cluster could declare the
@@ -47,7 +49,10 @@ FILE:LINE: KEY: reason. SIGTERM or SIGINT leaves the gossip pool and exits.`,
 				return err
 			}
 			logger := server.NewLogger(cfg.Log, os.Stderr)
-			a, err := agent.New(cfg, agent.Options{Logger: logger})
+			reg := processRegistry()
+			var a *agent.Agent
+			reg.MustRegister(metrics.NewAgentCollector(cfg.BrokerID, agentLease(func() *agent.Agent { return a })))
+			a, err = agent.New(cfg, agent.Options{Logger: logger, Metrics: handler(reg)})
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"walden/agent"
 	"walden/broker"
 	"walden/config"
 	"walden/server"
@@ -50,7 +51,10 @@ coordinators' recovery or the next start.`,
 				return err
 			}
 			logger := server.NewLogger(cfg.Log, os.Stderr)
-			b, err := broker.New(cfg, broker.Options{Logger: logger})
+			var b *broker.Broker
+			metricsHandler, serverOpts := brokerMetrics(cfg.BrokerID, func() *broker.Broker { return b })
+			b, err = broker.New(cfg, broker.Options{Logger: logger, ServerOptions: serverOpts,
+				Agent: agent.Options{Metrics: metricsHandler}})
 			if err != nil {
 				return err
 			}
