@@ -21,7 +21,7 @@ func topology(t *testing.T) *netns.Topology {
 	if err := netns.Available(); err != nil {
 		t.Skipf("chaos network: %v", err)
 	}
-	topo, err := netns.Create(context.Background(), []string{"a", "b"}, 2*time.Minute, func(s string) { t.Log(s) })
+	topo, err := netns.Create(context.Background(), []string{"a", "b"}, 10*time.Minute, func(s string) { t.Log(s) })
 	if errors.Is(err, netns.ErrBusy) {
 		t.Skipf("chaos network: %v", err)
 	}

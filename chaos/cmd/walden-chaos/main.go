@@ -29,7 +29,7 @@ func run() error {
 	var (
 		walden    = flag.String("walden", "bin/walden", "the walden binary every process runs")
 		versity   = flag.String("versitygw", "bin/tools/versitygw", "the versitygw binary (S3)")
-		dir       = flag.String("dir", "", "working directory, one sub-directory per scenario (default: a new temporary directory, removed when every scenario passed)")
+		dir       = flag.String("dir", "", "working directory: report.json and one sub-directory per scenario (default: a new temporary directory, removed when every scenario passed)")
 		scenarios = flag.String("scenarios", "", "comma-separated scenario names (default: all; see -list)")
 		short     = flag.Bool("short", false, "the short form: the scenarios of `make test`, the fast policy, shorter faults")
 		policy    = flag.String("policy", "", "failover policy: default (walden's defaults) or fast (failure_timeout 2s); default: default, fast with -short")
@@ -107,6 +107,11 @@ func run() error {
 		cfg.Policy = "default"
 	}
 	rep := chaos.NewReport("walden-chaos "+strings.Join(os.Args[1:], " "), start.UTC().Format(time.RFC3339), cfg.Policy, cfg.Seed, results)
+	// The JSON report stays beside the scenarios' logs and histories.
+	if f, ferr := os.Create(filepath.Join(cfg.Dir, "report.json")); ferr == nil {
+		_ = rep.WriteJSON(f)
+		f.Close()
+	}
 	if *output == "json" {
 		err = rep.WriteJSON(os.Stdout)
 	} else {
