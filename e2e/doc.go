@@ -5,7 +5,9 @@
 // watches and kills them; the tests in this package (kill -9 a broker under
 // load, a SIGSTOPped zombie broker, killing the recovery's executor and the
 // raft leader, restarting the killed broker) and `walden dev` are built on
-// it.
+// it. Options' Listen, Command, Dial and S3Command hooks let another
+// harness place the same processes elsewhere (the chaos harness puts each
+// in a network namespace of its own, with versitygw as the S3 child).
 //
 // It owns the processes it starts and nothing else: it never edits a data
 // directory or a WAL behind a process's back, never judges outcomes by
