@@ -86,7 +86,7 @@ func (r *recordingSM) commands() []appliedCommand {
 	return slices.Clone(r.applied)
 }
 
-// testCluster is an in-process cluster on a memnet Network with bbolt
+// testCluster is an in-process cluster on a memnet Network with disk
 // storage in temporary directories and the fsm state machine.
 type testCluster struct {
 	t       *testing.T
@@ -107,7 +107,7 @@ type testMember struct {
 	dir  string
 	node *Node
 	sm   *recordingSM
-	st   *BoltStorage
+	st   *DiskStorage
 }
 
 // newTestCluster defines a cluster of the members ids and starts them all.

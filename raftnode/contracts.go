@@ -14,7 +14,7 @@ import (
 //
 // Contract, beyond raft.Storage's own:
 //   - Save writes the HardState (unless empty), the entries and the snapshot
-//     (unless empty) of one Ready in one durable transaction, and returns only
+//     (unless empty) of one Ready as one durable write, and returns only
 //     once it is on disk (fsync). Entries overwrite any stored entries at the
 //     same or higher index (a conflicting suffix is truncated). A snapshot
 //     replaces the log when its index is beyond the last entry, otherwise it
@@ -27,7 +27,9 @@ import (
 //     must not exceed the last stored entry) and never loses entries after i.
 //   - Compact(c) discards the entries up to and including c (FirstIndex
 //     becomes c+1, as raft.MemoryStorage does); Term(c) stays answerable.
-//   - Returned entries and snapshots are copies: neither side mutates them.
+//   - Entries given to Save and returned by Entries may be shared (as
+//     raft.MemoryStorage shares them): neither side changes an entry after
+//     handing it over. Returned snapshots and HardStates are copies.
 //   - Methods are safe for concurrent use (raft reads while the node writes).
 type Storage interface {
 	raft.Storage

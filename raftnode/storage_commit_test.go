@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,19 +9,37 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// copyStorageFile copies dir/raft.db to a new directory: what a crash at this
-// moment would leave on disk (bbolt writes nothing outside a transaction).
+// copyStorageFile copies the data directory dir to a new directory: what a
+// crash of the process at this moment would leave on disk (the storage
+// writes nothing between its calls).
 func copyStorageFile(t *testing.T, dir string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, storageFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dst := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dst, storageFileName), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	copyTree(t, dir, dst)
 	return dst
+}
+
+// copyTree copies the files under src to dst.
+func copyTree(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o700)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, data, 0o600)
+	})
+	if err != nil {
+		t.Fatalf("copy %s: %v", src, err)
+	}
 }
 
 func commitOnDisk(t *testing.T, dir string) uint64 {

@@ -162,7 +162,7 @@ func TestGRPCTransportRefusesForeignFrames(t *testing.T) {
 }
 
 // BenchmarkGRPCCluster3 measures proposals/s and commit latency of a
-// 3-member cluster over the gRPC transport on loopback with bbolt storage
+// 3-member cluster over the gRPC transport on loopback with disk storage
 // (fsync per Ready), the fsm state machine and production timings, with
 // 256-byte Noop payloads.
 // Each concurrency level runs for a bounded time (benchFor) whatever b.N.
@@ -279,7 +279,7 @@ func runProposals(b *testing.B, n *Node, conc, payload int, d time.Duration) (fl
 }
 
 // grpcCluster runs members over the gRPC transport on fixed loopback
-// addresses, with bbolt storage, so that a member can be stopped and
+// addresses, with disk storage, so that a member can be stopped and
 // restarted on the same address from its data directory.
 type grpcCluster struct {
 	t       *testing.T
@@ -291,7 +291,7 @@ type grpcCluster struct {
 type grpcMember struct {
 	node *Node
 	srv  *grpc.Server
-	st   *BoltStorage
+	st   *DiskStorage
 }
 
 func newGRPCCluster(t *testing.T, ids ...string) *grpcCluster {

@@ -41,7 +41,7 @@ type Server struct {
 	logger *slog.Logger
 
 	tls       *tlsSetup
-	storage   *raftnode.BoltStorage
+	storage   *raftnode.DiskStorage
 	node      *raftnode.Node
 	admin     *adminService
 	detector  *detector

@@ -24,7 +24,7 @@ type waldenMember struct {
 	id      string
 	node    *raftnode.Node
 	server  *grpc.Server
-	storage *raftnode.BoltStorage
+	storage *raftnode.DiskStorage
 }
 
 // waldenCluster is a 3-member walden cluster in this process: bbolt storage

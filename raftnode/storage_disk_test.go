@@ -27,7 +27,7 @@ func testCommand(payload []byte) []byte {
 }
 
 // openTestStorage opens a storage in a new directory of the test.
-func openTestStorage(t testing.TB, dir string) *BoltStorage {
+func openTestStorage(t testing.TB, dir string) *DiskStorage {
 	t.Helper()
 	s, err := OpenStorage(dir, "test", "n1", nil)
 	if err != nil {
@@ -36,14 +36,14 @@ func openTestStorage(t testing.TB, dir string) *BoltStorage {
 	return s
 }
 
-// diffModel drives a BoltStorage and a raft.MemoryStorage with the same
+// diffModel drives a DiskStorage and a raft.MemoryStorage with the same
 // operations and compares every answer.
 type diffModel struct {
 	t    *testing.T
 	rng  *rand.Rand
 	dir  string
 	mem  *raft.MemoryStorage
-	bolt *BoltStorage
+	bolt *DiskStorage
 	// term is the highest term used so far; commit the last saved commit.
 	term, commit uint64
 	log          []string
@@ -438,11 +438,11 @@ func (m *diffModel) restart() {
 	if err := m.bolt.Close(); err != nil {
 		m.fatalf("Close: %v", err)
 	}
-	s, err := OpenStorage(m.dir, "test", "n1", nil)
+	s, err := openStorage(m.dir, "test", "n1", nil, diffStorageOptions)
 	if err != nil {
 		m.fatalf("reopen: %v", err)
 	}
-	s.db.NoSync = true
+	s.noSyncForTest()
 	m.bolt = s
 }
 
@@ -468,9 +468,13 @@ func equalSnapshots(a, b *raftpb.Snapshot) bool {
 	return proto.Equal(a, b)
 }
 
+// diffStorageOptions are the differential test's: no fsync, segments of
+// 4 KiB.
+var diffStorageOptions = storageOptions{noSync: true, segmentSize: 4 << 10}
+
 // TestStorageDifferential runs seeded random operation sequences against
-// BoltStorage and raft.MemoryStorage and requires the same answers and
-// errors, including across restarts of the BoltStorage.
+// DiskStorage and raft.MemoryStorage and requires the same answers and
+// errors, including across restarts of the DiskStorage.
 func TestStorageDifferential(t *testing.T) {
 	seeds, ops := 80, 150
 	if testing.Short() {
@@ -479,10 +483,13 @@ func TestStorageDifferential(t *testing.T) {
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			dir := t.TempDir()
-			s := openTestStorage(t, dir)
 			// The differential test checks the logic; fsync is the
-			// benchmark's and the refusal tests' business.
-			s.db.NoSync = true
+			// benchmark's and the crash tests' business. Small segments
+			// make the log cut and checkpoint often.
+			s, err := openStorage(dir, "test", "n1", nil, diffStorageOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
 			m := &diffModel{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 7)), dir: dir, mem: raft.NewMemoryStorage(), bolt: s}
 			defer func() { _ = m.bolt.Close() }()
 			m.checkAll()
@@ -589,7 +596,7 @@ func TestStorageIsEmptyAndIdentity(t *testing.T) {
 func TestStorageConcurrentReads(t *testing.T) {
 	s := openTestStorage(t, t.TempDir())
 	defer s.Close()
-	s.db.NoSync = true
+	s.noSyncForTest()
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 2 {
@@ -665,8 +672,9 @@ func TestStorageFailedWriteIsSticky(t *testing.T) {
 	if err := s.Save(nil, []*raftpb.Entry{e}, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Pull the file out from under the storage: the next write fails.
-	if err := s.db.Close(); err != nil {
+	// Pull the segment file out from under the storage: the next write
+	// fails.
+	if err := s.log.tail.Close(); err != nil {
 		t.Fatal(err)
 	}
 	e2 := &raftpb.Entry{Index: new(uint64(2)), Term: new(uint64(1))}
@@ -698,4 +706,14 @@ func TestStorageClosed(t *testing.T) {
 	if err := s.Save(&raftpb.HardState{Term: new(uint64(1))}, nil, nil); !errors.Is(err, ErrStorageClosed) {
 		t.Fatalf("Save after Close: %v", err)
 	}
+}
+
+// noSyncForTest turns fsync off: the tests that check logic, not
+// durability, run faster without it.
+func (s *DiskStorage) noSyncForTest() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.db.NoSync = true
+	s.opts.noSync = true
+	s.log.noSync = true
 }
