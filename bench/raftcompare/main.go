@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,6 +32,7 @@ type options struct {
 	Format      string
 	Dir         string
 	OpTimeout   time.Duration
+	CPUProfile  string
 }
 
 func main() {
@@ -60,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Format, "format", "text", "output format: text or markdown")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary data directories (default: the OS temp dir)")
 	fs.DurationVar(&o.OpTimeout, "op-timeout", 10*time.Second, "deadline of one proposal")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the measured rounds (both systems) to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -136,6 +139,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		payload[i] = byte('a' + i%26)
 	}
 	results := make(map[string][]cellResult, len(systems))
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("raftcompare: cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("raftcompare: cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	started := time.Now()
 	for _, conc := range o.Concurrency {
 		cfg := loadConfig{Concurrency: conc, Duration: o.Duration, MaxOps: o.Count, Payload: payload, OpTimeout: o.OpTimeout}
