@@ -61,6 +61,8 @@ test-race:
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
 	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) ./objformat
+	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) ./raftnode
+	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) ./raftnode
 
 # deps installs what the tests need beyond Go modules: the pinned versitygw
 # S3 gateway (end-to-end tests) and the system packages of
@@ -69,7 +71,8 @@ fuzz-short:
 deps: versitygw system-deps
 
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
-# concurrent packages and short fuzz runs of the WAL and object readers.
+# concurrent packages and short fuzz runs of the WAL, object and raft log
+# readers.
 test: deps lint build test-unit test-race fuzz-short
 
 # bench prints every benchmark table of the README, each measured side by

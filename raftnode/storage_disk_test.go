@@ -26,10 +26,11 @@ func testCommand(payload []byte) []byte {
 	return b
 }
 
-// openTestStorage opens a storage in a new directory of the test.
+// openTestStorage opens the storage of cluster "test" node "n1" in dir,
+// with segments of 256 KiB (copying and reading them back is then quick).
 func openTestStorage(t testing.TB, dir string) *DiskStorage {
 	t.Helper()
-	s, err := OpenStorage(dir, "test", "n1", nil)
+	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 256 << 10})
 	if err != nil {
 		t.Fatalf("OpenStorage: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -435,14 +436,26 @@ func (s *DiskStorage) openLog() error {
 		}
 		s.logger.Warn("removed a segment file left half-made by a crash", "file", filepath.Join(logDir, tmp))
 	}
+	for _, seq := range r.obsolete {
+		path := filepath.Join(logDir, segmentName(seq))
+		if err := s.opts.fs.Remove(path); err != nil {
+			return fmt.Errorf("raftnode: open storage: remove %s: %w", path, err)
+		}
+		s.logger.Warn("removed a segment a checkpoint made useless (a crash interrupted its deletion)", "file", path)
+	}
+	if len(r.tmps)+len(r.obsolete) > 0 && !s.opts.noSync {
+		if err := s.opts.fs.SyncDir(logDir); err != nil {
+			return fmt.Errorf("raftnode: open storage: sync %s: %w", logDir, err)
+		}
+	}
 	if len(r.segments) == 0 {
 		// A new log: its first segment starts with an empty checkpoint.
 		if err := s.opts.fs.MkdirAll(logDir); err != nil {
 			return fmt.Errorf("raftnode: open storage: create %s: %w", logDir, err)
 		}
 		if !s.opts.noSync {
-			if err := syncDir(s.dir); err != nil {
-				return err
+			if err := s.opts.fs.SyncDir(s.dir); err != nil {
+				return fmt.Errorf("raftnode: open storage: sync %s: %w", s.dir, err)
 			}
 		}
 		s.log.frameSeq = 1
@@ -517,8 +530,8 @@ func (s *DiskStorage) upgradeFormat1() error {
 		return fmt.Errorf("raftnode: upgrade storage: %w", err)
 	}
 	if !s.opts.noSync {
-		if err := syncDir(s.dir); err != nil {
-			return err
+		if err := fsys.SyncDir(s.dir); err != nil {
+			return fmt.Errorf("raftnode: upgrade storage: sync %s: %w", s.dir, err)
 		}
 	}
 	s.opts.point("upgrade log dir")
@@ -573,7 +586,8 @@ func (s *DiskStorage) upgradeFormat1() error {
 // logRead is what reading the raft log found.
 type logRead struct {
 	img      logImage
-	segments []uint64 // sequence numbers present, oldest first
+	segments []uint64 // sequence numbers of the log, oldest first
+	obsolete []uint64 // segments before the log's first checkpoint
 	tmps     []string // half-made segment files
 	tail     segmentScan
 	tailSize int64
@@ -615,6 +629,25 @@ func readLog(fsys storageFS, dir string, raftID, recorded uint64) (logRead, erro
 		}
 		return r, nil
 	}
+	// The log starts at the newest segment that starts with a checkpoint:
+	// a checkpoint holds the whole live log, and the segments before it
+	// are deleted once it is durable. Any still there are the leftovers of
+	// a deletion a crash interrupted.
+	start := -1
+	for i := len(r.segments) - 1; i >= 0 && start < 0; i-- {
+		ok, err := startsWithCheckpoint(fsys, filepath.Join(dir, segmentName(r.segments[i])))
+		if err != nil {
+			return r, fmt.Errorf("raftnode: open storage: %w", err)
+		}
+		if ok {
+			start = i
+		}
+	}
+	if start < 0 {
+		return r, damaged(filepath.Join(dir, segmentName(r.segments[0])),
+			"no segment starts with a checkpoint: the segments before this one are missing")
+	}
+	r.obsolete, r.segments = r.segments[:start], r.segments[start:]
 	for i := 1; i < len(r.segments); i++ {
 		if r.segments[i] != r.segments[i-1]+1 {
 			return r, damaged(filepath.Join(dir, segmentName(r.segments[i-1]+1)), "segment is missing (%s and %s are present)",
@@ -661,6 +694,38 @@ func readLog(fsys storageFS, dir string, raftID, recorded uint64) (logRead, erro
 		return r, damaged(dir, "%v", err)
 	}
 	return r, nil
+}
+
+// startsWithCheckpoint reports whether the first frame of the segment at
+// path is complete and holds a segment record and a checkpoint.
+func startsWithCheckpoint(fsys storageFS, path string) (bool, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return false, err
+	}
+	if size < frameHeaderSize {
+		return false, nil
+	}
+	r := &segmentReader{f: f, size: size}
+	hdr, err := r.at(0, frameHeaderSize)
+	if err != nil {
+		return false, nil
+	}
+	h, ok := parseFrameHeader(hdr)
+	if !ok || h.length > maxFramePayload || frameHeaderSize+int64(h.length) > size {
+		return false, nil
+	}
+	payload, err := r.at(frameHeaderSize, int(h.length))
+	if err != nil || crc32.Checksum(payload, castagnoli) != h.crc {
+		return false, nil
+	}
+	recs, err := parseRecords(payload, nil)
+	return err == nil && len(recs) >= 2 && recs[0].typ == recSegment && recs[1].typ == recCheckpoint, nil
 }
 
 // replayer applies the records of the log's frames to an image, checking

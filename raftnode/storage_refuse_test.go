@@ -459,7 +459,7 @@ func TestOpenStorageRefuses(t *testing.T) {
 				return dir
 			},
 			want:     ErrDamagedDataDir,
-			wantText: []string{"0000000000000002.seg: frame", "the oldest segment does not start with a checkpoint (older segments are missing)"},
+			wantText: []string{"0000000000000002.seg: no segment starts with a checkpoint: the segments before this one are missing"},
 		},
 		{
 			name: "a damaged frame in an older segment",
