@@ -65,25 +65,11 @@ func TestUndecodableEntryStopsTheMember(t *testing.T) {
 	}
 }
 
-// copyDir copies the regular files of src into a new directory dst.
+// copyDir copies the data directory src (files and the raft log's
+// subdirectory) to a new directory dst.
 func copyDir(t *testing.T, src, dst string) {
 	t.Helper()
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyTree(t, src, dst)
 }
 
 // replaceDir makes dir hold exactly what from holds (nothing when from is
