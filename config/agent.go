@@ -40,8 +40,13 @@ type Agent struct {
 	// than the cluster's lease_ttl (checked at registration).
 	LeaseSafetyMargin time.Duration `yaml:"lease_safety_margin"`
 	// TLS, when set, makes the agent's gRPC connections to the coordinators
-	// use mutual TLS (the local HTTP endpoint stays plain HTTP).
+	// use mutual TLS (the local HTTP endpoint stays plain HTTP), and its
+	// gossip encrypted with the gossip.key beside ca_file unless
+	// gossip.encryption_key_file names another.
 	TLS TLS `yaml:"tls"`
+	// Insecure allows plaintext (gossip unencrypted, no certificate) on
+	// addresses other than loopback. Default false.
+	Insecure bool `yaml:"insecure"`
 	// Log configures the process log.
 	Log Log `yaml:"log"`
 
@@ -90,6 +95,15 @@ func ParseAgent(name string, data []byte) (*Agent, error) {
 // setSource keeps the source the configuration was read from.
 func (c *Agent) setSource(src *source) { c.src = src }
 
+// GossipKeyFile is the gossip encryption key file: gossip.encryption_key_file,
+// or with tls set, the gossip.key beside tls.ca_file.
+func (c *Agent) GossipKeyFile() string {
+	if c.Gossip.EncryptionKeyFile != "" {
+		return c.Gossip.EncryptionKeyFile
+	}
+	return c.TLS.GossipKeyFile()
+}
+
 // GossipNodeName is the agent's name in the gossip pool: "agent/<broker_id>".
 func (c *Agent) GossipNodeName() string { return string(gossip.RoleAgent) + "/" + c.BrokerID }
 
@@ -116,6 +130,7 @@ func (c *Agent) Validate() error {
 
 	v.logSection(c.Log)
 	v.tlsSection(c.TLS)
+	v.plaintext(c.TLS, c.Insecure, []keyAddr{{"listen", c.Listen}, {"gossip.listen", c.Gossip.BindAddr}})
 	return errors.Join(v.errs...)
 }
 

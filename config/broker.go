@@ -55,9 +55,14 @@ type Broker struct {
 	// LeaseSafetyMargin is the embedded agent's lease_safety_margin.
 	// Default 500ms.
 	LeaseSafetyMargin time.Duration `yaml:"lease_safety_margin"`
-	// TLS makes the connections to the coordinators use mutual TLS (the
-	// broker's own API stays plain gRPC).
+	// TLS makes the connections to the coordinators use mutual TLS, the
+	// data API serve mutual TLS with the same certificate (a broker role
+	// certificate of this broker id, valid for the broker's host), and the
+	// embedded agent's gossip encrypted (the gossip.key beside ca_file).
 	TLS TLS `yaml:"tls"`
+	// Insecure allows plaintext on addresses other than loopback. Default
+	// false.
+	Insecure bool `yaml:"insecure"`
 	// Log configures the process log.
 	Log Log `yaml:"log"`
 
@@ -144,6 +149,7 @@ func (c *Broker) AgentConfig(brokerAddr string) *Agent {
 		WAL:               WALLocation{VolumeID: c.WAL.VolumeID, Path: c.WAL.Path},
 		LeaseSafetyMargin: c.LeaseSafetyMargin,
 		TLS:               c.TLS,
+		Insecure:          c.Insecure,
 		Log:               c.Log,
 	}
 }
@@ -198,6 +204,7 @@ func (c *Broker) Validate() error {
 	}
 	v.logSection(c.Log)
 	v.tlsSection(c.TLS)
+	v.plaintext(c.TLS, c.Insecure, []keyAddr{{"listen", c.Listen}, {"agent_listen", c.AgentListen}, {"gossip.listen", c.Gossip.BindAddr}})
 	return errors.Join(v.errs...)
 }
 

@@ -62,6 +62,66 @@ func (v *validator) tlsSection(t TLS) {
 	}
 }
 
+// keyAddr is a listen key and its address.
+type keyAddr struct{ key, addr string }
+
+// gossipKey is the key a server's gossip address was written under.
+func gossipKey(bind string) string {
+	if bind != "" {
+		return "gossip.listen"
+	}
+	return "listen.gossip"
+}
+
+// isLoopback reports whether a listen address's host is a loopback
+// address or "localhost" (an empty host listens on every interface).
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// plaintext refuses, in one line, a configuration that would serve
+// plaintext on an address other than loopback: secure by default, with
+// insecure: true as the explicit way out (CockroachDB's --insecure). It
+// also refuses insecure together with tls.
+func (v *validator) plaintext(t TLS, insecure bool, listens []keyAddr) {
+	if t.Enabled() {
+		if insecure {
+			v.add("insecure", "must not be true when tls is set: insecure serves plaintext without authorization; remove one of them")
+		}
+		return
+	}
+	if insecure {
+		return
+	}
+	var exposed []keyAddr
+	for _, l := range listens {
+		if l.addr != "" && checkHostPort(l.addr, false) == nil && !isLoopback(l.addr) {
+			exposed = append(exposed, l)
+		}
+	}
+	if len(exposed) == 0 {
+		return
+	}
+	also := ""
+	if len(exposed) > 1 {
+		keys := make([]string, 0, len(exposed)-1)
+		for _, l := range exposed[1:] {
+			keys = append(keys, l.key)
+		}
+		also = " (also " + strings.Join(keys, ", ") + ")"
+	}
+	v.add(exposed[0].key, "%s is not a loopback address and tls is not set: refusing to serve plaintext without authorization%s; set tls (walden certs makes the files) or insecure: true",
+		exposed[0].addr, also)
+}
+
 // coordinators checks the coordinators list: at least one address, each
 // one others can dial, none twice.
 func (v *validator) coordinators(addrs []string) {

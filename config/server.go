@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,8 +37,13 @@ type Server struct {
 	InitialCluster []Member `yaml:"initial_cluster"`
 	// Log configures the process log.
 	Log Log `yaml:"log"`
-	// TLS, when set, makes every listener and client use mutual TLS.
+	// TLS, when set, makes every listener and client use mutual TLS, and
+	// every call is authorized from the peer's certificate (docs/security.md).
 	TLS TLS `yaml:"tls"`
+	// Insecure allows plaintext without authorization on addresses other
+	// than loopback. Without tls, a listener on a non-loopback address is
+	// refused unless insecure is true. Default false.
+	Insecure bool `yaml:"insecure"`
 	// Raft tunes the consensus module.
 	Raft Raft `yaml:"raft"`
 	// Gossip is this member's membership in the gossip pool (memberlist),
@@ -67,8 +73,13 @@ type Listen struct {
 	Raft string `yaml:"raft"`
 	// Gossip is the memberlist address (used by failure detection). Optional.
 	Gossip string `yaml:"gossip"`
-	// HTTP serves /metrics, /healthz and /readyz. Optional: empty disables it.
+	// HTTP serves /metrics, /healthz, /readyz and the web view /ui/, with
+	// mutual TLS when tls is set. Optional: empty disables it.
 	HTTP string `yaml:"http"`
+	// Metrics serves /metrics, /healthz and /readyz in plain HTTP, also when
+	// tls is set, so that probes and scrapers need no client certificate.
+	// Optional: empty disables it.
+	Metrics string `yaml:"metrics"`
 }
 
 // Member is one founding member: its id and advertised addresses.
@@ -95,6 +106,19 @@ type TLS struct {
 
 // Enabled reports whether TLS is configured.
 func (t TLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
+
+// GossipKeyFileName is the name of the gossip encryption key that
+// `walden certs init` writes beside the CA certificate.
+const GossipKeyFileName = "gossip.key"
+
+// GossipKeyFile is the gossip key beside ca_file ("" with TLS off): gossip
+// is encrypted whenever TLS is on.
+func (t TLS) GossipKeyFile() string {
+	if !t.Enabled() || t.CAFile == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(t.CAFile), GossipKeyFileName)
+}
 
 // Raft tunes the consensus module.
 type Raft struct {
@@ -178,7 +202,8 @@ func (p Policy) Proto() *waldenv1.Policy {
 
 // GossipConfig returns the gossip pool configuration of this member, and
 // whether gossip is on: gossip.listen, or else listen.gossip, is the bind
-// address; the node name is "coordinator/<node_id>".
+// address; the node name is "coordinator/<node_id>". With tls set and no
+// gossip.encryption_key_file, the key is the gossip.key beside tls.ca_file.
 func (c *Server) GossipConfig() (gossip.Config, bool) {
 	g := c.Gossip
 	if g.BindAddr == "" {
@@ -187,6 +212,9 @@ func (c *Server) GossipConfig() (gossip.Config, bool) {
 	g.ClusterName = c.ClusterName
 	g.NodeName = string(gossip.RoleCoordinator) + "/" + c.NodeID
 	g.Meta = gossip.Meta{Role: gossip.RoleCoordinator, ID: c.NodeID}
+	if g.EncryptionKeyFile == "" {
+		g.EncryptionKeyFile = c.TLS.GossipKeyFile()
+	}
 	if !strings.HasSuffix(c.Listen.Admin, ":0") {
 		g.Meta.AdminAddr = c.Listen.Admin
 	}
@@ -253,10 +281,12 @@ func (c *Server) Validate() error {
 	v.listenAddr("listen.raft", c.Listen.Raft, true)
 	v.listenAddr("listen.gossip", c.Listen.Gossip, false)
 	v.listenAddr("listen.http", c.Listen.HTTP, false)
+	v.listenAddr("listen.metrics", c.Listen.Metrics, false)
 	seen := map[string]string{}
 	for _, l := range []struct{ key, addr string }{
 		{"listen.admin", c.Listen.Admin}, {"listen.raft", c.Listen.Raft},
 		{"listen.gossip", c.Listen.Gossip}, {"listen.http", c.Listen.HTTP},
+		{"listen.metrics", c.Listen.Metrics},
 	} {
 		if l.addr == "" || strings.HasSuffix(l.addr, ":0") {
 			continue // port 0 picks a free port: never a clash
@@ -307,6 +337,11 @@ func (c *Server) Validate() error {
 
 	v.logSection(c.Log)
 	v.tlsSection(c.TLS)
+	g, _ := c.GossipConfig()
+	v.plaintext(c.TLS, c.Insecure, []keyAddr{
+		{"listen.admin", c.Listen.Admin}, {"listen.raft", c.Listen.Raft}, {"listen.http", c.Listen.HTTP},
+		{gossipKey(c.Gossip.BindAddr), g.BindAddr},
+	})
 
 	r := c.Raft
 	if r.TickInterval < time.Millisecond {
