@@ -16,6 +16,7 @@ import (
 
 	"walden/config"
 	"walden/gossip"
+	"walden/httplimit"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -47,7 +48,15 @@ type Options struct {
 	// Metrics, when set, is served at GET /metrics on the agent's local
 	// endpoint (the process's Prometheus registry).
 	Metrics http.Handler
+	// HTTPLimits bound the local HTTP endpoint; zero means
+	// DefaultHTTPLimits.
+	HTTPLimits httplimit.Limits
 }
+
+// DefaultHTTPLimits bound the agent's HTTP endpoint: its clients are one
+// broker and the coordinators' probes, so a few hundred connections and a
+// short idle time are plenty.
+var DefaultHTTPLimits = httplimit.Limits{MaxConns: 256, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 
 // Lease is the broker's lease as the agent knows it at one instant.
 type Lease struct {
@@ -133,6 +142,9 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if err := mtls.CheckGossipKey(cfg.TLS, cfg.Gossip.EncryptionKeyFile); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	log := opts.Logger.With("broker_id", cfg.BrokerID)
 	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
 	return &Agent{
@@ -174,9 +186,15 @@ func (a *Agent) Start() error {
 	}
 	a.ln = ln
 	a.addr = ln.Addr().String()
-	a.httpSrv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	lim := a.opts.HTTPLimits
+	if lim == (httplimit.Limits{}) {
+		lim = DefaultHTTPLimits
+	}
+	ln = httplimit.Listener(ln, lim)
+	a.httpSrv = httplimit.Server(a.Handler(), lim, slog.NewLogLogger(a.log.With("component", "http").Handler(), slog.LevelWarn))
 
 	g := a.cfg.Gossip
+	g.EncryptionKeyFile = a.cfg.GossipKeyFile() // beside tls.ca_file unless named
 	g.ClusterName = a.cfg.ClusterName
 	g.NodeName = a.cfg.GossipNodeName()
 	g.Meta = gossip.Meta{Role: gossip.RoleAgent, ID: a.cfg.BrokerID, AgentAddr: a.addr}

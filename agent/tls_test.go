@@ -13,13 +13,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"walden/certs"
 	"walden/config"
+	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -67,6 +70,13 @@ func testPKI(t *testing.T, dir string) (certFile, keyFile, caFile string) {
 		}
 		return p
 	}
+	gossipKey, err := certs.NewGossipKey() // beside the CA, as walden certs init leaves it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gossip.key"), gossipKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return write("cert.pem", "CERTIFICATE", der), write("key.pem", "EC PRIVATE KEY", keyDER), write("ca.pem", "CERTIFICATE", caDER)
 }
 
@@ -106,5 +116,17 @@ func TestMutualTLS(t *testing.T) {
 	cfg.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile, CAFile: certFile + ".missing"}
 	if _, err := New(cfg, Options{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("New with a missing ca_file = %v", err)
+	}
+	// TLS on means gossip encrypted: without a gossip key beside ca_file
+	// (nor one named), New refuses and says where it looked.
+	bare := t.TempDir()
+	caPEM, _ = os.ReadFile(caFile)
+	os.WriteFile(filepath.Join(bare, "ca.pem"), caPEM, 0o644)
+	cfg = testConfig(ln.Addr().String())
+	cfg.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile, CAFile: filepath.Join(bare, "ca.pem")}
+	_, err = New(cfg, Options{})
+	if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, mtls.ErrGossipKey) || !strings.Contains(err.Error(), filepath.Join(bare, "gossip.key")) ||
+		strings.Count(err.Error(), filepath.Join(bare, "gossip.key")) != 1 {
+		t.Fatalf("New without a gossip key = %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"walden/agent"
 	"walden/config"
@@ -51,7 +52,9 @@ type Broker struct {
 	ln     net.Listener
 	addr   string
 	grpc   *grpc.Server
-	reads  *indexCache
+	// creds secure the data API: mutual TLS with tls set, else plain.
+	creds credentials.TransportCredentials
+	reads *indexCache
 
 	// walMu is held shared by appends (from the WAL write to the pending
 	// list) and exclusively by the upload's snapshot, so that a snapshot
@@ -119,15 +122,18 @@ func New(cfg *config.Broker, opts Options) (*Broker, error) {
 	if opts.S3.Logger == nil {
 		opts.S3.Logger = opts.Logger
 	}
+	// With tls set the data API serves mutual TLS with the broker's
+	// certificate, and the catalog connections present it.
+	tlsCfg, err := mtls.Load(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	if len(opts.DialOptions) == 0 {
-		creds, err := mtls.ClientCreds(cfg.TLS)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		opts.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		opts.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(mtls.Creds(tlsCfg.Client))}
 	}
 	return &Broker{
 		cfg:    cfg,
+		creds:  mtls.Creds(tlsCfg.Server),
 		log:    opts.Logger.With("broker_id", cfg.BrokerID),
 		opts:   opts,
 		coords: NewCoordinators(cfg.Coordinators, opts.DialOptions...),
@@ -188,7 +194,7 @@ func (b *Broker) Start(ctx context.Context) error {
 		_ = ln.Close()
 		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	b.grpc = grpc.NewServer(b.opts.ServerOptions...)
+	b.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(b.creds)}, b.opts.ServerOptions...)...)
 	waldenv1.RegisterBrokerAPIServer(b.grpc, &apiServer{b: b})
 	go func() {
 		if err := b.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -5,12 +5,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"walden/config"
+	"walden/gossip"
 )
 
 // ErrNoPEM means a CA file holds no PEM certificate.
@@ -82,4 +85,32 @@ func ClientCreds(c config.TLS) (credentials.TransportCredentials, error) {
 		return nil, err
 	}
 	return Creds(m.Client), nil
+}
+
+// ErrGossipKey means TLS is on but the gossip encryption key cannot be
+// used: gossip is encrypted whenever TLS is on.
+var ErrGossipKey = errors.New("no usable gossip encryption key")
+
+// CheckGossipKey checks, before anything starts, the gossip key a process
+// with TLS on will use: the file named by gossip.encryption_key_file, or
+// else the gossip.key beside tls.ca_file (`walden certs init` writes it).
+// With TLS off it checks nothing (the gossip pool reads a named key itself).
+func CheckGossipKey(c config.TLS, named string) error {
+	if !c.Enabled() {
+		return nil
+	}
+	path, from := named, "gossip.encryption_key_file"
+	if path == "" {
+		path, from = c.GossipKeyFile(), "the gossip.key beside tls.ca_file"
+	}
+	if _, err := gossip.LoadEncryptionKey(path); err != nil {
+		reason := strings.TrimPrefix(err.Error(), gossip.ErrEncryptionKey.Error()+" "+path+": ")
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			reason = pe.Err.Error()
+		}
+		return fmt.Errorf("%w: tls is set, so gossip is encrypted with %s (%s), which cannot be used: %s; walden certs init writes one",
+			ErrGossipKey, from, path, reason)
+	}
+	return nil
 }

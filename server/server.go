@@ -20,6 +20,8 @@ import (
 	"walden/authz"
 	"walden/config"
 	"walden/fsm"
+	"walden/httplimit"
+	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/recovery"
@@ -51,8 +53,11 @@ type Server struct {
 	adminGRPC *grpc.Server
 	raftGRPC  *grpc.Server
 	httpSrv   *http.Server
+	// metricsSrv serves /metrics, /healthz and /readyz in plain HTTP
+	// (listen.metrics), nil when off.
+	metricsSrv *http.Server
 
-	adminLis, raftLis, httpLis net.Listener
+	adminLis, raftLis, httpLis, metricsLis net.Listener
 
 	stopOnce sync.Once
 }
@@ -74,6 +79,11 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, on := cfg.GossipConfig(); on {
+		if err := mtls.CheckGossipKey(cfg.TLS, cfg.Gossip.EncryptionKeyFile); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 
 	s := &Server{cfg: cfg, logger: logger, tls: tlsCfg}
 	defer func() {
@@ -90,6 +100,11 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	if cfg.Listen.HTTP != "" {
 		if s.httpLis, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {
 			return nil, fmt.Errorf("server: listen.http: %w", err)
+		}
+	}
+	if cfg.Listen.Metrics != "" {
+		if s.metricsLis, err = net.Listen("tcp", cfg.Listen.Metrics); err != nil {
+			return nil, fmt.Errorf("server: listen.metrics: %w", err)
 		}
 	}
 
@@ -164,18 +179,23 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: raftCluster{node}.LiveMembers})
 	failovers := &failoversService{state: state}
 	waldenv1.RegisterFailoversServer(s.adminGRPC, failovers)
+	// Both HTTP listeners are bounded (httplimit): header size and time,
+	// idle keep-alive time, connections open at once.
 	if s.httpLis != nil {
+		s.httpLis = httplimit.Listener(s.httpLis, httplimit.Limits{})
 		if tlsCfg.enabled() {
 			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.r.ServerConfig())
 		}
-		s.httpSrv = &http.Server{
-			Handler: newHTTPHandler(reg, node, webui.Handler(webui.Options{
-				Source:    &webSource{admin: s.admin, brokers: s.detector.brokers, failovers: failovers, state: state},
-				Authorize: webAuthorize,
-			})),
-			ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
-		}
+		s.httpSrv = httplimit.Server(newHTTPHandler(reg, node, webui.Handler(webui.Options{
+			Source:    &webSource{admin: s.admin, brokers: s.detector.brokers, failovers: failovers, state: state},
+			Authorize: webAuthorize,
+		})), httplimit.Limits{}, slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn))
+	}
+	if s.metricsLis != nil {
+		// Plain HTTP also with TLS on, for probes and scrapers: no web view.
+		s.metricsLis = httplimit.Listener(s.metricsLis, httplimit.Limits{})
+		s.metricsSrv = httplimit.Server(newHTTPHandler(reg, node, nil), httplimit.Limits{},
+			slog.NewLogLogger(logger.With("component", "metrics-http").Handler(), slog.LevelWarn))
 	}
 	return s, nil
 }
@@ -210,7 +230,7 @@ func raftConfig(cfg *config.Server, logger *slog.Logger, reg prometheus.Register
 }
 
 // Addrs are the bound listen addresses (useful with port 0).
-type Addrs struct{ Admin, Raft, HTTP string }
+type Addrs struct{ Admin, Raft, HTTP, Metrics string }
 
 // Addrs returns the addresses the server listens on.
 func (s *Server) Addrs() Addrs {
@@ -218,17 +238,23 @@ func (s *Server) Addrs() Addrs {
 	if s.httpLis != nil {
 		a.HTTP = s.httpLis.Addr().String()
 	}
+	if s.metricsLis != nil {
+		a.Metrics = s.metricsLis.Addr().String()
+	}
 	return a
 }
 
 // Run serves until ctx is done, a listener fails or the raft node stops,
 // then stops everything. It returns nil after ctx is done.
 func (s *Server) Run(ctx context.Context) error {
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- wrapServe("raft", s.raftGRPC.Serve(s.raftLis)) }()
 	go func() { errc <- wrapServe("admin", s.adminGRPC.Serve(s.adminLis)) }()
 	if s.httpSrv != nil {
 		go func() { errc <- wrapServe("http", s.httpSrv.Serve(s.httpLis)) }()
+	}
+	if s.metricsSrv != nil {
+		go func() { errc <- wrapServe("metrics", s.metricsSrv.Serve(s.metricsLis)) }()
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -241,7 +267,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer func() { cancel(); <-recoveryDone }() // the attempts stop with wctx
 	s.logger.Info("walden server serving", "cluster_name", s.cfg.ClusterName,
 		"admin", s.adminLis.Addr().String(), "raft", s.raftLis.Addr().String(), "http", s.cfg.Listen.HTTP,
-		"tls", s.cfg.TLS.Enabled(), "data_dir", s.cfg.DataDir)
+		"metrics", s.cfg.Listen.Metrics, "tls", s.cfg.TLS.Enabled(), "insecure", s.cfg.Insecure, "data_dir", s.cfg.DataDir)
 
 	var err error
 	select {
@@ -283,10 +309,12 @@ func (s *Server) Stop() {
 		case <-time.After(stopGrace):
 			s.adminGRPC.Stop()
 		}
-		if s.httpSrv != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
-			_ = s.httpSrv.Shutdown(ctx)
-			cancel()
+		for _, h := range []*http.Server{s.httpSrv, s.metricsSrv} {
+			if h != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+				_ = h.Shutdown(ctx)
+				cancel()
+			}
 		}
 		s.detector.stop()
 		s.admin.close()
@@ -300,7 +328,7 @@ func (s *Server) Stop() {
 }
 
 func (s *Server) closeListeners() {
-	for _, l := range []net.Listener{s.adminLis, s.raftLis, s.httpLis} {
+	for _, l := range []net.Listener{s.adminLis, s.raftLis, s.httpLis, s.metricsLis} {
 		if l != nil {
 			_ = l.Close()
 		}

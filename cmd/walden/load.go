@@ -67,6 +67,7 @@ func newLoadCmd() *cobra.Command {
 	var duration, appendTimeout time.Duration
 	var payload int
 	var maxRecords int64
+	var ct clientTLS
 	cmd := &cobra.Command{
 		Use:   "load --coordinators A,B,C --ledger FILE [--streams 1,2,3] [--rate R] [--duration D]",
 		Short: "Append numbered records to streams and keep a ledger of what was acknowledged",
@@ -98,11 +99,16 @@ successful append while records waited); -o json prints it as JSON.`,
 			if err != nil {
 				return err
 			}
+			dial, err := ct.dialOptions()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rep, err := loadgen.Load(ctx, loadgen.LoadConfig{
 				Coordinators: parseList(coords), Streams: ids, Rate: rate, Duration: duration,
 				MaxRecords: maxRecords, PayloadBytes: payload, Ledger: ledger, BrokerAddrs: am, AppendTimeout: appendTimeout,
+				DialOptions: dial,
 			})
 			if err != nil {
 				return err
@@ -121,6 +127,7 @@ successful append while records waited); -o json prints it as JSON.`,
 	f.StringVar(&addrs, "broker-addrs", "", "broker_id=host:port overrides of registered broker addresses, comma-separated")
 	f.DurationVar(&appendTimeout, "append-timeout", 2*time.Second, "give up one append after this long and resolve the owner again")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	ct.bind(f)
 	return cmd
 }
 

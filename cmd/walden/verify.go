@@ -22,6 +22,7 @@ var errVerifyFailed = errors.New("verify: acknowledged records lost or offsets m
 func newVerifyCmd() *cobra.Command {
 	var coords, ledger, output, addrs string
 	var wait time.Duration
+	var ct clientTLS
 	cmd := &cobra.Command{
 		Use:   "verify --coordinators A,B,C --ledger FILE",
 		Short: "Check that every record in a load ledger is in its stream at its offset",
@@ -47,9 +48,14 @@ gaps > 0.`,
 			if err != nil {
 				return err
 			}
+			dial, err := ct.dialOptions()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rep, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: parseList(coords), Ledger: ledger, Wait: wait, BrokerAddrs: am})
+			rep, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: parseList(coords), Ledger: ledger, Wait: wait, BrokerAddrs: am,
+				DialOptions: dial})
 			if err != nil {
 				return err
 			}
@@ -68,6 +74,7 @@ gaps > 0.`,
 	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for streams to reach their last acknowledged offset")
 	f.StringVar(&addrs, "broker-addrs", "", "broker_id=host:port overrides of registered broker addresses, comma-separated")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	ct.bind(f)
 	return cmd
 }
 
