@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +21,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"walden/authz"
+	"walden/certs"
+	"walden/config"
+	"walden/mtls"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -87,6 +92,9 @@ type Options struct {
 	// to the processes (and to DialOptions' answer), e.g. an interceptor
 	// that records the calls.
 	DialOptions []grpc.DialOption
+	// Insecure runs every process in plaintext (insecure: true in its
+	// config) instead of mutual TLS with roles.
+	Insecure bool
 	// S3Command, when set with S3 nil, is the S3 server run as the "s3"
 	// child instead of `walden s3`: given its listen address and a
 	// directory of its own, it returns the command line and the Config
@@ -243,7 +251,10 @@ func (p *Proc) Pid() int {
 }
 
 // Cluster is an S3 server, three coordinators and the brokers, each a child
-// process.
+// process. Unless Options.Insecure, every process runs mutual TLS with
+// roles: a CA of the cluster's own in Dir/pki (walden certs), a coordinator
+// certificate per member, a broker certificate per broker, and the clients
+// of this package present an admin certificate.
 type Cluster struct {
 	Opts Options
 	// S3Config is the object store every process uses.
@@ -254,9 +265,19 @@ type Cluster struct {
 	Coords  []*Proc
 	Brokers []*Proc
 
+	// PKI is the directory of the CA, the gossip key and the certificates
+	// ("" when Options.Insecure).
+	PKI string
+
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// pkiMu serializes issuing certificates (never held with mu).
+	pkiMu sync.Mutex
 }
+
+// ClientIdentity is the identity of the clients this package makes: an
+// admin (it fails brokers over, sets the policy, adds members).
+var ClientIdentity = authz.Identity{Name: "admin", Role: authz.RoleAdmin}
 
 // FreeAddr returns a free port of host (a loopback address) as host:port.
 // The port is free when FreeAddr returns; a process of another program may
@@ -346,10 +367,103 @@ func New(o Options) (*Cluster, error) {
 		}
 		c.Brokers = append(c.Brokers, p)
 	}
+	if !o.Insecure {
+		if err := c.makePKI(); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.writeConfigs(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// hostOf is the host of a host:port.
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}
+
+// makePKI creates the cluster's CA and gossip key in Dir/pki and the
+// certificates of the coordinators (valid for their hosts) and brokers.
+func (c *Cluster) makePKI() error {
+	c.PKI = filepath.Join(c.Opts.Dir, "pki")
+	if _, err := certs.Init(c.PKI, "walden "+c.Opts.ClusterName+" CA (throwaway)", 0); err != nil {
+		return fmt.Errorf("e2e: %w", err)
+	}
+	for _, m := range c.Coords {
+		id := authz.Identity{Name: m.Name, Role: authz.RoleCoordinator}
+		if _, err := c.issue(id, hostOf(m.Admin), hostOf(m.Raft), hostOf(m.HTTP)); err != nil {
+			return err
+		}
+	}
+	for _, b := range c.Brokers {
+		id := authz.Identity{Name: b.Name, Role: authz.RoleBroker, BrokerID: b.Name}
+		if _, err := c.issue(id, hostOf(b.Listen)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// issue writes id's certificate into the PKI directory, unless it is there.
+func (c *Cluster) issue(id authz.Identity, hosts ...string) (config.TLS, error) {
+	t := config.TLS{CertFile: filepath.Join(c.PKI, id.Name+".pem"), KeyFile: filepath.Join(c.PKI, id.Name+"-key.pem"),
+		CAFile: filepath.Join(c.PKI, certs.CAFile)}
+	c.pkiMu.Lock()
+	defer c.pkiMu.Unlock()
+	if _, err := os.Stat(t.CertFile); err == nil {
+		return t, nil
+	}
+	var hs []string
+	for _, h := range hosts {
+		if h != "" && !slices.Contains(hs, h) {
+			hs = append(hs, h)
+		}
+	}
+	if _, err := certs.IssueFiles(c.PKI, "", certs.Request{Identity: id, Hosts: hs}); err != nil {
+		return config.TLS{}, fmt.Errorf("e2e: certificate of %s: %w", id.Name, err)
+	}
+	return t, nil
+}
+
+// TLSOf returns the tls section of id's certificate, issuing it on first
+// use (e.g. a reader, or the agent of one broker). It fails when the
+// cluster runs Insecure.
+func (c *Cluster) TLSOf(id authz.Identity) (config.TLS, error) {
+	if c.PKI == "" {
+		return config.TLS{}, fmt.Errorf("%w: the cluster runs without TLS", ErrInvalid)
+	}
+	return c.issue(id)
+}
+
+// ClientFlags are the command-line flags (--cacert, --cert, --key) of
+// waldenctl, walden load and walden verify that present id's certificate;
+// none when the cluster runs Insecure.
+func (c *Cluster) ClientFlags(id authz.Identity) ([]string, error) {
+	if c.PKI == "" {
+		return nil, nil
+	}
+	t, err := c.issue(id)
+	if err != nil {
+		return nil, err
+	}
+	return []string{"--cacert", t.CAFile, "--cert", t.CertFile, "--key", t.KeyFile}, nil
+}
+
+// tlsYAML is a process's tls section, or insecure: true.
+func (c *Cluster) tlsYAML(id authz.Identity) (string, error) {
+	if c.PKI == "" {
+		return "insecure: true\n", nil
+	}
+	t, err := c.issue(id)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("tls: {cert_file: %q, key_file: %q, ca_file: %q}\n", t.CertFile, t.KeyFile, t.CAFile), nil
 }
 
 func yamlList(items []string) string {
@@ -389,6 +503,10 @@ func (c *Cluster) writeConfigs() error {
 		m.Config = filepath.Join(o.Dir, m.Name+".yaml")
 		m.Log = filepath.Join(o.Dir, m.Name+".log")
 		m.args = []string{"server", "--config", m.Config}
+		tlsText, err := c.tlsYAML(authz.Identity{Name: m.Name, Role: authz.RoleCoordinator})
+		if err != nil {
+			return err
+		}
 		text := fmt.Sprintf(`cluster_name: %s
 node_id: %s
 data_dir: %q
@@ -400,9 +518,9 @@ initial_cluster:
 %sgossip:
   listen: %q
   join: %s
-%s%s%slog: {level: %s, format: json}
+%s%s%s%slog: {level: %s, format: json}
 `, o.ClusterName, m.Name, filepath.Join(o.Dir, m.Name), m.Admin, m.Raft, m.HTTP, peers.String(),
-			m.Gossip, yamlList(gossipJoin), section("policy", o.Policy), section("recovery", o.Recovery), c.s3YAML(), o.LogLevel)
+			m.Gossip, yamlList(gossipJoin), section("policy", o.Policy), section("recovery", o.Recovery), c.s3YAML(), tlsText, o.LogLevel)
 		if err := os.WriteFile(m.Config, []byte(text), 0o644); err != nil {
 			return fmt.Errorf("e2e: %w", err)
 		}
@@ -418,6 +536,10 @@ initial_cluster:
 		if b.BacklogStream != 0 {
 			streams = append(streams, fmt.Sprint(b.BacklogStream))
 		}
+		tlsText, err := c.tlsYAML(authz.Identity{Name: b.Name, Role: authz.RoleBroker, BrokerID: b.Name})
+		if err != nil {
+			return err
+		}
 		upload := fmt.Sprintf("upload_interval: %s\n", o.UploadInterval)
 		if o.UploadBytes > 0 {
 			upload += fmt.Sprintf("upload_bytes: %d\n", o.UploadBytes)
@@ -431,9 +553,9 @@ gossip: {listen: %q, join: %s}
 wal: {path: %q, capacity: %d}
 %sstreams: [%s]
 takeover: true
-%slog: {level: %s, format: json}
+%s%slog: {level: %s, format: json}
 `, b.Name, o.ClusterName, b.Listen, b.AgentListen, yamlList(c.AdminAddrs()), b.Gossip, yamlList(gossipJoin),
-			filepath.Join(o.Dir, b.Name+".wal"), o.WALCapacity, c.s3YAML(), strings.Join(streams, ", "), upload, o.LogLevel)
+			filepath.Join(o.Dir, b.Name+".wal"), o.WALCapacity, c.s3YAML(), strings.Join(streams, ", "), upload, tlsText, o.LogLevel)
 		if err := os.WriteFile(b.Config, []byte(text), 0o644); err != nil {
 			return fmt.Errorf("e2e: %w", err)
 		}
@@ -525,26 +647,63 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 // DialOptions are the gRPC options of every connection to the processes
-// (plain gRPC, through Options.Dial when set): pass them to clients of the
-// cluster built elsewhere (a load, a verify).
+// (mutual TLS as ClientIdentity, or plain gRPC when Insecure; through
+// Options.Dial when set): pass them to clients of the cluster built
+// elsewhere (a load, a verify).
 func (c *Cluster) DialOptions() []grpc.DialOption {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts, err := c.DialOptionsAs(ClientIdentity)
+	if err != nil {
+		// The PKI was made by New; only a removed directory fails here,
+		// and then every call fails with the handshake naming it.
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if c.Opts.Dial != nil {
+			opts = append(opts, grpc.WithContextDialer(c.Opts.Dial))
+		}
+		return append(opts, c.Opts.DialOptions...)
+	}
+	return opts
+}
+
+// DialOptionsAs are DialOptions presenting id's certificate (issued on
+// first use).
+func (c *Cluster) DialOptionsAs(id authz.Identity) ([]grpc.DialOption, error) {
+	creds := insecure.NewCredentials()
+	if c.PKI != "" {
+		t, err := c.issue(id)
+		if err != nil {
+			return nil, err
+		}
+		if creds, err = mtls.ClientCreds(t); err != nil {
+			return nil, fmt.Errorf("e2e: %w", err)
+		}
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if c.Opts.Dial != nil {
 		opts = append(opts, grpc.WithContextDialer(c.Opts.Dial))
 	}
-	return append(opts, c.Opts.DialOptions...)
+	return append(opts, c.Opts.DialOptions...), nil
 }
 
 // HTTPClient returns an HTTP client with the given timeout whose
-// connections go through Options.Dial when set.
+// connections go through Options.Dial when set. With TLS on it presents
+// ClientIdentity's certificate to https:// URLs (a coordinator's HTTP
+// listener); http:// URLs (S3, an agent's endpoint, listen.metrics) stay
+// plain.
 func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
-	cl := &http.Client{Timeout: timeout}
+	tr := &http.Transport{}
 	if c.Opts.Dial != nil {
-		cl.Transport = &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
 			return c.Opts.Dial(ctx, addr)
-		}}
+		}
 	}
-	return cl
+	if c.PKI != "" {
+		if t, err := c.issue(ClientIdentity); err == nil {
+			if m, err := mtls.Load(t); err == nil {
+				tr.TLSClientConfig = m.Client
+			}
+		}
+	}
+	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
 // Conn returns a client connection to addr (cached).
@@ -553,12 +712,38 @@ func (c *Cluster) Conn(addr string) (*grpc.ClientConn, error) { return c.conn(ad
 // Call runs f against each live coordinator in turn (the leader first when
 // known) until one answers without error; f gets a context bounded to 2s.
 func (c *Cluster) Call(ctx context.Context, f func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	return c.call(ctx, c.conn, f)
+}
+
+// CallAs is Call presenting id's certificate (issued on first use): a
+// broker's own identity, a reader, the agent of one broker.
+func (c *Cluster) CallAs(ctx context.Context, id authz.Identity, f func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	opts, err := c.DialOptionsAs(id)
+	if err != nil {
+		return err
+	}
+	var conns []*grpc.ClientConn
+	defer func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}()
+	return c.call(ctx, func(addr string) (*grpc.ClientConn, error) {
+		cc, err := grpc.NewClient(addr, opts...)
+		if err == nil {
+			conns = append(conns, cc)
+		}
+		return cc, err
+	}, f)
+}
+
+func (c *Cluster) call(ctx context.Context, dial func(addr string) (*grpc.ClientConn, error), f func(ctx context.Context, cc *grpc.ClientConn) error) error {
 	var last error = ErrNoCoordinator
 	for _, m := range c.Coords {
 		if !m.Alive() {
 			continue
 		}
-		cc, err := c.conn(m.Admin)
+		cc, err := dial(m.Admin)
 		if err != nil {
 			last = err
 			continue

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"walden/authz"
 	"walden/broker"
 	"walden/e2e"
 	"walden/fencing"
@@ -94,6 +95,20 @@ func startCluster(t *testing.T, edit func(*e2e.Options)) *e2e.Cluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// readerID is the identity the tests read the cluster with from the
+// command line.
+var readerID = authz.Identity{Name: "e2e-reader", Role: authz.RoleReader}
+
+// clientFlags are c.ClientFlags(id), or the test fails.
+func clientFlags(t *testing.T, c *e2e.Cluster, id authz.Identity) []string {
+	t.Helper()
+	f, err := c.ClientFlags(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 func dumpLogs(t *testing.T, c *e2e.Cluster) {
@@ -173,8 +188,9 @@ func TestE2EShortKillBrokerAndRestart(t *testing.T) {
 	}
 
 	// The command-line verify over the same ledger.
-	out, err := exec.Command(waldenBin, "verify", "--coordinators", strings.Join(c.AdminAddrs(), ","),
-		"--ledger", filepath.Join(c.Opts.Dir, "ledger.jsonl"), "-o", "json").Output()
+	// A reader's certificate is enough to verify.
+	out, err := exec.Command(waldenBin, append([]string{"verify", "--coordinators", strings.Join(c.AdminAddrs(), ","),
+		"--ledger", filepath.Join(c.Opts.Dir, "ledger.jsonl"), "-o", "json"}, clientFlags(t, c, readerID)...)...).Output()
 	if err != nil {
 		t.Fatalf("walden verify: %v\n%s", err, out)
 	}
@@ -325,7 +341,10 @@ func TestE2EZombieBroker(t *testing.T) {
 func catalogAsOldEpoch(t *testing.T, c *e2e.Cluster, id string, epoch uint64) string {
 	t.Helper()
 	var catErr error
-	err := c.Call(context.Background(), func(ctx context.Context, cc *grpc.ClientConn) error {
+	// As the broker itself: its certificate is the one the catalog lets
+	// write its streams.
+	self := authz.Identity{Name: id, Role: authz.RoleBroker, BrokerID: id}
+	err := c.CallAs(context.Background(), self, func(ctx context.Context, cc *grpc.ClientConn) error {
 		_, catErr = waldenv1.NewCatalogClient(cc).OpenStream(ctx, &waldenv1.OpenStreamRequest{
 			BrokerId: id, BrokerEpoch: epoch, StreamId: c.Proc(id).Streams[0]})
 		if status.Code(catErr) == codes.Unavailable {
@@ -343,7 +362,11 @@ func catalogAsOldEpoch(t *testing.T, c *e2e.Cluster, id string, epoch uint64) st
 
 // waldenctlJobs runs `waldenctl jobs -o json` against the cluster.
 func waldenctlJobs(ctx context.Context, c *e2e.Cluster, broker string) ([]map[string]any, error) {
-	cmd := exec.CommandContext(ctx, waldenctlBin, "--endpoints", strings.Join(liveAdmins(c), ","), "jobs", "--broker", broker, "-o", "json")
+	flags, err := c.ClientFlags(readerID)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, waldenctlBin, append([]string{"--endpoints", strings.Join(liveAdmins(c), ","), "jobs", "--broker", broker, "-o", "json"}, flags...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -54,6 +54,10 @@ func TestE2EShortWebView(t *testing.T) {
 		capacity := int64(2*backlog+64<<20+4095) / 4096 * 4096
 		o.WALCapacity, o.UploadBytes, o.BacklogStreams, o.UploadInterval = capacity, capacity/2, true, time.Hour
 		o.Recovery = append(o.Recovery, "fence: exec", `exec: {command: /bin/sh, args: ["-c", "sleep 3"]}`)
+		// The browser has no client certificate: the page is served in
+		// plaintext (the web view's authorization is server's
+		// TestWebViewAuthorization).
+		o.Insecure = true
 	})
 	dir := *screenshots
 	if dir == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	"walden/authz"
 	"walden/e2e"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -37,6 +38,7 @@ type devOptions struct {
 	backlog        int64
 	uploadInterval time.Duration
 	policy         string
+	insecure       bool
 }
 
 // devPolicies are the policies `walden dev --policy` knows.
@@ -66,7 +68,10 @@ records acknowledged and lost.
 
 It exits with status 1 when an acknowledged record is lost or offsets have
 gaps. --keep leaves the cluster running (until Ctrl-C) and prints how to
-look at it with waldenctl. Configs, data and logs go to --dir; without it, to
+look at it with waldenctl. Every process runs mutual TLS with roles (a
+throwaway CA, the gossip key and the certificates in DIR/pki, made as
+"walden certs" does); --insecure runs them in plaintext without
+authorization instead. Configs, data and logs go to --dir; without it, to
 a temporary directory that is removed after a successful run and kept (and
 named) after a failure. --backlog builds that many bytes of un-uploaded
 WAL on b1 before the kill (brokers then upload only every
@@ -87,6 +92,7 @@ WAL on b1 before the kill (brokers then upload only every
 	f.DurationVar(&o.after, "after", 2*time.Second, "load after the streams reopened")
 	f.Int64Var(&o.backlog, "backlog", 0, "bytes of un-uploaded WAL to build on the victim before the kill (e.g. 67108864)")
 	f.DurationVar(&o.uploadInterval, "upload-interval", 0, "brokers' upload_interval (default 1s; 1h with --backlog)")
+	f.BoolVar(&o.insecure, "insecure", false, "run in plaintext without authorization (default: mutual TLS with roles, a throwaway CA in --dir)")
 	f.StringVar(&o.policy, "policy", "default", "failover policy: default (walden's defaults) or demo (failure_timeout 2s, lease_ttl 1s)")
 	rootCmd.AddCommand(cmd)
 }
@@ -131,7 +137,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dev: find own binary: %w", err)
 	}
-	opts := e2e.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval}
+	opts := e2e.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval, Insecure: o.insecure}
 	if o.backlog > 0 {
 		// The WAL holds the backlog and the warm-up without uploading:
 		// upload_bytes at most half the capacity.
@@ -151,11 +157,19 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		}
 	}()
 	say(fmt.Sprintf("starting S3, 3 coordinators, %d brokers in %s (logs: %s/*.log)", len(c.Brokers), dir, dir))
+	webScheme := "http"
+	if c.PKI != "" {
+		webScheme = "https"
+		say(fmt.Sprintf("mutual TLS with roles: a throwaway CA, the gossip key and every certificate in %s (coordinator c1..c3, broker b1..b%d, admin for this command)",
+			c.PKI, len(c.Brokers)))
+	} else {
+		say("plaintext, no authorization (--insecure)")
+	}
 	if err := c.Start(ctx, o.timeout); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	for _, m := range c.Coords {
-		say(fmt.Sprintf("  coordinator %s  admin %s  raft %s  gossip %s  pid %d  web view http://%s/ui/", m.Name, m.Admin, m.Raft, m.Gossip, m.Pid(), m.HTTP))
+		say(fmt.Sprintf("  coordinator %s  admin %s  raft %s  gossip %s  pid %d  web view %s://%s/ui/", m.Name, m.Admin, m.Raft, m.Gossip, m.Pid(), webScheme, m.HTTP))
 	}
 	for _, b := range c.Brokers {
 		say(fmt.Sprintf("  broker %s  data %s  agent %s  streams %v  pid %d", b.Name, b.Listen, b.AgentListen, b.Streams, b.Pid()))
@@ -189,18 +203,34 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return nil
 	}
 	eps := strings.Join(c.AdminAddrs(), ",")
+	var tlsEnv, loadFlags, web, reader string
+	if c.PKI != "" {
+		admin, err := c.TLSOf(e2e.ClientIdentity)
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		rd, err := c.TLSOf(authz.Identity{Name: "dev-reader", Role: authz.RoleReader})
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		tlsEnv = fmt.Sprintf("  export WALDENCTL_CACERT=%s WALDENCTL_CERT=%s WALDENCTL_KEY=%s\n", admin.CAFile, admin.CertFile, admin.KeyFile)
+		loadFlags = fmt.Sprintf(" --cacert %s --cert %s --key %s", rd.CAFile, rd.CertFile, rd.KeyFile)
+		web = " (it asks for a client certificate: walden dev --insecure serves it to a browser)"
+		reader = fmt.Sprintf("  WALDENCTL_CERT=%s WALDENCTL_KEY=%s waldenctl failover b2 --reason try   # a reader: refused\n", rd.CertFile, rd.KeyFile)
+	}
 	fmt.Fprintf(out, `
 the cluster keeps running (Ctrl-C stops it); %s was killed, the other brokers serve its streams.
-  web view: http://%s/ui/
+  web view: %s://%s/ui/%s
   export WALDENCTL_ENDPOINTS=%s
-  waldenctl status
+%s  waldenctl status
   waldenctl brokers
   waldenctl jobs
   waldenctl streams
   waldenctl events --limit 30
-  walden load --coordinators %s --rate 100 --duration 10s --ledger %s/more.jsonl
+%s  walden load --coordinators %s --rate 100 --duration 10s --ledger %s/more.jsonl%s
 logs and data: %s%s
-`, sum.Victim, c.Coords[0].HTTP, eps, eps, dir, dir, map[bool]string{true: " (removed on Ctrl-C; --dir keeps them)", false: ""}[removeDir])
+`, sum.Victim, webScheme, c.Coords[0].HTTP, web, eps, tlsEnv, reader, eps, dir, loadFlags, dir,
+		map[bool]string{true: " (removed on Ctrl-C; --dir keeps them)", false: ""}[removeDir])
 	<-ctx.Done()
 	succeeded = true
 	return nil
