@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -447,4 +449,67 @@ func forgedVote(t *testing.T, from, to string, term uint64) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestHTTPListeners: with TLS on, the HTTP listener serves the web view to
+// readers and up only, and the plain listen.metrics listener serves
+// /healthz, /readyz and /metrics without a certificate, and no web view.
+func TestHTTPListeners(t *testing.T) {
+	p := newTestPKI(t, t.TempDir())
+	cfg := singleMember(t)
+	cfg.TLS = p.member(t, "c1")
+	cfg.Listen.Metrics = "127.0.0.1:0"
+	s := startServer(t, cfg)
+	a := s.Addrs()
+
+	get := func(id *authz.Identity, url string) (int, string) {
+		t.Helper()
+		tr := &http.Transport{}
+		if id != nil {
+			m, err := mtls.Load(p.tls(t, *id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.TLSClientConfig = m.Client
+		}
+		c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	reader := authz.Identity{Name: "grafana", Role: authz.RoleReader}
+	agent := authz.Identity{Name: "b1-agent", Role: authz.RoleAgent, BrokerID: "b1"}
+	if code, _ := get(&reader, "https://"+a.HTTP+"/ui/"); code != http.StatusOK {
+		t.Fatalf("reader's web view: %d", code)
+	}
+	code, body := get(&agent, "https://"+a.HTTP+"/ui/")
+	if code != http.StatusForbidden || !strings.Contains(body, `"b1-agent" (agent of broker b1) may not read the cluster's state`) {
+		t.Fatalf("agent's web view: %d %q", code, body)
+	}
+	if code, _ := get(&agent, "https://"+a.HTTP+"/healthz"); code != http.StatusOK {
+		t.Fatalf("agent's /healthz: %d", code)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _ := get(nil, "http://"+a.Metrics+"/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plain /readyz: %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, path := range []string{"/healthz", "/metrics"} {
+		if code, _ := get(nil, "http://"+a.Metrics+path); code != http.StatusOK {
+			t.Fatalf("plain %s: %d", path, code)
+		}
+	}
+	if code, _ := get(nil, "http://"+a.Metrics+"/ui/"); code != http.StatusNotFound {
+		t.Fatalf("plain /ui/: %d, want 404 (the web view is not on the plain listener)", code)
+	}
 }
