@@ -37,7 +37,7 @@ var Nodes = []string{"s3", "c1", "c2", "c3", "b1", "b2", "b3", "client"}
 
 // Fixed ports: every process has an address of its own.
 var ports = map[string]string{
-	"s3": "7070", "admin": "7000", "raft": "7001", "http": "7003",
+	"s3": "7070", "admin": "7000", "raft": "7001", "http": "7003", "metrics": "7004",
 	"listen": "9000", "agent": "9001",
 }
 

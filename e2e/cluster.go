@@ -77,7 +77,7 @@ type Options struct {
 	// 127.0.x.y on Linux, 127.0.0.1 elsewhere).
 	Host string
 	// Listen, when set, gives the host:port each process binds for a role
-	// ("s3"; a coordinator's "admin", "raft", "gossip", "http"; a broker's
+	// ("s3"; a coordinator's "admin", "raft", "gossip", "http", "metrics"; a broker's
 	// "listen", "agent", "gossip") instead of a free port of Host, e.g. a
 	// fixed port on an address of the process's own network namespace.
 	Listen func(proc, role string) string
@@ -138,8 +138,10 @@ type Proc struct {
 	// Config is the child's config file (empty for s3).
 	Config string
 
-	// Coordinator addresses.
-	Admin, Raft, Gossip, HTTP string
+	// Coordinator addresses. HTTP serves mutual TLS when the cluster does;
+	// Metrics (listen.metrics) serves /metrics, /healthz and /readyz in
+	// plain HTTP always.
+	Admin, Raft, Gossip, HTTP, Metrics string
 	// Broker addresses and streams.
 	Listen, AgentListen string
 	Streams             []uint64
@@ -312,6 +314,9 @@ func New(o Options) (*Cluster, error) {
 	}
 	// addrs fills the addresses of proc's roles (role1, addr1, role2,
 	// addr2...).
+	// A port the kernel handed out once may come back for the next
+	// listener: every address of the cluster is a different one.
+	taken := map[string]bool{}
 	addrs := func(proc string, roles ...any) error {
 		for i := 0; i < len(roles); i += 2 {
 			role, p := roles[i].(string), roles[i+1].(*string)
@@ -319,11 +324,17 @@ func New(o Options) (*Cluster, error) {
 				*p = o.Listen(proc, role)
 				continue
 			}
-			a, err := FreeAddr(host)
-			if err != nil {
-				return err
+			for {
+				a, err := FreeAddr(host)
+				if err != nil {
+					return err
+				}
+				if !taken[a] {
+					taken[a] = true
+					*p = a
+					break
+				}
 			}
-			*p = a
 		}
 		return nil
 	}
@@ -349,7 +360,7 @@ func New(o Options) (*Cluster, error) {
 	}
 	for i := 1; i <= 3; i++ {
 		p := &Proc{Name: fmt.Sprintf("c%d", i), bin: o.Bin, command: o.Command}
-		if err := addrs(p.Name, "admin", &p.Admin, "raft", &p.Raft, "gossip", &p.Gossip, "http", &p.HTTP); err != nil {
+		if err := addrs(p.Name, "admin", &p.Admin, "raft", &p.Raft, "gossip", &p.Gossip, "http", &p.HTTP, "metrics", &p.Metrics); err != nil {
 			return nil, err
 		}
 		c.Coords = append(c.Coords, p)
@@ -514,12 +525,13 @@ listen:
   admin: %q
   raft: %q
   http: %q
+  metrics: %q
 initial_cluster:
 %sgossip:
   listen: %q
   join: %s
 %s%s%s%slog: {level: %s, format: json}
-`, o.ClusterName, m.Name, filepath.Join(o.Dir, m.Name), m.Admin, m.Raft, m.HTTP, peers.String(),
+`, o.ClusterName, m.Name, filepath.Join(o.Dir, m.Name), m.Admin, m.Raft, m.HTTP, m.Metrics, peers.String(),
 			m.Gossip, yamlList(gossipJoin), section("policy", o.Policy), section("recovery", o.Recovery), c.s3YAML(), tlsText, o.LogLevel)
 		if err := os.WriteFile(m.Config, []byte(text), 0o644); err != nil {
 			return fmt.Errorf("e2e: %w", err)

@@ -29,7 +29,7 @@ func (p *peaks) run(ctx context.Context) {
 			if !m.Alive() {
 				continue
 			}
-			smp, err := p.c.Scrape(ctx, m.HTTP)
+			smp, err := p.c.Scrape(ctx, m.Metrics)
 			if err != nil {
 				continue
 			}
@@ -72,7 +72,7 @@ func scrapeAll(t *testing.T, c *e2e.Cluster, procs []*e2e.Proc, addr func(*e2e.P
 	return out
 }
 
-func coordHTTP(p *e2e.Proc) string { return p.HTTP }
+func coordHTTP(p *e2e.Proc) string { return p.Metrics } // plain listen.metrics, as Prometheus scrapes
 func agentHTTP(p *e2e.Proc) string { return p.AgentListen }
 func maxOf(all map[string]e2e.Samples, name string, labels ...string) float64 {
 	m := 0.0
