@@ -400,8 +400,14 @@ func (h *Harness) clusterOptions(dir string, rec *history.Recorder) e2e.Options 
 	}
 }
 
+// ScenarioTimeout bounds one scenario, from the cluster's start to the end
+// of its checks.
+const ScenarioTimeout = 20 * time.Minute
+
 // RunScenario runs one scenario on a fresh cluster and judges it.
 func (h *Harness) RunScenario(ctx context.Context, s Scenario) Result {
+	ctx, cancel := context.WithTimeout(ctx, ScenarioTimeout)
+	defer cancel()
 	start := time.Now()
 	cfg := h.cfg
 	res := Result{Scenario: s.Name, Policy: cfg.Policy, Seed: cfg.Seed, ReopenMs: -1, Dir: filepath.Join(cfg.Dir, s.Name),

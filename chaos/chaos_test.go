@@ -52,6 +52,9 @@ func TestChaosShort(t *testing.T) {
 	if cerr := h.Close(); cerr != nil {
 		t.Errorf("removing the chaos network: %v", cerr)
 	}
+	if out, _ := exec.Command("ip", "netns", "list").Output(); bytes.Contains(out, []byte(netns.Prefix)) {
+		t.Errorf("namespaces left after Close:\n%s", out)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,92 @@
+package chaos
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"walden/chaos/history"
+)
+
+func TestJudge(t *testing.T) {
+	ok := Result{Acked: 10, Present: 10, Linearizable: history.Linearizable, ReopenMs: -1}
+	judge(&ok)
+	if ok.Verdict != "pass" || len(ok.Missed) != 0 {
+		t.Fatalf("clean result judged %s %v", ok.Verdict, ok.Missed)
+	}
+	cases := []struct {
+		name string
+		edit func(*Result)
+		want string
+	}{
+		{"lost", func(r *Result) { r.Lost = 1 }, "1 acknowledged records lost"},
+		{"duplicates", func(r *Result) { r.Duplicates = 2 }, "2 duplicates"},
+		{"stale", func(r *Result) { r.StaleWrites = 1 }, "1 stale writes"},
+		{"false failover", func(r *Result) { r.FalseFailovers = 1 }, "1 false failovers"},
+		{"not linearizable", func(r *Result) { r.Linearizable = history.NotLinearizable }, "linearizable: illegal"},
+		{"check timed out", func(r *Result) { r.Linearizable = history.CheckTimedOut }, "linearizable: unknown"},
+		{"slow reopen", func(r *Result) { r.ReopenMs, r.ReopenGoalMs = 7000, 6500 }, "reopened after 7000 ms, goal 6500 ms"},
+		{"never reopened", func(r *Result) { r.ReopenMs, r.ReopenGoalMs = -1, 6500 }, "reopened after -1 ms"},
+		{"error", func(r *Result) { r.Error = "boom" }, "did not complete: boom"},
+	}
+	for _, tc := range cases {
+		r := Result{Acked: 10, Present: 10, Linearizable: history.Linearizable, ReopenMs: -1}
+		tc.edit(&r)
+		judge(&r)
+		if r.Verdict != "fail" || !strings.Contains(strings.Join(r.Missed, "; "), tc.want) {
+			t.Errorf("%s: verdict %s, missed %v; want fail naming %q", tc.name, r.Verdict, r.Missed, tc.want)
+		}
+	}
+}
+
+func TestReopenAfter(t *testing.T) {
+	ops := []history.Op{
+		{Kind: history.KindStream, Stream: 101, Return: 500e6, State: "opened", OwnerID: "b2"}, // before the fault
+		{Kind: history.KindStream, Stream: 101, Return: 3000e6, State: "closed"},
+		{Kind: history.KindStream, Stream: 101, Return: 3100e6, State: "opened", OwnerID: "b2"},
+		{Kind: history.KindStream, Stream: 102, Return: 3400e6, State: "opened", OwnerID: "b1"}, // still the victim's
+		{Kind: history.KindStream, Stream: 102, Return: 3500e6, State: "opened", OwnerID: "b3"},
+	}
+	if got := reopenAfter(ops, []uint64{101, 102}, "b1", 1000e6); got != 2500 {
+		t.Fatalf("reopenAfter = %d ms, want 2500", got)
+	}
+	if got := reopenAfter(ops, []uint64{101, 103}, "b1", 1000e6); got != -1 {
+		t.Fatalf("reopenAfter with a stream never reopened = %d, want -1", got)
+	}
+}
+
+func TestSelectAndReport(t *testing.T) {
+	if _, err := Select([]string{"no-such-scenario"}); err == nil || !strings.Contains(err.Error(), "known:") {
+		t.Fatalf("Select of an unknown name: %v", err)
+	}
+	all, err := Select(nil)
+	if err != nil || len(all) != len(Catalog()) {
+		t.Fatalf("Select(nil) = %d scenarios, %v", len(all), err)
+	}
+	short := ShortNames()
+	if len(short) == 0 {
+		t.Fatal("no scenario in the short form")
+	}
+	rs := []Result{{Scenario: "a", Verdict: "pass", ReopenMs: -1}, {Scenario: "b", Verdict: "fail", Missed: []string{"2 duplicates"}, ReopenMs: 8500, ReopenGoalMs: 6500}}
+	rep := NewReport("walden-chaos", "2026-12-01T00:00:00Z", "default", 7, rs)
+	if rep.Passed != 1 || rep.Failed != 1 {
+		t.Fatalf("report totals %d/%d", rep.Passed, rep.Failed)
+	}
+	var tbl, js bytes.Buffer
+	if err := rep.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SCENARIO", "8.5s (≤6.5s)", "missed: 2 duplicates", "1 passed, 1 failed"} {
+		if !strings.Contains(tbl.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, tbl.String())
+		}
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Scenarios) != 2 || back.Scenarios[1].ReopenGoalMs != 6500 {
+		t.Fatalf("JSON report: %v\n%s", err, js.String())
+	}
+}
