@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"walden/fencing"
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -30,7 +31,7 @@ func (s *State) applyOpenStream(index uint64, op *waldenv1.OpenStreamRequest) (*
 		s.streams[st.StreamId] = st
 	case st.GetState() == StreamClosed:
 	case st.GetOwnerBrokerId() == op.GetBrokerId() && st.GetOwnerEpoch() == op.GetBrokerEpoch():
-		return openResult(st), nil
+		return s.openResult(st), nil
 	case st.GetOwnerBrokerId() == op.GetBrokerId() && st.GetOwnerEpoch() < op.GetBrokerEpoch():
 	default:
 		return nil, fencing.WithMetadata(fmt.Errorf("fsm: open stream %d: opened by %q at epoch %d: %w",
@@ -45,11 +46,17 @@ func (s *State) applyOpenStream(index uint64, op *waldenv1.OpenStreamRequest) (*
 	st.OwnerBrokerId = op.GetBrokerId()
 	st.OwnerEpoch = op.GetBrokerEpoch()
 	st.UpdatedUnixMs = s.now()
-	return openResult(st), nil
+	return s.openResult(st), nil
 }
 
-func openResult(st *waldenv1.Stream) *waldenv1.Result {
-	return &waldenv1.Result{Value: &waldenv1.Result_OpenStream{OpenStream: &waldenv1.OpenStreamResponse{Stream: clone(st)}}}
+// openResult answers an open with the stream and its producer table, so
+// that the new owner checks retried appends against what is committed.
+func (s *State) openResult(st *waldenv1.Stream) *waldenv1.Result {
+	resp := &waldenv1.OpenStreamResponse{Stream: clone(st)}
+	if t := s.producers[st.GetStreamId()]; t != nil {
+		resp.Producers = t.States()
+	}
+	return &waldenv1.Result{Value: &waldenv1.Result_OpenStream{OpenStream: resp}}
 }
 
 // checkOwner refuses a write to st by broker brokerID at epoch (or in
@@ -71,7 +78,9 @@ func checkOwner(st *waldenv1.Stream, brokerID string, epoch, streamEpoch uint64,
 // object id again is a redundant success that changes nothing. Otherwise the
 // broker's epoch (or the failover context) is checked, and every range must
 // name a distinct opened stream owned by the broker at the stream's epoch and
-// start exactly at its end offset.
+// start exactly at its end offset; the producers' last batches it names
+// must lie inside their stream's range. They are merged into the streams'
+// producer tables.
 func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest) (*waldenv1.Result, error) {
 	obj := op.GetObject()
 	if obj.GetObjectId() == "" {
@@ -114,6 +123,10 @@ func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest
 		}
 	}
 
+	if err := checkProducers(obj, op.GetProducers()); err != nil {
+		return nil, err
+	}
+
 	o := clone(obj)
 	o.BrokerId = op.GetBrokerId()
 	o.BrokerEpoch = op.GetBrokerEpoch()
@@ -135,7 +148,64 @@ func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest
 		s.streamObjects[st.GetStreamId()] = append(s.streamObjects[st.GetStreamId()], o.GetObjectId())
 	}
 	s.objects[o.GetObjectId()] = o
+	for _, sp := range op.GetProducers() {
+		t := s.producers[sp.GetStreamId()]
+		if t == nil {
+			t = producer.NewTable(nil)
+			s.producers[sp.GetStreamId()] = t
+		}
+		t.Merge(sp.GetProducers())
+	}
 	return s.commitResult(o, false), nil
+}
+
+// checkProducers validates a commit's producer summary against the
+// object's ranges: a stream of the object, once; per producer one batch,
+// of at least one record, inside the stream's range.
+func checkProducers(obj *waldenv1.Object, sps []*waldenv1.StreamProducers) error {
+	ranges := map[uint64]*waldenv1.ObjectRange{}
+	for _, r := range obj.GetRanges() {
+		ranges[r.GetStreamId()] = r
+	}
+	seenStream := map[uint64]bool{}
+	for i, sp := range sps {
+		r := ranges[sp.GetStreamId()]
+		switch {
+		case r == nil:
+			return invalid("commit object %s: producers[%d].stream_id: stream %d has no range in the object", obj.GetObjectId(), i, sp.GetStreamId())
+		case seenStream[sp.GetStreamId()]:
+			return invalid("commit object %s: producers[%d].stream_id: stream %d appears twice", obj.GetObjectId(), i, sp.GetStreamId())
+		}
+		seenStream[sp.GetStreamId()] = true
+		seen := map[uint64]bool{}
+		for j, p := range sp.GetProducers() {
+			field := fmt.Sprintf("producers[%d].producers[%d]", i, j)
+			switch {
+			case p.GetProducerId() == 0:
+				return invalid("commit object %s: %s.producer_id: must not be 0", obj.GetObjectId(), field)
+			case seen[p.GetProducerId()]:
+				return invalid("commit object %s: %s.producer_id: producer %d appears twice", obj.GetObjectId(), field, p.GetProducerId())
+			case p.GetCount() == 0:
+				return invalid("commit object %s: %s.count: must not be 0", obj.GetObjectId(), field)
+			case p.GetOffset() < r.GetStartOffset() || p.GetOffset()+uint64(p.GetCount()) > r.GetEndOffset():
+				return invalid("commit object %s: %s: offsets [%d, %d) outside the stream's range [%d, %d)", obj.GetObjectId(), field,
+					p.GetOffset(), p.GetOffset()+uint64(p.GetCount()), r.GetStartOffset(), r.GetEndOffset())
+			}
+			seen[p.GetProducerId()] = true
+		}
+	}
+	return nil
+}
+
+// Producers returns copies of stream id's producer table, sorted by
+// producer id.
+func (s *State) Producers(id uint64) []*waldenv1.ProducerState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if t := s.producers[id]; t != nil {
+		return t.States()
+	}
+	return nil
 }
 
 func (s *State) commitResult(o *waldenv1.Object, redundant bool) *waldenv1.Result {

@@ -3,6 +3,8 @@ package fsm_test
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
@@ -200,5 +202,45 @@ func TestCheckBroker(t *testing.T) {
 	h.ok(&waldenv1.CancelJob{JobId: j.GetJobId()})
 	if err := h.s.CheckBroker("b1", e1, fo(j)); !errorsIs(err, fencing.ErrJobNotRunning) {
 		t.Fatalf("CheckBroker after cancel = %v", err)
+	}
+}
+
+// TestProducerTables: a commit's producer summary is merged into the
+// stream's table, which the next open hands to the new owner; a summary
+// that does not fit the object is refused and changes nothing.
+func TestProducerTables(t *testing.T) {
+	h := newHarness(t)
+	e1 := h.register("b1")
+	e2 := h.register("b2")
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: e1, StreamId: 1})
+	ps := func(id, seq uint64, count uint32, off uint64) *waldenv1.ProducerState {
+		return &waldenv1.ProducerState{ProducerId: id, Sequence: seq, Count: count, Offset: off}
+	}
+	commit := func(id string, r *waldenv1.ObjectRange, sps ...*waldenv1.StreamProducers) *waldenv1.CommitObjectRequest {
+		return &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: e1, Object: obj(id, r), Producers: sps}
+	}
+	h.ok(commit("o1", rng(1, 1, 0, 10), &waldenv1.StreamProducers{StreamId: 1, Producers: []*waldenv1.ProducerState{ps(5, 0, 4, 0), ps(6, 0, 6, 4)}}))
+	h.ok(commit("o2", rng(1, 1, 10, 12), &waldenv1.StreamProducers{StreamId: 1, Producers: []*waldenv1.ProducerState{ps(5, 4, 2, 10)}}))
+	for name, op := range map[string]*waldenv1.CommitObjectRequest{
+		"stream not in the object": commit("o3", rng(1, 1, 12, 14), &waldenv1.StreamProducers{StreamId: 2, Producers: []*waldenv1.ProducerState{ps(5, 6, 1, 12)}}),
+		"batch outside the range":  commit("o3", rng(1, 1, 12, 14), &waldenv1.StreamProducers{StreamId: 1, Producers: []*waldenv1.ProducerState{ps(5, 6, 3, 12)}}),
+		"producer id 0":            commit("o3", rng(1, 1, 12, 14), &waldenv1.StreamProducers{StreamId: 1, Producers: []*waldenv1.ProducerState{ps(0, 6, 1, 12)}}),
+		"count 0":                  commit("o3", rng(1, 1, 12, 14), &waldenv1.StreamProducers{StreamId: 1, Producers: []*waldenv1.ProducerState{ps(5, 6, 0, 12)}}),
+		"producer twice": commit("o3", rng(1, 1, 12, 14), &waldenv1.StreamProducers{StreamId: 1,
+			Producers: []*waldenv1.ProducerState{ps(5, 6, 1, 12), ps(5, 7, 1, 13)}}),
+	} {
+		t.Run(name, func(t *testing.T) { h.refuse(op, fencing.ErrInvalidArgument) })
+	}
+	// The recovery's commit of a fenced broker's tail carries its
+	// producers too.
+	h.declare("b1")
+	j := h.s.Jobs("b1", "")[0]
+	h.ok(&waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: j.GetToken(), Failover: fo(j), Object: obj("o4", rng(1, 1, 12, 13)),
+		Producers: []*waldenv1.StreamProducers{{StreamId: 1, Producers: []*waldenv1.ProducerState{ps(6, 6, 1, 12)}}}})
+	h.ok(&waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: j.GetToken(), StreamId: 1, StreamEpoch: 1, Failover: fo(j)})
+	res := h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b2", BrokerEpoch: e2, StreamId: 1}).GetOpenStream()
+	want := []*waldenv1.ProducerState{ps(5, 4, 2, 10), ps(6, 6, 1, 12)}
+	if len(res.GetProducers()) != 2 || !proto.Equal(res.GetProducers()[0], want[0]) || !proto.Equal(res.GetProducers()[1], want[1]) {
+		t.Fatalf("producers handed to the new owner: %v, want %v", res.GetProducers(), want)
 	}
 }

@@ -90,8 +90,19 @@ func randomOp(r *rand.Rand, s *fsm.State) any {
 		if r.IntN(5) == 0 {
 			start++
 		}
-		return &waldenv1.CommitObjectRequest{BrokerId: b, BrokerEpoch: epoch, Failover: fc,
-			Object: obj(fmt.Sprintf("o%d", r.IntN(400)), rng(stream, st.GetEpoch(), start, start+uint64(1+r.IntN(9))))}
+		end := start + uint64(1+r.IntN(9))
+		var prods []*waldenv1.StreamProducers
+		if n := r.IntN(3); n > 0 {
+			sp := &waldenv1.StreamProducers{StreamId: stream}
+			for p := 0; p < n; p++ {
+				// A producer id 0 now and then: refused as a whole.
+				sp.Producers = append(sp.Producers, &waldenv1.ProducerState{ProducerId: uint64(r.IntN(300)), Sequence: uint64(r.IntN(50)),
+					Count: 1, Offset: start + uint64(r.IntN(int(end-start)))})
+			}
+			prods = append(prods, sp)
+		}
+		return &waldenv1.CommitObjectRequest{BrokerId: b, BrokerEpoch: epoch, Failover: fc, Producers: prods,
+			Object: obj(fmt.Sprintf("o%d", r.IntN(400)), rng(stream, st.GetEpoch(), start, end))}
 	case 11:
 		return &waldenv1.CloseStreamRequest{BrokerId: b, BrokerEpoch: epoch, StreamId: stream, StreamEpoch: st.GetEpoch(), Failover: fc}
 	case 12:
@@ -261,7 +272,8 @@ func TestSnapshotRoundTripAllDomains(t *testing.T) {
 	h.register("b1")
 	h.register("b2")
 	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: 1, StreamId: 3})
-	h.ok(&waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: 1, Object: obj("o1", rng(3, 1, 0, 10))})
+	h.ok(&waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: 1, Object: obj("o1", rng(3, 1, 0, 10)),
+		Producers: []*waldenv1.StreamProducers{{StreamId: 3, Producers: []*waldenv1.ProducerState{{ProducerId: 7, Sequence: 4, Count: 2, Offset: 8}}}}})
 	h.ok(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "5m"}})
 	h.ok(&waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "dead"})
 	h.declare("b1")
@@ -275,7 +287,8 @@ func TestSnapshotRoundTripAllDomains(t *testing.T) {
 	}
 	snap := domainSnapshot(t, r)
 	if snap.GetNextEpoch() != 4 || len(snap.GetBrokers()) != 2 || len(snap.GetJobs()) != 1 || len(snap.GetObjects()) != 1 ||
-		len(snap.GetStreams()) != 1 || snap.GetPolicy().GetValues()["cooldown"] != "5m" || len(snap.GetEvents()) == 0 {
+		len(snap.GetStreams()) != 1 || snap.GetPolicy().GetValues()["cooldown"] != "5m" || len(snap.GetEvents()) == 0 ||
+		len(snap.GetProducers()) != 1 || len(r.Producers(3)) != 1 {
 		t.Fatalf("snapshot = %v", snap)
 	}
 	if got := r.StreamObjects(3, 0, 0); len(got) != 1 {
@@ -287,7 +300,8 @@ func TestRestoreRefusesBadDomains(t *testing.T) {
 	h := newHarness(t)
 	h.register("b1")
 	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: 1, StreamId: 3})
-	h.ok(&waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: 1, Object: obj("o1", rng(3, 1, 0, 10))})
+	h.ok(&waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: 1, Object: obj("o1", rng(3, 1, 0, 10)),
+		Producers: []*waldenv1.StreamProducers{{StreamId: 3, Producers: []*waldenv1.ProducerState{{ProducerId: 7, Sequence: 4, Count: 2, Offset: 8}}}}})
 	h.declare("b1")
 	good := domainSnapshot(t, h.s)
 	cases := []struct {
@@ -303,6 +317,9 @@ func TestRestoreRefusesBadDomains(t *testing.T) {
 		{"object twice", func(s *waldenv1.StateSnapshot) { s.Objects = append(s.Objects, s.Objects[0]) }, `object "o1" twice`},
 		{"job of unknown broker", func(s *waldenv1.StateSnapshot) { s.Jobs[0].BrokerId = "b7" }, `unknown broker "b7"`},
 		{"job twice", func(s *waldenv1.StateSnapshot) { s.Jobs = append(s.Jobs, s.Jobs[0]) }, "twice"},
+		{"producers of unknown stream", func(s *waldenv1.StateSnapshot) { s.Producers[0].StreamId = 9 }, "producers of unknown stream 9"},
+		{"producers twice", func(s *waldenv1.StateSnapshot) { s.Producers = append(s.Producers, s.Producers[0]) }, "producers of stream 3 twice"},
+		{"producer id 0", func(s *waldenv1.StateSnapshot) { s.Producers[0].Producers[0].ProducerId = 0 }, "producer 0"},
 		{"too many events", func(s *waldenv1.StateSnapshot) {
 			for len(s.Events) <= fsm.MaxEvents {
 				s.Events = append(s.Events, s.Events[0])

@@ -5,13 +5,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 )
 
 // snapshotVersion is the StateSnapshot layout this package writes. Version 2
 // adds the fencing token counter, brokers, policy overrides, events,
 // streams, objects and jobs (fields 7–13); version 1 snapshots (membership
-// and noops only) are still read, with those empty.
+// and noops only) are still read, with those empty. The streams' producer
+// tables (field 14) came later within version 2: a snapshot without them
+// restores with empty tables.
 const snapshotVersion uint32 = 2
 
 // snapshotVersionV1 is the layout before brokers, catalog and jobs.
@@ -46,7 +49,18 @@ func (s *State) snapshotLocked() *waldenv1.StateSnapshot {
 		Streams:           s.sortedStreams(),
 		Objects:           s.sortedObjects(),
 		Jobs:              s.sortedJobsByID(),
+		Producers:         s.sortedProducers(),
 	}
+}
+
+func (s *State) sortedProducers() []*waldenv1.StreamProducers {
+	var out []*waldenv1.StreamProducers
+	for _, id := range sortedKeys(s.producers) {
+		if t := s.producers[id]; t.Len() > 0 {
+			out = append(out, &waldenv1.StreamProducers{StreamId: id, Producers: t.States()})
+		}
+	}
+	return out
 }
 
 func (s *State) copyEvents() []*waldenv1.Event {
@@ -128,6 +142,7 @@ func (s *State) Restore(data []byte) error {
 	s.streams = d.streams
 	s.objects = d.objects
 	s.jobs = d.jobs
+	s.producers = d.producers
 	s.indexStreamObjects()
 	s.notifyLocked()
 	return nil
@@ -142,6 +157,7 @@ type domains struct {
 	streams   map[uint64]*waldenv1.Stream
 	objects   map[string]*waldenv1.Object
 	jobs      map[string]*waldenv1.Job
+	producers map[uint64]*producer.Table
 }
 
 // restoreDomains copies and checks the brokers, policy, events, catalog and
@@ -158,6 +174,7 @@ func restoreDomains(snap *waldenv1.StateSnapshot) (*domains, error) {
 		streams:   map[uint64]*waldenv1.Stream{},
 		objects:   map[string]*waldenv1.Object{},
 		jobs:      map[string]*waldenv1.Job{},
+		producers: map[uint64]*producer.Table{},
 	}
 	if d.nextEpoch == 0 {
 		d.nextEpoch = 1
@@ -211,6 +228,24 @@ func restoreDomains(snap *waldenv1.StateSnapshot) (*domains, error) {
 			return nil, bad("job %q has token %d, next epoch is %d", j.GetJobId(), j.GetToken(), d.nextEpoch)
 		}
 		d.jobs[j.GetJobId()] = clone(j)
+	}
+	for _, sp := range snap.GetProducers() {
+		switch {
+		case d.streams[sp.GetStreamId()] == nil:
+			return nil, bad("producers of unknown stream %d", sp.GetStreamId())
+		case d.producers[sp.GetStreamId()] != nil:
+			return nil, bad("producers of stream %d twice", sp.GetStreamId())
+		case len(sp.GetProducers()) > producer.MaxPerStream:
+			return nil, bad("stream %d has %d producers, at most %d are kept", sp.GetStreamId(), len(sp.GetProducers()), producer.MaxPerStream)
+		}
+		seen := map[uint64]bool{}
+		for _, p := range sp.GetProducers() {
+			if p.GetProducerId() == 0 || p.GetCount() == 0 || seen[p.GetProducerId()] {
+				return nil, bad("stream %d: producer %d with count %d (ids must be unique and not 0, counts not 0)", sp.GetStreamId(), p.GetProducerId(), p.GetCount())
+			}
+			seen[p.GetProducerId()] = true
+		}
+		d.producers[sp.GetStreamId()] = producer.NewTable(sp.GetProducers())
 	}
 	for _, e := range snap.GetEvents() {
 		d.events = append(d.events, clone(e))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -73,6 +74,9 @@ type State struct {
 	// (= offset) order, derived from objects.
 	objects       map[string]*waldenv1.Object
 	streamObjects map[uint64][]string
+	// producers are the streams' producer tables (idempotent producers'
+	// last batches), by stream id.
+	producers map[uint64]*producer.Table
 	// jobs by id.
 	jobs map[string]*waldenv1.Job
 
@@ -100,6 +104,7 @@ func (s *State) reset() {
 	s.streams = map[uint64]*waldenv1.Stream{}
 	s.objects = map[string]*waldenv1.Object{}
 	s.streamObjects = map[uint64][]string{}
+	s.producers = map[uint64]*producer.Table{}
 	s.jobs = map[string]*waldenv1.Job{}
 }
 

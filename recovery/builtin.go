@@ -15,6 +15,7 @@ import (
 	"walden/fsm"
 	"walden/objformat"
 	"walden/objstore"
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/wal"
 )
@@ -194,6 +195,10 @@ type built struct {
 	first int64
 	last  int64
 	batch int
+	// producers is the last batch of each idempotent producer per stream
+	// (read from the reference broker's batch framing), committed with the
+	// object so that the streams' next owners know them.
+	producers []*waldenv1.StreamProducers
 }
 
 // build scans the WAL again and sends the objects of p, built with
@@ -224,6 +229,7 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 			arena = make([]byte, 0, po.payload)
 		}
 		arena = arena[:0]
+		var prods producer.Summary
 		for b.Len() < po.records {
 			rec, err := rd.Next()
 			if errors.Is(err, io.EOF) {
@@ -246,6 +252,12 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 			if err := b.Add(bt); err != nil {
 				return fmt.Errorf("recovery: upload: %w", err)
 			}
+			// A payload whose producer header is malformed is uploaded
+			// all the same (its CRC held): only its producer is not known.
+			if err := prods.Add(bt.StreamID, bt.BaseOffset, bt.Count, bt.Payload); err != nil {
+				a.log.Warn("record batch with a malformed producer header; its producer's retries are not recognized",
+					"stream_id", bt.StreamID, "base_offset", bt.BaseOffset, "wal_offset", rec.Offset, "err", err)
+			}
 		}
 		var buf []byte
 		select {
@@ -266,7 +278,7 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 		}
 		obj := &built{n: n, key: objformat.Key(prefix, j.GetBrokerId(), j.GetToken(), po.first, po.last),
 			id: objformat.ObjectID(j.GetBrokerId(), j.GetToken(), po.first, po.last), data: data, index: ix, size: int64(len(data)),
-			first: po.first, last: po.last, batch: po.records}
+			first: po.first, last: po.last, batch: po.records, producers: prods.Streams()}
 		select {
 		case out <- obj:
 		case <-ctx.Done():
@@ -343,6 +355,7 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 			BrokerId: j.GetBrokerId(), BrokerEpoch: j.GetToken(), Failover: a.failover(j),
 			Object: &waldenv1.Object{ObjectId: o.id, Key: o.key, Size: uint64(o.size), Ranges: o.index.Ranges(),
 				FirstWalOffset: o.first, LastWalOffset: o.last, Crc32C: o.crc},
+			Producers: o.producers,
 		}}})
 		if err != nil {
 			return fsm.StepCommit, fmt.Errorf("recovery: commit %s: %w", o.id, err)

@@ -15,7 +15,11 @@
 //     detach → done, retried with capped exponential backoff;
 //   - the plugins: fence (none, exec, aws-ec2-stop), attach (local, ebs,
 //     exec) and the whole-recovery exec action, with their JSON contract
-//     (docs/recovery.md).
+//     (docs/recovery.md);
+//   - the producer summary of what it commits: each object's commit names
+//     the last batch of every idempotent producer it holds (read from the
+//     reference broker's batch framing, package producer), so that the
+//     streams' next owners recognize retries of recovered batches.
 //
 // It must never:
 //

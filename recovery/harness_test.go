@@ -18,6 +18,7 @@ import (
 	"walden/fsm"
 	"walden/objformat"
 	"walden/objstore"
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
 	"walden/wal"
@@ -169,7 +170,8 @@ type scenario struct {
 // newScenario registers broker b1 with streams 1..4 and writes its WAL:
 //   - stream 1: committed up to 10 by the broker; WAL holds 0..10 (already
 //     in S3) and 10..10+n (to recover);
-//   - stream 2: nothing committed; WAL holds 0..n;
+//   - stream 2: nothing committed; WAL holds 0..3n, batches of idempotent
+//     producer 77 (sequence = offset) in the reference broker's framing;
 //   - stream 3: WAL holds 0..4 then a gap (4..6 missing) then 6..10: only
 //     0..4 is recovered;
 //   - stream 4: closed by the broker before dying: nothing recovered.
@@ -202,6 +204,11 @@ func newScenario(t *testing.T, c *testCluster, dir string, n int, payload int) *
 	}
 	add := func(stream uint64, count uint32, keep bool) {
 		b := wal.Batch{StreamID: stream, Epoch: 1, BaseOffset: next[stream], Count: count, Payload: payloadFor(stream, next[stream], payload)}
+		if stream == 2 {
+			recs := make([][]byte, count)
+			recs[0] = b.Payload
+			b.Payload = producer.Encode(producer.Header{ID: 77, Sequence: next[stream]}, recs)
+		}
 		pending = append(pending, b)
 		next[stream] += uint64(count)
 		if keep {

@@ -45,6 +45,13 @@ func TestRecoverCommitsEachRecordOnce(t *testing.T) {
 			j := c.declare(sc.broker, sc.epoch, "c1")
 			j = waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded", func(j *waldenv1.Job) bool { return j.GetState() == fsm.JobSucceeded })
 			checkCommitted(t, c, store, sc)
+			// The producer of stream 2's batches is committed with its last
+			// batch, for the stream's next owner.
+			last := sc.want[2][len(sc.want[2])-1]
+			if got := c.s.Producers(2); len(got) != 1 || got[0].GetProducerId() != 77 || got[0].GetSequence() != last.BaseOffset ||
+				got[0].GetOffset() != last.BaseOffset || got[0].GetCount() != last.Count {
+				t.Fatalf("producers of stream 2 %v, want producer 77's batch at %d", got, last.BaseOffset)
+			}
 			if len(j.GetGaps()) != 1 || !strings.Contains(j.GetGaps()[0], "stream 3: gap at offset 4") {
 				t.Fatalf("gaps %q, want stream 3's", j.GetGaps())
 			}

@@ -25,7 +25,16 @@ type AppendRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	StreamId uint64                 `protobuf:"varint,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
 	// records are opaque; at least one. Each gets one offset.
-	Records       [][]byte `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Records [][]byte `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// producer_id, when not 0, makes the append idempotent (Kafka's
+	// idempotent producer): the records carry the sequence numbers
+	// [sequence, sequence + len(records)) of this producer on this stream,
+	// the first batch of a producer starts at 0, each next one where the
+	// previous ended, and a retry resends the same batch. A retry of the
+	// producer's last batch is acknowledged with its original offsets and
+	// stored once, also on another broker after a failover.
+	ProducerId    uint64 `protobuf:"varint,3,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Sequence      uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -74,14 +83,31 @@ func (x *AppendRequest) GetRecords() [][]byte {
 	return nil
 }
 
+func (x *AppendRequest) GetProducerId() uint64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *AppendRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 // AppendResponse acknowledges the records: they are durable in the broker's
-// WAL under the offsets [base_offset, base_offset + count).
+// WAL (or committed) under the offsets [base_offset, base_offset + count).
 type AppendResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BaseOffset    uint64                 `protobuf:"varint,1,opt,name=base_offset,json=baseOffset,proto3" json:"base_offset,omitempty"`
-	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	StreamEpoch   uint64                 `protobuf:"varint,3,opt,name=stream_epoch,json=streamEpoch,proto3" json:"stream_epoch,omitempty"`
-	BrokerEpoch   uint64                 `protobuf:"varint,4,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	BaseOffset  uint64                 `protobuf:"varint,1,opt,name=base_offset,json=baseOffset,proto3" json:"base_offset,omitempty"`
+	Count       uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	StreamEpoch uint64                 `protobuf:"varint,3,opt,name=stream_epoch,json=streamEpoch,proto3" json:"stream_epoch,omitempty"`
+	BrokerEpoch uint64                 `protobuf:"varint,4,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	// duplicate says the batch was stored by an earlier attempt: nothing was
+	// written now, the offsets are the original ones.
+	Duplicate     bool `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -142,6 +168,13 @@ func (x *AppendResponse) GetBrokerEpoch() uint64 {
 		return x.BrokerEpoch
 	}
 	return 0
+}
+
+func (x *AppendResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 type ReadRequest struct {
@@ -563,16 +596,20 @@ var File_walden_v1_broker_api_proto protoreflect.FileDescriptor
 
 const file_walden_v1_broker_api_proto_rawDesc = "" +
 	"\n" +
-	"\x1awalden/v1/broker_api.proto\x12\twalden.v1\"F\n" +
+	"\x1awalden/v1/broker_api.proto\x12\twalden.v1\"\x83\x01\n" +
 	"\rAppendRequest\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\x04R\bstreamId\x12\x18\n" +
-	"\arecords\x18\x02 \x03(\fR\arecords\"\x8d\x01\n" +
+	"\arecords\x18\x02 \x03(\fR\arecords\x12\x1f\n" +
+	"\vproducer_id\x18\x03 \x01(\x04R\n" +
+	"producerId\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\"\xab\x01\n" +
 	"\x0eAppendResponse\x12\x1f\n" +
 	"\vbase_offset\x18\x01 \x01(\x04R\n" +
 	"baseOffset\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12!\n" +
 	"\fstream_epoch\x18\x03 \x01(\x04R\vstreamEpoch\x12!\n" +
-	"\fbroker_epoch\x18\x04 \x01(\x04R\vbrokerEpoch\"l\n" +
+	"\fbroker_epoch\x18\x04 \x01(\x04R\vbrokerEpoch\x12\x1c\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"l\n" +
 	"\vReadRequest\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\x04R\bstreamId\x12\x1f\n" +
 	"\vfrom_offset\x18\x02 \x01(\x04R\n" +

@@ -40,7 +40,14 @@ const (
 //   - LEASE_INVALID: the broker's lease is not confirmed (self-fenced);
 //   - NODE_FENCED: the cluster failed the broker over; it refuses every
 //     append until it has registered again;
-//   - NOT_READY: the broker is still recovering or opening its streams.
+//   - NOT_READY: the broker is still recovering or opening its streams;
+//   - OUT_OF_ORDER_SEQUENCE: an idempotent append whose sequence is neither
+//     the producer's next one nor a retry of its last batch (metadata
+//     "expected_sequence");
+//   - UNKNOWN_PRODUCER: an idempotent append with a sequence other than 0
+//     from a producer the stream does not know (never seen, or forgotten:
+//     a stream keeps its most recent producers only); the producer starts
+//     again with a new producer id.
 //
 // Nothing is acknowledged with a refusal.
 type BrokerAPIClient interface {
@@ -103,7 +110,14 @@ func (c *brokerAPIClient) BrokerStatus(ctx context.Context, in *BrokerStatusRequ
 //   - LEASE_INVALID: the broker's lease is not confirmed (self-fenced);
 //   - NODE_FENCED: the cluster failed the broker over; it refuses every
 //     append until it has registered again;
-//   - NOT_READY: the broker is still recovering or opening its streams.
+//   - NOT_READY: the broker is still recovering or opening its streams;
+//   - OUT_OF_ORDER_SEQUENCE: an idempotent append whose sequence is neither
+//     the producer's next one nor a retry of its last batch (metadata
+//     "expected_sequence");
+//   - UNKNOWN_PRODUCER: an idempotent append with a sequence other than 0
+//     from a producer the stream does not know (never seen, or forgotten:
+//     a stream keeps its most recent producers only); the producer starts
+//     again with a new producer id.
 //
 // Nothing is acknowledged with a refusal.
 type BrokerAPIServer interface {

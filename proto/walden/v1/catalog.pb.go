@@ -511,8 +511,13 @@ func (x *OpenStreamRequest) GetStreamId() uint64 {
 }
 
 type OpenStreamResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stream        *Stream                `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream *Stream                `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	// producers is the stream's producer table as committed: the last batch
+	// of each idempotent producer (at most producer.MaxPerStream, the most
+	// recent by offset), sorted by producer id. The new owner checks retried
+	// appends against it.
+	Producers     []*ProducerState `protobuf:"bytes,2,rep,name=producers,proto3" json:"producers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -554,6 +559,139 @@ func (x *OpenStreamResponse) GetStream() *Stream {
 	return nil
 }
 
+func (x *OpenStreamResponse) GetProducers() []*ProducerState {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+// ProducerState is the last batch an idempotent producer appended to a
+// stream: its first sequence number, its record count and the offset of its
+// first record (the batch holds sequences [sequence, sequence + count) at
+// offsets [offset, offset + count)).
+type ProducerState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    uint64                 `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Sequence      uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Count         uint32                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProducerState) Reset() {
+	*x = ProducerState{}
+	mi := &file_walden_v1_catalog_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducerState) ProtoMessage() {}
+
+func (x *ProducerState) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_catalog_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
+func (*ProducerState) Descriptor() ([]byte, []int) {
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ProducerState) GetProducerId() uint64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *ProducerState) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ProducerState) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ProducerState) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+// StreamProducers is the last batch of each producer in one stream's range
+// of an object.
+type StreamProducers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StreamId      uint64                 `protobuf:"varint,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	Producers     []*ProducerState       `protobuf:"bytes,2,rep,name=producers,proto3" json:"producers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamProducers) Reset() {
+	*x = StreamProducers{}
+	mi := &file_walden_v1_catalog_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamProducers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamProducers) ProtoMessage() {}
+
+func (x *StreamProducers) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_catalog_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamProducers.ProtoReflect.Descriptor instead.
+func (*StreamProducers) Descriptor() ([]byte, []int) {
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StreamProducers) GetStreamId() uint64 {
+	if x != nil {
+		return x.StreamId
+	}
+	return 0
+}
+
+func (x *StreamProducers) GetProducers() []*ProducerState {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
 // CommitObject commits an uploaded object. Every range must start exactly at
 // its stream's end offset (OFFSET_MISMATCH), on an OPENED stream owned by the
 // broker (NOT_OWNER) with the stream's current epoch. The same object id
@@ -564,14 +702,20 @@ type CommitObjectRequest struct {
 	BrokerEpoch uint64                 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	Object      *Object                `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
 	// failover is set for the failover commit of a recovery job.
-	Failover      *FailoverContext `protobuf:"bytes,4,opt,name=failover,proto3" json:"failover,omitempty"`
+	Failover *FailoverContext `protobuf:"bytes,4,opt,name=failover,proto3" json:"failover,omitempty"`
+	// producers names, per stream range of the object, the last batch of
+	// each idempotent producer inside that range (read from the batches'
+	// framing); the catalog keeps them in the stream's producer table. At
+	// most one entry per stream and per producer; each batch lies inside its
+	// stream's range.
+	Producers     []*StreamProducers `protobuf:"bytes,5,rep,name=producers,proto3" json:"producers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitObjectRequest) Reset() {
 	*x = CommitObjectRequest{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[6]
+	mi := &file_walden_v1_catalog_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +727,7 @@ func (x *CommitObjectRequest) String() string {
 func (*CommitObjectRequest) ProtoMessage() {}
 
 func (x *CommitObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[6]
+	mi := &file_walden_v1_catalog_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +740,7 @@ func (x *CommitObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitObjectRequest.ProtoReflect.Descriptor instead.
 func (*CommitObjectRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{6}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommitObjectRequest) GetBrokerId() string {
@@ -627,6 +771,13 @@ func (x *CommitObjectRequest) GetFailover() *FailoverContext {
 	return nil
 }
 
+func (x *CommitObjectRequest) GetProducers() []*StreamProducers {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
 type CommitObjectResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Object *Object                `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
@@ -639,7 +790,7 @@ type CommitObjectResponse struct {
 
 func (x *CommitObjectResponse) Reset() {
 	*x = CommitObjectResponse{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[7]
+	mi := &file_walden_v1_catalog_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +802,7 @@ func (x *CommitObjectResponse) String() string {
 func (*CommitObjectResponse) ProtoMessage() {}
 
 func (x *CommitObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[7]
+	mi := &file_walden_v1_catalog_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +815,7 @@ func (x *CommitObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitObjectResponse.ProtoReflect.Descriptor instead.
 func (*CommitObjectResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{7}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommitObjectResponse) GetObject() *Object {
@@ -702,7 +853,7 @@ type CloseStreamRequest struct {
 
 func (x *CloseStreamRequest) Reset() {
 	*x = CloseStreamRequest{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[8]
+	mi := &file_walden_v1_catalog_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +865,7 @@ func (x *CloseStreamRequest) String() string {
 func (*CloseStreamRequest) ProtoMessage() {}
 
 func (x *CloseStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[8]
+	mi := &file_walden_v1_catalog_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +878,7 @@ func (x *CloseStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStreamRequest.ProtoReflect.Descriptor instead.
 func (*CloseStreamRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{8}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CloseStreamRequest) GetBrokerId() string {
@@ -774,7 +925,7 @@ type CloseStreamResponse struct {
 
 func (x *CloseStreamResponse) Reset() {
 	*x = CloseStreamResponse{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[9]
+	mi := &file_walden_v1_catalog_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +937,7 @@ func (x *CloseStreamResponse) String() string {
 func (*CloseStreamResponse) ProtoMessage() {}
 
 func (x *CloseStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[9]
+	mi := &file_walden_v1_catalog_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +950,7 @@ func (x *CloseStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStreamResponse.ProtoReflect.Descriptor instead.
 func (*CloseStreamResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{9}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CloseStreamResponse) GetStream() *Stream {
@@ -820,7 +971,7 @@ type GetOpeningStreamsRequest struct {
 
 func (x *GetOpeningStreamsRequest) Reset() {
 	*x = GetOpeningStreamsRequest{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[10]
+	mi := &file_walden_v1_catalog_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +983,7 @@ func (x *GetOpeningStreamsRequest) String() string {
 func (*GetOpeningStreamsRequest) ProtoMessage() {}
 
 func (x *GetOpeningStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[10]
+	mi := &file_walden_v1_catalog_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +996,7 @@ func (x *GetOpeningStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOpeningStreamsRequest.ProtoReflect.Descriptor instead.
 func (*GetOpeningStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{10}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetOpeningStreamsRequest) GetBrokerId() string {
@@ -878,7 +1029,7 @@ type GetOpeningStreamsResponse struct {
 
 func (x *GetOpeningStreamsResponse) Reset() {
 	*x = GetOpeningStreamsResponse{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[11]
+	mi := &file_walden_v1_catalog_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1041,7 @@ func (x *GetOpeningStreamsResponse) String() string {
 func (*GetOpeningStreamsResponse) ProtoMessage() {}
 
 func (x *GetOpeningStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[11]
+	mi := &file_walden_v1_catalog_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1054,7 @@ func (x *GetOpeningStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOpeningStreamsResponse.ProtoReflect.Descriptor instead.
 func (*GetOpeningStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{11}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetOpeningStreamsResponse) GetStreams() []*Stream {
@@ -925,7 +1076,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[12]
+	mi := &file_walden_v1_catalog_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1088,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[12]
+	mi := &file_walden_v1_catalog_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1101,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{12}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListStreamsRequest) GetOwnerBrokerId() string {
@@ -976,7 +1127,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[13]
+	mi := &file_walden_v1_catalog_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1139,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[13]
+	mi := &file_walden_v1_catalog_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1152,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{13}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -1024,7 +1175,7 @@ type DescribeStreamRequest struct {
 
 func (x *DescribeStreamRequest) Reset() {
 	*x = DescribeStreamRequest{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[14]
+	mi := &file_walden_v1_catalog_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1187,7 @@ func (x *DescribeStreamRequest) String() string {
 func (*DescribeStreamRequest) ProtoMessage() {}
 
 func (x *DescribeStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[14]
+	mi := &file_walden_v1_catalog_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1200,7 @@ func (x *DescribeStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeStreamRequest.ProtoReflect.Descriptor instead.
 func (*DescribeStreamRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{14}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeStreamRequest) GetStreamId() uint64 {
@@ -1083,7 +1234,7 @@ type DescribeStreamResponse struct {
 
 func (x *DescribeStreamResponse) Reset() {
 	*x = DescribeStreamResponse{}
-	mi := &file_walden_v1_catalog_proto_msgTypes[15]
+	mi := &file_walden_v1_catalog_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1246,7 @@ func (x *DescribeStreamResponse) String() string {
 func (*DescribeStreamResponse) ProtoMessage() {}
 
 func (x *DescribeStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_catalog_proto_msgTypes[15]
+	mi := &file_walden_v1_catalog_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1259,7 @@ func (x *DescribeStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeStreamResponse.ProtoReflect.Descriptor instead.
 func (*DescribeStreamResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{15}
+	return file_walden_v1_catalog_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeStreamResponse) GetStream() *Stream {
@@ -1174,14 +1325,25 @@ const file_walden_v1_catalog_proto_rawDesc = "" +
 	"\x11OpenStreamRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x04R\vbrokerEpoch\x12\x1b\n" +
-	"\tstream_id\x18\x03 \x01(\x04R\bstreamId\"?\n" +
+	"\tstream_id\x18\x03 \x01(\x04R\bstreamId\"w\n" +
 	"\x12OpenStreamResponse\x12)\n" +
-	"\x06stream\x18\x01 \x01(\v2\x11.walden.v1.StreamR\x06stream\"\xb8\x01\n" +
+	"\x06stream\x18\x01 \x01(\v2\x11.walden.v1.StreamR\x06stream\x126\n" +
+	"\tproducers\x18\x02 \x03(\v2\x18.walden.v1.ProducerStateR\tproducers\"z\n" +
+	"\rProducerState\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x04R\n" +
+	"producerId\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\"f\n" +
+	"\x0fStreamProducers\x12\x1b\n" +
+	"\tstream_id\x18\x01 \x01(\x04R\bstreamId\x126\n" +
+	"\tproducers\x18\x02 \x03(\v2\x18.walden.v1.ProducerStateR\tproducers\"\xf2\x01\n" +
 	"\x13CommitObjectRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x04R\vbrokerEpoch\x12)\n" +
 	"\x06object\x18\x03 \x01(\v2\x11.walden.v1.ObjectR\x06object\x126\n" +
-	"\bfailover\x18\x04 \x01(\v2\x1a.walden.v1.FailoverContextR\bfailover\"\x8c\x01\n" +
+	"\bfailover\x18\x04 \x01(\v2\x1a.walden.v1.FailoverContextR\bfailover\x128\n" +
+	"\tproducers\x18\x05 \x03(\v2\x1a.walden.v1.StreamProducersR\tproducers\"\x8c\x01\n" +
 	"\x14CommitObjectResponse\x12)\n" +
 	"\x06object\x18\x01 \x01(\v2\x11.walden.v1.ObjectR\x06object\x12\x1c\n" +
 	"\tredundant\x18\x02 \x01(\bR\tredundant\x12+\n" +
@@ -1235,7 +1397,7 @@ func file_walden_v1_catalog_proto_rawDescGZIP() []byte {
 	return file_walden_v1_catalog_proto_rawDescData
 }
 
-var file_walden_v1_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_walden_v1_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_walden_v1_catalog_proto_goTypes = []any{
 	(*Stream)(nil),                    // 0: walden.v1.Stream
 	(*ObjectRange)(nil),               // 1: walden.v1.ObjectRange
@@ -1243,48 +1405,53 @@ var file_walden_v1_catalog_proto_goTypes = []any{
 	(*FailoverContext)(nil),           // 3: walden.v1.FailoverContext
 	(*OpenStreamRequest)(nil),         // 4: walden.v1.OpenStreamRequest
 	(*OpenStreamResponse)(nil),        // 5: walden.v1.OpenStreamResponse
-	(*CommitObjectRequest)(nil),       // 6: walden.v1.CommitObjectRequest
-	(*CommitObjectResponse)(nil),      // 7: walden.v1.CommitObjectResponse
-	(*CloseStreamRequest)(nil),        // 8: walden.v1.CloseStreamRequest
-	(*CloseStreamResponse)(nil),       // 9: walden.v1.CloseStreamResponse
-	(*GetOpeningStreamsRequest)(nil),  // 10: walden.v1.GetOpeningStreamsRequest
-	(*GetOpeningStreamsResponse)(nil), // 11: walden.v1.GetOpeningStreamsResponse
-	(*ListStreamsRequest)(nil),        // 12: walden.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),       // 13: walden.v1.ListStreamsResponse
-	(*DescribeStreamRequest)(nil),     // 14: walden.v1.DescribeStreamRequest
-	(*DescribeStreamResponse)(nil),    // 15: walden.v1.DescribeStreamResponse
+	(*ProducerState)(nil),             // 6: walden.v1.ProducerState
+	(*StreamProducers)(nil),           // 7: walden.v1.StreamProducers
+	(*CommitObjectRequest)(nil),       // 8: walden.v1.CommitObjectRequest
+	(*CommitObjectResponse)(nil),      // 9: walden.v1.CommitObjectResponse
+	(*CloseStreamRequest)(nil),        // 10: walden.v1.CloseStreamRequest
+	(*CloseStreamResponse)(nil),       // 11: walden.v1.CloseStreamResponse
+	(*GetOpeningStreamsRequest)(nil),  // 12: walden.v1.GetOpeningStreamsRequest
+	(*GetOpeningStreamsResponse)(nil), // 13: walden.v1.GetOpeningStreamsResponse
+	(*ListStreamsRequest)(nil),        // 14: walden.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),       // 15: walden.v1.ListStreamsResponse
+	(*DescribeStreamRequest)(nil),     // 16: walden.v1.DescribeStreamRequest
+	(*DescribeStreamResponse)(nil),    // 17: walden.v1.DescribeStreamResponse
 }
 var file_walden_v1_catalog_proto_depIdxs = []int32{
 	1,  // 0: walden.v1.Object.ranges:type_name -> walden.v1.ObjectRange
 	0,  // 1: walden.v1.OpenStreamResponse.stream:type_name -> walden.v1.Stream
-	2,  // 2: walden.v1.CommitObjectRequest.object:type_name -> walden.v1.Object
-	3,  // 3: walden.v1.CommitObjectRequest.failover:type_name -> walden.v1.FailoverContext
-	2,  // 4: walden.v1.CommitObjectResponse.object:type_name -> walden.v1.Object
-	0,  // 5: walden.v1.CommitObjectResponse.streams:type_name -> walden.v1.Stream
-	3,  // 6: walden.v1.CloseStreamRequest.failover:type_name -> walden.v1.FailoverContext
-	0,  // 7: walden.v1.CloseStreamResponse.stream:type_name -> walden.v1.Stream
-	3,  // 8: walden.v1.GetOpeningStreamsRequest.failover:type_name -> walden.v1.FailoverContext
-	0,  // 9: walden.v1.GetOpeningStreamsResponse.streams:type_name -> walden.v1.Stream
-	0,  // 10: walden.v1.ListStreamsResponse.streams:type_name -> walden.v1.Stream
-	0,  // 11: walden.v1.DescribeStreamResponse.stream:type_name -> walden.v1.Stream
-	2,  // 12: walden.v1.DescribeStreamResponse.objects:type_name -> walden.v1.Object
-	4,  // 13: walden.v1.Catalog.OpenStream:input_type -> walden.v1.OpenStreamRequest
-	6,  // 14: walden.v1.Catalog.CommitObject:input_type -> walden.v1.CommitObjectRequest
-	8,  // 15: walden.v1.Catalog.CloseStream:input_type -> walden.v1.CloseStreamRequest
-	10, // 16: walden.v1.Catalog.GetOpeningStreams:input_type -> walden.v1.GetOpeningStreamsRequest
-	12, // 17: walden.v1.Catalog.ListStreams:input_type -> walden.v1.ListStreamsRequest
-	14, // 18: walden.v1.Catalog.DescribeStream:input_type -> walden.v1.DescribeStreamRequest
-	5,  // 19: walden.v1.Catalog.OpenStream:output_type -> walden.v1.OpenStreamResponse
-	7,  // 20: walden.v1.Catalog.CommitObject:output_type -> walden.v1.CommitObjectResponse
-	9,  // 21: walden.v1.Catalog.CloseStream:output_type -> walden.v1.CloseStreamResponse
-	11, // 22: walden.v1.Catalog.GetOpeningStreams:output_type -> walden.v1.GetOpeningStreamsResponse
-	13, // 23: walden.v1.Catalog.ListStreams:output_type -> walden.v1.ListStreamsResponse
-	15, // 24: walden.v1.Catalog.DescribeStream:output_type -> walden.v1.DescribeStreamResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 2: walden.v1.OpenStreamResponse.producers:type_name -> walden.v1.ProducerState
+	6,  // 3: walden.v1.StreamProducers.producers:type_name -> walden.v1.ProducerState
+	2,  // 4: walden.v1.CommitObjectRequest.object:type_name -> walden.v1.Object
+	3,  // 5: walden.v1.CommitObjectRequest.failover:type_name -> walden.v1.FailoverContext
+	7,  // 6: walden.v1.CommitObjectRequest.producers:type_name -> walden.v1.StreamProducers
+	2,  // 7: walden.v1.CommitObjectResponse.object:type_name -> walden.v1.Object
+	0,  // 8: walden.v1.CommitObjectResponse.streams:type_name -> walden.v1.Stream
+	3,  // 9: walden.v1.CloseStreamRequest.failover:type_name -> walden.v1.FailoverContext
+	0,  // 10: walden.v1.CloseStreamResponse.stream:type_name -> walden.v1.Stream
+	3,  // 11: walden.v1.GetOpeningStreamsRequest.failover:type_name -> walden.v1.FailoverContext
+	0,  // 12: walden.v1.GetOpeningStreamsResponse.streams:type_name -> walden.v1.Stream
+	0,  // 13: walden.v1.ListStreamsResponse.streams:type_name -> walden.v1.Stream
+	0,  // 14: walden.v1.DescribeStreamResponse.stream:type_name -> walden.v1.Stream
+	2,  // 15: walden.v1.DescribeStreamResponse.objects:type_name -> walden.v1.Object
+	4,  // 16: walden.v1.Catalog.OpenStream:input_type -> walden.v1.OpenStreamRequest
+	8,  // 17: walden.v1.Catalog.CommitObject:input_type -> walden.v1.CommitObjectRequest
+	10, // 18: walden.v1.Catalog.CloseStream:input_type -> walden.v1.CloseStreamRequest
+	12, // 19: walden.v1.Catalog.GetOpeningStreams:input_type -> walden.v1.GetOpeningStreamsRequest
+	14, // 20: walden.v1.Catalog.ListStreams:input_type -> walden.v1.ListStreamsRequest
+	16, // 21: walden.v1.Catalog.DescribeStream:input_type -> walden.v1.DescribeStreamRequest
+	5,  // 22: walden.v1.Catalog.OpenStream:output_type -> walden.v1.OpenStreamResponse
+	9,  // 23: walden.v1.Catalog.CommitObject:output_type -> walden.v1.CommitObjectResponse
+	11, // 24: walden.v1.Catalog.CloseStream:output_type -> walden.v1.CloseStreamResponse
+	13, // 25: walden.v1.Catalog.GetOpeningStreams:output_type -> walden.v1.GetOpeningStreamsResponse
+	15, // 26: walden.v1.Catalog.ListStreams:output_type -> walden.v1.ListStreamsResponse
+	17, // 27: walden.v1.Catalog.DescribeStream:output_type -> walden.v1.DescribeStreamResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_catalog_proto_init() }
@@ -1298,7 +1465,7 @@ func file_walden_v1_catalog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_catalog_proto_rawDesc), len(file_walden_v1_catalog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -821,10 +821,13 @@ type StateSnapshot struct {
 	Brokers   []*Broker        `protobuf:"bytes,8,rep,name=brokers,proto3" json:"brokers,omitempty"`
 	Policy    *PolicyOverrides `protobuf:"bytes,9,opt,name=policy,proto3" json:"policy,omitempty"`
 	// events is the bounded event log, oldest first.
-	Events        []*Event  `protobuf:"bytes,10,rep,name=events,proto3" json:"events,omitempty"`
-	Streams       []*Stream `protobuf:"bytes,11,rep,name=streams,proto3" json:"streams,omitempty"`
-	Objects       []*Object `protobuf:"bytes,12,rep,name=objects,proto3" json:"objects,omitempty"`
-	Jobs          []*Job    `protobuf:"bytes,13,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Events  []*Event  `protobuf:"bytes,10,rep,name=events,proto3" json:"events,omitempty"`
+	Streams []*Stream `protobuf:"bytes,11,rep,name=streams,proto3" json:"streams,omitempty"`
+	Objects []*Object `protobuf:"bytes,12,rep,name=objects,proto3" json:"objects,omitempty"`
+	Jobs    []*Job    `protobuf:"bytes,13,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// producers are the streams' producer tables, sorted by stream id, each
+	// sorted by producer id.
+	Producers     []*StreamProducers `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -950,6 +953,13 @@ func (x *StateSnapshot) GetJobs() []*Job {
 	return nil
 }
 
+func (x *StateSnapshot) GetProducers() []*StreamProducers {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
 // PolicyOverrides are the runtime policy changes made through raft.
 type PolicyOverrides struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1068,7 +1078,7 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\x11ConfChangeContext\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
-	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\x96\x04\n" +
+	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\xd0\x04\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12!\n" +
 	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12#\n" +
@@ -1085,7 +1095,8 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	" \x03(\v2\x10.walden.v1.EventR\x06events\x12+\n" +
 	"\astreams\x18\v \x03(\v2\x11.walden.v1.StreamR\astreams\x12+\n" +
 	"\aobjects\x18\f \x03(\v2\x11.walden.v1.ObjectR\aobjects\x12\"\n" +
-	"\x04jobs\x18\r \x03(\v2\x0e.walden.v1.JobR\x04jobs\"\x90\x02\n" +
+	"\x04jobs\x18\r \x03(\v2\x0e.walden.v1.JobR\x04jobs\x128\n" +
+	"\tproducers\x18\x0e \x03(\v2\x1a.walden.v1.StreamProducersR\tproducers\"\x90\x02\n" +
 	"\x0fPolicyOverrides\x12>\n" +
 	"\x06values\x18\x01 \x03(\v2&.walden.v1.PolicyOverrides.ValuesEntryR\x06values\x12E\n" +
 	"\tset_index\x18\x02 \x03(\v2(.walden.v1.PolicyOverrides.SetIndexEntryR\bsetIndex\x1a9\n" +
@@ -1147,6 +1158,7 @@ var file_walden_v1_state_proto_goTypes = []any{
 	(*Member)(nil),               // 34: walden.v1.Member
 	(*Stream)(nil),               // 35: walden.v1.Stream
 	(*Object)(nil),               // 36: walden.v1.Object
+	(*StreamProducers)(nil),      // 37: walden.v1.StreamProducers
 }
 var file_walden_v1_state_proto_depIdxs = []int32{
 	1,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
@@ -1184,13 +1196,14 @@ var file_walden_v1_state_proto_depIdxs = []int32{
 	35, // 32: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
 	36, // 33: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
 	33, // 34: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
-	8,  // 35: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
-	9,  // 36: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	37, // 35: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
+	8,  // 36: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
+	9,  // 37: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_state_proto_init() }
