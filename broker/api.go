@@ -14,6 +14,7 @@ import (
 
 	"walden/agent"
 	"walden/fencing"
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/wal"
 )
@@ -29,8 +30,13 @@ const (
 
 // Test hooks, nil outside tests: testHookAppendAdmitted runs in Append
 // once the request was admitted, before its WAL write; testHookDrained runs
-// in a graceful stop once nothing is pending, before the streams close.
-var testHookAppendAdmitted, testHookDrained func()
+// in a graceful stop once nothing is pending, before the streams close;
+// testHookAppendDurable runs in Append once the batch is durable in the
+// WAL, before it is acknowledged (with the broker's id).
+var (
+	testHookAppendAdmitted, testHookDrained func()
+	testHookAppendDurable                   func(brokerID string)
+)
 
 // apiServer serves walden.v1.BrokerAPI.
 type apiServer struct {
@@ -121,12 +127,22 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 		b.walMu.RUnlock()
 		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
 	}
+	count := uint32(len(req.GetRecords()))
+	pid, seq := req.GetProducerId(), req.GetSequence()
+	if pid != 0 {
+		v, last := st.producers.Check(pid, seq, count)
+		if v != producer.Append {
+			st.mu.Unlock()
+			b.walMu.RUnlock()
+			return b.answerProducer(inc, st, v, last, pid, seq, count)
+		}
+	}
 	batch := wal.Batch{
 		StreamID:   st.id,
 		Epoch:      st.epoch,
 		BaseOffset: st.next,
-		Count:      uint32(len(req.GetRecords())),
-		Payload:    EncodeRecords(req.GetRecords()),
+		Count:      count,
+		Payload:    producer.Encode(producer.Header{ID: pid, Sequence: seq}, req.GetRecords()),
 	}
 	// The WAL write is not tied to the request: once submitted it either
 	// becomes durable under these offsets or the writer fails for good.
@@ -146,6 +162,11 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 		return nil, status.Errorf(codes.Unavailable, "wal append failed: %v", err)
 	}
 	st.next = batch.EndOffset()
+	if pid != 0 {
+		// Durable: a retry of this batch is answered with these offsets,
+		// whether or not this attempt is acknowledged below.
+		st.producers.Record(pid, seq, count, batch.BaseOffset)
+	}
 	b.mu.Lock()
 	inc.pending = append(inc.pending, pendingRecord{walOffset: off, batch: batch})
 	inc.pendingBytes += int64(len(batch.Payload))
@@ -163,6 +184,9 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	if full {
 		b.kickUpload()
 	}
+	if testHookAppendDurable != nil {
+		testHookAppendDurable(b.cfg.BrokerID)
+	}
 	// The records are durable; acknowledge only if the lease still holds.
 	if fenced {
 		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
@@ -174,6 +198,40 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 		return nil, err
 	}
 	return &waldenv1.AppendResponse{BaseOffset: batch.BaseOffset, Count: batch.Count, StreamEpoch: batch.Epoch, BrokerEpoch: inc.epoch}, nil
+}
+
+// answerProducer answers an idempotent append that is not written: a retry
+// of the producer's last batch is acknowledged with its stored offsets
+// under the same conditions as a fresh append (the incarnation serves and
+// the lease holds: the batch is in this broker's WAL or committed), and an
+// out-of-order or unknown producer is refused.
+func (b *Broker) answerProducer(inc *incarnation, st *ownedStream, v producer.Verdict, last *waldenv1.ProducerState, pid, seq uint64, count uint32) (*waldenv1.AppendResponse, error) {
+	switch v {
+	case producer.Duplicate:
+		b.mu.Lock()
+		fenced, draining := inc.fenced, b.draining
+		b.mu.Unlock()
+		switch {
+		case fenced:
+			return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
+		case draining:
+			return nil, refusal(codes.Unavailable, ReasonShuttingDown, "the broker is stopping", nil)
+		}
+		if err := b.checkLease(inc); err != nil {
+			return nil, err
+		}
+		return &waldenv1.AppendResponse{BaseOffset: last.GetOffset(), Count: last.GetCount(), StreamEpoch: st.epoch,
+			BrokerEpoch: inc.epoch, Duplicate: true}, nil
+	case producer.Unknown:
+		return nil, refusal(codes.FailedPrecondition, ReasonUnknownProducer, fmt.Sprintf(
+			"stream %d does not know producer %d, whose append starts at sequence %d (a producer's first batch starts at 0); "+
+				"start again with a new producer id", st.id, pid, seq), nil)
+	}
+	next := last.GetSequence() + uint64(last.GetCount())
+	return nil, refusal(codes.FailedPrecondition, ReasonOutOfOrderSequence, fmt.Sprintf(
+		"producer %d on stream %d: sequence %d (%d records) is neither the next one (%d) nor a retry of the last batch (sequence %d, %d records)",
+		pid, st.id, seq, count, next, last.GetSequence(), last.GetCount()),
+		map[string]string{MetaExpectedSequence: fmt.Sprint(next)})
 }
 
 func (b *Broker) kickUpload() {

@@ -21,6 +21,7 @@ import (
 	"walden/fencing"
 	"walden/mtls"
 	"walden/objstore"
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/wal"
 )
@@ -94,6 +95,9 @@ type ownedStream struct {
 	epoch uint64
 	next  uint64 // offset of the next append; guarded by mu
 	lost  bool   // the incarnation ended; refuse appends; guarded by mu
+	// producers holds the last batch of each idempotent producer, durable
+	// in the WAL or committed; guarded by mu.
+	producers *producer.Table
 	// committed is the catalog's end offset; changed under Broker.mu
 	// together with the pending list, so that a reader holding Broker.mu
 	// sees every offset either committed or pending.
@@ -425,12 +429,12 @@ func (b *Broker) openStream(ctx context.Context, inc *incarnation, id uint64, lo
 		return false
 	}
 	st := resp.GetStream()
-	s := &ownedStream{id: id, epoch: st.GetEpoch(), next: st.GetEndOffset()}
+	s := &ownedStream{id: id, epoch: st.GetEpoch(), next: st.GetEndOffset(), producers: producer.NewTable(resp.GetProducers())}
 	s.committed.Store(st.GetEndOffset())
 	b.walMu.Lock()
 	inc.streams[id] = s
 	b.walMu.Unlock()
-	log.Info("stream opened", "stream_id", id, "stream_epoch", s.epoch, "end_offset", st.GetEndOffset())
+	log.Info("stream opened", "stream_id", id, "stream_epoch", s.epoch, "end_offset", st.GetEndOffset(), "producers", len(resp.GetProducers()))
 	return true
 }
 

@@ -18,11 +18,23 @@ const (
 	ReasonShuttingDown = "SHUTTING_DOWN"
 	// ReasonWALFull: the WAL has no room until the next upload trims it.
 	ReasonWALFull = "WAL_FULL"
+	// ReasonOutOfOrderSequence: an idempotent append whose sequence is
+	// neither its producer's next one nor a retry of its last batch;
+	// ErrorInfo metadata "expected_sequence" holds the next one.
+	ReasonOutOfOrderSequence = "OUT_OF_ORDER_SEQUENCE"
+	// ReasonUnknownProducer: an idempotent append with a sequence other
+	// than 0 from a producer the stream does not know (never seen, or
+	// forgotten beyond producer.MaxPerStream); the producer starts again
+	// with a new producer id.
+	ReasonUnknownProducer = "UNKNOWN_PRODUCER"
 
 	// MetaOwnerAddr is the ErrorInfo metadata key of the owner's address.
 	MetaOwnerAddr = "owner_addr"
 	// MetaOwnerBrokerID is the ErrorInfo metadata key of the owner's id.
 	MetaOwnerBrokerID = "owner_broker_id"
+	// MetaExpectedSequence is the ErrorInfo metadata key of the sequence
+	// an out-of-order producer should send next.
+	MetaExpectedSequence = "expected_sequence"
 )
 
 // ErrInvalidConfig wraps a configuration refused by New.
@@ -38,6 +50,3 @@ var ErrFenced = errors.New("broker: fenced")
 
 // ErrNoCoordinator means no coordinator answered a catalog call.
 var ErrNoCoordinator = errors.New("broker: no coordinator answered")
-
-// ErrCorruptFrame means a batch payload does not hold well-framed records.
-var ErrCorruptFrame = errors.New("broker: malformed record framing")

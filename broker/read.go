@@ -11,6 +11,7 @@ import (
 
 	"walden/fencing"
 	"walden/objformat"
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -115,7 +116,7 @@ func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 				if full() || r.batch.BaseOffset > next {
 					break
 				}
-				payloads, err := DecodeRecords(r.batch.Payload, r.batch.Count)
+				_, payloads, err := producer.Decode(r.batch.Payload, r.batch.Count)
 				if err != nil {
 					return nil, status.Errorf(codes.Internal, "stream %d offset %d: %v", r.batch.StreamID, r.batch.BaseOffset, err)
 				}
@@ -189,7 +190,7 @@ func (b *Broker) readCommitted(ctx context.Context, streamID, from, end uint64, 
 				if bt.EndOffset() <= next {
 					continue
 				}
-				payloads, err := DecodeRecords(bt.Payload, bt.Count)
+				_, payloads, err := producer.Decode(bt.Payload, bt.Count)
 				if err != nil {
 					return nil, 0, fmt.Errorf("broker: object %s offset %d: %w", obj.GetKey(), bt.BaseOffset, err)
 				}

@@ -14,6 +14,7 @@ import (
 
 	"walden/fencing"
 	"walden/objformat"
+	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/wal"
 )
@@ -27,15 +28,22 @@ type builtObject struct {
 	records     int
 	uploaded    bool
 	crc         uint32
+	// producers is the last batch of each idempotent producer per stream,
+	// committed with the object into the streams' producer tables.
+	producers []*waldenv1.StreamProducers
 }
 
 // build encodes records (in WAL order) into one object uploaded under the
 // broker epoch.
 func (b *Broker) build(epoch uint64, records []pendingRecord) (*builtObject, error) {
 	bld := objformat.NewBuilder()
+	var prods producer.Summary
 	for _, r := range records {
 		if err := bld.Add(r.batch); err != nil {
 			return nil, fmt.Errorf("broker: build object: %w", err)
+		}
+		if err := prods.Add(r.batch.StreamID, r.batch.BaseOffset, r.batch.Count, r.batch.Payload); err != nil {
+			return nil, fmt.Errorf("broker: build object: stream %d offset %d: %w", r.batch.StreamID, r.batch.BaseOffset, err)
 		}
 	}
 	data, ix, err := bld.Build()
@@ -44,13 +52,14 @@ func (b *Broker) build(epoch uint64, records []pendingRecord) (*builtObject, err
 	}
 	first, last := records[0].walOffset, records[len(records)-1].walOffset
 	return &builtObject{
-		key:     objformat.Key(b.cfg.S3.Prefix, b.cfg.BrokerID, epoch, first, last),
-		id:      objformat.ObjectID(b.cfg.BrokerID, epoch, first, last),
-		data:    data,
-		index:   ix,
-		first:   first,
-		last:    last,
-		records: len(records),
+		key:       objformat.Key(b.cfg.S3.Prefix, b.cfg.BrokerID, epoch, first, last),
+		id:        objformat.ObjectID(b.cfg.BrokerID, epoch, first, last),
+		data:      data,
+		index:     ix,
+		first:     first,
+		last:      last,
+		records:   len(records),
+		producers: prods.Streams(),
 	}, nil
 }
 
@@ -79,6 +88,7 @@ func (b *Broker) commit(ctx context.Context, epoch uint64, obj *builtObject) (*w
 			LastWalOffset:  obj.last,
 			Crc32C:         obj.crc,
 		},
+		Producers: obj.producers,
 	}
 	var resp *waldenv1.CommitObjectResponse
 	err := b.coords.Do(ctx, 5*time.Second, func(ctx context.Context, conn *grpc.ClientConn) error {
@@ -247,6 +257,14 @@ func (b *Broker) recoverOldWAL(ctx context.Context, inc *incarnation, log *slog.
 		if s := inc.streams[e.StreamID]; s != nil {
 			s.committed.Store(e.EndOffset)
 			s.next = e.EndOffset
+		}
+	}
+	// The streams' producer tables came with the opens, before this commit:
+	// add its producers' last batches (a retry of a batch acknowledged
+	// before the crash, or written but not acknowledged, is a duplicate).
+	for _, sp := range obj.producers {
+		if s := inc.streams[sp.GetStreamId()]; s != nil {
+			s.producers.Merge(sp.GetProducers())
 		}
 	}
 	log.Info("old WAL tail committed", "object_id", obj.id, "records", len(take))
