@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"walden/broker"
 	"walden/config"
 	"walden/loadgen"
 	"walden/objstore"
@@ -231,10 +232,11 @@ func TestKillUnderLoadRealRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("load: acked %d, pending %d, max unavailable %dms; verify: %+v", rep.Acked, rep.Pending, rep.MaxUnavailableMs, *v)
-	// Duplicates may appear: a record the dead broker wrote to its WAL but
-	// could not acknowledge is recovered, and the producer's retry of it is
-	// acknowledged elsewhere (at-least-once on the producer's side).
+	t.Logf("load: acked %d, pending %d, retried records found stored %d, max unavailable %dms; verify: %+v",
+		rep.Acked, rep.Pending, rep.DuplicateAcks, rep.MaxUnavailableMs, *v)
+	// No duplicates either: a record the dead broker wrote to its WAL but
+	// could not acknowledge is recovered, and the producer's retry of it on
+	// b2 is answered with the recovered offsets (idempotent producer).
 	if !v.OK() || v.Present != rep.Acked {
 		_, rerr := client(t, b2.Addr()).Read(context.Background(), &waldenv1.ReadRequest{StreamId: 1})
 		t.Fatalf("verify %+v, load %+v (read of stream 1 through b2: %v)", v, rep, rerr)
@@ -244,4 +246,83 @@ func TestKillUnderLoadRealRecovery(t *testing.T) {
 			t.Fatalf("stream %d owners %v: not moved to b2", s.Stream, s.Owners)
 		}
 	}
+}
+
+// TestRetryAfterFailoverOnAnotherBroker: b1 is killed with two appends
+// whose outcome its producers do not know: one acknowledged (the answer
+// lost on the way), one durable in its WAL but not acknowledged. The
+// coordinator fails b1 over (its recovery uploads the WAL tail and commits
+// it with the producers' last batches) and b2 takes the streams over; both
+// retries land on b2 and are answered with the original offsets, and each
+// record is stored once.
+func TestRetryAfterFailoverOnAnotherBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a coordinator and a failover")
+	}
+	dir := t.TempDir()
+	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s3 := objstore.FakeConfig(endpoint, "walden")
+	admin, gossipAddr := startCoordinator(t, s3)
+	e := &env{t: t, dir: dir}
+	c1 := realBrokerConfig(dir, admin, gossipAddr, s3, "b1", 1, 2)
+	c1.UploadInterval, c1.UploadBytes = time.Hour, 1<<20 // b1's tail stays in its WAL
+	b1 := e.start(c1)
+	waitReady(t, b1)
+	c2 := realBrokerConfig(dir, admin, gossipAddr, s3, "b2")
+	c2.Takeover = true
+	b2 := e.start(c2)
+	waitReady(t, b2)
+	cl1 := client(t, b1.Addr())
+
+	// Producer 11 on stream 1: acknowledged, but say the answer was lost.
+	if r := mustAppendAs(t, cl1, 1, 11, 0, "a0", "a1"); r.GetBaseOffset() != 0 {
+		t.Fatalf("first append: %v", r)
+	}
+	// Producer 12 on stream 2: durable in b1's WAL when b1 is killed,
+	// before the acknowledgement.
+	durable, release := make(chan struct{}), make(chan struct{})
+	broker.SetTestHookAppendDurable(func(id string) {
+		if id == "b1" {
+			close(durable)
+			<-release
+		}
+	})
+	t.Cleanup(func() { broker.SetTestHookAppendDurable(nil) })
+	errc := make(chan error, 1)
+	go func() {
+		_, err := appendAs(t, cl1, 2, 12, 0, "b0")
+		errc <- err
+	}()
+	<-durable
+	broker.SetTestHookAppendDurable(nil)
+	killed := make(chan struct{})
+	go func() { _ = b1.Stop(false); close(killed) }()
+	if err := <-errc; err == nil {
+		t.Fatal("a killed broker acknowledged the append")
+	}
+	close(release)
+	<-killed
+
+	cl2 := client(t, b2.Addr())
+	for _, c := range []struct {
+		stream, pid uint64
+		recs        []string
+	}{{1, 11, []string{"a0", "a1"}}, {2, 12, []string{"b0"}}} {
+		var r *waldenv1.AppendResponse
+		waitFor(t, 30*time.Second, fmt.Sprintf("the retry on stream %d answered by b2", c.stream), func() error {
+			var err error
+			r, err = appendAs(t, cl2, c.stream, c.pid, 0, c.recs...)
+			return err
+		})
+		if !r.GetDuplicate() || r.GetBaseOffset() != 0 || r.GetCount() != uint32(len(c.recs)) {
+			t.Fatalf("stream %d: retry on b2 answered %v, want the original offsets as a duplicate", c.stream, r)
+		}
+	}
+	mustAppendAs(t, cl2, 2, 12, 1, "b1")
+	equal(t, readAll(t, cl2, 1), []string{"a0", "a1"})
+	equal(t, readAll(t, cl2, 2), []string{"b0", "b1"})
 }

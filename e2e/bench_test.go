@@ -102,8 +102,8 @@ func benchTrial(b *testing.B, policy []string, backlog int64) *e2e.Summary {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if s.Lost != 0 || s.Gaps != 0 {
-		b.Fatalf("lost %d gaps %d", s.Lost, s.Gaps)
+	if s.Lost != 0 || s.Gaps != 0 || s.Duplicates != 0 {
+		b.Fatalf("lost %d gaps %d duplicates %d", s.Lost, s.Gaps, s.Duplicates)
 	}
 	return s
 }

@@ -74,13 +74,16 @@ type StreamSummary struct {
 // until every such stream was seen OPENED by another broker.
 type Summary struct {
 	// Policy names the failover policy (set by the caller).
-	Policy              string          `json:"policy"`
-	Victim              string          `json:"victim"`
-	Acked               int64           `json:"acked"`
-	Present             int64           `json:"present"`
-	Lost                int64           `json:"lost"`
-	Gaps                int64           `json:"gaps"`
-	Duplicates          int64           `json:"duplicates"`
+	Policy     string `json:"policy"`
+	Victim     string `json:"victim"`
+	Acked      int64  `json:"acked"`
+	Present    int64  `json:"present"`
+	Lost       int64  `json:"lost"`
+	Gaps       int64  `json:"gaps"`
+	Duplicates int64  `json:"duplicates"`
+	// DuplicateAcks counts records of retried appends that a broker
+	// answered as already stored (the producers are idempotent).
+	DuplicateAcks       int64           `json:"duplicate_acks"`
 	DetectionMs         int64           `json:"detection_ms"`
 	RecoveryMs          int64           `json:"recovery_ms"`
 	ReopenMs            int64           `json:"reopen_ms"`
@@ -251,6 +254,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		return nil, fmt.Errorf("e2e: load: %w", lr.err)
 	}
 	sum.MaxUnavailableMs, sum.MedianUnavailableMs = lr.rep.MaxUnavailableMs, lr.rep.MedianUnavailableMs
+	sum.DuplicateAcks = lr.rep.DuplicateAcks
 	names := map[string]string{}
 	for _, b := range c.Brokers {
 		names[b.Listen] = b.Name
@@ -277,7 +281,8 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		sum.Gaps += v.Gaps
 		sum.Duplicates += v.Duplicates
 	}
-	f.say("verify: acked %d, present %d, lost %d, gaps %d, duplicates %d", sum.Acked, sum.Present, sum.Lost, sum.Gaps, sum.Duplicates)
+	f.say("verify: acked %d, present %d, lost %d, gaps %d, duplicates %d (retried records found stored: %d)",
+		sum.Acked, sum.Present, sum.Lost, sum.Gaps, sum.Duplicates, sum.DuplicateAcks)
 	return sum, nil
 }
 

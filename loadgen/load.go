@@ -3,6 +3,8 @@ package loadgen
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,6 +93,11 @@ type LoadConfig struct {
 	// AppendTimeout bounds one Append (a broker that hangs, e.g. stopped,
 	// is given up after it and the owner resolved again). Default 2s.
 	AppendTimeout time.Duration
+	// PlainAppends sends appends without a producer id: a retry of an
+	// append that was stored but not acknowledged stores its records
+	// twice. For comparison only; by default every stream's producer is
+	// idempotent.
+	PlainAppends bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 	// DialOptions for the coordinators and brokers; default plain gRPC.
@@ -111,6 +118,16 @@ type StreamLoad struct {
 	// Owners lists the broker addresses that acknowledged, in order of
 	// first use.
 	Owners []string `json:"owners"`
+	// ProducerID is the stream's idempotent producer id (the last one
+	// after resets; 0 with PlainAppends).
+	ProducerID uint64 `json:"producer_id"`
+	// DuplicateAcks counts records of retried appends that the broker
+	// answered as already stored (acknowledged once, stored once).
+	DuplicateAcks int64 `json:"duplicate_acks"`
+	// ProducerResets counts the times the stream forgot the producer
+	// (UNKNOWN_PRODUCER, OUT_OF_ORDER_SEQUENCE) and the producer started
+	// again with a new id; the batch in flight then may be stored twice.
+	ProducerResets int64 `json:"producer_resets"`
 }
 
 // LoadReport is the result of Load.
@@ -122,6 +139,8 @@ type LoadReport struct {
 	DurationMs          int64        `json:"duration_ms"`
 	MaxUnavailableMs    int64        `json:"max_unavailable_ms"`
 	MedianUnavailableMs int64        `json:"median_unavailable_ms"`
+	DuplicateAcks       int64        `json:"duplicate_acks"`
+	ProducerResets      int64        `json:"producer_resets"`
 	Streams             []StreamLoad `json:"streams"`
 }
 
@@ -261,7 +280,8 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 			quota++
 		}
 		p := &producer{stream: id, rate: cfg.Rate / float64(len(streams)), quota: quota, payload: cfg.PayloadBytes,
-			maxBatch: cfg.MaxBatch, timeout: cfg.AppendTimeout, res: res, led: led, log: cfg.Logger.With("stream_id", id)}
+			maxBatch: cfg.MaxBatch, timeout: cfg.AppendTimeout, res: res, led: led, log: cfg.Logger.With("stream_id", id),
+			idempotent: !cfg.PlainAppends}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -278,6 +298,8 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 		rep.Acked += s.Acked
 		rep.Errors += s.Errors
 		rep.Pending += s.Pending
+		rep.DuplicateAcks += s.DuplicateAcks
+		rep.ProducerResets += s.ProducerResets
 		rep.MaxUnavailableMs = max(rep.MaxUnavailableMs, s.MaxUnavailableMs)
 		unav = append(unav, s.MaxUnavailableMs)
 	}
@@ -300,22 +322,63 @@ func median(v []int64) int64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// producer appends one stream's records.
+// producer appends one stream's records. With idempotent set it is the
+// stream's idempotent producer: record number N is sequence N − seqBase of
+// producer pid, and an append that failed is retried with the same batch
+// (same first sequence, same records) until it is acknowledged, so that a
+// broker that stored it answers with the stored offsets.
 type producer struct {
-	stream   uint64
-	rate     float64
-	quota    int64
-	payload  int
-	maxBatch int
-	timeout  time.Duration
-	res      *resolver
-	led      *ledger
-	log      *slog.Logger
+	stream     uint64
+	rate       float64
+	quota      int64
+	payload    int
+	maxBatch   int
+	timeout    time.Duration
+	res        *resolver
+	led        *ledger
+	log        *slog.Logger
+	idempotent bool
+
+	pid     uint64
+	seqBase uint64
+}
+
+// newProducerID draws a random non-zero 63-bit producer id.
+func newProducerID() uint64 {
+	for {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(fmt.Sprintf("loadgen: no randomness for a producer id: %v", err)) // crypto/rand does not fail on Linux
+		}
+		if id := binary.BigEndian.Uint64(b[:]) >> 1; id != 0 {
+			return id
+		}
+	}
+}
+
+// producerForgotten reports a refusal saying the stream does not know the
+// producer's state (any more).
+func producerForgotten(err error) bool {
+	s, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			r := info.GetReason()
+			return r == broker.ReasonUnknownProducer || r == broker.ReasonOutOfOrderSequence
+		}
+	}
+	return false
 }
 
 func (p *producer) run(ctx context.Context, start time.Time) StreamLoad {
 	rep := StreamLoad{Stream: p.stream, Owners: []string{}}
-	var pending []uint64 // sequence numbers not acknowledged, in order
+	if p.idempotent {
+		p.pid = newProducerID()
+	}
+	var pending []uint64 // record numbers not acknowledged, in order
+	var inflight int     // records of the batch sent and not acknowledged (0: none)
 	var seq uint64
 	var waitingSince time.Time
 	var maxUnavail time.Duration
@@ -360,7 +423,12 @@ loop:
 			}
 			addr = a
 		}
-		n := min(len(pending), p.maxBatch)
+		// A batch that was sent is resent as it was until acknowledged.
+		n := inflight
+		if n == 0 {
+			n = min(len(pending), p.maxBatch)
+		}
+		inflight = n
 		recs := make([][]byte, n)
 		ids := make([]string, n)
 		for i := 0; i < n; i++ {
@@ -371,7 +439,11 @@ loop:
 		cl, err := p.res.client(addr)
 		if err == nil {
 			actx, cancel := context.WithTimeout(ctx, p.timeout)
-			resp, err = cl.Append(actx, &waldenv1.AppendRequest{StreamId: p.stream, Records: recs})
+			req := &waldenv1.AppendRequest{StreamId: p.stream, Records: recs}
+			if p.pid != 0 {
+				req.ProducerId, req.Sequence = p.pid, pending[0]-p.seqBase
+			}
+			resp, err = cl.Append(actx, req)
 			cancel()
 		}
 		if err != nil && ctx.Err() != nil {
@@ -381,6 +453,17 @@ loop:
 			rep.Errors++
 			hint := ownerAddrHint(err)
 			p.log.Debug("append failed", "addr", addr, "hint", hint, "err", err)
+			if p.pid != 0 && producerForgotten(err) {
+				// The stream lost this producer's state: go on as a new
+				// producer. The batch in flight may have been stored, and
+				// may now be stored twice.
+				old := p.pid
+				p.pid, p.seqBase, inflight = newProducerID(), pending[0], 0
+				rep.ProducerResets++
+				p.log.Warn("the stream forgot this producer; starting again with a new producer id",
+					"old_producer_id", old, "producer_id", p.pid, "err", err)
+				continue
+			}
 			if hint != "" && hint != addr {
 				addr = hint
 				continue
@@ -391,6 +474,11 @@ loop:
 			continue
 		}
 		backoff = 10 * time.Millisecond
+		inflight = 0
+		if resp.GetDuplicate() {
+			rep.DuplicateAcks += int64(n)
+			p.log.Debug("retried append was stored already", "addr", addr, "base_offset", resp.GetBaseOffset(), "count", n)
+		}
 		if err := p.led.add(p.stream, resp.GetBaseOffset(), ids); err != nil {
 			p.log.Error("ledger write failed", "err", err)
 		}
@@ -412,6 +500,7 @@ loop:
 	}
 	rep.Generated = int64(seq)
 	rep.Pending = int64(len(pending))
+	rep.ProducerID = p.pid
 	rep.MaxUnavailableMs = maxUnavail.Milliseconds()
 	return rep
 }

@@ -65,8 +65,10 @@ type VerifyReport struct {
 	Streams    []StreamVerify `json:"streams"`
 }
 
-// OK reports whether nothing acknowledged was lost and nothing has gaps.
-func (r *VerifyReport) OK() bool { return r.Lost == 0 && r.Gaps == 0 }
+// OK reports whether nothing acknowledged was lost, nothing has gaps and
+// no record is stored twice (Load's producers are idempotent: a retried
+// append is stored once).
+func (r *VerifyReport) OK() bool { return r.Lost == 0 && r.Gaps == 0 && r.Duplicates == 0 }
 
 // ReadLedger reads a ledger file: stream → offset → record id. A line that
 // is not a ledger entry is an error naming the line.

@@ -68,6 +68,7 @@ func newLoadCmd() *cobra.Command {
 	var payload int
 	var maxRecords int64
 	var ct clientTLS
+	var plain bool
 	cmd := &cobra.Command{
 		Use:   "load --coordinators A,B,C --ledger FILE [--streams 1,2,3] [--rate R] [--duration D]",
 		Short: "Append numbered records to streams and keep a ledger of what was acknowledged",
@@ -78,14 +79,23 @@ catalog (DescribeStream, then the owner's registered broker_addr, or
 --broker-addrs); a NOT_OWNER refusal is followed to the owner it names, any
 other error re-resolves the owner and retries the same records.
 
+Each stream's producer is idempotent (Kafka's model): it has a random
+producer id, record N of the run is its sequence N, and a failed append is
+retried with the same batch, so that a broker that stored it (also another
+broker after a failover) answers with the stored offsets instead of storing
+it twice (duplicate_acks counts those records). --plain-appends turns this
+off, for comparison.
+
 Record N of stream S has the id "S/N"; its payload is the id, '|', and filler
 up to --payload bytes. Every acknowledged record becomes one line of the
 ledger, flushed every 200ms and fsynced at the end:
   {"stream":S,"offset":O,"id":"S/N"}
 
 The report gives, per stream and in all: generated, acked, errors, pending
-(never acknowledged) and max_unavailable_ms (the longest time without a
-successful append while records waited); -o json prints it as JSON.`,
+(never acknowledged), duplicate_acks, producer_resets (the stream forgot
+the producer, which started again with a new id) and max_unavailable_ms (the
+longest time without a successful append while records waited); -o json
+prints it as JSON.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -108,7 +118,8 @@ successful append while records waited); -o json prints it as JSON.`,
 			rep, err := loadgen.Load(ctx, loadgen.LoadConfig{
 				Coordinators: parseList(coords), Streams: ids, Rate: rate, Duration: duration,
 				MaxRecords: maxRecords, PayloadBytes: payload, Ledger: ledger, BrokerAddrs: am, AppendTimeout: appendTimeout,
-				DialOptions: dial,
+				DialOptions:  dial,
+				PlainAppends: plain,
 			})
 			if err != nil {
 				return err
@@ -126,6 +137,7 @@ successful append while records waited); -o json prints it as JSON.`,
 	f.StringVar(&ledger, "ledger", "", "ledger file of acknowledged records (required; truncated)")
 	f.StringVar(&addrs, "broker-addrs", "", "broker_id=host:port overrides of registered broker addresses, comma-separated")
 	f.DurationVar(&appendTimeout, "append-timeout", 2*time.Second, "give up one append after this long and resolve the owner again")
+	f.BoolVar(&plain, "plain-appends", false, "append without producer id and sequence (retries may store records twice; for comparison)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	ct.bind(f)
 	return cmd
@@ -142,7 +154,7 @@ func printLoad(w io.Writer, output string, rep *loadgen.LoadReport) error {
 		fmt.Fprintf(w, "%-8d %10d %10d %8d %8d %18s  %s\n", s.Stream, s.Generated, s.Acked, s.Errors, s.Pending,
 			(time.Duration(s.MaxUnavailableMs) * time.Millisecond).String(), strings.Join(s.Owners, ","))
 	}
-	fmt.Fprintf(w, "total: generated %d, acked %d, errors %d, pending %d, max unavailable %dms, median %dms, in %dms\n",
-		rep.Generated, rep.Acked, rep.Errors, rep.Pending, rep.MaxUnavailableMs, rep.MedianUnavailableMs, rep.DurationMs)
+	fmt.Fprintf(w, "total: generated %d, acked %d, errors %d, pending %d, retries found stored %d, producer resets %d, max unavailable %dms, median %dms, in %dms\n",
+		rep.Generated, rep.Acked, rep.Errors, rep.Pending, rep.DuplicateAcks, rep.ProducerResets, rep.MaxUnavailableMs, rep.MedianUnavailableMs, rep.DurationMs)
 	return nil
 }

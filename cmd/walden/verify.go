@@ -15,9 +15,9 @@ import (
 	"walden/loadgen"
 )
 
-// errVerifyFailed is returned (exit status 1) when records were lost or the
-// streams have gaps.
-var errVerifyFailed = errors.New("verify: acknowledged records lost or offsets missing")
+// errVerifyFailed is returned (exit status 1) when records were lost, the
+// streams have gaps or a record is stored twice.
+var errVerifyFailed = errors.New("verify: acknowledged records lost, offsets missing or records stored twice")
 
 func newVerifyCmd() *cobra.Command {
 	var coords, ledger, output, addrs string
@@ -37,8 +37,9 @@ for a stream to reach its last acknowledged offset, and checks:
   duplicates  extra copies of a record id at another offset
 
 It prints {"acked","present","lost","gaps","duplicates","streams":[...]} with
--o json (zero values included) and exits with status 1 when lost > 0 or
-gaps > 0.`,
+-o json (zero values included) and exits with status 1 when lost > 0,
+gaps > 0 or duplicates > 0 (walden load's producers are idempotent: a
+retried append is stored once).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -63,7 +64,7 @@ gaps > 0.`,
 				return err
 			}
 			if !rep.OK() {
-				return fmt.Errorf("%w: lost %d, gaps %d", errVerifyFailed, rep.Lost, rep.Gaps)
+				return fmt.Errorf("%w: lost %d, gaps %d, duplicates %d", errVerifyFailed, rep.Lost, rep.Gaps, rep.Duplicates)
 			}
 			return nil
 		},
