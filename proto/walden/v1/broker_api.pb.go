@@ -105,8 +105,10 @@ type AppendResponse struct {
 	Count       uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	StreamEpoch uint64                 `protobuf:"varint,3,opt,name=stream_epoch,json=streamEpoch,proto3" json:"stream_epoch,omitempty"`
 	BrokerEpoch uint64                 `protobuf:"varint,4,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
-	// duplicate says the batch was stored by an earlier attempt: nothing was
-	// written now, the offsets are the original ones.
+	// duplicate says the batch was stored by an earlier attempt of the same
+	// idempotent batch (its effect took place then, possibly on another
+	// broker before a failover): nothing was written now, the offsets are
+	// the original ones.
 	Duplicate     bool `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
