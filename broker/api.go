@@ -296,15 +296,23 @@ func (s *apiServer) owner(ctx context.Context, streamID uint64) (id, addr string
 	return id, addr
 }
 
-// BrokerStatus reports the broker's epoch, lease and streams.
+// BrokerStatus reports the broker's epoch, lease and streams. The answer
+// describes one epoch, the agent's: serving says appends of that epoch are
+// accepted, and the streams are those opened under it. While the serving
+// loop still holds an older incarnation (the agent registered again after a
+// failover and the old epoch is ending), the answer says not serving and
+// lists no streams: never the new epoch with the old incarnation's streams.
 func (s *apiServer) BrokerStatus(ctx context.Context, _ *waldenv1.BrokerStatusRequest) (*waldenv1.BrokerStatusResponse, error) {
 	b := s.b
 	l := b.agent.Lease()
 	resp := &waldenv1.BrokerStatusResponse{BrokerId: b.cfg.BrokerID, BrokerEpoch: l.Epoch, LeaseValid: l.Valid, Fenced: l.Fenced}
 	b.mu.Lock()
 	inc := b.inc
-	resp.Serving = inc != nil && !inc.fenced && !b.draining && l.Valid
+	resp.Serving = b.servesLocked(inc, l)
 	resp.Uploads = b.uploads
+	if inc != nil && inc.epoch != l.Epoch {
+		inc = nil // an older epoch's incarnation, ending
+	}
 	if inc != nil {
 		resp.WalPendingBytes = uint64(inc.pendingBytes)
 	}

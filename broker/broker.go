@@ -64,6 +64,7 @@ type Broker struct {
 
 	mu       sync.Mutex
 	inc      *incarnation // nil while not serving
+	running  *epochRun    // the epoch being recovered or served
 	draining bool
 	uploads  uint64
 	lastErr  string
@@ -194,6 +195,7 @@ func (b *Broker) Start(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	b.agent = a
+	a.OnEpochChange(b.onEpoch)
 	if err := a.Start(); err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("%w: %w", ErrStart, err)
@@ -237,9 +239,21 @@ func (b *Broker) Status() *waldenv1.BrokerStatusResponse {
 
 // Ready reports whether the broker accepts appends now.
 func (b *Broker) Ready() bool {
+	if b.agent == nil {
+		return false
+	}
+	l := b.agent.Lease()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.inc != nil && !b.inc.fenced && !b.draining
+	return b.servesLocked(b.inc, l)
+}
+
+// servesLocked reports whether inc accepts appends under lease l: it is
+// the incarnation of l's epoch (the serving loop published it once its
+// recovery was done, and has not ended it), not fenced, the broker not
+// stopping, and the lease valid. b.mu must be held.
+func (b *Broker) servesLocked(inc *incarnation, l agent.Lease) bool {
+	return inc != nil && inc.epoch == l.Epoch && !inc.fenced && !b.draining && l.Valid && !l.Fenced
 }
 
 // run drives incarnations: each registered epoch recovers and serves until
@@ -283,23 +297,42 @@ func (b *Broker) run(ctx context.Context) {
 
 // serveEpoch recovers the old WAL under epoch, opens the WAL writer and the
 // streams, and serves until the epoch is fenced or ctx ends (then the
-// caller's Stop finishes the shutdown).
+// caller's Stop finishes the shutdown). Its work runs under a context of
+// its own that onEpoch cancels once the agent registered a newer epoch, so
+// that the old epoch ends at once, also in the middle of a catalog or S3
+// call.
 func (b *Broker) serveEpoch(ctx context.Context, epoch uint64) error {
 	log := b.log.With("epoch", epoch)
+	ectx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.mu.Lock()
+	b.running = &epochRun{epoch: epoch, cancel: cancel}
+	b.mu.Unlock()
+	// ended tells why the epoch's work stopped: the broker stops (nil), or
+	// a newer epoch replaced this one (ErrFenced).
+	ended := func() error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%w: the agent registered an epoch after %d", ErrFenced, epoch)
+	}
 	var inc *incarnation
 	for {
 		inc = &incarnation{epoch: epoch, streams: map[uint64]*ownedStream{}}
-		err := b.recoverOldWAL(ctx, inc, log)
+		err := b.recoverOldWAL(ectx, inc, log)
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrFenced) || ctx.Err() != nil {
+		if ectx.Err() != nil {
+			return ended()
+		}
+		if errors.Is(err, ErrFenced) {
 			return err
 		}
 		log.Warn("recovering the old WAL failed; retrying", "err", err)
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-ectx.Done():
+			return ended()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -310,14 +343,14 @@ func (b *Broker) serveEpoch(ctx context.Context, epoch uint64) error {
 	inc.w = w
 	for _, id := range b.cfg.Streams {
 		if _, ok := inc.streams[id]; !ok {
-			b.openStream(ctx, inc, id, log)
+			b.openStream(ectx, inc, id, log)
 		}
 	}
 	b.mu.Lock()
-	if b.draining {
+	if b.draining || ectx.Err() != nil {
 		b.mu.Unlock()
 		_ = w.Close()
-		return nil
+		return ended()
 	}
 	b.inc = inc
 	b.mu.Unlock()
@@ -329,21 +362,44 @@ func (b *Broker) serveEpoch(ctx context.Context, epoch uint64) error {
 	defer maint.Stop()
 	for {
 		select {
-		case <-ctx.Done():
-			return nil
+		case <-ectx.Done():
+			if ctx.Err() != nil {
+				return nil
+			}
+			b.endIfFenced(inc, log)
+			return ended()
 		case <-upload.C:
 		case <-b.kick:
 		case <-maint.C:
-			b.maintain(ctx, inc, log)
+			b.maintain(ectx, inc, log)
 			if !b.endIfFenced(inc, log) {
 				continue
 			}
 			return ErrFenced
 		}
-		if err := b.uploadOnce(ctx, inc, log); err != nil && errors.Is(err, ErrFenced) {
+		if err := b.uploadOnce(ectx, inc, log); err != nil && errors.Is(err, ErrFenced) {
 			b.endIfFenced(inc, log)
 			return err
 		}
+	}
+}
+
+// epochRun is the epoch serveEpoch works for, and how to end it.
+type epochRun struct {
+	epoch  uint64
+	cancel context.CancelFunc
+}
+
+// onEpoch is the agent's hook for a new registration: the epoch being
+// recovered or served, if older, ends now (its appends were refused since
+// the lease moved to the new epoch; see checkLease).
+func (b *Broker) onEpoch(l agent.Lease) {
+	b.mu.Lock()
+	r := b.running
+	b.mu.Unlock()
+	if r != nil && r.epoch != l.Epoch {
+		b.log.Info("the agent registered a new epoch; ending the old one", "old_epoch", r.epoch, "epoch", l.Epoch)
+		r.cancel()
 	}
 }
 

@@ -274,3 +274,73 @@ func TestFencedBrokerServesAgainAfterReregistering(t *testing.T) {
 	waitCommitted(t, e, 1, 3)
 	equal(t, readAll(t, c, 1), []string{"r0", "r1", "r2"})
 }
+
+// TestStatusAfterReregisteringIsTruthful polls BrokerStatus while a live
+// broker is failed over and registers again: an answer with the new epoch
+// never lists the old incarnation's streams, and says serving only once the
+// new incarnation serves (an append right after it is accepted). The
+// serving loop's own check runs rarely here (takeover_interval 2s), as when
+// it is busy: the old epoch must end on the agent's new registration, not
+// on that check.
+func TestStatusAfterReregisteringIsTruthful(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("b1", 1)
+	cfg.TakeoverInterval = 2 * time.Second
+	b := e.start(cfg)
+	waitReady(t, b)
+	c := client(t, b.Addr())
+	mustAppend(t, c, 1, "r0")
+	waitCommitted(t, e, 1, 1)
+	old := b.Agent().Lease().Epoch
+
+	stop := make(chan struct{})
+	var bad []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			st, err := c.BrokerStatus(context.Background(), &waldenv1.BrokerStatusRequest{})
+			if err == nil && st.GetBrokerEpoch() > old {
+				for _, s := range st.GetStreams() {
+					if s.GetStreamEpoch() < 2 {
+						bad = append(bad, fmt.Sprintf("epoch %d with the old incarnation's stream %v (serving %v)", st.GetBrokerEpoch(), s, st.GetServing()))
+					}
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if _, err := e.coord.FailOver("b1", -1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "b1 serving with a new epoch", func() error {
+		st, err := c.BrokerStatus(context.Background(), &waldenv1.BrokerStatusRequest{})
+		if err != nil {
+			return err
+		}
+		if !st.GetServing() || st.GetBrokerEpoch() <= old {
+			return fmt.Errorf("status %v", st)
+		}
+		// Serving is the truth: an append now is accepted.
+		r, err := appendRecs(t, c, 1, "r1")
+		if reason, _ := reasonOf(err); reason == broker.ReasonNodeFenced {
+			t.Fatalf("status says serving with epoch %d, the append right after is refused: %v", st.GetBrokerEpoch(), err)
+		} else if err != nil {
+			return err
+		}
+		if r.GetBrokerEpoch() != st.GetBrokerEpoch() {
+			t.Fatalf("append under epoch %d, status said %d", r.GetBrokerEpoch(), st.GetBrokerEpoch())
+		}
+		return nil
+	})
+	close(stop)
+	<-done
+	if len(bad) > 0 {
+		t.Fatalf("%d answers paired the new epoch with the old streams, first: %s", len(bad), bad[0])
+	}
+}
