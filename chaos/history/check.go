@@ -3,7 +3,9 @@ package history
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -76,11 +78,11 @@ func step(s streamState, op *Op) []streamState {
 			next.floor = max(next.floor, op.StreamEpoch)
 			return []streamState{next}
 		case Maybe, Unknown:
-			// Resolved: its records are in the stream at Base.
-			if op.Base != s.n {
-				return nil
+			// It took effect at one of its Bases, or not at all.
+			if slices.Contains(op.Bases, s.n) {
+				return []streamState{s, s.push(op.IDs)}
 			}
-			return []streamState{s.push(op.IDs)}
+			return []streamState{s}
 		}
 		return []streamState{s}
 	case KindRead:
@@ -182,15 +184,17 @@ func describe(op *Op) string {
 	return op.Kind
 }
 
-// resolve decides, from what the reads saw, which appends without an
-// acknowledgement took effect, and where: the records read at offsets that
-// no acknowledged append covers are matched, in offset order, to the
-// unacknowledged appends that carried exactly those records (the earliest
-// sent first). A matched append gets Base; the others did not take effect
-// (the history ends with full reads of every stream, so their records
-// would have been seen) and are dropped. Left ambiguous, each of them
-// could be linearized or not at every point of the history, and the check
-// would take time exponential in their number.
+// resolve decides, from what the reads saw, where the appends without an
+// acknowledgement may have taken effect. The records read at offsets that
+// no acknowledged append covers form runs; each run is tiled by the record
+// lists of unacknowledged appends (longest lists tried first), and every
+// unacknowledged append carrying a tile's list may have taken effect at
+// the tile's offset (Op.Bases): the model lets it take effect there or not
+// at all, and the reads decide. An unacknowledged append placed nowhere
+// did not take effect (the history ends with full reads of every stream,
+// so its records would have been seen) and is dropped. Left free, each of
+// them could take effect or not at every point of the history, and the
+// check would take time exponential in their number.
 func resolve(ops []Op) []Op {
 	type key struct {
 		stream uint64
@@ -198,7 +202,8 @@ func resolve(ops []Op) []Op {
 	}
 	content := map[key]string{}
 	covered := map[key]bool{}
-	var pending []int // unacknowledged appends, by call time
+	groups := map[string][]int{}     // stream and record list → unacknowledged appends
+	lists := map[uint64][][]string{} // stream → distinct record lists
 	for i, op := range ops {
 		switch {
 		case op.Kind == KindRead:
@@ -212,14 +217,21 @@ func resolve(ops []Op) []Op {
 			for j := range op.IDs {
 				covered[key{op.Stream, op.Base + uint64(j)}] = true
 			}
-		case op.Kind == KindAppend && (op.Outcome == Maybe || op.Outcome == Unknown):
-			pending = append(pending, i)
+		case op.Kind == KindAppend && (op.Outcome == Maybe || op.Outcome == Unknown) && len(op.IDs) > 0:
+			g := fmt.Sprint(op.Stream, "\x00", strings.Join(op.IDs, "\x00"))
+			if len(groups[g]) == 0 {
+				lists[op.Stream] = append(lists[op.Stream], op.IDs)
+			}
+			groups[g] = append(groups[g], i)
 		}
 	}
-	sort.SliceStable(pending, func(a, b int) bool { return ops[pending[a]].Call < ops[pending[b]].Call })
+	for _, l := range lists {
+		sort.SliceStable(l, func(a, b int) bool { return len(l[a]) > len(l[b]) })
+	}
+	// The runs of records no acknowledgement covers, per stream.
 	var extra []key
 	for k := range content {
-		if !covered[k] {
+		if !covered[k] && len(lists[k.stream]) > 0 {
 			extra = append(extra, k)
 		}
 	}
@@ -229,40 +241,51 @@ func resolve(ops []Op) []Op {
 		}
 		return extra[a].off < extra[b].off
 	})
-	applied := map[int]bool{}
-	claimed := map[key]bool{}
-	for _, k := range extra {
-		if claimed[k] {
-			continue
-		}
-		for _, i := range pending {
-			op := ops[i]
-			if applied[i] || op.Stream != k.stream || len(op.IDs) == 0 {
-				continue
-			}
-			match := true
-			for j, id := range op.IDs {
-				kj := key{k.stream, k.off + uint64(j)}
-				if content[kj] != id || covered[kj] || claimed[kj] {
-					match = false
-					break
+	bases := map[int][]uint64{}
+	tile := func(stream, start uint64, run []string) {
+		// choice[i] is the list that starts a tiling of run[i:] (-1: none).
+		cand := lists[stream]
+		choice := make([]int, len(run)+1)
+		for i := len(run) - 1; i >= 0; i-- {
+			choice[i] = -1
+			for li, l := range cand {
+				end := i + len(l)
+				if end > len(run) || (end < len(run) && choice[end] < 0) || !slices.Equal(run[i:end], l) {
+					continue
 				}
+				choice[i] = li
+				break
 			}
-			if !match {
-				continue
-			}
-			applied[i] = true
-			ops[i].Base = k.off
-			for j := range op.IDs {
-				claimed[key{k.stream, k.off + uint64(j)}] = true
-			}
-			break
 		}
+		choice[len(run)] = 0
+		if len(run) == 0 || choice[0] < 0 {
+			return
+		}
+		for i := 0; i < len(run); {
+			l := cand[choice[i]]
+			for _, op := range groups[fmt.Sprint(stream, "\x00", strings.Join(l, "\x00"))] {
+				bases[op] = append(bases[op], start+uint64(i))
+			}
+			i += len(l)
+		}
+	}
+	for i := 0; i < len(extra); {
+		j := i
+		run := []string{content[extra[i]]}
+		for j+1 < len(extra) && extra[j+1].stream == extra[i].stream && extra[j+1].off == extra[j].off+1 {
+			j++
+			run = append(run, content[extra[j]])
+		}
+		tile(extra[i].stream, extra[i].off, run)
+		i = j + 1
 	}
 	out := make([]Op, 0, len(ops))
 	for i, op := range ops {
-		if op.Kind == KindAppend && op.Outcome != Ok && !applied[i] {
-			continue
+		if op.Kind == KindAppend && op.Outcome != Ok {
+			if len(bases[i]) == 0 {
+				continue
+			}
+			op.Bases = bases[i]
 		}
 		out = append(out, op)
 	}

@@ -47,6 +47,20 @@ func TestCheck(t *testing.T) {
 			{Kind: KindAppend, Stream: 1, Call: 11, Return: 12, IDs: []string{"b"}, Outcome: Maybe, Reason: "LEASE_INVALID"},
 			read(1, 30, 40, 0, true, "a"),
 		}, Linearizable},
+		{"retries of a refused append: the one that took effect is found", []Op{
+			ack(1, 0, 10, 0, 1, "a"),
+			{Kind: KindAppend, Stream: 1, Call: 11, Return: 12, IDs: []string{"x"}, Outcome: Maybe, Reason: "LEASE_INVALID"},
+			{Kind: KindAppend, Stream: 1, Call: 13, Return: 14, IDs: []string{"x"}, Outcome: Maybe, Reason: "LEASE_INVALID"},
+			read(1, 15, 16, 0, true, "a"),
+			{Kind: KindAppend, Stream: 1, Call: 17, Return: 18, IDs: []string{"x", "y"}, Outcome: Maybe, Reason: "LEASE_INVALID"},
+			ack(1, 20, 21, 3, 1, "x", "y"),
+			read(1, 30, 40, 0, true, "a", "x", "y", "x", "y"),
+		}, Linearizable},
+		{"records nobody appended", []Op{
+			ack(1, 0, 10, 0, 1, "a"),
+			{Kind: KindAppend, Stream: 1, Call: 11, Return: 12, IDs: []string{"x"}, Outcome: Maybe, Reason: "LEASE_INVALID"},
+			read(1, 30, 40, 0, true, "a", "z"),
+		}, NotLinearizable},
 		{"an append acknowledged under an epoch seen closed", []Op{
 			ack(1, 0, 10, 0, 1, "a"),
 			{Kind: KindStream, Stream: 1, Call: 11, Return: 12, State: "closed", Epoch: 1, EndOffset: 1},

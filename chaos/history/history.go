@@ -66,6 +66,9 @@ type Op struct {
 	Base        uint64   `json:"base,omitempty"`
 	StreamEpoch uint64   `json:"stream_epoch,omitempty"`
 	BrokerEpoch uint64   `json:"broker_epoch,omitempty"`
+	// Bases are the offsets where an unacknowledged append may have
+	// taken effect, found by the check from the reads (not recorded).
+	Bases []uint64 `json:"-"`
 
 	// Read: from which offset, how many at most, the ids read (one per
 	// offset from From on), and whether the broker answered as the

@@ -41,20 +41,14 @@ func NewFirewall(ctx context.Context, topo *netns.Topology) (*Firewall, error) {
 	}
 }
 `, table)
-	if err := nft(ctx, "-f", "-", ruleset); err != nil {
+	if err := netns.RunInput(ctx, netns.BridgeNS, ruleset, "nft", "-f", "-"); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// nft runs nft in the bridge namespace; with "-f -" the last argument is
-// the script on standard input.
+// nft runs nft in the bridge namespace.
 func nft(ctx context.Context, args ...string) error {
-	if len(args) >= 2 && args[0] == "-f" && args[1] == "-" {
-		script := args[2]
-		cmd := []string{"sh", "-c", "printf '%s' \"$0\" | nft -f -", script}
-		return netns.Run(ctx, netns.BridgeNS, cmd...)
-	}
 	return netns.Run(ctx, netns.BridgeNS, append([]string{"nft"}, args...)...)
 }
 

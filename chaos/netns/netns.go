@@ -343,6 +343,19 @@ func Run(ctx context.Context, ns string, argv ...string) error {
 
 // Output runs argv like Run and returns its standard output.
 func Output(ctx context.Context, ns string, argv ...string) (string, error) {
+	return OutputInput(ctx, ns, "", argv...)
+}
+
+// RunInput runs argv like Run with input on its standard input (e.g. an
+// nft script for `nft -f -`).
+func RunInput(ctx context.Context, ns, input string, argv ...string) error {
+	_, err := OutputInput(ctx, ns, input, argv...)
+	return err
+}
+
+// OutputInput runs argv (inside namespace ns unless ns is empty) with input
+// on its standard input, bounded to 30s, and returns its standard output.
+func OutputInput(ctx context.Context, ns, input string, argv ...string) (string, error) {
 	if ns != "" {
 		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
 	}
@@ -350,6 +363,7 @@ func Output(ctx context.Context, ns string, argv ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stdout, stderr bytes.Buffer
+	cmd.Stdin = strings.NewReader(input)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("netns: %s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
@@ -393,8 +407,14 @@ func guard(ctx context.Context, on bool) error {
 	if err := guard(ctx, false); err != nil {
 		return err
 	}
-	script := fmt.Sprintf("table inet %s {\n chain output {\n  type filter hook output priority 0; policy accept;\n  ip daddr %s.0/24 reject\n }\n}\n", guardTable, Subnet)
-	return Run(ctx, "", "sh", "-c", "printf '%s' \"$0\" | nft -f -", script)
+	script := fmt.Sprintf(`table inet %s {
+	chain output {
+		type filter hook output priority 0; policy accept;
+		ip daddr %s.0/24 reject
+	}
+}
+`, guardTable, Subnet)
+	return RunInput(ctx, "", script, "nft", "-f", "-")
 }
 
 // cleanStale removes the namespaces (and their processes) an earlier run
