@@ -462,6 +462,15 @@ func (n *Node) run() {
 				n.fail(err)
 				return
 			}
+			if (removed || removedc != nil) && n.inConfig() {
+				// Added again after its removal (a replacement under the
+				// same name replays both from the leader's log): it stays.
+				if removedc != nil {
+					n.logger.Info("raftnode: this member was added again after its removal; it keeps running")
+				}
+				removed, removedc = false, nil
+				n.removed.Store(false)
+			}
 			if removed && removedc == nil {
 				// Linger before stopping, as etcd does: a removed leader
 				// must still deliver the commit index of its removal (and
@@ -1385,6 +1394,13 @@ func (n *Node) member(id uint64) *waldenv1.Member {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.members[id]
+}
+
+// inConfig reports whether this member is a voter or a learner of the
+// applied configuration.
+func (n *Node) inConfig() bool {
+	voter, learner := n.role(n.id)
+	return voter || learner
 }
 
 // role reports whether raft id is a voter or a learner in the applied
