@@ -93,6 +93,9 @@ var table = map[string]Rule{
 	waldenv1.Failovers_ListFailovers_FullMethodName: {Roles: readers},
 	waldenv1.Failovers_GetFailover_FullMethodName:   {Roles: readers},
 
+	// walden.v1.Maintenance: a backup holds the whole state.
+	waldenv1.Maintenance_Snapshot_FullMethodName: {Roles: admins},
+
 	// walden.v1.Raft: the peer transport (raft listener).
 	waldenv1.Raft_Stream_FullMethodName: {Roles: []Role{RoleCoordinator}},
 

@@ -74,6 +74,9 @@ var expectedAccess = map[string]struct {
 	"/walden.v1.Failovers/ListFailovers": {roles: people},
 	"/walden.v1.Failovers/GetFailover":   {roles: people},
 
+	// A backup holds the whole state: admins only.
+	"/walden.v1.Maintenance/Snapshot": {roles: []authz.Role{authz.RoleAdmin}},
+
 	"/walden.v1.Raft/Stream": {roles: []authz.Role{authz.RoleCoordinator}},
 
 	"/grpc.health.v1.Health/Check":                                   {roles: authz.Roles},

@@ -14,6 +14,9 @@ import (
 // timings; extra is appended to every config file.
 func opsCluster(t *testing.T, dir string, n, base int, cluster, extra string) []*member {
 	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	var members []*member
 	for i := 1; i <= n; i++ {
 		host := fmt.Sprintf("127.0.0.%d", base+i)

@@ -79,6 +79,8 @@ type member struct {
 	id, admin, raft, http, dataDir, config, log string
 	cmd                                         *exec.Cmd
 	exited                                      chan struct{}
+	// args are added to the server command line.
+	args []string
 }
 
 func (m *member) start(t *testing.T, walden string) {
@@ -87,7 +89,7 @@ func (m *member) start(t *testing.T, walden string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.cmd = exec.Command(walden, "server", "--config", m.config)
+	m.cmd = exec.Command(walden, append([]string{"server", "--config", m.config}, m.args...)...)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -177,6 +177,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	}
 	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
 	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: raftCluster{node}.LiveMembers})
+	waldenv1.RegisterMaintenanceServer(s.adminGRPC, &maintenanceService{d: s.detector.d, state: state})
 	failovers := &failoversService{state: state}
 	waldenv1.RegisterFailoversServer(s.adminGRPC, failovers)
 	// Both HTTP listeners are bounded (httplimit): header size and time,

@@ -18,6 +18,7 @@ func init() { rootCmd.AddCommand(newServerCmd()) }
 
 func newServerCmd() *cobra.Command {
 	var configPath string
+	var forceNewCluster bool
 	cmd := &cobra.Command{
 		Use:   "server --config FILE",
 		Short: "Run one coordinator member",
@@ -35,7 +36,14 @@ Signals:
   SIGHUP           read FILE again and apply log.level and the tls files
                    (certificate rotation) to the running member; other
                    changed keys are logged and take effect at the next
-                   start. A file with a mistake changes nothing.`,
+                   start. A file with a mistake changes nothing.
+
+--force-new-cluster is the way out of a lost quorum when the other members
+are gone for good: before it starts, this member's raft log is rewritten so
+that it is the only voter, keeping everything it holds. Start the other
+members again only with an empty data_dir, after 'waldenctl member add'
+(docs/runbook.md). Running it on a member that is already alone changes
+nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configPath == "" {
@@ -47,6 +55,11 @@ Signals:
 			}
 			level := new(slog.LevelVar)
 			logger := server.NewLevelLogger(cfg.Log, os.Stderr, level)
+			if forceNewCluster {
+				if err := server.ForceNewCluster(cfg, logger); err != nil {
+					return err
+				}
+			}
 			s, err := server.New(cfg, logger)
 			if err != nil {
 				return err
@@ -61,6 +74,7 @@ Signals:
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML configuration file (required)")
+	cmd.Flags().BoolVar(&forceNewCluster, "force-new-cluster", false, "make this member the only voter before it starts (quorum lost for good; see docs/runbook.md)")
 	return cmd
 }
 

@@ -32,13 +32,18 @@ func printVersion(cmd *cobra.Command, name, output string) error {
 	info := version.Get()
 	switch output {
 	case "json":
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(info)
+		return printJSON(cmd, info)
 	case "table":
 		_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", name, info)
 		return err
 	default:
 		return fmt.Errorf("--output: must be table or json, got %q", output)
 	}
+}
+
+// printJSON writes v as indented JSON to the command's output.
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

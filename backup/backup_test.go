@@ -1,0 +1,176 @@
+package backup
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"walden/config"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
+)
+
+// testState is the state of cluster "old" at index 42: two brokers (one
+// alive, one recovered), two streams and an object.
+func testState(t *testing.T) ([]byte, *waldenv1.SnapshotHeader) {
+	t.Helper()
+	st := &waldenv1.StateSnapshot{
+		Version: 2, ClusterName: "old", AppliedIndex: 42, NextEpoch: 9,
+		Members: []*waldenv1.Member{{Id: "o1", RaftId: raftnode.RaftID("o1"), RaftAddr: "10.0.0.1:7101"}},
+		Brokers: []*waldenv1.Broker{
+			{BrokerId: "b1", State: "alive", Epoch: 7},
+			{BrokerId: "b2", State: "recovered", Epoch: 8, Fenced: true},
+		},
+		Streams: []*waldenv1.Stream{{StreamId: 1, Epoch: 1, State: "opened", OwnerBrokerId: "b1", EndOffset: 10}, {StreamId: 2, State: "closed", EndOffset: 5}},
+		Objects: []*waldenv1.Object{{ObjectId: "o-1", Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StartOffset: 0, EndOffset: 10}}}},
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fsm.New("old").Restore(data); err != nil {
+		t.Fatalf("test state refused: %v", err)
+	}
+	return data, &waldenv1.SnapshotHeader{ClusterName: "old", Index: 42, Term: 3, NodeId: "o1", Brokers: 2, Streams: 2, Objects: 1}
+}
+
+func TestFileRoundTripAndDamage(t *testing.T) {
+	data, h := testState(t)
+	path := filepath.Join(t.TempDir(), "backup.snap")
+	sum, err := WriteFile(path, h, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.SHA256 != sum || !bytes.Equal(s.Data, data) || s.Header.GetIndex() != 42 || s.Header.GetSize() != uint64(len(data)) {
+		t.Fatalf("read back %v", s.Header)
+	}
+	if _, err := WriteFile(path, h, data); !errors.Is(err, ErrExists) {
+		t.Fatalf("overwrite: %v, want ErrExists", err)
+	}
+	if _, err := os.Stat(path + ".part"); !os.IsNotExist(err) {
+		t.Fatalf("a .part file was left: %v", err)
+	}
+
+	raw, _ := os.ReadFile(path)
+	for name, b := range map[string][]byte{
+		"flipped data byte": flip(raw, len(raw)-40),
+		"flipped header":    flip(raw, 14),
+		"truncated":         raw[:len(raw)-1],
+	} {
+		if _, err := Decode(b); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotSnapshot) {
+			t.Errorf("%s: %v, want a refusal", name, err)
+		}
+	}
+	if _, err := Decode([]byte("SQLite format 3\x00 and more bytes to be long enough to check")); !errors.Is(err, ErrNotSnapshot) {
+		t.Errorf("other format: %v, want ErrNotSnapshot", err)
+	}
+	// A consistent file whose header disagrees with its state is refused.
+	h2 := proto.Clone(h).(*waldenv1.SnapshotHeader)
+	h2.Index = 41
+	b, _, err := Encode(h2, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("header index disagreeing with the state: %v", err)
+	}
+}
+
+func flip(b []byte, i int) []byte {
+	c := bytes.Clone(b)
+	c[i] ^= 0xff
+	return c
+}
+
+func newConfig(t *testing.T, name, id string) *config.Server {
+	t.Helper()
+	cfg := config.DefaultServerConfig()
+	cfg.ClusterName, cfg.NodeID = name, id
+	cfg.DataDir = filepath.Join(t.TempDir(), id)
+	cfg.Listen = config.Listen{Admin: "127.0.0.1:0", Raft: "127.0.0.1:0"}
+	cfg.InitialCluster = []config.Member{
+		{ID: "n1", Raft: "10.1.0.1:7101", Admin: "10.1.0.1:7001"},
+		{ID: "n2", Raft: "10.1.0.2:7101", Admin: "10.1.0.2:7001"},
+		{ID: "n3", Raft: "10.1.0.3:7101", Admin: "10.1.0.3:7001"},
+	}
+	return cfg
+}
+
+func TestRestore(t *testing.T) {
+	data, h := testState(t)
+	b, _, err := Encode(h, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := newConfig(t, "new", "n2")
+	res, err := Restore(s, cfg, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Index != 42 || res.NextEpoch != 9+DefaultEpochBump || res.BrokersFenced != 1 || strings.Join(res.Members, ",") != "n1,n2,n3" {
+		t.Fatalf("result %+v", res)
+	}
+	// The data dir holds the new cluster's state at the snapshot index.
+	st, err := raftnode.OpenStorage(cfg.DataDir, "new", "n2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.Snapshot()
+	_ = st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.GetMetadata().GetIndex() != 42 || len(snap.GetMetadata().GetConfState().GetVoters()) != 3 {
+		t.Fatalf("raft snapshot %v", snap.GetMetadata())
+	}
+	state := fsm.New("new")
+	if err := state.Restore(snap.GetData()); err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := state.Broker("b1")
+	b2, _ := state.Broker("b2")
+	if !b1.GetFenced() || b1.GetState() != "failed" || b1.GetEpoch() != 7 || b2.GetState() != "recovered" {
+		t.Fatalf("brokers after restore: %v / %v", b1, b2)
+	}
+	if n := len(state.Streams("", "")); n != 2 {
+		t.Fatalf("%d streams restored", n)
+	}
+	if ms := state.Members(); len(ms) != 3 || ms[0].GetId() != "n1" || ms[0].GetRaftAddr() != "10.1.0.1:7101" {
+		t.Fatalf("members %v", ms)
+	}
+
+	// Refusals, each leaving the data dir untouched.
+	if _, err := Restore(s, cfg, RestoreOptions{}); !errors.Is(err, ErrDataDirNotEmpty) {
+		t.Fatalf("restore into the restored dir: %v", err)
+	}
+	same := newConfig(t, "old", "n1")
+	if _, err := Restore(s, same, RestoreOptions{}); !errors.Is(err, ErrSameClusterName) {
+		t.Fatalf("same cluster name: %v", err)
+	}
+	if _, err := os.Stat(same.DataDir); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore created the data dir: %v", err)
+	}
+	if _, err := Restore(s, same, RestoreOptions{KeepClusterName: true, EpochBump: 10}); err != nil {
+		t.Fatalf("same cluster name, allowed: %v", err)
+	}
+	joining := newConfig(t, "new", "n3")
+	joining.InitialClusterState = config.ClusterStateExisting
+	if _, err := Restore(s, joining, RestoreOptions{}); !errors.Is(err, ErrNotFounding) {
+		t.Fatalf("joining config: %v", err)
+	}
+}

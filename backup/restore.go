@@ -1,0 +1,168 @@
+package backup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+
+	"google.golang.org/protobuf/proto"
+
+	"walden/config"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
+)
+
+// DefaultEpochBump is how far a restore moves the next fencing token past
+// the snapshot's: far more registrations and failovers than a cluster makes
+// between a backup and its loss, so that no token the old cluster issued
+// after the backup is issued again.
+const DefaultEpochBump = 1_000_000
+
+var (
+	// ErrDataDirNotEmpty refuses a restore into a data directory that holds
+	// anything.
+	ErrDataDirNotEmpty = errors.New("data_dir is not empty")
+	// ErrSameClusterName refuses a restore under the snapshot's cluster name
+	// unless asked for.
+	ErrSameClusterName = errors.New("the new cluster has the snapshot's cluster_name")
+	// ErrNotFounding refuses a restore with a configuration that joins an
+	// existing cluster.
+	ErrNotFounding = errors.New("the configuration does not found a new cluster")
+)
+
+// RestoreOptions tune a restore.
+type RestoreOptions struct {
+	// EpochBump is added to the snapshot's next fencing token (0:
+	// DefaultEpochBump).
+	EpochBump uint64
+	// KeepClusterName allows the new cluster the snapshot's cluster_name.
+	// Only safe once every member of the old cluster is gone for good: the
+	// name is the identity raft peers and gossip members check, so an old
+	// member that came back could otherwise talk to the new cluster.
+	KeepClusterName bool
+	// Logger receives the storage's logs (nil: discarded).
+	Logger *slog.Logger
+}
+
+// RestoreResult says what a restore wrote.
+type RestoreResult struct {
+	DataDir     string
+	ClusterName string
+	NodeID      string
+	Index       uint64
+	Members     []string
+	// NextEpoch is the first fencing token the new cluster issues.
+	NextEpoch uint64
+	// BrokersFenced counts the brokers whose epoch the restore revoked.
+	BrokersFenced int
+}
+
+// Restore writes the data_dir of member cfg.node_id of a new cluster from
+// snapshot s: the state of the snapshot with the new cluster's name and
+// members (cfg.initial_cluster), every broker's epoch revoked (each
+// registers again and uploads what its WAL holds beyond the restored
+// catalog) and the next fencing token moved EpochBump past the snapshot's.
+// Each member of the new cluster runs Restore with its own configuration and
+// the same snapshot; then they start as usual.
+func Restore(s *Snapshot, cfg *config.Server, opts RestoreOptions) (*RestoreResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.InitialClusterState != config.ClusterStateNew {
+		return nil, fmt.Errorf("backup: restore: %w: initial_cluster_state is %q, want %q", ErrNotFounding, cfg.InitialClusterState, config.ClusterStateNew)
+	}
+	if cfg.ClusterName == s.Header.GetClusterName() && !opts.KeepClusterName {
+		return nil, fmt.Errorf("backup: restore: %w %q: give the new cluster a cluster_name of its own (or --keep-cluster-name once every old member is gone)",
+			ErrSameClusterName, cfg.ClusterName)
+	}
+	if opts.EpochBump == 0 {
+		opts.EpochBump = DefaultEpochBump
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := checkEmptyDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	data, res, err := rewrite(s, cfg, opts.EpochBump)
+	if err != nil {
+		return nil, err
+	}
+	st, err := raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("backup: restore: %w", err)
+	}
+	var members []*waldenv1.MemberContext
+	for _, m := range cfg.InitialCluster {
+		members = append(members, &waldenv1.MemberContext{Id: m.ID, RaftAddr: m.Raft, AdminAddr: m.Admin})
+	}
+	err = raftnode.WriteRestoredState(st, s.Header.GetIndex(), members, data)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("backup: restore: %w", err)
+	}
+	res.DataDir = cfg.DataDir
+	return res, nil
+}
+
+// checkEmptyDir refuses a data_dir that exists with anything in it.
+func checkEmptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("backup: restore: data_dir: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() != "lost+found" {
+			return fmt.Errorf("backup: restore: %w: %s holds %s; restore writes a new data_dir", ErrDataDirNotEmpty, dir, e.Name())
+		}
+	}
+	return nil
+}
+
+// rewrite returns the snapshot's state as the new cluster's.
+func rewrite(s *Snapshot, cfg *config.Server, bump uint64) ([]byte, *RestoreResult, error) {
+	st := &waldenv1.StateSnapshot{}
+	if err := proto.Unmarshal(s.Data, st); err != nil {
+		return nil, nil, fmt.Errorf("backup: restore: %w: %v", ErrCorrupt, err)
+	}
+	res := &RestoreResult{ClusterName: cfg.ClusterName, NodeID: cfg.NodeID, Index: st.GetAppliedIndex()}
+	st.ClusterName = cfg.ClusterName
+	st.Members = nil
+	for _, m := range cfg.InitialCluster {
+		st.Members = append(st.Members, &waldenv1.Member{Id: m.ID, RaftId: raftnode.RaftID(m.ID), RaftAddr: m.Raft, AdminAddr: m.Admin})
+		res.Members = append(res.Members, m.ID)
+	}
+	st.NextEpoch = max(st.GetNextEpoch(), 1) + bump
+	res.NextEpoch = st.NextEpoch
+	for _, b := range st.GetBrokers() {
+		if b.GetFenced() {
+			continue
+		}
+		// The epoch held at the backup may have been failed over since, and
+		// the catalog lacks what the broker committed after it: the broker
+		// registers again and uploads what its WAL holds beyond the catalog.
+		b.Fenced = true
+		b.LeaseRemainingMs = -1
+		if b.GetState() != fsm.BrokerMaintenance {
+			b.State = fsm.BrokerFailed
+		}
+		res.BrokersFenced++
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(st)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backup: restore: encode state: %w", err)
+	}
+	// The state machine must accept it as the new cluster's.
+	if err := fsm.New(cfg.ClusterName).Restore(data); err != nil {
+		return nil, nil, fmt.Errorf("backup: restore: %w", err)
+	}
+	return data, res, nil
+}
