@@ -62,23 +62,69 @@ func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.Tran
 	return s, nil
 }
 
-// codeToLevel logs successful calls at debug (status polling is frequent),
-// caller mistakes at info and server-side failures at warn or error.
+// codeToLevel sets the level of a finished call's log line: successful
+// calls at debug (status polling, lease renewals and catalog commits are
+// frequent; see changesState for the ones logged at info), expected
+// refusals (a fenced epoch, a stream another broker holds, not the leader:
+// the callers retry or move on) at debug, callers' mistakes at info,
+// refused identities and server-side failures at warn or error.
 func codeToLevel(code codes.Code) logging.Level {
 	switch code {
-	case codes.OK:
+	case codes.OK, codes.Canceled, codes.FailedPrecondition, codes.Unavailable:
 		return logging.LevelDebug
-	case codes.Canceled, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists,
-		codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.OutOfRange, codes.Unavailable:
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.OutOfRange:
 		return logging.LevelInfo
-	case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+	case codes.PermissionDenied, codes.Unauthenticated, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
 		return logging.LevelWarn
 	default:
 		return logging.LevelError
 	}
 }
 
-// identityFields names the caller in the log line of a call.
+// changesState are the methods whose successful calls are logged at info,
+// with the identity that made them: what operators and admins change, a
+// broker's registration, a stream changing hands, and backups. (A lease
+// renewal or a catalog commit is routine and stays at debug.)
+var changesState = map[string]bool{
+	waldenv1.Cluster_MemberAdd_FullMethodName:      true,
+	waldenv1.Cluster_MemberRemove_FullMethodName:   true,
+	waldenv1.Cluster_LeaderTransfer_FullMethodName: true,
+	waldenv1.Agent_Register_FullMethodName:         true,
+	waldenv1.Brokers_Failover_FullMethodName:       true,
+	waldenv1.Brokers_Ack_FullMethodName:            true,
+	waldenv1.Brokers_SetMaintenance_FullMethodName: true,
+	waldenv1.Brokers_SetPolicy_FullMethodName:      true,
+	waldenv1.Catalog_OpenStream_FullMethodName:     true,
+	waldenv1.Catalog_CloseStream_FullMethodName:    true,
+	waldenv1.Jobs_CancelJob_FullMethodName:         true,
+	waldenv1.Jobs_RetryJob_FullMethodName:          true,
+	waldenv1.Maintenance_Snapshot_FullMethodName:   true,
+}
+
+// callLevel raises the successful calls of changesState to info.
+func callLevel(lvl logging.Level, fields []any) logging.Level {
+	if lvl != logging.LevelDebug {
+		return lvl
+	}
+	var service, method, code string
+	for i := 0; i+1 < len(fields); i += 2 {
+		k, _ := fields[i].(string)
+		v, _ := fields[i+1].(string)
+		switch k {
+		case logging.ServiceFieldKey:
+			service = v
+		case logging.MethodFieldKey:
+			method = v
+		case "grpc.code":
+			code = v
+		}
+	}
+	if code == codes.OK.String() && changesState["/"+service+"/"+method] {
+		return logging.LevelInfo
+	}
+	return lvl
+}
+
 func identityFields(ctx context.Context) logging.Fields {
 	id, ok := authz.FromContext(ctx)
 	if !ok || id.IsAnonymous() {
@@ -93,7 +139,7 @@ func identityFields(ctx context.Context) logging.Fields {
 
 func slogAdapter(l *slog.Logger) logging.Logger {
 	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		l.Log(ctx, slog.Level(lvl), msg, fields...)
+		l.Log(ctx, slog.Level(callLevel(lvl, fields)), msg, fields...)
 	})
 }
 

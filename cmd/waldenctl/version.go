@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -22,13 +22,9 @@ version that built it; it contacts no member. -o json prints
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info := version.Get()
-			if c.output == "json" {
-				enc := json.NewEncoder(c.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(info)
-			}
-			_, err := fmt.Fprintf(c.stdout, "waldenctl %s\n", info)
-			return err
+			return c.printValue(info, func(w io.Writer) {
+				fmt.Fprintf(w, "waldenctl %s\n", info)
+			})
 		},
 	}
 }
