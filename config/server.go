@@ -120,6 +120,14 @@ func (t TLS) GossipKeyFile() string {
 	return filepath.Join(filepath.Dir(t.CAFile), GossipKeyFileName)
 }
 
+// Upper bounds of the raft keys (etcd bounds its election timeout at 50s).
+const (
+	MaxRaftTick            = time.Second
+	MaxRaftElectionTicks   = 1000
+	MaxRaftElectionTimeout = time.Minute
+	MaxRaftSnapshotEntries = 100_000_000
+)
+
 // Raft tunes the consensus module.
 type Raft struct {
 	// TickInterval is the length of one raft tick. Default 100ms.
@@ -344,14 +352,25 @@ func (c *Server) Validate() error {
 	})
 
 	r := c.Raft
-	if r.TickInterval < time.Millisecond {
-		v.add("raft.tick_interval", "must be at least 1ms, got %s", r.TickInterval)
+	if r.TickInterval < time.Millisecond || r.TickInterval > MaxRaftTick {
+		v.add("raft.tick_interval", "must be from 1ms to %s, got %s", MaxRaftTick, r.TickInterval)
 	}
 	if r.HeartbeatTicks < 1 {
 		v.add("raft.heartbeat_ticks", "must be at least 1, got %d", r.HeartbeatTicks)
 	}
 	if r.ElectionTicks <= r.HeartbeatTicks {
 		v.add("raft.election_ticks", "must be greater than heartbeat_ticks (%d), got %d", r.HeartbeatTicks, r.ElectionTicks)
+	} else if r.ElectionTicks > MaxRaftElectionTicks {
+		v.add("raft.election_ticks", "must be at most %d, got %d", MaxRaftElectionTicks, r.ElectionTicks)
+	} else if el := time.Duration(r.ElectionTicks) * r.TickInterval; r.TickInterval <= MaxRaftTick && el > MaxRaftElectionTimeout {
+		v.add("raft.election_ticks", "election_ticks × tick_interval is %s, longer than the longest election timeout walden accepts (%s): a leader lost would go unnoticed that long",
+			el, MaxRaftElectionTimeout)
+	}
+	if r.SnapshotCount > MaxRaftSnapshotEntries {
+		v.add("raft.snapshot_count", "must be at most %d, got %d", MaxRaftSnapshotEntries, r.SnapshotCount)
+	}
+	if r.SnapshotCatchUpEntries > MaxRaftSnapshotEntries {
+		v.add("raft.snapshot_catchup_entries", "must be at most %d, got %d", MaxRaftSnapshotEntries, r.SnapshotCatchUpEntries)
 	}
 	if r.SnapshotCount < 1 {
 		v.add("raft.snapshot_count", "must be at least 1")

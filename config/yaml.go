@@ -1,7 +1,10 @@
 package config
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"reflect"
@@ -69,21 +72,78 @@ func (s *source) errAt(key, format string, args ...any) *Error {
 
 var yamlLineRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?`)
 
+// MaxFileBytes bounds a configuration file: a larger one is refused before
+// it is read (a configuration is a few kilobytes; /dev/zero is endless).
+const MaxFileBytes = 1 << 20
+
+// MaxDuration bounds every duration of a configuration, so that no sum of
+// a few of them (failure_timeout + restart_grace + drift_margin...) can
+// overflow: 30 days.
+const MaxDuration = 30 * 24 * time.Hour
+
 // decodeFile reads path and decodes it strictly into out, a pointer to a
 // struct whose fields carry `yaml:"name"` tags. Values already in out are
-// defaults that the file overrides.
+// defaults that the file overrides. Only a regular file of at most
+// MaxFileBytes is read: a FIFO, a device or a directory is refused without
+// blocking on it.
 func decodeFile(path string, out any) (*source, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return decodeBytes(path, data, out)
+}
+
+func readConfigFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return decodeBytes(path, data, out)
+	if !st.Mode().IsRegular() {
+		return nil, &Error{File: path, Reason: fmt.Sprintf("not a regular file (%s): a configuration is read from a regular file", fileKind(st.Mode()))}
+	}
+	if st.Size() > MaxFileBytes {
+		return nil, &Error{File: path, Reason: fmt.Sprintf("%d bytes is larger than a configuration may be (%d bytes)", st.Size(), MaxFileBytes)}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	if st2, err := f.Stat(); err != nil || !os.SameFile(st, st2) {
+		return nil, &Error{File: path, Reason: "the file changed while it was opened"}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: path, Reason: fmt.Sprintf("larger than a configuration may be (%d bytes)", MaxFileBytes)}
+	}
+	return data, nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a regular file"
 }
 
 func decodeBytes(file string, data []byte, out any) (*source, error) {
 	src := &source{file: file, root: 1, keys: map[string]int{}}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		// yaml's messages read "yaml: line N: reason"; move N to the front.
 		msg := err.Error()
 		line := 0
@@ -114,8 +174,15 @@ func decodeBytes(file string, data []byte, out any) (*source, error) {
 	if err := d.decode(root, reflect.ValueOf(out).Elem(), ""); err != nil {
 		return nil, err
 	}
-	if len(doc.Content) > 1 {
-		return nil, &Error{File: file, Line: doc.Content[1].Line, Reason: "more than one YAML document"}
+	// A second document ("---") is refused, not ignored: whoever wrote it
+	// expected it to count.
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, &Error{File: file, Reason: "more than one YAML document, and the second is not valid YAML: a configuration is one document"}
+	default:
+		return nil, &Error{File: file, Line: max(next.Line, 1), Reason: "more than one YAML document (a second \"---\"): a configuration is one document"}
 	}
 	return src, nil
 }
@@ -171,6 +238,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 		dur, err := time.ParseDuration(n.Value)
 		if err != nil {
 			return d.fail(n, key, "invalid duration %q (use Go syntax such as \"100ms\" or \"5s\")", n.Value)
+		}
+		if dur > MaxDuration || dur < -MaxDuration {
+			return d.fail(n, key, "duration %s is longer than any walden accepts (%s)", n.Value, MaxDuration)
 		}
 		v.SetInt(int64(dur))
 		return nil

@@ -88,7 +88,7 @@ var keys = []key{
 			if time.Duration(p.LeaseTtlMs)*time.Millisecond < MinLeaseTTL {
 				return fmt.Sprintf("must be at least %s, got %s", MinLeaseTTL, formatMs(p.LeaseTtlMs))
 			}
-			return ""
+			return atMostMax(p.LeaseTtlMs)
 		}},
 	{name: KeyRestartGrace, kind: kindDuration, ms: func(p *waldenv1.Policy) *int64 { return &p.RestartGraceMs },
 		check: func(p *waldenv1.Policy) string { return nonNegative(p.RestartGraceMs) }},
@@ -113,16 +113,28 @@ var keys = []key{
 		check: func(p *waldenv1.Policy) string { return nonNegative(p.DriftMarginMs) }},
 }
 
+// MaxDuration bounds every duration of the policy, so that no sum of them
+// (failure_timeout + restart_grace, lease_ttl + drift_margin) can overflow
+// a time.Duration: 30 days.
+const MaxDuration = 30 * 24 * time.Hour
+
 func positive(ms int64) string {
 	if ms <= 0 {
 		return fmt.Sprintf("must be positive, got %s", formatMs(ms))
 	}
-	return ""
+	return atMostMax(ms)
 }
 
 func nonNegative(ms int64) string {
 	if ms < 0 {
 		return fmt.Sprintf("must not be negative, got %s", formatMs(ms))
+	}
+	return atMostMax(ms)
+}
+
+func atMostMax(ms int64) string {
+	if ms > MaxDuration.Milliseconds() {
+		return fmt.Sprintf("must be at most %s, got %s", MaxDuration, formatMs(ms))
 	}
 	return ""
 }
