@@ -95,6 +95,12 @@ func (a *adminService) MemberAdd(ctx context.Context, req *waldenv1.MemberAddReq
 	if err := checkAddr("admin_addr", req.GetAdminAddr()); err != nil {
 		return nil, err
 	}
+	if req.GetRaftAddr() == req.GetAdminAddr() {
+		return nil, invalidArg("admin_addr", fmt.Sprintf("%s is also raft_addr: a member listens on two addresses", req.GetAdminAddr()))
+	}
+	if err := checkAddrsFree(a.node.Status().Members, req); err != nil {
+		return nil, err
+	}
 	mc := &waldenv1.MemberContext{Id: req.GetId(), RaftAddr: req.GetRaftAddr(), AdminAddr: req.GetAdminAddr()}
 	if err := a.node.AddMember(ctx, mc); err != nil {
 		a.logger.WarnContext(ctx, "member add failed", "member_id", mc.Id, "raft_addr", mc.RaftAddr, "err", err)
@@ -284,6 +290,25 @@ func invalidArg(field, reason string) error {
 		s = d
 	}
 	return s.Err()
+}
+
+// checkAddrsFree refuses a new member whose raft or admin address another
+// member already uses: raft would send one member's messages to the other.
+func checkAddrsFree(members []*waldenv1.Member, req *waldenv1.MemberAddRequest) error {
+	for _, m := range members {
+		if m.GetId() == req.GetId() {
+			continue // the same member again: AddMember answers AlreadyExists
+		}
+		for _, f := range []struct{ field, addr string }{{"raft_addr", req.GetRaftAddr()}, {"admin_addr", req.GetAdminAddr()}} {
+			switch f.addr {
+			case m.GetRaftAddr():
+				return invalidArg(f.field, fmt.Sprintf("%s is already the raft address of member %q", f.addr, m.GetId()))
+			case m.GetAdminAddr():
+				return invalidArg(f.field, fmt.Sprintf("%s is already the admin address of member %q", f.addr, m.GetId()))
+			}
+		}
+	}
+	return nil
 }
 
 func checkMemberID(field, id string) error {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"walden/fencing"
 	"walden/fsm"
@@ -44,6 +45,53 @@ func checkBrokerRef(brokerID string, epoch uint64) error {
 	return nil
 }
 
+// checkStreamID refuses the ids no stream may have: 0 (the value of an id
+// left unset) and 2^64-1 (an id next to which offsets and keys wrap).
+func checkStreamID(field string, id uint64) error {
+	switch id {
+	case 0:
+		return invalidArg(field, "must not be 0")
+	case math.MaxUint64:
+		return invalidArg(field, "must be less than 2^64-1")
+	}
+	return nil
+}
+
+// checkRanges validates an object's ranges: each a non-empty section
+// inside the object, the sections in ascending positions without overlap,
+// each stream once, its offsets ascending.
+func checkRanges(o *waldenv1.Object) error {
+	seen := map[uint64]bool{}
+	var prevEnd uint64
+	for i, r := range o.GetRanges() {
+		field := fmt.Sprintf("object.ranges[%d]", i)
+		if err := checkStreamID(field+".stream_id", r.GetStreamId()); err != nil {
+			return err
+		}
+		if r.GetEndOffset() <= r.GetStartOffset() {
+			return invalidArg(field+".end_offset", fmt.Sprintf("%d is not beyond start_offset %d", r.GetEndOffset(), r.GetStartOffset()))
+		}
+		if r.GetStreamEpoch() == 0 {
+			return invalidArg(field+".stream_epoch", "must not be 0")
+		}
+		if seen[r.GetStreamId()] {
+			return invalidArg(field+".stream_id", fmt.Sprintf("stream %d appears twice", r.GetStreamId()))
+		}
+		seen[r.GetStreamId()] = true
+		if r.GetLength() == 0 {
+			return invalidArg(field+".length", "must not be 0: a range holds the stream's records")
+		}
+		if r.GetPosition() > o.GetSize() || r.GetLength() > o.GetSize()-r.GetPosition() {
+			return invalidArg(field+".length", fmt.Sprintf("position %d + length %d is beyond the object's size %d", r.GetPosition(), r.GetLength(), o.GetSize()))
+		}
+		if r.GetPosition() < prevEnd {
+			return invalidArg(field+".position", fmt.Sprintf("%d is inside the previous range (which ends at %d): ranges are in ascending positions and do not overlap", r.GetPosition(), prevEnd))
+		}
+		prevEnd = r.GetPosition() + r.GetLength()
+	}
+	return nil
+}
+
 // checkFailover validates an optional failover context.
 func checkFailover(field string, fo *waldenv1.FailoverContext) error {
 	if fo == nil {
@@ -72,6 +120,9 @@ func (s *catalogService) OpenStream(ctx context.Context, req *waldenv1.OpenStrea
 	if err := checkBrokerRef(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
 		return nil, err
 	}
+	if err := checkStreamID("stream_id", req.GetStreamId()); err != nil {
+		return nil, err
+	}
 	res, err := s.write(ctx, &waldenv1.Command{Op: &waldenv1.Command_OpenStream{OpenStream: req}})
 	if err != nil {
 		return nil, err
@@ -97,19 +148,8 @@ func (s *catalogService) CommitObject(ctx context.Context, req *waldenv1.CommitO
 	case len(o.GetRanges()) == 0:
 		return nil, invalidArg("object.ranges", "must name at least one stream range")
 	}
-	seen := map[uint64]bool{}
-	for i, r := range o.GetRanges() {
-		field := fmt.Sprintf("object.ranges[%d]", i)
-		if r.GetEndOffset() <= r.GetStartOffset() {
-			return nil, invalidArg(field+".end_offset", fmt.Sprintf("%d is not beyond start_offset %d", r.GetEndOffset(), r.GetStartOffset()))
-		}
-		if r.GetStreamEpoch() == 0 {
-			return nil, invalidArg(field+".stream_epoch", "must not be 0")
-		}
-		if seen[r.GetStreamId()] {
-			return nil, invalidArg(field+".stream_id", fmt.Sprintf("stream %d appears twice", r.GetStreamId()))
-		}
-		seen[r.GetStreamId()] = true
+	if err := checkRanges(o); err != nil {
+		return nil, err
 	}
 	res, err := s.write(ctx, &waldenv1.Command{Op: &waldenv1.Command_CommitObject{CommitObject: req}})
 	if err != nil {
@@ -120,6 +160,9 @@ func (s *catalogService) CommitObject(ctx context.Context, req *waldenv1.CommitO
 
 func (s *catalogService) CloseStream(ctx context.Context, req *waldenv1.CloseStreamRequest) (*waldenv1.CloseStreamResponse, error) {
 	if err := checkBrokerRef(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
+		return nil, err
+	}
+	if err := checkStreamID("stream_id", req.GetStreamId()); err != nil {
 		return nil, err
 	}
 	if req.GetStreamEpoch() == 0 {

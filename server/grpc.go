@@ -19,13 +19,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/authz"
+	"walden/fieldlimit"
 	waldenv1 "walden/proto/walden/v1"
 )
 
 // newAdminGRPC builds the admin gRPC server: walden.v1.Cluster, the health
-// service and reflection, behind recovery, request metrics, authorization
-// and logging interceptors (in that order: a refusal is counted, and the
-// log line of a call names its identity).
+// service and reflection, behind recovery, request metrics, authorization,
+// size limits and logging interceptors (in that order: a refusal is
+// counted, and the log line of a call names its identity).
 func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.TransportCredentials, az *authz.Authorizer, reg prometheus.Registerer, logger *slog.Logger) (*grpc.Server, error) {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	if err := reg.Register(metrics); err != nil {
@@ -46,12 +47,14 @@ func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.Tran
 			recovery.UnaryServerInterceptor(panicHandler),
 			metrics.UnaryServerInterceptor(),
 			az.UnaryInterceptor(),
+			fieldlimit.UnaryInterceptor(),
 			logging.UnaryServerInterceptor(slogAdapter(logger), logOpts...),
 		),
 		grpc.ChainStreamInterceptor(
 			recovery.StreamServerInterceptor(panicHandler),
 			metrics.StreamServerInterceptor(),
 			az.StreamInterceptor(),
+			fieldlimit.StreamInterceptor(),
 			logging.StreamServerInterceptor(slogAdapter(logger), logOpts...),
 		),
 	)

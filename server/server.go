@@ -19,6 +19,7 @@ import (
 
 	"walden/authz"
 	"walden/config"
+	"walden/fieldlimit"
 	"walden/fsm"
 	"walden/httplimit"
 	"walden/mtls"
@@ -138,7 +139,8 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 		CheckSender: authz.CheckMember,
 	})
 	s.raftGRPC = grpc.NewServer(append(raftnode.ServerOptions(), grpc.Creds(tlsCfg.serverCreds()),
-		grpc.ChainUnaryInterceptor(az.UnaryInterceptor()), grpc.ChainStreamInterceptor(az.StreamInterceptor()))...)
+		grpc.ChainUnaryInterceptor(az.UnaryInterceptor(), fieldlimit.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(az.StreamInterceptor(), fieldlimit.StreamInterceptor()))...)
 	tr.Register(s.raftGRPC)
 
 	state := fsm.New(cfg.ClusterName)

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// TestHardeningAPI is the API rows of the hardening table
+// (docs/security.md): each bad request is refused InvalidArgument naming
+// the field, and the state the API shows afterwards (registry, streams
+// and objects, members, policy) is what it was before.
+func TestHardeningAPI(t *testing.T) {
+	cfg := singleMember(t)
+	s := startServer(t, cfg)
+	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	agent, catalog := waldenv1.NewAgentClient(conn), waldenv1.NewCatalogClient(conn)
+	brokers, cluster := waldenv1.NewBrokersClient(conn), waldenv1.NewClusterClient(conn)
+
+	reg, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: "b1", AgentAddr: "127.0.0.1:1",
+		Wal: &waldenv1.WalLocation{Path: "/wal/b1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := reg.GetEpoch()
+	if _, err := catalog.OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 2}); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(o *waldenv1.Object) error {
+		_, err := catalog.CommitObject(ctx, &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: epoch, Object: o})
+		return err
+	}
+	rng := func(stream, start, end, pos, length uint64) *waldenv1.ObjectRange {
+		return &waldenv1.ObjectRange{StreamId: stream, StreamEpoch: 1, StartOffset: start, EndOffset: end, Position: pos, Length: length}
+	}
+	if err := commit(&waldenv1.Object{ObjectId: "o1", Key: "k/o1", Size: 200, Ranges: []*waldenv1.ObjectRange{rng(1, 0, 10, 16, 100), rng(2, 0, 5, 116, 50)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// snapshot is what the API shows; it must not change.
+	snapshot := func() []proto.Message {
+		t.Helper()
+		var out []proto.Message
+		lb, err := brokers.ListBrokers(ctx, &waldenv1.ListBrokersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range lb.GetBrokers() {
+			b.LeaseRemainingMs = 0 // moves with the clock
+			out = append(out, b)
+		}
+		for _, id := range []uint64{1, 2} {
+			d, err := catalog.DescribeStream(ctx, &waldenv1.DescribeStreamRequest{StreamId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, d)
+		}
+		ls, err := catalog.ListStreams(ctx, &waldenv1.ListStreamsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ml, err := cluster.MemberList(ctx, &waldenv1.MemberListRequest{Linearizable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ml.GetMembers() {
+			m.Reachable, m.MatchIndex = false, 0
+		}
+		gp, err := brokers.GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(out, ls, ml, gp)
+	}
+	before := snapshot()
+	long := func(n int) string { return strings.Repeat("x", n) }
+
+	rows := []struct {
+		name, field string
+		call        func() error
+	}{
+		// CommitObject: the ranges must lie inside the object.
+		{"a range beyond the object's size", "object.ranges[0].length", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 1<<40, 16, 1000)}})
+		}},
+		{"a range whose position + length wraps", "object.ranges[0].length", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, math.MaxUint64-5, 10)}})
+		}},
+		{"an object of size 0", "object.ranges[0].length", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 0, 10)}})
+		}},
+		{"an empty range", "object.ranges[0].length", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 16, 0)}})
+		}},
+		{"overlapping ranges", "object.ranges[1].position", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 16, 40), rng(2, 5, 9, 40, 20)}})
+		}},
+		{"ranges in descending positions", "object.ranges[1].position", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 60, 20), rng(2, 5, 9, 16, 20)}})
+		}},
+		{"offsets descending", "object.ranges[0].end_offset", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 9, 16, 20)}})
+		}},
+		{"a range of stream 0", "object.ranges[0].stream_id", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(0, 0, 9, 16, 20)}})
+		}},
+		// Stream ids 0 and 2^64-1.
+		{"opening stream 0", "stream_id", func() error {
+			_, err := catalog.OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 0})
+			return err
+		}},
+		{"opening stream 2^64-1", "stream_id", func() error {
+			_, err := catalog.OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: math.MaxUint64})
+			return err
+		}},
+		{"closing stream 2^64-1", "stream_id", func() error {
+			_, err := catalog.CloseStream(ctx, &waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: math.MaxUint64, StreamEpoch: 1})
+			return err
+		}},
+		// Size limits on every string and repeated field.
+		{"a 3 MB wal.path", "wal.path", func() error {
+			_, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: "b9", AgentAddr: "127.0.0.1:1",
+				Wal: &waldenv1.WalLocation{Path: long(3 << 20)}})
+			return err
+		}},
+		{"a 2 KiB volume id", "wal.volume_id", func() error {
+			_, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: "b9", AgentAddr: "127.0.0.1:1",
+				Wal: &waldenv1.WalLocation{Path: "/w", VolumeId: long(2048)}})
+			return err
+		}},
+		{"a 2 KiB S3 key", "object.key", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: long(2048), Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 16, 20)}})
+		}},
+		{"a 2 KiB failover reason", "reason", func() error {
+			_, err := brokers.Failover(ctx, &waldenv1.FailoverRequest{BrokerId: "b1", Reason: long(2048)})
+			return err
+		}},
+		{"a 2 KiB policy value", `set["cooldown"]`, func() error {
+			_, err := brokers.SetPolicy(ctx, &waldenv1.SetPolicyRequest{Set: map[string]string{"cooldown": long(2048)}})
+			return err
+		}},
+		{"10001 ranges", "object.ranges", func() error {
+			rs := make([]*waldenv1.ObjectRange, 10001)
+			for i := range rs {
+				rs[i] = rng(uint64(i+1), 0, 1, uint64(16+i), 1)
+			}
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 1 << 20, Ranges: rs})
+		}},
+		// A policy duration whose sums would overflow.
+		{"restart_grace of 2562047h", "restart_grace", func() error {
+			_, err := brokers.SetPolicy(ctx, &waldenv1.SetPolicyRequest{Set: map[string]string{"restart_grace": "2562047h"}})
+			return err
+		}},
+		// MemberAdd: addresses of another member.
+		{"a member on c1's raft address", "raft_addr", func() error {
+			st, _ := cluster.Status(ctx, &waldenv1.StatusRequest{})
+			_, err := cluster.MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: "c2", RaftAddr: st.GetMembers()[0].GetRaftAddr(), AdminAddr: "127.0.0.1:9"})
+			return err
+		}},
+		{"a member on c1's admin address", "admin_addr", func() error {
+			st, _ := cluster.Status(ctx, &waldenv1.StatusRequest{})
+			_, err := cluster.MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: "c2", RaftAddr: "127.0.0.1:9", AdminAddr: st.GetMembers()[0].GetAdminAddr()})
+			return err
+		}},
+		{"a member whose raft and admin addresses are one", "admin_addr", func() error {
+			_, err := cluster.MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: "c2", RaftAddr: "127.0.0.1:9", AdminAddr: "127.0.0.1:9"})
+			return err
+		}},
+	}
+	for _, row := range rows {
+		err := row.call()
+		st, _ := status.FromError(err)
+		if st.Code() != codes.InvalidArgument || !containsField(st, row.field) {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", row.name, err, row.field)
+			continue
+		}
+		t.Logf("%s: %s", row.name, shortMsg(st.Message()))
+	}
+	after := snapshot()
+	if len(after) != len(before) {
+		t.Fatalf("state changed: %d parts, was %d", len(after), len(before))
+	}
+	for i := range before {
+		if !proto.Equal(before[i], after[i]) {
+			t.Fatalf("state changed:\nbefore %v\nafter  %v", before[i], after[i])
+		}
+	}
+}
+
+func shortMsg(s string) string {
+	if len(s) > 160 {
+		return s[:160] + "..."
+	}
+	return s
+}
