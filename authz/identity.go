@@ -17,7 +17,8 @@ type Role string
 // processes.
 const (
 	// RoleAdmin may do what an operator does and change the membership of
-	// the coordinator group and of the broker registry.
+	// the coordinator group (member add, remove) and of the broker registry
+	// (remove a registration).
 	RoleAdmin Role = "admin"
 	// RoleOperator may do what a reader does, and fail brokers over, ack
 	// them, set maintenance, cancel and retry jobs, set the policy and

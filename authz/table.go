@@ -72,6 +72,7 @@ var table = map[string]Rule{
 	waldenv1.Brokers_ListEvents_FullMethodName:     {Roles: readers},
 	waldenv1.Brokers_GetPolicy_FullMethodName:      {Roles: readers},
 	waldenv1.Brokers_SetPolicy_FullMethodName:      {Roles: operators},
+	waldenv1.Brokers_RemoveBroker_FullMethodName:   {Roles: admins},
 
 	// walden.v1.Catalog: a broker writes its own streams; everyone who
 	// reads may read the catalog.

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -205,6 +206,37 @@ func (s *State) applySetMaintenance(index uint64, cmd *waldenv1.Command, op *wal
 	s.deriveState(b)
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "maintenance", BrokerId: b.GetBrokerId(),
 		Actor: actorOf(op.GetActor(), cmd), Message: msg})
+	return brokerResult(b), nil
+}
+
+// applyRemoveBroker removes a broker from the registry. Refused while a
+// recovery job of it is pending or running (the job reads its WAL and
+// commits as it) and while it owns an opened stream (nobody could open
+// that stream again: its acknowledged records would be stranded). Its
+// streams, objects and past jobs stay; registering the id again starts
+// with a new epoch.
+func (s *State) applyRemoveBroker(index uint64, cmd *waldenv1.Command, op *waldenv1.RemoveBroker) (*waldenv1.Result, error) {
+	id := op.GetBrokerId()
+	b, ok := s.brokers[id]
+	if !ok {
+		return nil, unknownBroker("remove broker", id)
+	}
+	if j := s.activeJobOf(id); j != nil {
+		return nil, fmt.Errorf("fsm: remove broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), fencing.ErrRecoveryRunning)
+	}
+	var open []string
+	for _, sid := range sortedKeys(s.streams) {
+		if st := s.streams[sid]; st.GetOwnerBrokerId() == id && st.GetState() == StreamOpened {
+			open = append(open, fmt.Sprint(sid))
+		}
+	}
+	if len(open) > 0 {
+		return nil, fencing.WithMetadata(fmt.Errorf("fsm: remove broker %q: it owns opened streams %s (fail it over, or stop it gracefully, first): %w",
+			id, strings.Join(open, ", "), fencing.ErrStreamNotClosed), map[string]string{"streams": strings.Join(open, ",")})
+	}
+	delete(s.brokers, id)
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "remove", BrokerId: id,
+		Actor: actorOf(op.GetActor(), cmd), Message: fmt.Sprintf("registration removed at epoch %d", b.GetEpoch())})
 	return brokerResult(b), nil
 }
 

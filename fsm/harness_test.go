@@ -52,6 +52,8 @@ func (h *harness) cmd(op any) *waldenv1.Command {
 		c.Op = &waldenv1.Command_SetMaintenance{SetMaintenance: o}
 	case *waldenv1.RecordEvent:
 		c.Op = &waldenv1.Command_RecordEvent{RecordEvent: o}
+	case *waldenv1.RemoveBroker:
+		c.Op = &waldenv1.Command_RemoveBroker{RemoveBroker: o}
 	case *waldenv1.OpenStreamRequest:
 		c.Op = &waldenv1.Command_OpenStream{OpenStream: o}
 	case *waldenv1.CommitObjectRequest:

@@ -163,6 +163,8 @@ func (s *State) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, er
 		res, err = s.applySetMaintenance(index, cmd, op.SetMaintenance)
 	case *waldenv1.Command_RecordEvent:
 		res, err = s.applyRecordEvent(index, cmd, op.RecordEvent)
+	case *waldenv1.Command_RemoveBroker:
+		res, err = s.applyRemoveBroker(index, cmd, op.RemoveBroker)
 	case *waldenv1.Command_OpenStream:
 		res, err = s.applyOpenStream(index, op.OpenStream)
 	case *waldenv1.Command_CommitObject:

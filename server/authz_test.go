@@ -57,6 +57,7 @@ var expectedAccess = map[string]struct {
 	"/walden.v1.Brokers/ListEvents":     {roles: people},
 	"/walden.v1.Brokers/GetPolicy":      {roles: people},
 	"/walden.v1.Brokers/SetPolicy":      {roles: operatorsUp},
+	"/walden.v1.Brokers/RemoveBroker":   {roles: []authz.Role{authz.RoleAdmin}},
 
 	"/walden.v1.Catalog/OpenStream":        {roles: []authz.Role{authz.RoleBroker}, bound: true},
 	"/walden.v1.Catalog/CommitObject":      {roles: []authz.Role{authz.RoleBroker}, bound: true},

@@ -245,6 +245,44 @@ func (s *brokersService) SetPolicy(ctx context.Context, req *waldenv1.SetPolicyR
 	return &waldenv1.SetPolicyResponse{Entries: entries, Policy: p}, nil
 }
 
+// RemoveBroker removes a registration nobody uses (leader only): refused
+// while the broker holds a lease on the leader's table (its agent still
+// renews; removing it would only make the agent register again), and, by
+// the state machine, while a recovery job of it runs or it owns an opened
+// stream.
+func (s *brokersService) RemoveBroker(ctx context.Context, req *waldenv1.RemoveBrokerRequest) (*waldenv1.RemoveBrokerResponse, error) {
+	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
+		return nil, err
+	}
+	leader, st := s.d.isLeader()
+	if !leader {
+		return forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.RemoveBrokerResponse, error) {
+			return waldenv1.NewBrokersClient(c).RemoveBroker(ctx, req)
+		})
+	}
+	if err := s.d.node.LinearizableRead(ctx); err != nil {
+		return nil, s.d.stateErr(ctx, err)
+	}
+	b, ok := s.d.state.Broker(req.GetBrokerId())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
+	}
+	s.withLeases([]*waldenv1.Broker{b}, true)
+	if b.GetLeaseRemainingMs() > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"broker %q holds a lease for %d ms more: its agent still renews it; stop the agent (or fail the broker over) before removing the registration",
+			b.GetBrokerId(), b.GetLeaseRemainingMs())
+	}
+	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RemoveBroker{RemoveBroker: &waldenv1.RemoveBroker{
+		BrokerId: req.GetBrokerId(), Actor: authz.Actor(ctx)}}})
+	if err != nil {
+		return nil, s.d.stateErr(ctx, err)
+	}
+	s.d.logger.WarnContext(ctx, "broker registration removed", "broker_id", req.GetBrokerId(), "epoch", b.GetEpoch(),
+		"actor", authz.Actor(ctx), "term", st.Term)
+	return &waldenv1.RemoveBrokerResponse{Broker: res.GetBroker()}, nil
+}
+
 // policyErr maps a policy error to InvalidArgument naming its key.
 func policyErr(key string, err error) error {
 	var ke *policy.KeyError

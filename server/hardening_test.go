@@ -214,3 +214,67 @@ func shortMsg(s string) string {
 	}
 	return s
 }
+
+// TestHardeningRemoveBroker: a registration nobody uses can go (RemoveBroker,
+// admins only); one whose lease still runs, or that owns an opened stream,
+// stays, and the refusal says why.
+func TestHardeningRemoveBroker(t *testing.T) {
+	cfg := singleMember(t)
+	cfg.Policy.LeaseTTL = 500 * time.Millisecond
+	s := startServer(t, cfg)
+	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	agent, brokers := waldenv1.NewAgentClient(conn), waldenv1.NewBrokersClient(conn)
+	register := func(id string) uint64 {
+		r, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: id, AgentAddr: "127.0.0.1:1", Wal: &waldenv1.WalLocation{Path: "/w/" + id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetEpoch()
+	}
+	register("ghost")
+	epoch := register("b1")
+	if _, err := waldenv1.NewCatalogClient(conn).OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 5}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Just registered: its lease runs, the registration stays.
+	_, err = brokers.RemoveBroker(ctx, &waldenv1.RemoveBrokerRequest{BrokerId: "ghost"})
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "holds a lease") {
+		t.Fatalf("removing a leased broker: %v", err)
+	}
+	// Once nobody renews it, it goes.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err = brokers.RemoveBroker(ctx, &waldenv1.RemoveBrokerRequest{BrokerId: "ghost"})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.FailedPrecondition || time.Now().After(deadline) {
+			t.Fatalf("removing ghost: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := brokers.GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "ghost"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("ghost after removal: %v", err)
+	}
+	// b1 owns stream 5: it stays, unchanged.
+	before, err := brokers.GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "b1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = brokers.RemoveBroker(ctx, &waldenv1.RemoveBrokerRequest{BrokerId: "b1"})
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "opened streams 5") {
+		t.Fatalf("removing b1: %v", err)
+	}
+	after, err := brokers.GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "b1"})
+	if err != nil || after.GetBroker().GetEpoch() != before.GetBroker().GetEpoch() || after.GetBroker().GetRegisteredUnixMs() != before.GetBroker().GetRegisteredUnixMs() {
+		t.Fatalf("b1 changed: %v -> %v (%v)", before, after, err)
+	}
+}

@@ -84,9 +84,9 @@ func unixText(ms int64) string {
 }
 
 func newBrokerCmd(c *cli) *cobra.Command {
-	return &cobra.Command{
-		Use:               "broker ID",
-		Short:             "Show one broker: state, epoch, lease remaining and each coordinator's observation since when",
+	cmd := &cobra.Command{
+		Use:               "broker ID | broker remove ID",
+		Short:             "Show one broker: state, epoch, lease remaining and each coordinator's observation since when (broker remove ID: remove a registration nobody uses)",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.completeIDs("broker", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,6 +100,37 @@ func newBrokerCmd(c *cli) *cobra.Command {
 				return err
 			}
 			return c.print(resp, func(w io.Writer) { printBroker(w, resp.GetBroker()) })
+		},
+	}
+	cmd.AddCommand(newBrokerRemoveCmd(c))
+	return cmd
+}
+
+func newBrokerRemoveCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a broker's registration that nobody uses (admin role)",
+		Long: `remove deletes a broker from the registry, for a bogus or abandoned
+registration. It is refused while the broker holds a lease (its agent still
+renews: stop the agent first), while a recovery job of it is pending or
+running, and while it owns an opened stream (fail it over, or stop it
+gracefully, first). Its streams, objects and past jobs stay; the id may
+register again, with a new epoch.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("broker", 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var resp *waldenv1.RemoveBrokerResponse
+			err := c.call(cmd.Context(), op{verb: "remove", kind: "broker", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = brokersClient(conn).RemoveBroker(ctx, &waldenv1.RemoveBrokerRequest{BrokerId: args[0]}, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) {
+				fmt.Fprintf(w, "broker %s removed (it had epoch %d, state %s)\n", resp.GetBroker().GetBrokerId(), resp.GetBroker().GetEpoch(), resp.GetBroker().GetState())
+			})
 		},
 	}
 }

@@ -112,6 +112,9 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 	case "STREAM_NOT_FOUND":
 		return fmt.Sprintf("there is no stream %s", firstNonEmpty(o.idOf("stream"), "with that id"))
 	case "STREAM_NOT_CLOSED":
+		if o.verb == "remove" && e.Metadata["streams"] != "" {
+			return fmt.Sprintf("broker %s owns opened streams %s: fail it over, or stop it gracefully, before removing it", o.id, e.Metadata["streams"])
+		}
 		if owner := e.Metadata["owner_broker_id"]; owner != "" {
 			return fmt.Sprintf("%s is opened by broker %s", obj, owner)
 		}

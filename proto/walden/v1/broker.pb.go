@@ -577,7 +577,7 @@ type Event struct {
 	UnixMs int64  `protobuf:"varint,2,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
 	// kind: "register", "observation", "decision", "dry_run", "freeze",
 	// "unfreeze", "cooldown", "policy", "maintenance", "ack", "lease",
-	// "job", "stream".
+	// "job", "stream", "remove".
 	Kind     string    `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	BrokerId string    `protobuf:"bytes,4,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
 	Message  string    `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
@@ -2576,6 +2576,150 @@ func (x *SetPolicyResponse) GetPolicy() *Policy {
 	return nil
 }
 
+type RemoveBrokerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBrokerRequest) Reset() {
+	*x = RemoveBrokerRequest{}
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBrokerRequest) ProtoMessage() {}
+
+func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBrokerRequest.ProtoReflect.Descriptor instead.
+func (*RemoveBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RemoveBrokerRequest) GetBrokerId() string {
+	if x != nil {
+		return x.BrokerId
+	}
+	return ""
+}
+
+type RemoveBrokerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// broker is the registration as it was when it was removed.
+	Broker        *Broker `protobuf:"bytes,1,opt,name=broker,proto3" json:"broker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBrokerResponse) Reset() {
+	*x = RemoveBrokerResponse{}
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBrokerResponse) ProtoMessage() {}
+
+func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBrokerResponse.ProtoReflect.Descriptor instead.
+func (*RemoveBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RemoveBrokerResponse) GetBroker() *Broker {
+	if x != nil {
+		return x.Broker
+	}
+	return nil
+}
+
+// RemoveBroker removes a broker from the registry (a raft entry). Refused
+// while a recovery job of the broker is pending or running, or while it owns
+// an opened stream.
+type RemoveBroker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	Actor         string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBroker) Reset() {
+	*x = RemoveBroker{}
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBroker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBroker) ProtoMessage() {}
+
+func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBroker.ProtoReflect.Descriptor instead.
+func (*RemoveBroker) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RemoveBroker) GetBrokerId() string {
+	if x != nil {
+		return x.BrokerId
+	}
+	return ""
+}
+
+func (x *RemoveBroker) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
 var File_walden_v1_broker_proto protoreflect.FileDescriptor
 
 const file_walden_v1_broker_proto_rawDesc = "" +
@@ -2786,11 +2930,18 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"p\n" +
 	"\x11SetPolicyResponse\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.walden.v1.PolicyEntryR\aentries\x12)\n" +
-	"\x06policy\x18\x02 \x01(\v2\x11.walden.v1.PolicyR\x06policy2\x97\x01\n" +
+	"\x06policy\x18\x02 \x01(\v2\x11.walden.v1.PolicyR\x06policy\"2\n" +
+	"\x13RemoveBrokerRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\"A\n" +
+	"\x14RemoveBrokerResponse\x12)\n" +
+	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"A\n" +
+	"\fRemoveBroker\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor2\x97\x01\n" +
 	"\x05Agent\x12C\n" +
 	"\bRegister\x12\x1a.walden.v1.RegisterRequest\x1a\x1b.walden.v1.RegisterResponse\x12I\n" +
 	"\n" +
-	"RenewLease\x12\x1c.walden.v1.RenewLeaseRequest\x1a\x1d.walden.v1.RenewLeaseResponse2\xcc\x04\n" +
+	"RenewLease\x12\x1c.walden.v1.RenewLeaseRequest\x1a\x1d.walden.v1.RenewLeaseResponse2\x9d\x05\n" +
 	"\aBrokers\x12L\n" +
 	"\vListBrokers\x12\x1d.walden.v1.ListBrokersRequest\x1a\x1e.walden.v1.ListBrokersResponse\x12F\n" +
 	"\tGetBroker\x12\x1b.walden.v1.GetBrokerRequest\x1a\x1c.walden.v1.GetBrokerResponse\x12C\n" +
@@ -2800,7 +2951,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"ListEvents\x12\x1c.walden.v1.ListEventsRequest\x1a\x1d.walden.v1.ListEventsResponse\x12F\n" +
 	"\tGetPolicy\x12\x1b.walden.v1.GetPolicyRequest\x1a\x1c.walden.v1.GetPolicyResponse\x12F\n" +
-	"\tSetPolicy\x12\x1b.walden.v1.SetPolicyRequest\x1a\x1c.walden.v1.SetPolicyResponseB!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
+	"\tSetPolicy\x12\x1b.walden.v1.SetPolicyRequest\x1a\x1c.walden.v1.SetPolicyResponse\x12O\n" +
+	"\fRemoveBroker\x12\x1e.walden.v1.RemoveBrokerRequest\x1a\x1f.walden.v1.RemoveBrokerResponseB!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
 
 var (
 	file_walden_v1_broker_proto_rawDescOnce sync.Once
@@ -2814,7 +2966,7 @@ func file_walden_v1_broker_proto_rawDescGZIP() []byte {
 	return file_walden_v1_broker_proto_rawDescData
 }
 
-var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_walden_v1_broker_proto_goTypes = []any{
 	(*WalLocation)(nil),            // 0: walden.v1.WalLocation
 	(*Observation)(nil),            // 1: walden.v1.Observation
@@ -2852,8 +3004,11 @@ var file_walden_v1_broker_proto_goTypes = []any{
 	(*GetPolicyResponse)(nil),      // 33: walden.v1.GetPolicyResponse
 	(*SetPolicyRequest)(nil),       // 34: walden.v1.SetPolicyRequest
 	(*SetPolicyResponse)(nil),      // 35: walden.v1.SetPolicyResponse
-	nil,                            // 36: walden.v1.SetPolicy.SetEntry
-	nil,                            // 37: walden.v1.SetPolicyRequest.SetEntry
+	(*RemoveBrokerRequest)(nil),    // 36: walden.v1.RemoveBrokerRequest
+	(*RemoveBrokerResponse)(nil),   // 37: walden.v1.RemoveBrokerResponse
+	(*RemoveBroker)(nil),           // 38: walden.v1.RemoveBroker
+	nil,                            // 39: walden.v1.SetPolicy.SetEntry
+	nil,                            // 40: walden.v1.SetPolicyRequest.SetEntry
 }
 var file_walden_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
@@ -2862,7 +3017,7 @@ var file_walden_v1_broker_proto_depIdxs = []int32{
 	3,  // 3: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
 	0,  // 4: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
 	3,  // 5: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
-	36, // 6: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
+	39, // 6: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
 	4,  // 7: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
 	0,  // 8: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
 	2,  // 9: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
@@ -2873,34 +3028,37 @@ var file_walden_v1_broker_proto_depIdxs = []int32{
 	4,  // 14: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
 	6,  // 15: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
 	5,  // 16: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	37, // 17: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	40, // 17: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
 	6,  // 18: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
 	5,  // 19: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	16, // 20: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	18, // 21: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	20, // 22: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	22, // 23: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	24, // 24: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	26, // 25: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	28, // 26: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	30, // 27: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	32, // 28: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	34, // 29: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	17, // 30: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	19, // 31: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	21, // 32: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	23, // 33: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	25, // 34: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	27, // 35: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	29, // 36: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	31, // 37: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	33, // 38: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	35, // 39: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	2,  // 20: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
+	16, // 21: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	18, // 22: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	20, // 23: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	22, // 24: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	24, // 25: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	26, // 26: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	28, // 27: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	30, // 28: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	32, // 29: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	34, // 30: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	36, // 31: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
+	17, // 32: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	19, // 33: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	21, // 34: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	23, // 35: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	25, // 36: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	27, // 37: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	29, // 38: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	31, // 39: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	33, // 40: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	35, // 41: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	37, // 42: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
@@ -2914,7 +3072,7 @@ func file_walden_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_broker_proto_rawDesc), len(file_walden_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -175,6 +175,7 @@ const (
 	Brokers_ListEvents_FullMethodName     = "/walden.v1.Brokers/ListEvents"
 	Brokers_GetPolicy_FullMethodName      = "/walden.v1.Brokers/GetPolicy"
 	Brokers_SetPolicy_FullMethodName      = "/walden.v1.Brokers/SetPolicy"
+	Brokers_RemoveBroker_FullMethodName   = "/walden.v1.Brokers/RemoveBroker"
 )
 
 // BrokersClient is the client API for Brokers service.
@@ -192,6 +193,11 @@ type BrokersClient interface {
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*GetPolicyResponse, error)
 	SetPolicy(ctx context.Context, in *SetPolicyRequest, opts ...grpc.CallOption) (*SetPolicyResponse, error)
+	// RemoveBroker removes a registration that nobody uses (a bogus or
+	// abandoned one): refused while the broker holds a lease, while a
+	// recovery job of it is pending or running, and while it owns an opened
+	// stream.
+	RemoveBroker(ctx context.Context, in *RemoveBrokerRequest, opts ...grpc.CallOption) (*RemoveBrokerResponse, error)
 }
 
 type brokersClient struct {
@@ -282,6 +288,16 @@ func (c *brokersClient) SetPolicy(ctx context.Context, in *SetPolicyRequest, opt
 	return out, nil
 }
 
+func (c *brokersClient) RemoveBroker(ctx context.Context, in *RemoveBrokerRequest, opts ...grpc.CallOption) (*RemoveBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveBrokerResponse)
+	err := c.cc.Invoke(ctx, Brokers_RemoveBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokersServer is the server API for Brokers service.
 // All implementations must embed UnimplementedBrokersServer
 // for forward compatibility.
@@ -297,6 +313,11 @@ type BrokersServer interface {
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error)
 	SetPolicy(context.Context, *SetPolicyRequest) (*SetPolicyResponse, error)
+	// RemoveBroker removes a registration that nobody uses (a bogus or
+	// abandoned one): refused while the broker holds a lease, while a
+	// recovery job of it is pending or running, and while it owns an opened
+	// stream.
+	RemoveBroker(context.Context, *RemoveBrokerRequest) (*RemoveBrokerResponse, error)
 	mustEmbedUnimplementedBrokersServer()
 }
 
@@ -330,6 +351,9 @@ func (UnimplementedBrokersServer) GetPolicy(context.Context, *GetPolicyRequest) 
 }
 func (UnimplementedBrokersServer) SetPolicy(context.Context, *SetPolicyRequest) (*SetPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetPolicy not implemented")
+}
+func (UnimplementedBrokersServer) RemoveBroker(context.Context, *RemoveBrokerRequest) (*RemoveBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveBroker not implemented")
 }
 func (UnimplementedBrokersServer) mustEmbedUnimplementedBrokersServer() {}
 func (UnimplementedBrokersServer) testEmbeddedByValue()                 {}
@@ -496,6 +520,24 @@ func _Brokers_SetPolicy_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Brokers_RemoveBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokersServer).RemoveBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brokers_RemoveBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokersServer).RemoveBroker(ctx, req.(*RemoveBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Brokers_ServiceDesc is the grpc.ServiceDesc for Brokers service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -534,6 +576,10 @@ var Brokers_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetPolicy",
 			Handler:    _Brokers_SetPolicy_Handler,
+		},
+		{
+			MethodName: "RemoveBroker",
+			Handler:    _Brokers_RemoveBroker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -46,6 +46,7 @@ type Command struct {
 	//	*Command_AckBroker
 	//	*Command_SetMaintenance
 	//	*Command_RecordEvent
+	//	*Command_RemoveBroker
 	//	*Command_OpenStream
 	//	*Command_CommitObject
 	//	*Command_CloseStream
@@ -190,6 +191,15 @@ func (x *Command) GetRecordEvent() *RecordEvent {
 	return nil
 }
 
+func (x *Command) GetRemoveBroker() *RemoveBroker {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RemoveBroker); ok {
+			return x.RemoveBroker
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetOpenStream() *OpenStreamRequest {
 	if x != nil {
 		if x, ok := x.Op.(*Command_OpenStream); ok {
@@ -308,6 +318,10 @@ type Command_RecordEvent struct {
 	RecordEvent *RecordEvent `protobuf:"bytes,26,opt,name=record_event,json=recordEvent,proto3,oneof"`
 }
 
+type Command_RemoveBroker struct {
+	RemoveBroker *RemoveBroker `protobuf:"bytes,27,opt,name=remove_broker,json=removeBroker,proto3,oneof"`
+}
+
 type Command_OpenStream struct {
 	// Stream catalog.
 	OpenStream *OpenStreamRequest `protobuf:"bytes,40,opt,name=open_stream,json=openStream,proto3,oneof"`
@@ -361,6 +375,8 @@ func (*Command_AckBroker) isCommand_Op() {}
 func (*Command_SetMaintenance) isCommand_Op() {}
 
 func (*Command_RecordEvent) isCommand_Op() {}
+
+func (*Command_RemoveBroker) isCommand_Op() {}
 
 func (*Command_OpenStream) isCommand_Op() {}
 
@@ -1019,7 +1035,7 @@ var File_walden_v1_state_proto protoreflect.FileDescriptor
 
 const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\x8f\t\n" +
+	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xcf\t\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12(\n" +
@@ -1036,7 +1052,8 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"ack_broker\x18\x18 \x01(\v2\x14.walden.v1.AckBrokerH\x00R\tackBroker\x12D\n" +
 	"\x0fset_maintenance\x18\x19 \x01(\v2\x19.walden.v1.SetMaintenanceH\x00R\x0esetMaintenance\x12;\n" +
-	"\frecord_event\x18\x1a \x01(\v2\x16.walden.v1.RecordEventH\x00R\vrecordEvent\x12?\n" +
+	"\frecord_event\x18\x1a \x01(\v2\x16.walden.v1.RecordEventH\x00R\vrecordEvent\x12>\n" +
+	"\rremove_broker\x18\x1b \x01(\v2\x17.walden.v1.RemoveBrokerH\x00R\fremoveBroker\x12?\n" +
 	"\vopen_stream\x18( \x01(\v2\x1c.walden.v1.OpenStreamRequestH\x00R\n" +
 	"openStream\x12E\n" +
 	"\rcommit_object\x18) \x01(\v2\x1e.walden.v1.CommitObjectRequestH\x00R\fcommitObject\x12B\n" +
@@ -1138,27 +1155,28 @@ var file_walden_v1_state_proto_goTypes = []any{
 	(*AckBroker)(nil),            // 14: walden.v1.AckBroker
 	(*SetMaintenance)(nil),       // 15: walden.v1.SetMaintenance
 	(*RecordEvent)(nil),          // 16: walden.v1.RecordEvent
-	(*OpenStreamRequest)(nil),    // 17: walden.v1.OpenStreamRequest
-	(*CommitObjectRequest)(nil),  // 18: walden.v1.CommitObjectRequest
-	(*CloseStreamRequest)(nil),   // 19: walden.v1.CloseStreamRequest
-	(*RenewJobLease)(nil),        // 20: walden.v1.RenewJobLease
-	(*ReassignJob)(nil),          // 21: walden.v1.ReassignJob
-	(*CheckpointJob)(nil),        // 22: walden.v1.CheckpointJob
-	(*FinishJob)(nil),            // 23: walden.v1.FinishJob
-	(*CancelJob)(nil),            // 24: walden.v1.CancelJob
-	(*RetryJob)(nil),             // 25: walden.v1.RetryJob
-	(*RegisterBrokerResult)(nil), // 26: walden.v1.RegisterBrokerResult
-	(*DeclareFailedResult)(nil),  // 27: walden.v1.DeclareFailedResult
-	(*Broker)(nil),               // 28: walden.v1.Broker
-	(*Event)(nil),                // 29: walden.v1.Event
-	(*OpenStreamResponse)(nil),   // 30: walden.v1.OpenStreamResponse
-	(*CommitObjectResponse)(nil), // 31: walden.v1.CommitObjectResponse
-	(*CloseStreamResponse)(nil),  // 32: walden.v1.CloseStreamResponse
-	(*Job)(nil),                  // 33: walden.v1.Job
-	(*Member)(nil),               // 34: walden.v1.Member
-	(*Stream)(nil),               // 35: walden.v1.Stream
-	(*Object)(nil),               // 36: walden.v1.Object
-	(*StreamProducers)(nil),      // 37: walden.v1.StreamProducers
+	(*RemoveBroker)(nil),         // 17: walden.v1.RemoveBroker
+	(*OpenStreamRequest)(nil),    // 18: walden.v1.OpenStreamRequest
+	(*CommitObjectRequest)(nil),  // 19: walden.v1.CommitObjectRequest
+	(*CloseStreamRequest)(nil),   // 20: walden.v1.CloseStreamRequest
+	(*RenewJobLease)(nil),        // 21: walden.v1.RenewJobLease
+	(*ReassignJob)(nil),          // 22: walden.v1.ReassignJob
+	(*CheckpointJob)(nil),        // 23: walden.v1.CheckpointJob
+	(*FinishJob)(nil),            // 24: walden.v1.FinishJob
+	(*CancelJob)(nil),            // 25: walden.v1.CancelJob
+	(*RetryJob)(nil),             // 26: walden.v1.RetryJob
+	(*RegisterBrokerResult)(nil), // 27: walden.v1.RegisterBrokerResult
+	(*DeclareFailedResult)(nil),  // 28: walden.v1.DeclareFailedResult
+	(*Broker)(nil),               // 29: walden.v1.Broker
+	(*Event)(nil),                // 30: walden.v1.Event
+	(*OpenStreamResponse)(nil),   // 31: walden.v1.OpenStreamResponse
+	(*CommitObjectResponse)(nil), // 32: walden.v1.CommitObjectResponse
+	(*CloseStreamResponse)(nil),  // 33: walden.v1.CloseStreamResponse
+	(*Job)(nil),                  // 34: walden.v1.Job
+	(*Member)(nil),               // 35: walden.v1.Member
+	(*Stream)(nil),               // 36: walden.v1.Stream
+	(*Object)(nil),               // 37: walden.v1.Object
+	(*StreamProducers)(nil),      // 38: walden.v1.StreamProducers
 }
 var file_walden_v1_state_proto_depIdxs = []int32{
 	1,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
@@ -1169,41 +1187,42 @@ var file_walden_v1_state_proto_depIdxs = []int32{
 	14, // 5: walden.v1.Command.ack_broker:type_name -> walden.v1.AckBroker
 	15, // 6: walden.v1.Command.set_maintenance:type_name -> walden.v1.SetMaintenance
 	16, // 7: walden.v1.Command.record_event:type_name -> walden.v1.RecordEvent
-	17, // 8: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
-	18, // 9: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
-	19, // 10: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
-	20, // 11: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
-	21, // 12: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
-	22, // 13: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
-	23, // 14: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
-	24, // 15: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
-	25, // 16: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
-	3,  // 17: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
-	26, // 18: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
-	27, // 19: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
-	28, // 20: walden.v1.Result.broker:type_name -> walden.v1.Broker
-	7,  // 21: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
-	29, // 22: walden.v1.Result.event:type_name -> walden.v1.Event
-	30, // 23: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
-	31, // 24: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
-	32, // 25: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
-	33, // 26: walden.v1.Result.job:type_name -> walden.v1.Job
-	4,  // 27: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
-	34, // 28: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
-	28, // 29: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
-	7,  // 30: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
-	29, // 31: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
-	35, // 32: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
-	36, // 33: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
-	33, // 34: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
-	37, // 35: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
-	8,  // 36: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
-	9,  // 37: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	17, // 8: walden.v1.Command.remove_broker:type_name -> walden.v1.RemoveBroker
+	18, // 9: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
+	19, // 10: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
+	20, // 11: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
+	21, // 12: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
+	22, // 13: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
+	23, // 14: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
+	24, // 15: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
+	25, // 16: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
+	26, // 17: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
+	3,  // 18: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
+	27, // 19: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
+	28, // 20: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
+	29, // 21: walden.v1.Result.broker:type_name -> walden.v1.Broker
+	7,  // 22: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
+	30, // 23: walden.v1.Result.event:type_name -> walden.v1.Event
+	31, // 24: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
+	32, // 25: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
+	33, // 26: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
+	34, // 27: walden.v1.Result.job:type_name -> walden.v1.Job
+	4,  // 28: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
+	35, // 29: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
+	29, // 30: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
+	7,  // 31: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
+	30, // 32: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
+	36, // 33: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
+	37, // 34: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
+	34, // 35: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
+	38, // 36: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
+	8,  // 37: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
+	9,  // 38: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_state_proto_init() }
@@ -1224,6 +1243,7 @@ func file_walden_v1_state_proto_init() {
 		(*Command_AckBroker)(nil),
 		(*Command_SetMaintenance)(nil),
 		(*Command_RecordEvent)(nil),
+		(*Command_RemoveBroker)(nil),
 		(*Command_OpenStream)(nil),
 		(*Command_CommitObject)(nil),
 		(*Command_CloseStream)(nil),
