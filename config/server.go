@@ -24,7 +24,8 @@ type Server struct {
 	ClusterName string `yaml:"cluster_name"`
 	// NodeID is this member's id (e.g. "c1"). Required.
 	NodeID string `yaml:"node_id"`
-	// DataDir holds the raft log and snapshots (bbolt). Required.
+	// DataDir holds the raft log (raftlog/) and the snapshots (raft.db).
+	// Required.
 	DataDir string `yaml:"data_dir"`
 	// Listen holds the addresses this member listens on.
 	Listen Listen `yaml:"listen"`

@@ -27,8 +27,8 @@ type waldenMember struct {
 	storage *raftnode.DiskStorage
 }
 
-// waldenCluster is a 3-member walden cluster in this process: bbolt storage
-// (fsync on every Ready), the fsm state machine and the gRPC peer transport
+// waldenCluster is a 3-member walden cluster in this process: the raft
+// storage of raftnode.OpenStorage (one fdatasync per Ready), the fsm state machine and the gRPC peer transport
 // on 127.0.0.1, with raftnode's default timing (100 ms tick, 1 s election
 // timeout, as etcd's).
 type waldenCluster struct {

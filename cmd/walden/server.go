@@ -23,7 +23,7 @@ func newServerCmd() *cobra.Command {
 		Use:   "server --config FILE",
 		Short: "Run one coordinator member",
 		Long: `server runs one member of a walden coordinator cluster: the raft node with its
-bbolt log in data_dir, the gRPC admin API and the HTTP /metrics /healthz
+log in data_dir, the gRPC admin API and the HTTP /metrics /healthz
 /readyz endpoints, as described by the YAML file given with --config.
 
 The configuration is checked strictly before anything else happens: an
