@@ -2,7 +2,7 @@
 // against a 3-member etcd cluster, both embedded in this process on
 // 127.0.0.1 with fsync on, and prints a table of proposals per second and
 // p50/p99 commit latency at several concurrency levels, with the
-// walden/etcd ratio.
+// walden/etcd ratio; -o json prints the same as rows for scripts.
 //
 // Both systems are driven the same way: N goroutines on the leader each
 // propose a payload of the same size and wait until it is applied (walden:
@@ -17,5 +17,5 @@
 //
 // Usage (from the bench module):
 //
-//	go run ./raftcompare [-duration 3s] [-count 20000] [-rounds 3] [-concurrency 1,16,256] [-format markdown]
+//	go run ./raftcompare [-duration 3s] [-count 20000] [-rounds 3] [-concurrency 1,16,256] [-o table|markdown|json]
 package main

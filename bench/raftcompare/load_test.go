@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -114,7 +115,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.Concurrency) != 3 || o.Concurrency[2] != 256 || o.Payload != 256 || len(o.Systems) != 2 || o.Format != "text" {
+	if len(o.Concurrency) != 3 || o.Concurrency[2] != 256 || o.Payload != 256 || len(o.Systems) != 2 || o.Format != "table" {
 		t.Fatalf("defaults = %+v", o)
 	}
 	for _, args := range [][]string{
@@ -122,6 +123,7 @@ func TestParseFlags(t *testing.T) {
 		{"-concurrency", "0"},
 		{"-systems", "walden,zookeeper"},
 		{"-format", "html"},
+		{"-o", "yaml"},
 		{"-rounds", "0"},
 		{"-count", "0"},
 		{"-duration", "0s"},
@@ -157,5 +159,56 @@ func TestPrintTableMarkdownWithRatios(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestParseFlagsOutput(t *testing.T) {
+	for flagArgs, want := range map[string]string{"-o json": "json", "-o markdown": "markdown", "-format text": "table", "-o table": "table"} {
+		o, err := parseFlags(strings.Fields(flagArgs), io.Discard)
+		if err != nil || o.Format != want {
+			t.Errorf("parseFlags(%q) = %q, %v, want %q", flagArgs, o.Format, err, want)
+		}
+	}
+}
+
+func TestPrintJSONRows(t *testing.T) {
+	o, err := parseFlags([]string{"-concurrency", "1,16", "-o", "json"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string][]cellResult{
+		"walden": {{OpsPerSec: 500, P50: 2 * time.Millisecond, P99: 4 * time.Millisecond}, {OpsPerSec: 3000, P99: 8 * time.Millisecond}},
+		"etcd":   {{OpsPerSec: 1000, P50: time.Millisecond, P99: 2 * time.Millisecond}, {OpsPerSec: 2000, P99: 16 * time.Millisecond, Errors: 1}},
+	}
+	var buf bytes.Buffer
+	if err := printTable(&buf, o, []string{"walden", "etcd"}, results, "0.5", "0.6"); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rows); err != nil {
+		t.Fatalf("not a JSON array: %v\n%s", err, buf.String())
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2", len(rows))
+	}
+	want := []map[string]float64{
+		{"concurrency": 1, "walden_ops": 500, "etcd_ops": 1000, "ratio": 0.5, "walden_p99_ms": 4, "etcd_p99_ms": 2},
+		{"concurrency": 16, "walden_ops": 3000, "etcd_ops": 2000, "ratio": 1.5, "walden_p99_ms": 8, "etcd_p99_ms": 16, "etcd_errors": 1},
+	}
+	for i, w := range want {
+		for k, v := range w {
+			if got, ok := rows[i][k].(float64); !ok || got != v {
+				t.Errorf("row %d %s = %v, want %v", i, k, rows[i][k], v)
+			}
+		}
+	}
+
+	// One system: no ratio.
+	buf.Reset()
+	if err := printTable(&buf, o, []string{"walden"}, map[string][]cellResult{"walden": results["walden"]}, "0", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(buf.Bytes(), &rows); err != nil || rows[0]["ratio"] != nil || rows[0]["etcd_ops"] != nil {
+		t.Fatalf("walden alone: %v, %v", rows, err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,12 +60,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	conc := fs.String("concurrency", "1,16,256", "comma-separated numbers of concurrent proposers")
 	fs.IntVar(&o.Payload, "payload", 256, "payload size in bytes")
 	systems := fs.String("systems", "walden,etcd", "comma-separated systems to run: walden, etcd")
-	fs.StringVar(&o.Format, "format", "text", "output format: text or markdown")
+	fs.StringVar(&o.Format, "o", "table", "output: table (aligned columns, for people), markdown, or json (rows for scripts)")
+	fs.StringVar(&o.Format, "format", "table", "the same as -o (text is table)")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary data directories (default: the OS temp dir)")
 	fs.DurationVar(&o.OpTimeout, "op-timeout", 10*time.Second, "deadline of one proposal")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the measured rounds (both systems) to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if o.Format == "text" {
+		o.Format = "table"
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
@@ -94,8 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("%w: -warmup must not be negative", errUsage)
 	case o.Payload < 1 || o.Payload > 1<<20:
 		return o, fmt.Errorf("%w: -payload must be in 1..1048576", errUsage)
-	case o.Format != "text" && o.Format != "markdown":
-		return o, fmt.Errorf("%w: -format must be text or markdown", errUsage)
+	case o.Format != "table" && o.Format != "text" && o.Format != "markdown" && o.Format != "json":
+		return o, fmt.Errorf("%w: -o must be table, markdown or json", errUsage)
 	case o.OpTimeout <= 0:
 		return o, fmt.Errorf("%w: -op-timeout must be positive", errUsage)
 	}
@@ -191,7 +196,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			results[s.Name()] = append(results[s.Name()], summarize(rounds[i]))
 		}
 	}
-	fmt.Fprintf(stderr, "measured in %s\n", time.Since(started).Round(time.Second))
+	fmt.Fprintf(stderr, "measured in %s, ending %s; 1-min load average %s before, %s after\n",
+		time.Since(started).Round(time.Second), time.Now().UTC().Format("2006-01-02 15:04 UTC"), loadBefore, loadAverage())
 
 	names := make([]string, len(systems))
 	for i, s := range systems {
@@ -219,6 +225,9 @@ func fmtMs(d time.Duration) string {
 // printTable writes one row per concurrency level with each system's median
 // rate and latencies, and the ratios when both systems ran.
 func printTable(w io.Writer, o options, names []string, results map[string][]cellResult, loadBefore, loadAfter string) error {
+	if o.Format == "json" {
+		return printJSON(w, o, names, results)
+	}
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "3-member clusters on 127.0.0.1, fsync on, payload %d B; %s/%s, %d CPUs (%s), %s; %s\n",
 		o.Payload, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), runtime.Version(),
@@ -279,6 +288,61 @@ func printTable(w io.Writer, o options, names []string, results map[string][]cel
 	fmt.Fprintln(bw)
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("raftcompare: write table: %w", err)
+	}
+	return nil
+}
+
+// jsonRow is one row of -o json: a concurrency level with each system's
+// median proposals/s and p99 (milliseconds), and the ratios walden/etcd
+// (null when a system did not run or measured nothing).
+type jsonRow struct {
+	Concurrency  int      `json:"concurrency"`
+	WaldenOps    *float64 `json:"walden_ops"`
+	EtcdOps      *float64 `json:"etcd_ops"`
+	Ratio        *float64 `json:"ratio"`
+	WaldenP99Ms  *float64 `json:"walden_p99_ms"`
+	EtcdP99Ms    *float64 `json:"etcd_p99_ms"`
+	P99Ratio     *float64 `json:"p99_ratio"`
+	WaldenP50Ms  *float64 `json:"walden_p50_ms"`
+	EtcdP50Ms    *float64 `json:"etcd_p50_ms"`
+	WaldenErrors int      `json:"walden_errors"`
+	EtcdErrors   int      `json:"etcd_errors"`
+}
+
+// printJSON writes the rows as a JSON array, one object per concurrency
+// level.
+func printJSON(w io.Writer, o options, names []string, results map[string][]cellResult) error {
+	ms := func(d time.Duration) *float64 { v := float64(d) / float64(time.Millisecond); return &v }
+	ratio := func(a, b float64) *float64 {
+		if b == 0 {
+			return nil
+		}
+		v := a / b
+		return &v
+	}
+	rows := make([]jsonRow, 0, len(o.Concurrency))
+	for i, conc := range o.Concurrency {
+		row := jsonRow{Concurrency: conc}
+		wr, wok := results["walden"]
+		er, eok := results["etcd"]
+		if wok {
+			c := wr[i]
+			row.WaldenOps, row.WaldenP99Ms, row.WaldenP50Ms, row.WaldenErrors = &c.OpsPerSec, ms(c.P99), ms(c.P50), c.Errors
+		}
+		if eok {
+			c := er[i]
+			row.EtcdOps, row.EtcdP99Ms, row.EtcdP50Ms, row.EtcdErrors = &c.OpsPerSec, ms(c.P99), ms(c.P50), c.Errors
+		}
+		if wok && eok {
+			row.Ratio = ratio(wr[i].OpsPerSec, er[i].OpsPerSec)
+			row.P99Ratio = ratio(float64(wr[i].P99), float64(er[i].P99))
+		}
+		rows = append(rows, row)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rows); err != nil {
+		return fmt.Errorf("raftcompare: write json: %w", err)
 	}
 	return nil
 }
