@@ -112,6 +112,16 @@ var (
 		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: 2 * time.Second,
 	}
+	// Fixed flow-control windows, on both sides of a peer connection. With
+	// gRPC's default (a window sized by bandwidth-delay estimation), nearly
+	// every sparse raft message makes the receiver send a PING and the
+	// sender answer it: measured at one proposal at a time, that doubled the
+	// writes per message (18 against etcd's 8 per proposal) and cost
+	// throughput on a loaded machine. A fixed window turns the estimation
+	// off; these are large enough for snapshot streams (512 MiB at most).
+	peerStreamWindow int32 = 4 << 20
+	peerConnWindow   int32 = 16 << 20
+
 	peerKeepalive   = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
 	serverKeepalive = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
 )
@@ -123,6 +133,8 @@ func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRaftMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
+		grpc.InitialWindowSize(peerStreamWindow),
+		grpc.InitialConnWindowSize(peerConnWindow),
 	}
 }
 
@@ -281,6 +293,8 @@ func (t *GRPCTransport) addPeer(id uint64, addr string) (old *grpcPeer, added bo
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxRaftMessageBytes), grpc.MaxCallRecvMsgSize(MaxRaftMessageBytes)),
 		grpc.WithConnectParams(peerConnectParams),
 		grpc.WithKeepaliveParams(peerKeepalive),
+		grpc.WithInitialWindowSize(peerStreamWindow),
+		grpc.WithInitialConnWindowSize(peerConnWindow),
 		// Never let the connection go idle: followers exchange no RPCs, and
 		// an idle connection would read as an unreachable peer.
 		grpc.WithIdleTimeout(0),
