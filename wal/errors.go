@@ -25,8 +25,13 @@ var (
 	// out of range (a trim offset beyond 2^62).
 	ErrBadHeader = errors.New("invalid header field")
 	// ErrBadBody means a record whose CRCs match holds a malformed stream
-	// record batch body; it is skipped like a body CRC failure.
+	// record batch body (its offsets wrap past 2^64, its lengths disagree);
+	// it is skipped like a body CRC failure. Append refuses such a batch.
 	ErrBadBody = errors.New("malformed record body")
+	// ErrNoSpace means a new WAL file does not fit on its file system:
+	// its capacity is more than the free space, or allocating it failed
+	// (ENOSPC, a quota). Nothing is left behind.
+	ErrNoSpace = errors.New("not enough free space for the WAL")
 	// ErrFull means the record does not fit in the ring without overwriting
 	// untrimmed records; trim and retry.
 	ErrFull = errors.New("WAL is full: trim before appending")

@@ -277,8 +277,12 @@ func decodeBodyInto(p []byte, b *Batch) bool {
 	b.BaseOffset = be.Uint64(p[17:])
 	b.Count = be.Uint32(p[25:])
 	b.Payload = p[BodyHeaderSize:]
-	return true
+	// A batch whose offsets wrap past 2^64 is no batch a writer made.
+	return !b.offsetsWrap()
 }
+
+// offsetsWrap reports whether [BaseOffset, BaseOffset+Count) runs past 2^64.
+func (b *Batch) offsetsWrap() bool { return b.BaseOffset+uint64(b.Count) < b.BaseOffset }
 
 // PhysicalOffset returns the byte position on the device of logical offset
 // off in a WAL of the given capacity: 8192 + off mod (capacity - 8192).

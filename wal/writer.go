@@ -213,6 +213,12 @@ func Create(path string, opts CreateOptions) (*Writer, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("wal: %w", err)
 	}
+	// Check the free space first: a WAL that does not fit would fail later,
+	// mid-write, with acknowledged-looking data nowhere.
+	if free, err := freeBytes(filepath.Dir(path)); err == nil && free < opts.Capacity {
+		return nil, fileError(path, "create", fmt.Errorf("%w: capacity %d bytes, %d bytes free on the file system of %s",
+			ErrNoSpace, opts.Capacity, free, filepath.Dir(path)))
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
@@ -222,7 +228,13 @@ func Create(path string, opts CreateOptions) (*Writer, error) {
 		os.Remove(path)
 		return nil, fileError(path, op, err)
 	}
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, opts.Capacity); err != nil {
+	// Allocate every block now. Only a file system that cannot allocate
+	// (no fallocate) gets a sparse file instead; running out of space or
+	// quota is an error, and the file goes.
+	if err := fallocate(int(f.Fd()), 0, 0, opts.Capacity); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+			return fail("allocate", fmt.Errorf("%w: %w", ErrNoSpace, err))
+		}
 		if err := f.Truncate(opts.Capacity); err != nil {
 			return fail("allocate", err)
 		}
@@ -236,6 +248,19 @@ func Create(path string, opts CreateOptions) (*Writer, error) {
 		os.Remove(path)
 	}
 	return w, err
+}
+
+// fallocate allocates a new WAL file's blocks (tests make it fail).
+var fallocate = unix.Fallocate
+
+// freeBytes is the space an unprivileged process may still allocate on the
+// file system of dir.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
 // create initialises the header slots on an open device or file.
@@ -425,6 +450,9 @@ func (w *Writer) AppendAll(ctx context.Context, batches []Batch) ([]int64, error
 	reqs := make([]*request, len(batches))
 	for i := range batches {
 		b := &batches[i]
+		if b.offsetsWrap() {
+			return nil, fileError(w.name, "append", fmt.Errorf("%w: stream %d offsets %d + %d wrap past 2^64", ErrBadBody, b.StreamID, b.BaseOffset, b.Count))
+		}
 		size := int64(b.recordSize())
 		if size > w.recordCap || size > math.MaxInt32 {
 			return nil, fileError(w.name, "append", fmt.Errorf("%w: record of %d bytes, ring of %d", ErrTooLarge, size, w.recordCap))

@@ -1,0 +1,111 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestHardeningWrappingOffsets: a record whose CRCs match but whose batch
+// offsets run past 2^64 is never returned (it is skipped as a malformed
+// body, the records around it are read), and Append refuses such a batch,
+// writing nothing.
+func TestHardeningWrappingOffsets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wal")
+	const capacity = 64 << 10
+	w, err := Create(path, CreateOptions{Capacity: capacity, NodeID: 1, NodeEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	offs, err := w.AppendAll(ctx, []Batch{
+		{StreamID: 1, Epoch: 1, BaseOffset: 0, Count: 3, Payload: []byte("first")},
+		{StreamID: 1, Epoch: 1, BaseOffset: 3, Count: 5, Payload: []byte("to be forged")},
+		{StreamID: 2, Epoch: 1, BaseOffset: 0, Count: 1, Payload: []byte("third")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := w.NextOffset()
+	_, err = w.Append(ctx, Batch{StreamID: 1, Epoch: 1, BaseOffset: math.MaxUint64 - 1, Count: 5, Payload: []byte("wraps")})
+	if !errors.Is(err, ErrBadBody) || w.NextOffset() != next {
+		t.Fatalf("append of a wrapping batch: %v (next offset %d, was %d)", err, w.NextOffset(), next)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Forge the second record: base offset 2^64-2, count 5, both CRCs
+	// recomputed, so only the offsets are wrong.
+	img, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := physical(offs[1], capacity)
+	hdr := img[at : at+RecordHeaderSize]
+	bodyLen := binary.BigEndian.Uint32(hdr[4:])
+	body := img[at+RecordHeaderSize : at+RecordHeaderSize+int64(bodyLen)]
+	binary.BigEndian.PutUint64(body[17:], math.MaxUint64-1)
+	binary.BigEndian.PutUint32(hdr[16:], Checksum(body))
+	binary.BigEndian.PutUint32(hdr[20:], Checksum(hdr[:20]))
+
+	rec, err := Recover(bytes.NewReader(img), int64(len(img)), "forged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rec.Records {
+		if r.Batch.BaseOffset == math.MaxUint64-1 {
+			t.Fatalf("the forged batch was returned: %+v", r.Batch)
+		}
+	}
+	if rec.Stats.SkippedByReason[ReasonMalformedBody] == 0 {
+		t.Fatalf("the forged record was not reported: %+v", rec.Stats)
+	}
+	if len(rec.Records) == 0 || string(rec.Records[0].Batch.Payload) != "first" {
+		t.Fatalf("records %+v", rec.Records)
+	}
+}
+
+// TestHardeningCreateWithoutSpace: a WAL larger than the free space is
+// refused before anything is created; an allocation that fails (ENOSPC)
+// is an error and leaves no file.
+func TestHardeningCreateWithoutSpace(t *testing.T) {
+	dir := t.TempDir()
+	free, err := freeBytes(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tooBig := (free/BlockSize + 1<<20) * BlockSize // 4 GiB more than is free
+	path := filepath.Join(dir, "big.wal")
+	_, err = Create(path, CreateOptions{Capacity: tooBig, NodeID: 1, NodeEpoch: 1})
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Create(%d bytes, %d free) = %v, want ErrNoSpace", tooBig, free, err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file was left: %v", err)
+	}
+
+	defer func(f func(int, uint32, int64, int64) error) { fallocate = f }(fallocate)
+	fallocate = func(int, uint32, int64, int64) error { return unix.ENOSPC }
+	_, err = Create(path, CreateOptions{Capacity: 1 << 20, NodeID: 1, NodeEpoch: 1})
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Create with ENOSPC = %v", err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file was left after ENOSPC: %v", err)
+	}
+	// A file system without fallocate still gets its (sparse) WAL.
+	fallocate = func(int, uint32, int64, int64) error { return unix.EOPNOTSUPP }
+	w, err := Create(path, CreateOptions{Capacity: 1 << 20, NodeID: 1, NodeEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+}
