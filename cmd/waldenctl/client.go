@@ -65,7 +65,7 @@ func (c *cli) bindFlags(root *cobra.Command) {
 	f.StringSliceVar(&c.endpoints, "endpoints", []string{defaultEndpoint},
 		"admin addresses of cluster members, host:port or http(s)://host:port, comma separated")
 	f.StringVarP(&c.output, "output", "o", outTable, "output format: table, wide, json or yaml")
-	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "timeout of each request to one endpoint")
+	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for one endpoint's answer; a command tries each endpoint once, and watch and --follow wait this long for their first answer")
 	f.StringVar(&c.cacert, "cacert", "", "PEM file of the CA that signed the members' certificates (enables TLS)")
 	f.StringVar(&c.cert, "cert", "", "PEM client certificate for mutual TLS (with --key)")
 	f.StringVar(&c.key, "key", "", "PEM private key of --cert")

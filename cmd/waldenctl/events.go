@@ -143,7 +143,9 @@ func (c *cli) followEvents(ctx context.Context, broker string, f eventFilter, li
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			if failures++; failures >= 10 {
+			// Nothing answered at the start: say so now (every endpoint had
+			// --timeout). Later, ride out a leader change, not an outage.
+			if failures++; first || failures >= 3 {
 				return err
 			}
 		default:

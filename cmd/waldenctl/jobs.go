@@ -306,6 +306,11 @@ func (c *cli) watchJobs(ctx context.Context, req *waldenv1.WatchJobsRequest) err
 		if done || ctx.Err() != nil {
 			return nil
 		}
+		if len(shown) == 0 && err != nil {
+			// No member ever answered (or one refused): each endpoint had
+			// --timeout; trying them all again would only multiply it.
+			return err
+		}
 		lastErr = err
 		select {
 		case <-ctx.Done():
@@ -321,7 +326,7 @@ func (c *cli) watchJobs(ctx context.Context, req *waldenv1.WatchJobsRequest) err
 func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, shown map[string]string, rates map[string]*progress) (bool, error) {
 	var done bool
 	o := op{verb: "watch", kind: "job", id: req.GetJobId()}
-	err := c.stream(ctx, o, func(ctx context.Context, conn grpc.ClientConnInterface) error {
+	err := c.stream(ctx, o, func(ctx context.Context, conn grpc.ClientConnInterface, answered func()) error {
 		st, err := jobsClient(conn).WatchJobs(ctx, req)
 		if err != nil {
 			return err
@@ -335,6 +340,7 @@ func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, sho
 				}
 				return err
 			}
+			answered()
 			now := time.Now()
 			all := len(resp.GetJobs()) > 0
 			for _, j := range resp.GetJobs() {
@@ -397,8 +403,10 @@ func (c *cli) printJobChange(j *waldenv1.Job, now time.Time, rate float64, eta t
 }
 
 // stream runs a streaming call against the endpoints in turn until one
-// accepts it; a failure reads as a sentence about o.
-func (c *cli) stream(ctx context.Context, o op, call func(ctx context.Context, conn grpc.ClientConnInterface) error) error {
+// accepts it; a failure reads as a sentence about o. Each endpoint has
+// --timeout to send its first answer (call reports it with answered);
+// after that the stream lasts as long as it needs.
+func (c *cli) stream(ctx context.Context, o op, call func(ctx context.Context, conn grpc.ClientConnInterface, answered func()) error) error {
 	var failures []coordclient.Failure
 	for _, addr := range c.endpoints {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
@@ -406,8 +414,15 @@ func (c *cli) stream(ctx context.Context, o op, call func(ctx context.Context, c
 			failures = append(failures, coordclient.Failure{Addr: addr, Err: err})
 			continue
 		}
-		err = call(metadata.NewOutgoingContext(ctx, nil), conn)
+		sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, nil))
+		silent := time.AfterFunc(c.timeout, cancel)
+		err = call(sctx, conn, func() { silent.Stop() })
+		timedOut := !silent.Stop() && ctx.Err() == nil && sctx.Err() != nil
+		cancel()
 		_ = conn.Close()
+		if timedOut {
+			err = status.Errorf(codes.DeadlineExceeded, "no answer within %s", c.timeout)
+		}
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
