@@ -54,9 +54,11 @@ type Options struct {
 }
 
 // DefaultHTTPLimits bound the agent's HTTP endpoint: its clients are one
-// broker and the coordinators' probes, so a few hundred connections and a
-// short idle time are plenty.
-var DefaultHTTPLimits = httplimit.Limits{MaxConns: 256, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+// broker and the coordinators' probes, which send their headers at once and
+// ask every second, so a few hundred connections, a short header time and a
+// short idle time are plenty. A flood of connections then holds at most
+// MaxConns file descriptors, each for a few seconds.
+var DefaultHTTPLimits = httplimit.Limits{MaxConns: 256, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10}
 
 // Lease is the broker's lease as the agent knows it at one instant.
 type Lease struct {
