@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -183,6 +184,10 @@ func (c *Broker) Validate() error {
 	}
 	streams := map[uint64]int{}
 	for i, id := range c.Streams {
+		if id == 0 || id == math.MaxUint64 {
+			v.add(fmt.Sprintf("streams[%d]", i), "stream id %d is not allowed (ids are from 1 to 2^64-2)", id)
+			continue
+		}
 		if j, dup := streams[id]; dup {
 			v.add(fmt.Sprintf("streams[%d]", i), "duplicate stream %d (also streams[%d])", id, j)
 		}

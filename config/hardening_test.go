@@ -77,6 +77,15 @@ func TestHardeningConfigFiles(t *testing.T) {
 		t.Fatalf("the FIFO changed: %v %v", st, err)
 	}
 
+	// Stream ids 0 and 2^64-1 in a broker's streams.
+	for _, id := range []string{"0", "18446744073709551615"} {
+		_, err := ParseBroker("b.yaml", []byte(strings.Replace(validBrokerYAML, "streams: [1, 2, 3]", "streams: [1, "+id+", 3]", 1)))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Key != "streams[1]" || ce.Line != 9 || !strings.Contains(ce.Reason, "not allowed") {
+			t.Errorf("stream %s: %v", id, err)
+		}
+	}
+
 	// The valid file still loads, with 30-day durations.
 	if _, err := LoadServer(write("ok.yaml", valid+"policy:\n  cooldown: 720h\n  restart_grace: 720h\n")); err != nil {
 		t.Fatal(err)
