@@ -1,0 +1,192 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Violation is one broken invariant, with the real time it was seen.
+type Violation struct {
+	At   time.Duration
+	Kind string
+	What string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s at %.3fs: %s", v.Kind, v.At.Seconds(), v.What)
+}
+
+// Invariant kinds.
+const (
+	// KindAckAfterRead: an agent holds a valid lease (on its own clock) for
+	// an epoch whose WAL the recovery has started reading.
+	KindAckAfterRead = "valid-after-wal-read"
+	// KindTerm: an entry decided in one term was applied in another.
+	KindTerm = "decided-in-another-term"
+	// KindEpoch: an epoch went backwards.
+	KindEpoch = "epoch-went-back"
+	// KindLapse: an agent's lease lapsed while a majority of coordinators
+	// was healthy and reachable.
+	KindLapse = "lapse-with-healthy-majority"
+)
+
+type checker struct {
+	w          *World
+	violations []Violation
+	// readAt records, per broker and fenced epoch, the real time the
+	// recovery started reading its WAL.
+	readAt map[string]map[uint64]int64
+	// agentEpochs is each agent's last epoch.
+	agentEpochs map[string]uint64
+	// Liveness is checked only when enabled (some protocols do not claim it).
+	liveness bool
+	// maxTTL is the longest lease_ttl in force in the last window.
+	ttlHistory []ttlAt
+}
+
+type ttlAt struct {
+	at  int64
+	ttl time.Duration
+}
+
+func newChecker(w *World) *checker {
+	return &checker{w: w, readAt: map[string]map[uint64]int64{}, agentEpochs: map[string]uint64{}, liveness: true}
+}
+
+func (k *checker) fail(kind, format string, args ...any) {
+	v := Violation{At: time.Duration(k.w.now), Kind: kind, What: fmt.Sprintf(format, args...)}
+	k.w.tracef("VIOLATION %s", v)
+	k.violations = append(k.violations, v)
+}
+
+func (k *checker) start() {
+	k.w.after(int64(100*time.Millisecond), k.sample)
+}
+
+// sample checks every running agent every 100ms of real time.
+func (k *checker) sample() {
+	for _, a := range k.w.agents {
+		k.checkAgent(a)
+		k.checkLiveness(a)
+	}
+	k.w.after(int64(100*time.Millisecond), k.sample)
+}
+
+// walRead records that the recovery starts reading broker's WAL of epoch.
+func (k *checker) walRead(broker string, epoch uint64) {
+	if k.readAt[broker] == nil {
+		k.readAt[broker] = map[uint64]int64{}
+	}
+	if _, ok := k.readAt[broker][epoch]; !ok {
+		k.readAt[broker][epoch] = k.w.now
+	}
+	k.w.tracef("recovery reads the WAL of %s@%d", broker, epoch)
+	k.checkAgent(k.w.agentByName(broker))
+}
+
+// checkAgent: a running agent must not hold a valid lease for an epoch
+// whose WAL is being read.
+func (k *checker) checkAgent(a *Agent) {
+	if !a.host().runnable(k.w.now) {
+		return
+	}
+	epoch, ok := a.valid()
+	if !ok {
+		return
+	}
+	if t, read := k.readAt[a.name][epoch]; read {
+		k.fail(KindAckAfterRead, "%s holds a valid lease for epoch %d, whose WAL the recovery started reading %.3fs ago",
+			a.name, epoch, float64(k.w.now-t)/1e9)
+	}
+}
+
+func (k *checker) agentGranted(a *Agent) { k.checkAgent(a) }
+
+func (k *checker) agentEpoch(a *Agent) {
+	if a.epoch < k.agentEpochs[a.name] {
+		k.fail(KindEpoch, "%s got epoch %d after epoch %d", a.name, a.epoch, k.agentEpochs[a.name])
+	}
+	k.agentEpochs[a.name] = a.epoch
+}
+
+func epochs(st *fsm.State) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, b := range st.Brokers() {
+		out[b.GetBrokerId()] = b.GetEpoch()
+	}
+	return out
+}
+
+// afterApply checks an applied entry on coordinator c.
+func (k *checker) afterApply(c *Coord, e *entry, before map[string]uint64, res *waldenv1.Result, err error) {
+	for id, ep := range epochs(c.st) {
+		if ep < before[id] {
+			k.fail(KindEpoch, "%s: broker %s epoch %d after %d", c.name, id, ep, before[id])
+		}
+	}
+	if err != nil {
+		return
+	}
+	if df := e.cmd.GetDeclareFailed(); df != nil && !res.GetDeclareFailed().GetDryRun() {
+		if dt, ok := k.w.raft.decidedTerm[e.cmd.GetRequestId()]; ok && dt != e.term {
+			k.fail(KindTerm, "DeclareFailed(%s@%d) decided in term %d was appended and applied in term %d",
+				df.GetBrokerId(), df.GetEpoch(), dt, e.term)
+		}
+	}
+}
+
+// ttlChanged records the lease_ttl in force.
+func (k *checker) ttlChanged(ttl time.Duration) {
+	k.ttlHistory = append(k.ttlHistory, ttlAt{at: k.w.now, ttl: ttl})
+}
+
+// window is how long a majority must have been healthy before a lapse
+// counts: two of the longest lease_ttl in force in the last minute, plus a
+// second.
+func (k *checker) window() int64 {
+	longest := 3 * time.Second
+	for _, t := range k.ttlHistory {
+		if k.w.now-t.at < int64(time.Minute) || t == k.ttlHistory[len(k.ttlHistory)-1] {
+			longest = max(longest, t.ttl)
+		}
+	}
+	return int64(2*longest + time.Second)
+}
+
+// checkLiveness: a registered agent whose epoch is current, that has not
+// been suspended, and that has had perfect links to and from a majority of
+// running coordinators for the window, must hold a valid lease.
+func (k *checker) checkLiveness(a *Agent) {
+	w := k.w
+	if !k.liveness || !a.host().runnable(w.now) || !a.registered || a.fenced {
+		return
+	}
+	win := k.window()
+	if w.now-a.registeredAt < win || w.now-a.host().lastResume < win || w.now-w.lastPolicyChange < win {
+		return
+	}
+	if w.failoverRequestedAt[a.name] != 0 && w.now-w.failoverRequestedAt[a.name] < 10*win {
+		return
+	}
+	healthy := 0
+	for _, c := range w.coords {
+		h := c.host()
+		if h.down || w.now-h.lastTrouble < win || !h.runnable(w.now) {
+			continue
+		}
+		up, down := w.links[a.idx][c.idx], w.links[c.idx][a.idx]
+		if up.perfect() && down.perfect() && w.now-up.goodSince >= win && w.now-down.goodSince >= win {
+			healthy++
+		}
+	}
+	if healthy < w.cfg.Coordinators/2+1 {
+		return
+	}
+	if _, ok := a.valid(); !ok {
+		k.fail(KindLapse, "%s's lease (epoch %d) lapsed while %d of %d coordinators were healthy and reachable for %.1fs",
+			a.name, a.epoch, healthy, w.cfg.Coordinators, float64(win)/1e9)
+	}
+}

@@ -1,0 +1,23 @@
+package sim
+
+// Profile is a named choice of faults: each aims at one way the protocol
+// could let an agent hold a lease after its WAL may be read, or lose a lease
+// that a healthy majority should keep.
+type Profile struct {
+	Name   string
+	Faults Faults
+}
+
+// Profiles are the fault profiles `make simulate` runs, all faults last.
+func Profiles() []Profile {
+	return []Profile{
+		{"manual-failover-after-election", Faults{LeaderChanges: true, ManualFailovers: true}},
+		{"config-files-differ", Faults{LeaderChanges: true, NetworkFaults: true, ConfigDrift: true}},
+		{"runtime-policy-changes", Faults{LeaderChanges: true, NetworkFaults: true, PolicyChanges: true}},
+		{"host-suspend", Faults{Suspends: true}},
+		{"leader-changes-and-stalls", Faults{LeaderChanges: true, NetworkFaults: true, Stalls: true}},
+		{"restarts", Faults{Restarts: true, NetworkFaults: true}},
+		{"degraded-network", Faults{NetworkFaults: true}},
+		{"all", AllFaults()},
+	}
+}
