@@ -1,0 +1,214 @@
+package lease
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var three = Voters{IDs: []string{"c1", "c2", "c3"}, Index: 10}
+
+func TestHolderNeedsAMajorityOfLiveGrants(t *testing.T) {
+	h := NewHolder(500 * time.Millisecond)
+	h.SetEpoch(7)
+	if ok, _ := h.Valid(0); ok {
+		t.Fatal("valid with no grant")
+	}
+	h.Granted(Grant{Coordinator: "c1", Epoch: 7, Sent: 0, TTL: 3 * time.Second}, three)
+	if ok, _ := h.Valid(time.Millisecond); ok {
+		t.Fatal("valid with one grant of three")
+	}
+	h.Granted(Grant{Coordinator: "c2", Epoch: 7, Sent: time.Second, TTL: 3 * time.Second}, three)
+	// Deadlines: c1 2.5s, c2 3.5s: the majority-th latest is 2.5s.
+	if ok, rem := h.Valid(2*time.Second + 499*time.Millisecond); !ok || rem != time.Millisecond {
+		t.Fatalf("valid 1ms before the second deadline: %v %v", ok, rem)
+	}
+	if ok, _ := h.Valid(2500 * time.Millisecond); ok {
+		t.Fatal("valid at the deadline")
+	}
+	h.Granted(Grant{Coordinator: "c3", Epoch: 7, Sent: 2 * time.Second, TTL: 3 * time.Second}, three)
+	if ok, rem := h.Valid(3 * time.Second); !ok || rem != 500*time.Millisecond {
+		t.Fatalf("c2 and c3 live at 3s: %v %v", ok, rem)
+	}
+	// A grant of another epoch counts for nothing; an older send of the
+	// same coordinator does not replace a newer one.
+	h.Granted(Grant{Coordinator: "c1", Epoch: 6, Sent: 3 * time.Second, TTL: time.Hour}, three)
+	h.Granted(Grant{Coordinator: "c3", Epoch: 7, Sent: 0, TTL: time.Hour}, three)
+	if ok, _ := h.Valid(3600 * time.Millisecond); ok {
+		t.Fatal("an old grant or another epoch's grant extended the lease")
+	}
+	// A non-voter's grant does not count.
+	h.Granted(Grant{Coordinator: "c9", Epoch: 7, Sent: 3 * time.Second, TTL: time.Hour}, three)
+	if ok, _ := h.Valid(3600 * time.Millisecond); ok {
+		t.Fatal("a non-voter's grant counted")
+	}
+	h.SetEpoch(8)
+	if ok, _ := h.Valid(3 * time.Second); ok {
+		t.Fatal("valid after a new epoch without grants")
+	}
+}
+
+func TestHolderFollowsTheNewestConfiguration(t *testing.T) {
+	h := NewHolder(0)
+	h.SetEpoch(1)
+	h.Granted(Grant{Coordinator: "c1", Epoch: 1, TTL: time.Second}, three)
+	h.Granted(Grant{Coordinator: "c2", Epoch: 1, TTL: time.Second}, Voters{IDs: []string{"c1", "c2", "c3", "c4", "c5"}, Index: 20})
+	if ok, _ := h.Valid(0); ok {
+		t.Fatal("two grants of five voters made a majority")
+	}
+	// An older configuration reported later does not replace the newer.
+	h.Granted(Grant{Coordinator: "c2", Epoch: 1, TTL: time.Second}, three)
+	if got := h.Voters().Index; got != 20 {
+		t.Fatalf("voters index %d, want 20", got)
+	}
+}
+
+func TestGrantorQuietAfterStart(t *testing.T) {
+	clk := &ManualClock{T: time.Hour}
+	st := &MemStore{}
+	g, err := NewGrantor(clk, st, 3*time.Second, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Key{"b1", 4}
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.Is(err, ErrQuiet) {
+		t.Fatalf("grant during the quiet period: %v", err)
+	}
+	if g.MayAttest(k) {
+		t.Fatal("may attest during the quiet period")
+	}
+	clk.Advance(3500 * time.Millisecond)
+	if err := g.Grant(k, 20*time.Second, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// The 20s grant raised the stored high-water mark: a restart now waits
+	// 20.5s, not the 3.5s of the policy in force.
+	g2, err := NewGrantor(clk, st, 3*time.Second, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := g2.QuietFor(); q != 20500*time.Millisecond {
+		t.Fatalf("quiet for %s after a restart, want 20.5s", q)
+	}
+}
+
+func TestGrantorAttestsOnlyAfterItsGrantAndDrift(t *testing.T) {
+	clk := &ManualClock{}
+	g, _ := NewGrantor(clk, &MemStore{}, time.Second, 100*time.Millisecond)
+	clk.Advance(1100 * time.Millisecond)
+	k := Key{"b1", 1}
+	if err := g.Grant(k, time.Second, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(1100 * time.Millisecond)
+	if g.MayAttest(k) {
+		t.Fatal("may attest exactly at grant + ttl + drift")
+	}
+	if err := g.Promise(k); err == nil {
+		t.Fatal("promised while a grant may be live")
+	}
+	clk.Advance(time.Nanosecond)
+	if !g.MayAttest(k) || !g.ShouldAttest(k, time.Second, 100*time.Millisecond, false) {
+		t.Fatal("may not attest after grant + ttl + drift")
+	}
+	if err := g.Promise(k); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Grant(k, time.Second, 0); !errors.Is(err, ErrPromised) {
+		t.Fatalf("granted after promising: %v", err)
+	}
+	// A renewal heard just now: no longer should attest (the broker talks).
+	if g.ShouldAttest(k, time.Second, 100*time.Millisecond, false) {
+		t.Fatal("should attest right after a renewal was heard")
+	}
+	if !g.ShouldAttest(k, time.Second, 100*time.Millisecond, true) {
+		t.Fatal("a requested failover waits for silence")
+	}
+	if err := g.Withdrawn(k); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Grant(k, time.Second, 0); err != nil {
+		t.Fatalf("grant after withdrawal: %v", err)
+	}
+}
+
+func TestGrantorPromiseSurvivesRestartAndSaveFailure(t *testing.T) {
+	dir := t.TempDir()
+	fs := FileStore{Path: filepath.Join(dir, "lease-state.json")}
+	clk := &ManualClock{}
+	g, err := NewGrantor(clk, fs, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second)
+	k := Key{"b1", 3}
+	if err := g.Promise(k); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := NewGrantor(clk, fs, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second)
+	if err := g2.Grant(k, time.Second, 0); !errors.Is(err, ErrPromised) {
+		t.Fatalf("a restarted coordinator forgot its promise: %v", err)
+	}
+	if err := g2.Retire("b1", 4); err != nil {
+		t.Fatal(err)
+	}
+	if p := g2.Promises(); len(p) != 0 {
+		t.Fatalf("promises of a retired epoch kept: %v", p)
+	}
+
+	ms := &MemStore{Err: errors.New("no space left on device")}
+	g3, _ := NewGrantor(clk, ms, time.Second, 0)
+	clk.Advance(2 * time.Second)
+	if err := g3.Promise(Key{"b2", 1}); !errors.Is(err, ErrStore) {
+		t.Fatalf("promise without durable state: %v", err)
+	}
+	if err := g3.Grant(Key{"b2", 1}, 5*time.Second, 0); !errors.Is(err, ErrStore) {
+		t.Fatalf("grant above the stored TTL without durable state: %v", err)
+	}
+}
+
+func TestFileStoreRefusesDamage(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lease-state.json")
+	if err := os.WriteFile(p, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (FileStore{Path: p}).Load(); !errors.Is(err, ErrCorruptStore) {
+		t.Fatalf("damaged file: %v", err)
+	}
+}
+
+func TestRequiredDrift(t *testing.T) {
+	for _, c := range []struct {
+		ttl, want time.Duration
+	}{
+		{3 * time.Second, 7 * time.Millisecond},
+		{20 * time.Second, 41 * time.Millisecond},
+		{300 * time.Millisecond, time.Millisecond},
+	} {
+		if got := RequiredDrift(c.ttl); got != c.want {
+			t.Errorf("RequiredDrift(%s) = %s, want %s", c.ttl, got, c.want)
+		}
+		// The inequality the value stands for.
+		ttl, d := float64(c.ttl), float64(RequiredDrift(c.ttl))
+		if ttl/(1-MaxRateError) > (ttl+d)/(1+MaxRateError) {
+			t.Errorf("RequiredDrift(%s) does not cover the rate bound", c.ttl)
+		}
+	}
+	if CheckDrift(3*time.Second, 6*time.Millisecond) == nil {
+		t.Error("6ms accepted for 3s")
+	}
+}
+
+func TestBootClockAdvances(t *testing.T) {
+	a := BootClock.Now()
+	time.Sleep(2 * time.Millisecond)
+	if b := BootClock.Now(); b <= a {
+		t.Fatalf("boot clock did not advance: %v then %v", a, b)
+	}
+}
