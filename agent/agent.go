@@ -15,30 +15,22 @@ import (
 	"google.golang.org/grpc"
 
 	"walden/config"
+	"walden/coordclient"
 	"walden/gossip"
 	"walden/httplimit"
+	"walden/lease"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 )
-
-// Clock reads the monotonic clock. The agent compares only readings of one
-// Clock with each other, never with wall-clock time from another machine.
-type Clock interface {
-	// Now returns the current time; with the real clock it carries Go's
-	// monotonic reading, so that Sub and Before ignore wall-clock steps.
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
 
 // Options are the parts of an Agent that are not configuration.
 type Options struct {
 	// Logger receives the agent's structured log; nil discards it.
 	Logger *slog.Logger
-	// Clock is the monotonic clock of the lease; nil means time.Now.
-	Clock Clock
+	// Clock is the clock of the lease; nil means lease.BootClock, which
+	// keeps running while the host is suspended (a lease that looks valid
+	// after a resume would be a lie: the cluster's clocks ran on).
+	Clock lease.Clock
 	// DialOptions are added to the options of the gRPC connections to the
 	// coordinators (after the transport credentials from the tls keys).
 	DialOptions []grpc.DialOption
@@ -68,9 +60,10 @@ type Lease struct {
 	// It changes when the broker registers again after being fenced: every
 	// request of the broker must carry the current one.
 	Epoch uint64
-	// Valid says the broker may acknowledge writes with Epoch now: the
-	// cluster confirmed the lease less than lease_ttl - safety_margin ago,
-	// measured from when the confirming request was sent.
+	// Valid says the broker may acknowledge writes with Epoch now: a
+	// majority of the voting coordinators granted the lease less than
+	// lease_ttl - safety_margin ago, each measured from when the renewal it
+	// granted was sent.
 	Valid bool
 	// Remaining is how long the lease stays valid without another renewal;
 	// 0 when not valid.
@@ -87,13 +80,12 @@ type state struct {
 	epoch      uint64
 	ttl        time.Duration
 	recovered  int64
-	// confirmedSent is when the last renewal that succeeded for epoch was
-	// sent; zero when no renewal succeeded yet for this epoch.
-	confirmedSent time.Time
-	// confirmedTTL is the lease that renewal granted.
-	confirmedTTL time.Duration
-	fenced       bool
-	stopped      bool
+	// holder has the coordinators' grants of the current epoch.
+	holder  *lease.Holder
+	fenced  bool
+	stopped bool
+	// valid is the validity last logged (transitions are logged).
+	valid bool
 }
 
 // Agent holds one broker's registration and lease. Its methods are safe for
@@ -101,9 +93,12 @@ type state struct {
 type Agent struct {
 	cfg    *config.Agent
 	log    *slog.Logger
-	clock  Clock
+	clock  lease.Clock
 	coords *coordinators
-	opts   Options
+	// conns are the direct connections to each coordinator the lease is
+	// renewed with, by admin address.
+	conns *coordclient.Conns
+	opts  Options
 
 	mu      sync.Mutex
 	st      state
@@ -135,7 +130,7 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = lease.BootClock
 	}
 	if opts.RegisterBackoffMax <= 0 {
 		opts.RegisterBackoffMax = 2 * time.Second
@@ -154,7 +149,9 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		log:     log,
 		clock:   opts.Clock,
 		coords:  newCoordinators(cfg.Coordinators, dial, log),
+		conns:   coordclient.NewConns(dial...),
 		opts:    opts,
+		st:      state{holder: lease.NewHolder(cfg.LeaseSafetyMargin)},
 		changed: make(chan struct{}),
 		events:  make(chan Lease, 64),
 	}, nil
@@ -270,6 +267,7 @@ func (a *Agent) Stop(graceful bool) error {
 	}
 	a.wg.Wait()
 	a.coords.close()
+	a.conns.Close()
 	a.log.Info("agent stopped", "graceful", graceful)
 	return errors.Join(errs...)
 }
@@ -295,16 +293,12 @@ func (a *Agent) Lease() Lease {
 }
 
 // leaseLocked computes the lease at now; a.mu must be held.
-func (a *Agent) leaseLocked(now time.Time) Lease {
+func (a *Agent) leaseLocked(now time.Duration) Lease {
 	l := Lease{BrokerID: a.cfg.BrokerID, Epoch: a.st.epoch, Fenced: a.st.fenced}
-	if !a.st.registered || a.st.fenced || a.st.stopped || a.st.confirmedSent.IsZero() {
+	if !a.st.registered || a.st.fenced || a.st.stopped {
 		return l
 	}
-	until := a.st.confirmedSent.Add(a.st.confirmedTTL - a.cfg.LeaseSafetyMargin)
-	if now.Before(until) {
-		l.Valid = true
-		l.Remaining = until.Sub(now)
-	}
+	l.Valid, l.Remaining = a.st.holder.Valid(now)
 	return l
 }
 
@@ -417,7 +411,7 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 	waitingLogged := false
 	for attempt := 1; ; attempt++ {
 		var resp *waldenv1.RegisterResponse
-		_, err := a.coords.call(ctx, 2*time.Second, a.clock.Now, func(ctx context.Context, cl waldenv1.AgentClient, opts ...grpc.CallOption) error {
+		err := a.coords.call(ctx, 2*time.Second, func(ctx context.Context, cl waldenv1.AgentClient, opts ...grpc.CallOption) error {
 			var err error
 			resp, err = cl.Register(ctx, req, opts...)
 			return err
@@ -457,7 +451,7 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 }
 
 // registered records a new registration: a new epoch, not fenced, and no
-// confirmed lease until the first renewal of that epoch succeeds.
+// valid lease until a majority of the coordinators granted it.
 func (a *Agent) registered(resp *waldenv1.RegisterResponse, ttl time.Duration) {
 	a.mu.Lock()
 	changed := !a.st.registered || a.st.epoch != resp.GetEpoch()
@@ -466,7 +460,8 @@ func (a *Agent) registered(resp *waldenv1.RegisterResponse, ttl time.Duration) {
 	a.st.ttl = ttl
 	a.st.recovered = resp.GetRecoveredWalOffset()
 	a.st.fenced = false
-	a.st.confirmedSent = time.Time{}
+	a.st.holder.SetEpoch(resp.GetEpoch())
+	a.st.holder.Revoke()
 	l := a.leaseLocked(a.clock.Now())
 	a.notifyLocked()
 	a.mu.Unlock()
@@ -484,75 +479,178 @@ func (a *Agent) registered(resp *waldenv1.RegisterResponse, ttl time.Duration) {
 	}
 }
 
-// renew renews the lease of epoch every ttl/3 until the cluster refuses the
-// epoch (then it returns, so that loop registers again) or ctx ends.
+// renew renews the lease of epoch with every coordinator in parallel — the
+// configured ones and every voter a coordinator names — until one of them
+// refuses the epoch for good (then it returns, so that loop registers
+// again) or ctx ends. Each coordinator is renewed on its own: a slow or
+// unreachable one costs only its own grant.
 func (a *Agent) renew(ctx context.Context, epoch uint64, ttl time.Duration) {
-	req := &waldenv1.RenewLeaseRequest{BrokerId: a.cfg.BrokerID, Epoch: epoch}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	failures := 0
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	refused := make(chan refusalOf, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	started := map[string]bool{}
+	discovered := make(chan []string, 1)
+	start := func(addr string) {
+		if started[addr] {
+			return
+		}
+		started[addr] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.renewWith(ctx, addr, epoch, ttl, refused, discovered)
+		}()
+	}
+	for _, addr := range a.cfg.Coordinators {
+		start(addr)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
-		}
-		interval := ttl / 3
-		var resp *waldenv1.RenewLeaseResponse
-		sent, err := a.coords.call(ctx, interval, a.clock.Now, func(ctx context.Context, cl waldenv1.AgentClient, opts ...grpc.CallOption) error {
-			var err error
-			resp, err = cl.RenewLease(ctx, req, opts...)
-			return err
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil && resp.GetEpoch() != 0 && resp.GetEpoch() != epoch {
-			err = fmt.Errorf("agent: renewal answered epoch %d for epoch %d", resp.GetEpoch(), epoch)
-			a.refused(epoch, reasonEpochExpired, err)
-			return
-		}
-		if err == nil {
-			if granted := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond; granted > 0 {
-				ttl = granted
+		case addrs := <-discovered:
+			for _, addr := range addrs {
+				start(addr)
 			}
-			a.confirm(epoch, sent, ttl)
-			if failures > 0 {
-				a.log.Info("lease renewed again", "epoch", epoch, "failed_attempts", failures)
-			}
-			failures = 0
-			timer.Reset(max(0, ttl/3-a.clock.Now().Sub(sent)))
-			continue
-		}
-		switch reason := refusalReason(err); reason {
-		case reasonNodeFenced, reasonEpochExpired, reasonUnknownNode:
-			a.refused(epoch, reason, err)
+		case r := <-refused:
+			cancel()
+			a.refused(epoch, r.reason, r.err)
 			return
 		}
-		failures++
-		l := a.Lease()
-		if failures == 1 || !l.Valid {
-			a.log.Warn("lease renewal failed", "epoch", epoch, "valid", l.Valid, "remaining", l.Remaining, "err", err)
-		}
-		// Retry sooner than the renewal interval while the lease lasts.
-		timer.Reset(max(ttl/12, time.Millisecond))
 	}
 }
 
-// confirm extends the lease of epoch to sent + ttl - safety margin, if that
-// is later than what it already was.
-func (a *Agent) confirm(epoch uint64, sent time.Time, ttl time.Duration) {
+type refusalOf struct {
+	reason string
+	err    error
+}
+
+// renewWith renews the lease of epoch with the coordinator at addr every
+// third of the granted TTL. An attempt is bounded by a sixth of it; after a
+// failure it retries every twelfth, for as long as it takes: the lease rests
+// on a majority, so no single coordinator's trouble needs more than that.
+func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl time.Duration, refused chan<- refusalOf, discovered chan<- []string) {
+	req := &waldenv1.RenewLeaseRequest{BrokerId: a.cfg.BrokerID, Epoch: epoch}
+	log := a.log.With("coordinator", addr)
+	failures := 0
+	var coordinator string
+	for {
+		perTry := max(ttl/6, 50*time.Millisecond)
+		sent := a.clock.Now()
+		resp, err := a.renewOnce(ctx, addr, req, perTry)
+		if ctx.Err() != nil {
+			return
+		}
+		var wait time.Duration
+		switch reason := refusalReason(err); {
+		case err == nil:
+			if granted := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond; granted > 0 {
+				ttl = granted
+			}
+			coordinator = resp.GetCoordinatorId()
+			a.granted(lease.Grant{Coordinator: coordinator, Epoch: epoch, Sent: sent, TTL: ttl}, resp, discovered)
+			if failures > 0 {
+				log.Info("lease renewed by this coordinator again", "epoch", epoch, "coordinator_id", coordinator, "failed_attempts", failures)
+			}
+			failures = 0
+			wait = ttl/3 - (a.clock.Now() - sent)
+		case reason == reasonNodeFenced || reason == reasonEpochExpired || reason == reasonUnknownNode:
+			select {
+			case refused <- refusalOf{reason: reason, err: err}:
+			default:
+			}
+			return
+		default:
+			failures++
+			if coordinator != "" && (reason == reasonLeaseAttested || reason == reasonFailoverRequested) {
+				a.lost(coordinator)
+			}
+			l := a.Lease()
+			lvl := slog.LevelDebug
+			if failures == 1 || !l.Valid {
+				lvl = slog.LevelWarn
+			}
+			log.Log(ctx, lvl, "lease renewal failed", "epoch", epoch, "coordinator_id", coordinator, "attempt", failures,
+				"valid", l.Valid, "remaining", l.Remaining, "err", err)
+			wait = ttl / 12
+		}
+		a.noteValidity()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(wait, time.Millisecond)):
+		}
+	}
+}
+
+// renewOnce sends one renewal to addr, bounded by perTry.
+func (a *Agent) renewOnce(ctx context.Context, addr string, req *waldenv1.RenewLeaseRequest, perTry time.Duration) (*waldenv1.RenewLeaseResponse, error) {
+	conn, err := a.conns.Get(addr)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, perTry)
+	defer cancel()
+	return waldenv1.NewAgentClient(conn).RenewLease(cctx, req)
+}
+
+// granted records a coordinator's grant and the voters it named, and
+// reports the voters' addresses to renew with.
+func (a *Agent) granted(g lease.Grant, resp *waldenv1.RenewLeaseResponse, discovered chan<- []string) {
+	v := lease.Voters{Index: resp.GetConfIndex()}
+	var addrs []string
+	for _, m := range resp.GetVoters() {
+		v.IDs = append(v.IDs, m.GetId())
+		if m.GetAdminAddr() != "" {
+			addrs = append(addrs, m.GetAdminAddr())
+		}
+	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.st.epoch != epoch || a.st.fenced {
+	if a.st.epoch == g.Epoch && !a.st.fenced {
+		was := a.leaseLocked(a.clock.Now()).Valid
+		a.st.holder.Granted(g, v)
+		a.st.ttl = g.TTL
+		if !was && a.leaseLocked(a.clock.Now()).Valid {
+			// Wake WaitRegistered: the lease may have been void until now.
+			a.notifyLocked()
+		}
+	}
+	a.mu.Unlock()
+	if len(addrs) > 0 {
+		select {
+		case discovered <- addrs:
+		default:
+		}
+	}
+}
+
+// lost drops a coordinator's grant: it refused to renew.
+func (a *Agent) lost(coordinator string) {
+	a.mu.Lock()
+	a.st.holder.Lost(coordinator)
+	a.mu.Unlock()
+}
+
+// noteValidity logs every change of the lease's validity, with what each
+// voter's grant has left.
+func (a *Agent) noteValidity() {
+	a.mu.Lock()
+	now := a.clock.Now()
+	l := a.leaseLocked(now)
+	changed := l.Valid != a.st.valid
+	a.st.valid = l.Valid
+	live := a.st.holder.Live(now)
+	a.mu.Unlock()
+	if !changed {
 		return
 	}
-	if a.st.confirmedSent.IsZero() || sent.After(a.st.confirmedSent) {
-		a.st.confirmedSent = sent
-		a.st.confirmedTTL = ttl
-		a.st.ttl = ttl
-		// Wake WaitRegistered: the lease may have been void until now.
-		a.notifyLocked()
+	if l.Valid {
+		a.log.Info("lease valid: a majority of the coordinators granted it", "epoch", l.Epoch, "remaining", l.Remaining, "grants", live)
+	} else {
+		a.log.Warn("lease not valid: fewer than a majority of the coordinators' grants are live; the broker must not acknowledge writes",
+			"epoch", l.Epoch, "grants", live)
 	}
 }
 
@@ -562,7 +660,7 @@ func (a *Agent) confirm(epoch uint64, sent time.Time, ttl time.Duration) {
 func (a *Agent) refused(epoch uint64, reason string, err error) {
 	a.mu.Lock()
 	if a.st.epoch == epoch {
-		a.st.confirmedSent = time.Time{}
+		a.st.holder.Revoke()
 		if reason != reasonUnknownNode {
 			a.st.fenced = true
 		}

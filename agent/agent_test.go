@@ -16,11 +16,12 @@ import (
 
 	"walden/config"
 	"walden/gossip"
+	"walden/lease"
 )
 
 const (
-	testTTL    = 300 * time.Millisecond
-	testMargin = 50 * time.Millisecond
+	testTTL    = 600 * time.Millisecond
+	testMargin = 100 * time.Millisecond
 	testDrift  = 100 * time.Millisecond
 )
 
@@ -86,27 +87,27 @@ func waitRegistered(t testing.TB, a *Agent) Lease {
 	return l
 }
 
-// manualClock is a monotonic clock that moves only when the test says so.
+// manualClock is a boot clock that moves only when the test says so.
 type manualClock struct {
 	mu sync.Mutex
-	t  time.Time
+	t  time.Duration
 }
 
-func (c *manualClock) Now() time.Time {
+func (c *manualClock) Now() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *manualClock) set(t time.Time) {
+func (c *manualClock) set(t time.Duration) {
 	c.mu.Lock()
 	c.t = t
 	c.mu.Unlock()
 }
 
 func TestRegistersAndRenews(t *testing.T) {
-	f := newFakeLeader(testTTL, testDrift)
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{})
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	a := startAgent(t, testConfig(c.addrs()...), Options{})
 	if err := a.Check(); err != nil && !errors.Is(err, ErrNotRegistered) && !errors.Is(err, ErrLeaseExpired) {
 		t.Fatalf("Check before registration = %v", err)
 	}
@@ -117,54 +118,68 @@ func TestRegistersAndRenews(t *testing.T) {
 	if got := a.RecoveredWALOffset(); got != -1 {
 		t.Fatalf("RecoveredWALOffset = %d, want -1", got)
 	}
-	// Several renewals of epoch 1 (one every ttl/3) and no second
-	// registration.
-	eventually(t, 5*time.Second, "renewals", func() error {
-		if s := f.stats(); s.renewals < 4 {
-			return errorf("%d renewals", s.renewals)
+	// Every coordinator renews epoch 1 (one every ttl/3), and nobody
+	// registers twice.
+	eventually(t, 10*time.Second, "renewals by every coordinator", func() error {
+		for _, fc := range c.coords {
+			if n, _ := fc.count(); n < 4 {
+				return errorf("%s granted %d renewals", fc.id, n)
+			}
 		}
 		return nil
 	})
-	s := f.stats()
+	s := c.stats()
 	if s.registers != 1 || s.epoch != 1 {
 		t.Fatalf("fake saw %+v, want one registration and epoch 1", s)
 	}
-	if err := a.Check(); err != nil {
-		// The lease can lapse on a machine that stalls longer than
-		// ttl-margin; only ErrLeaseExpired is acceptable then.
-		if !errors.Is(err, ErrLeaseExpired) {
-			t.Fatalf("Check = %v", err)
-		}
-	}
-	f.mu.Lock()
-	req := f.lastRegister
-	f.mu.Unlock()
+	c.mu.Lock()
+	req := c.lastRegister
+	c.mu.Unlock()
 	if req.GetBrokerId() != "b1" || req.GetAgentAddr() != a.Addr() || req.GetWal().GetPath() != "/var/lib/broker/b1.wal" ||
 		req.GetWal().GetVolumeId() != "vol-b1" || req.GetGossipName() != "agent/b1" {
 		t.Fatalf("RegisterRequest = %v (agent addr %s)", req, a.Addr())
 	}
 }
 
-// TestLeaseBoundsOnInjectedClock checks the self-fencing instant exactly: the
-// lease is valid until the send time of the last successful renewal plus
-// lease_ttl minus the margin, and that instant is strictly before the
-// leader's earliest expiry (its receive time plus lease_ttl plus drift).
-func TestLeaseBoundsOnInjectedClock(t *testing.T) {
-	clk := &manualClock{t: time.Now()}
-	t0 := clk.Now()
-	f := newFakeLeader(testTTL, testDrift)
-	f.clock = clk
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{Clock: clk})
-	l := waitRegistered(t, a)
-	// Every renewal from now on hangs: the leader's last receive time and
-	// the agent's last send time are both t0 (the clock has not moved).
-	f.setHang(true)
-	if l.Remaining != testTTL-testMargin {
-		t.Fatalf("remaining at t0 = %s, want %s", l.Remaining, testTTL-testMargin)
-	}
-	deadline := t0.Add(testTTL - testMargin)
+// TestDiscoversVoters: an agent configured with one coordinator learns the
+// other voters from its grants and renews with them too (one grant of
+// three is no lease).
+func TestDiscoversVoters(t *testing.T) {
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	a := startAgent(t, testConfig(c.coords[0].addr), Options{})
+	waitRegistered(t, a)
+	eventually(t, 10*time.Second, "renewals by the discovered coordinators", func() error {
+		for _, fc := range c.coords[1:] {
+			if n, _ := fc.count(); n < 2 {
+				return errorf("%s granted %d renewals", fc.id, n)
+			}
+		}
+		return nil
+	})
+}
 
-	clk.set(deadline.Add(-time.Millisecond))
+// TestLeaseBoundsOnInjectedClock checks the self-fencing instant exactly:
+// the lease is valid until the majority-th latest of the voters' grants
+// ends (its send time plus lease_ttl minus the margin), and that instant is
+// strictly before any of those coordinators may attest (its receive time
+// plus lease_ttl plus drift).
+func TestLeaseBoundsOnInjectedClock(t *testing.T) {
+	t0 := 100 * time.Second
+	clk := &manualClock{t: t0}
+	c := newFakeCluster(t, 3, testTTL, testDrift, clk)
+	a := startAgent(t, testConfig(c.addrs()...), Options{Clock: clk})
+	waitRegistered(t, a)
+	eventually(t, 10*time.Second, "every coordinator granted at t0", func() error {
+		if l := a.Lease(); len(a.grants()) != 3 || l.Remaining != testTTL-testMargin {
+			return errorf("lease %+v, grants %v", l, a.grants())
+		}
+		return nil
+	})
+	// Every renewal from now on hangs: the coordinators' last receive
+	// times and the agent's last send times are all t0.
+	c.setHang(3, true)
+	deadline := t0 + testTTL - testMargin
+	clk.set(deadline - time.Millisecond)
 	if l := a.Lease(); !l.Valid || l.Remaining != time.Millisecond {
 		t.Fatalf("lease 1ms before the deadline = %+v", l)
 	}
@@ -178,14 +193,27 @@ func TestLeaseBoundsOnInjectedClock(t *testing.T) {
 	if err := a.Check(); !errors.Is(err, ErrLeaseExpired) {
 		t.Fatalf("Check at the deadline = %v, want ErrLeaseExpired", err)
 	}
-	if exp := f.leaderExpiry(); !deadline.Before(exp) {
-		t.Fatalf("agent deadline %s is not before the leader's expiry %s", deadline.Sub(t0), exp.Sub(t0))
+	for _, fc := range c.coords {
+		if at := fc.attestAt(); deadline >= at {
+			t.Fatalf("agent deadline %s is not before %s's earliest attestation %s", deadline-t0, fc.id, at-t0)
+		}
 	}
 
-	// A renewal sent later confirms the lease again from its send time.
-	clk.set(deadline.Add(time.Second))
-	f.setHang(false)
-	eventually(t, 5*time.Second, "renewed", func() error {
+	// One coordinator answers again, later: one grant of three is no
+	// lease; a second one makes a majority again.
+	clk.set(deadline + time.Second)
+	c.coords[0].setHang(false)
+	eventually(t, 10*time.Second, "a grant from c1", func() error {
+		if g := a.grants()["c1"]; g != testTTL-testMargin {
+			return errorf("c1's grant has %s", g)
+		}
+		return nil
+	})
+	if l := a.Lease(); l.Valid {
+		t.Fatalf("valid on one grant of three: %+v", l)
+	}
+	c.coords[1].setHang(false)
+	eventually(t, 10*time.Second, "renewed", func() error {
 		if l := a.Lease(); !l.Valid || l.Remaining != testTTL-testMargin {
 			return errorf("lease %+v", l)
 		}
@@ -193,65 +221,99 @@ func TestLeaseBoundsOnInjectedClock(t *testing.T) {
 	})
 }
 
-// TestCoordinatorUnreachableSelfFences cuts the agent off (renewals hang) on
-// the real clock: valid turns false, and the instant it does is no later
-// than the last successful send plus lease_ttl minus the margin, which is
-// strictly before the leader's earliest expiry.
-func TestCoordinatorUnreachableSelfFences(t *testing.T) {
-	f := newFakeLeader(testTTL, testDrift)
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{})
+// grants returns what each voter's grant has left at this instant.
+func (a *Agent) grants() map[string]time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st.holder.Live(a.clock.Now())
+}
+
+// TestOneCoordinatorDownKeepsTheLease: with one coordinator of three
+// unreachable (its renewals hang until they time out), the lease never
+// lapses; it rests on the other two.
+func TestOneCoordinatorDownKeepsTheLease(t *testing.T) {
+	const ttl, margin = 3 * time.Second, 500 * time.Millisecond
+	c := newFakeCluster(t, 3, ttl, testDrift, nil)
+	cfg := testConfig(c.addrs()...)
+	cfg.LeaseSafetyMargin = margin
+	a := startAgent(t, cfg, Options{})
 	waitRegistered(t, a)
-	eventually(t, 5*time.Second, "renewals", func() error {
-		if s := f.stats(); s.renewals < 3 {
+	c.coords[0].setHang(true)
+	// Sample for two lease periods: validity never drops (each sample
+	// shows a lease that lasts at least until the next renewal is due).
+	end := time.Now().Add(2 * ttl)
+	for time.Now().Before(end) {
+		if l := a.Lease(); !l.Valid {
+			t.Fatalf("lease lapsed with one coordinator of three down: %+v, grants %v", l, a.grants())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCoordinatorsUnreachableSelfFences cuts the agent off from every
+// coordinator (renewals hang) on the real clock: valid turns false, and the
+// instant it does is no later than the majority-th latest grant's send time
+// plus lease_ttl minus the margin, strictly before any of those
+// coordinators may attest.
+func TestCoordinatorsUnreachableSelfFences(t *testing.T) {
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	a := startAgent(t, testConfig(c.addrs()...), Options{})
+	waitRegistered(t, a)
+	eventually(t, 10*time.Second, "renewals", func() error {
+		if s := c.stats(); s.renewals < 6 {
 			return errorf("%d renewals", s.renewals)
 		}
 		return nil
 	})
-	f.setHang(true)
-	eventually(t, 5*time.Second, "valid:false", func() error {
+	c.setHang(3, true)
+	eventually(t, 10*time.Second, "valid:false", func() error {
 		if l := a.Lease(); l.Valid {
 			return errorf("still valid: %+v", l)
 		}
 		return nil
 	})
 	a.mu.Lock()
-	sent, ttl := a.st.confirmedSent, a.st.confirmedTTL
+	holder := a.st.holder
+	now := a.clock.Now()
+	live := holder.Live(now)
 	a.mu.Unlock()
-	deadline := sent.Add(ttl - testMargin)
-	recv := f.stats().lastRecv
-	if sent.After(recv) {
-		t.Fatalf("last confirmed send %s after the leader's last receive %s", sent, recv)
-	}
-	if !deadline.Before(f.leaderExpiry()) {
-		t.Fatalf("deadline %s not before leader expiry %s", deadline, f.leaderExpiry())
-	}
-	a.mu.Lock()
-	atDeadline := a.leaseLocked(deadline)
-	justBefore := a.leaseLocked(deadline.Add(-time.Nanosecond))
-	atLeaderExpiry := a.leaseLocked(f.leaderExpiry())
-	a.mu.Unlock()
-	if atDeadline.Valid || !justBefore.Valid || atLeaderExpiry.Valid {
-		t.Fatalf("lease at deadline %+v, 1ns before %+v, at leader expiry %+v", atDeadline, justBefore, atLeaderExpiry)
+	// The deadline of each grant is at most its coordinator's earliest
+	// attestation: send ≤ receive on one clock here.
+	for _, fc := range c.coords {
+		if left, ok := live[fc.id]; ok && now+left >= fc.attestAt() {
+			t.Fatalf("%s's grant ends at %s, not before its earliest attestation %s", fc.id, now+left, fc.attestAt())
+		}
 	}
 	if err := a.Check(); !errors.Is(err, ErrLeaseExpired) {
 		t.Fatalf("Check = %v, want ErrLeaseExpired", err)
 	}
 	// Reachable again: the same epoch is confirmed again.
-	f.setHang(false)
+	c.setHang(3, false)
 	l := waitRegistered(t, a)
 	if l.Epoch != 1 {
 		t.Fatalf("epoch after reconnecting = %d, want 1", l.Epoch)
 	}
 }
 
-// TestFencedReregisters: a failover fences the broker while it is cut off
-// from nothing; the agent reports fenced:true at once, waits while the
-// recovery runs, then registers with a new epoch and reports the recovered
-// WAL offset.
+// TestDefaultClockRunsThroughSuspend: without an injected clock the agent
+// measures its lease on the boot clock, which counts a host suspend.
+func TestDefaultClockRunsThroughSuspend(t *testing.T) {
+	a, err := New(testConfig(closedAddr(t)), Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.clock != lease.BootClock {
+		t.Fatalf("default clock %T, want lease.BootClock", a.clock)
+	}
+}
+
+// TestFencedReregisters: a failover fences the broker; the agent reports
+// fenced:true at once, waits while the recovery runs, then registers with a
+// new epoch and reports the recovered WAL offset.
 func TestFencedReregisters(t *testing.T) {
-	f := newFakeLeader(testTTL, testDrift)
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
 	epochs := make(chan Lease, 8)
-	a := startAgentWith(t, testConfig(serveAgent(t, f)), Options{}, func(a *Agent) {
+	a := startAgentWith(t, testConfig(c.addrs()...), Options{}, func(a *Agent) {
 		a.OnEpochChange(func(l Lease) { epochs <- l })
 	})
 	waitRegistered(t, a)
@@ -264,8 +326,8 @@ func TestFencedReregisters(t *testing.T) {
 		t.Fatal("no epoch change notification for the first registration")
 	}
 
-	f.failover() // epoch 2 fenced, recovery running
-	eventually(t, 5*time.Second, "fenced", func() error {
+	c.failover() // epoch 2 fenced, recovery running
+	eventually(t, 10*time.Second, "fenced", func() error {
 		if l := a.Lease(); !l.Fenced || l.Valid || l.Epoch != 1 {
 			return errorf("lease %+v", l)
 		}
@@ -279,9 +341,9 @@ func TestFencedReregisters(t *testing.T) {
 		t.Fatalf("/v1/lease while fenced = %v", body)
 	}
 	// Registration is refused with RECOVERY_RUNNING and retried.
-	before := f.stats().registers
-	eventually(t, 5*time.Second, "registration retried", func() error {
-		if n := f.stats().registers; n < before+2 {
+	before := c.stats().registers
+	eventually(t, 10*time.Second, "registration retried", func() error {
+		if n := c.stats().registers; n < before+2 {
 			return errorf("%d registrations", n)
 		}
 		return nil
@@ -290,7 +352,7 @@ func TestFencedReregisters(t *testing.T) {
 		t.Fatalf("lease while the recovery runs = %+v", l)
 	}
 
-	f.finishRecovery(16384)
+	c.finishRecovery(16384)
 	l := waitRegistered(t, a)
 	if l.Epoch != 3 || l.Fenced || !l.Valid {
 		t.Fatalf("lease after re-registration = %+v", l)
@@ -318,17 +380,17 @@ func TestFencedReregisters(t *testing.T) {
 	}
 }
 
-// TestEpochExpiredReregisters: the leader's epoch moved on without a fenced
+// TestEpochExpiredReregisters: the cluster's epoch moved on without a fenced
 // flag (EPOCH_EXPIRED); the agent registers again at once.
 func TestEpochExpiredReregisters(t *testing.T) {
-	f := newFakeLeader(testTTL, testDrift)
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{})
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	a := startAgent(t, testConfig(c.addrs()...), Options{})
 	waitRegistered(t, a)
-	f.mu.Lock()
-	f.epoch = 7
-	f.nextEpoch = 8
-	f.mu.Unlock()
-	eventually(t, 5*time.Second, "new epoch", func() error {
+	c.mu.Lock()
+	c.epoch = 7
+	c.nextEpoch = 8
+	c.mu.Unlock()
+	eventually(t, 10*time.Second, "new epoch", func() error {
 		if l := a.Lease(); l.Epoch != 8 || !l.Valid || l.Fenced {
 			return errorf("lease %+v", l)
 		}
@@ -337,11 +399,11 @@ func TestEpochExpiredReregisters(t *testing.T) {
 }
 
 func TestRegistrationWaitsForRecovery(t *testing.T) {
-	f := newFakeLeader(testTTL, testDrift)
-	f.recoveryRunning = true
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{})
-	eventually(t, 5*time.Second, "registration retried", func() error {
-		if n := f.stats().registers; n < 3 {
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	c.recoveryRunning = true
+	a := startAgent(t, testConfig(c.addrs()...), Options{})
+	eventually(t, 10*time.Second, "registration retried", func() error {
+		if n := c.stats().registers; n < 3 {
 			return errorf("%d registrations", n)
 		}
 		return nil
@@ -352,45 +414,35 @@ func TestRegistrationWaitsForRecovery(t *testing.T) {
 	if err := a.Check(); !errors.Is(err, ErrNotRegistered) {
 		t.Fatalf("Check = %v, want ErrNotRegistered", err)
 	}
-	f.finishRecovery(8192)
+	c.finishRecovery(8192)
 	l := waitRegistered(t, a)
 	if l.Epoch != 1 || a.RecoveredWALOffset() != 8192 {
 		t.Fatalf("lease %+v, recovered %d", l, a.RecoveredWALOffset())
 	}
 }
 
-// TestFollowsLeaderHint: the first coordinator is down, the second is a
-// follower that names the leader; the agent registers and renews with the
-// leader.
-func TestFollowsLeaderHint(t *testing.T) {
+// TestRegistrationFollowsLeaderHint: the first configured coordinator is
+// down, the second is a follower that names the leader; the agent registers
+// with the leader.
+func TestRegistrationFollowsLeaderHint(t *testing.T) {
 	for _, inDetail := range []bool{false, true} {
 		name := "trailer"
 		if inDetail {
 			name = "error_detail"
 		}
 		t.Run(name, func(t *testing.T) {
-			f := newFakeLeader(testTTL, testDrift)
-			leader := serveAgent(t, f)
-			follower := &fakeFollower{leaderAddr: leader, inDetail: inDetail}
-			a := startAgent(t, testConfig(closedAddr(t), serveAgent(t, follower)), Options{})
+			c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+			c.hintInDetail = inDetail
+			a := startAgent(t, testConfig(closedAddr(t), c.coords[1].addr), Options{})
 			l := waitRegistered(t, a)
 			if l.Epoch != 1 {
 				t.Fatalf("lease %+v", l)
 			}
-			if follower.count() == 0 {
-				t.Fatal("the follower was never asked")
+			if _, hints := c.coords[1].count(); hints == 0 {
+				t.Fatal("the follower was never asked to register")
 			}
-			// Renewals go straight to the leader from now on (the
-			// follower is asked again only after a renewal failed).
-			asked := follower.count()
-			eventually(t, 5*time.Second, "renewals", func() error {
-				if s := f.stats(); s.renewals < 4 {
-					return errorf("%d renewals", s.renewals)
-				}
-				return nil
-			})
-			if extra, renewals := follower.count()-asked, f.stats().renewals; extra >= renewals {
-				t.Fatalf("follower asked %d times after registration, for %d renewals", extra, renewals)
+			if s := c.stats(); s.registers != 1 {
+				t.Fatalf("%d registrations", s.registers)
 			}
 		})
 	}
@@ -414,9 +466,9 @@ func getLease(t *testing.T, a *Agent) map[string]any {
 }
 
 func TestLeaseEndpointJSON(t *testing.T) {
-	f := newFakeLeader(testTTL, testDrift)
-	f.recoveryRunning = true
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{})
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	c.recoveryRunning = true
+	a := startAgent(t, testConfig(c.addrs()...), Options{})
 
 	check := func(body map[string]any) {
 		t.Helper()
@@ -448,7 +500,7 @@ func TestLeaseEndpointJSON(t *testing.T) {
 	if body["broker_id"] != "b1" || body["epoch"] != float64(0) || body["valid"] != false || body["remaining_ms"] != float64(0) {
 		t.Fatalf("before registration %v", body)
 	}
-	f.finishRecovery(-1)
+	c.finishRecovery(-1)
 	waitRegistered(t, a)
 	eventually(t, 5*time.Second, "valid in JSON", func() error {
 		body = getLease(t, a)
@@ -500,8 +552,8 @@ func TestGossipAndGracefulStop(t *testing.T) {
 	}
 	defer coord.Shutdown()
 
-	f := newFakeLeader(testTTL, testDrift)
-	cfg := testConfig(serveAgent(t, f))
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	cfg := testConfig(c.addrs()...)
 	cfg.Gossip.Join = []string{coord.Addr()}
 	cfg.Gossip.ProbeInterval = gc.ProbeInterval
 	cfg.Gossip.ProbeTimeout = gc.ProbeTimeout

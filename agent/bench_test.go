@@ -9,8 +9,8 @@ import (
 // BenchmarkCheck measures the in-process check a Go broker makes before an
 // acknowledgement.
 func BenchmarkCheck(b *testing.B) {
-	f := newFakeLeader(testTTL, testDrift)
-	a := startAgent(b, testConfig(serveAgent(b, f)), Options{})
+	c := newFakeCluster(b, 3, testTTL, testDrift, nil)
+	a := startAgent(b, testConfig(c.addrs()...), Options{})
 	waitRegistered(b, a)
 	b.ResetTimer()
 	for b.Loop() {
@@ -21,8 +21,8 @@ func BenchmarkCheck(b *testing.B) {
 // BenchmarkLeaseHTTP measures GET /v1/lease over a kept-alive loopback
 // connection: what a broker in another language pays per check.
 func BenchmarkLeaseHTTP(b *testing.B) {
-	f := newFakeLeader(testTTL, testDrift)
-	a := startAgent(b, testConfig(serveAgent(b, f)), Options{})
+	c := newFakeCluster(b, 3, testTTL, testDrift, nil)
+	a := startAgent(b, testConfig(c.addrs()...), Options{})
 	waitRegistered(b, a)
 	url := "http://" + a.Addr() + "/v1/lease"
 	client := &http.Client{}

@@ -22,6 +22,10 @@ var (
 	reasonEpochExpired    = fencing.Reason(fencing.ErrEpochExpired)
 	reasonRecoveryRunning = fencing.Reason(fencing.ErrRecoveryRunning)
 	reasonUnknownNode     = fencing.Reason(fencing.ErrUnknownNode)
+	// A coordinator that attested the lease expired, or whose broker's
+	// failover was requested, grants nothing more for the epoch.
+	reasonLeaseAttested     = fencing.Reason(fencing.ErrLeaseAttested)
+	reasonFailoverRequested = fencing.Reason(fencing.ErrFailoverRequested)
 )
 
 // refusalReason returns the walden reason of a gRPC error (the reason of
@@ -59,27 +63,23 @@ type rpc func(ctx context.Context, cl waldenv1.AgentClient, opts ...grpc.CallOpt
 
 // call runs fn against the coordinators until one answers something other
 // than Unavailable or a per-attempt timeout, following a leader hint first.
-// now is read just before each attempt; the reading of the attempt whose
-// answer is returned comes back as sent (the moment the request was sent,
-// or a moment just before it).
-func (c *coordinators) call(ctx context.Context, perTry time.Duration, now func() time.Time, fn rpc) (sent time.Time, err error) {
-	err = c.client.Do(ctx, coordclient.Policy{PerTry: perTry, MaxAttempts: c.endpoints + 3},
+func (c *coordinators) call(ctx context.Context, perTry time.Duration, fn rpc) error {
+	err := c.client.Do(ctx, coordclient.Policy{PerTry: perTry, MaxAttempts: c.endpoints + 3},
 		func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
-			sent = now()
 			return fn(ctx, waldenv1.NewAgentClient(conn), opts...)
 		})
 	var none *coordclient.NoAnswerError
 	if !errors.As(err, &none) {
-		return sent, err
+		return err
 	}
 	last := none.Last()
 	switch {
 	case none.Ctx != nil:
-		return sent, fmt.Errorf("agent: %s: %w", last.Addr, none.Ctx)
+		return fmt.Errorf("agent: %s: %w", last.Addr, none.Ctx)
 	case last.Err != nil:
-		return sent, last.Err
+		return last.Err
 	}
-	return sent, errors.New("agent: no coordinator to ask")
+	return errors.New("agent: no coordinator to ask")
 }
 
 func (c *coordinators) close() {

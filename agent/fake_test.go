@@ -15,21 +15,20 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/fencing"
+	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// fakeLeader is an in-test Agent server with the leader's semantics:
-// Register always issues a new epoch (refused with RECOVERY_RUNNING while a
-// recovery of the broker runs); RenewLease of a fenced broker answers
-// NODE_FENCED, of another epoch EPOCH_EXPIRED; the leader records when it
-// received each renewal that succeeded, and would consider the lease expired
-// lease_ttl + drift after that (leaderExpiry).
-type fakeLeader struct {
-	waldenv1.UnimplementedAgentServer
-
-	clock Clock
-	ttl   time.Duration
-	drift time.Duration
+// fakeCluster is an in-test coordinator cluster with the semantics the
+// agent relies on: Register (answered by the leader; the others name it)
+// always issues a new epoch, refused with RECOVERY_RUNNING while a recovery
+// of the broker runs; every coordinator grants RenewLease of the current
+// unfenced epoch on its own (NODE_FENCED for a fenced broker, EPOCH_EXPIRED
+// for another epoch) and names the voters; each records when it received
+// the renewals it granted, and would attest its grant expired lease_ttl +
+// drift after that (attestAt).
+type fakeCluster struct {
+	ttl, drift time.Duration
 
 	mu              sync.Mutex
 	epoch           uint64 // current epoch of the broker, 0 = unknown
@@ -37,15 +36,52 @@ type fakeLeader struct {
 	fenced          bool
 	recoveryRunning bool
 	recoveredOffset int64
-	hang            bool // renewals hang until the caller gives up
-	lastRecv        time.Time
-	renewals        int
 	registers       int // Register calls, refused ones included
 	lastRegister    *waldenv1.RegisterRequest
+	coords          []*fakeCoord
+	leader          int
+	// hintInDetail makes followers name the leader in an ErrorInfo
+	// detail instead of the trailers.
+	hintInDetail bool
 }
 
-func newFakeLeader(ttl, drift time.Duration) *fakeLeader {
-	return &fakeLeader{clock: realClock{}, ttl: ttl, drift: drift, nextEpoch: 1, recoveredOffset: -1}
+type fakeCoord struct {
+	waldenv1.UnimplementedAgentServer
+	c     *fakeCluster
+	id    string
+	addr  string
+	clock lease.Clock
+
+	mu       sync.Mutex
+	hang     bool // renewals hang until the caller gives up
+	lastRecv time.Duration
+	renewals int
+	calls    int // Register calls answered with a leader hint
+}
+
+// newFakeCluster serves n coordinators on loopback until the test ends;
+// c1 leads.
+func newFakeCluster(t testing.TB, n int, ttl, drift time.Duration, clock lease.Clock) *fakeCluster {
+	t.Helper()
+	if clock == nil {
+		clock = lease.BootClock
+	}
+	c := &fakeCluster{ttl: ttl, drift: drift, nextEpoch: 1, recoveredOffset: -1}
+	for i := range n {
+		fc := &fakeCoord{c: c, id: fmt.Sprintf("c%d", i+1), clock: clock}
+		fc.addr = serveAgent(t, fc)
+		c.coords = append(c.coords, fc)
+	}
+	return c
+}
+
+// addrs are the coordinators' addresses.
+func (c *fakeCluster) addrs() []string {
+	var out []string
+	for _, fc := range c.coords {
+		out = append(out, fc.addr)
+	}
+	return out
 }
 
 // refusal is the status a coordinator answers for a fencing refusal.
@@ -53,125 +89,128 @@ func refusal(reason string) error {
 	return fencing.GRPCStatus(fencing.FromReason(reason)).Err()
 }
 
-func (f *fakeLeader) Register(_ context.Context, req *waldenv1.RegisterRequest) (*waldenv1.RegisterResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.registers++
-	f.lastRegister = req
+func (f *fakeCoord) Register(ctx context.Context, req *waldenv1.RegisterRequest) (*waldenv1.RegisterResponse, error) {
+	c := f.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.coords[c.leader] != f {
+		f.mu.Lock()
+		f.calls++
+		f.mu.Unlock()
+		leaderAddr := c.coords[c.leader].addr
+		if c.hintInDetail {
+			s, _ := status.New(codes.Unavailable, "not leader").WithDetails(&errdetails.ErrorInfo{
+				Reason: "NOT_LEADER", Domain: "walden.v1", Metadata: map[string]string{"leader_id": c.coords[c.leader].id, "leader_addr": leaderAddr},
+			})
+			return nil, s.Err()
+		}
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("walden-leader-id", c.coords[c.leader].id, "walden-leader-addr", leaderAddr))
+		return nil, status.Error(codes.Unavailable, "not leader")
+	}
+	c.registers++
+	c.lastRegister = req
 	if req.GetClusterName() != "demo" {
 		return nil, status.Error(codes.InvalidArgument, "cluster_name: wrong cluster")
 	}
-	if f.recoveryRunning {
+	if c.recoveryRunning {
 		return nil, refusal(reasonRecoveryRunning)
 	}
-	f.epoch = f.nextEpoch
-	f.nextEpoch++
-	f.fenced = false
-	return &waldenv1.RegisterResponse{BrokerId: req.GetBrokerId(), Epoch: f.epoch, LeaseTtlMs: f.ttl.Milliseconds(), RecoveredWalOffset: f.recoveredOffset}, nil
+	c.epoch = c.nextEpoch
+	c.nextEpoch++
+	c.fenced = false
+	return &waldenv1.RegisterResponse{BrokerId: req.GetBrokerId(), Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), RecoveredWalOffset: c.recoveredOffset}, nil
 }
 
-func (f *fakeLeader) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
+func (f *fakeCoord) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
 	f.mu.Lock()
-	if f.hang {
-		f.mu.Unlock()
+	hang := f.hang
+	f.mu.Unlock()
+	if hang {
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	defer f.mu.Unlock()
+	c := f.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	switch {
-	case f.epoch == 0:
+	case c.epoch == 0:
 		return nil, refusal(reasonUnknownNode)
-	case f.fenced:
+	case c.fenced:
 		return nil, refusal(reasonNodeFenced)
-	case req.GetEpoch() != f.epoch:
+	case req.GetEpoch() != c.epoch:
 		return nil, refusal(reasonEpochExpired)
 	}
+	f.mu.Lock()
 	f.lastRecv = f.clock.Now()
 	f.renewals++
-	return &waldenv1.RenewLeaseResponse{Epoch: f.epoch, LeaseTtlMs: f.ttl.Milliseconds(), LeaderId: "c1"}, nil
+	f.mu.Unlock()
+	resp := &waldenv1.RenewLeaseResponse{Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), CoordinatorId: f.id, ConfIndex: 1}
+	for _, fc := range c.coords {
+		resp.Voters = append(resp.Voters, &waldenv1.Voter{Id: fc.id, AdminAddr: fc.addr})
+	}
+	return resp, nil
 }
 
 // failover fences the broker the way a decision does: a new epoch, fenced,
 // and a recovery job running until finishRecovery.
-func (f *fakeLeader) failover() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.epoch = f.nextEpoch
-	f.nextEpoch++
-	f.fenced = true
-	f.recoveryRunning = true
+func (c *fakeCluster) failover() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch = c.nextEpoch
+	c.nextEpoch++
+	c.fenced = true
+	c.recoveryRunning = true
 }
 
-func (f *fakeLeader) finishRecovery(offset int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.recoveryRunning = false
-	f.recoveredOffset = offset
+func (c *fakeCluster) finishRecovery(offset int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recoveryRunning = false
+	c.recoveredOffset = offset
 }
 
-func (f *fakeLeader) setHang(h bool) {
+func (f *fakeCoord) setHang(h bool) {
 	f.mu.Lock()
 	f.hang = h
 	f.mu.Unlock()
 }
 
+// setHang makes the first n coordinators hang (h) or answer.
+func (c *fakeCluster) setHang(n int, h bool) {
+	for _, fc := range c.coords[:n] {
+		fc.setHang(h)
+	}
+}
+
 type fakeStats struct {
 	epoch               uint64
 	renewals, registers int
-	lastRecv            time.Time
 }
 
-func (f *fakeLeader) stats() fakeStats {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return fakeStats{epoch: f.epoch, renewals: f.renewals, registers: f.registers, lastRecv: f.lastRecv}
-}
-
-// leaderExpiry is the earliest instant at which the leader could treat the
-// lease as expired.
-func (f *fakeLeader) leaderExpiry() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lastRecv.Add(f.ttl + f.drift)
-}
-
-// fakeFollower answers every Agent RPC with Unavailable and a hint naming
-// the leader, in the trailer or in an ErrorInfo detail.
-type fakeFollower struct {
-	waldenv1.UnimplementedAgentServer
-	leaderAddr string
-	inDetail   bool
-
-	mu    sync.Mutex
-	calls int
-}
-
-func (f *fakeFollower) notLeader(ctx context.Context) error {
-	f.mu.Lock()
-	f.calls++
-	f.mu.Unlock()
-	if f.inDetail {
-		s, _ := status.New(codes.Unavailable, "not leader").WithDetails(&errdetails.ErrorInfo{
-			Reason: "NOT_LEADER", Domain: "walden.v1", Metadata: map[string]string{"leader_id": "c2", "leader_addr": f.leaderAddr},
-		})
-		return s.Err()
+func (c *fakeCluster) stats() fakeStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := fakeStats{epoch: c.epoch, registers: c.registers}
+	for _, fc := range c.coords {
+		fc.mu.Lock()
+		s.renewals += fc.renewals
+		fc.mu.Unlock()
 	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs("walden-leader-id", "c2", "walden-leader-addr", f.leaderAddr))
-	return status.Error(codes.Unavailable, "not leader")
+	return s
 }
 
-func (f *fakeFollower) Register(ctx context.Context, _ *waldenv1.RegisterRequest) (*waldenv1.RegisterResponse, error) {
-	return nil, f.notLeader(ctx)
-}
-
-func (f *fakeFollower) RenewLease(ctx context.Context, _ *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
-	return nil, f.notLeader(ctx)
-}
-
-func (f *fakeFollower) count() int {
+func (f *fakeCoord) count() (renewals, hints int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.calls
+	return f.renewals, f.calls
+}
+
+// attestAt is the earliest reading of its own clock at which the
+// coordinator could attest that its last grant expired.
+func (f *fakeCoord) attestAt() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastRecv + f.c.ttl + f.c.drift
 }
 
 // serveAgent serves srv on a free loopback port until the test ends.

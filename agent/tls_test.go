@@ -22,6 +22,7 @@ import (
 
 	"walden/certs"
 	"walden/config"
+	"walden/lease"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -99,7 +100,9 @@ func TestMutualTLS(t *testing.T) {
 		MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
 		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool,
 	})))
-	f := newFakeLeader(testTTL, testDrift)
+	c := &fakeCluster{ttl: testTTL, drift: testDrift, nextEpoch: 1, recoveredOffset: -1}
+	f := &fakeCoord{c: c, id: "c1", addr: ln.Addr().String(), clock: lease.BootClock}
+	c.coords = []*fakeCoord{f}
 	waldenv1.RegisterAgentServer(gs, f)
 	go func() { _ = gs.Serve(ln) }()
 	defer gs.Stop()

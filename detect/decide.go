@@ -34,33 +34,32 @@ const (
 const reasonLeft = "gossip: left"
 
 // Input is everything Decide looks at. Times are readings of the leader's
-// monotonic clock (time.Now in the leader process), except NowUnixMs, which
-// is only compared with the wall-clock recovery times of the replicated
-// state for the cooldown (minutes, so a clock skew of seconds is harmless).
+// boot clock, except NowUnixMs, which is only compared with the wall-clock
+// recovery times of the replicated state for the cooldown (minutes, so a
+// clock skew of seconds is harmless).
 type Input struct {
-	// Now is the leader's current monotonic time.
+	// Now is the leader's current boot-clock time.
 	Now time.Time
 	// NowUnixMs is the leader's wall clock, for the cooldown only.
 	NowUnixMs int64
 	// LeaderSince is when this member became leader of the current term.
 	LeaderSince time.Time
-	// LeaderID and Term identify the deciding leader (evidence and logs).
+	// LeaderID and Term identify the deciding leader (evidence and logs);
+	// every decision carries Term, and the state machine applies it only in
+	// that term.
 	LeaderID string
 	Term     uint64
-	// Policy is the effective policy.
+	// Policy is the cluster's effective policy.
 	Policy *waldenv1.Policy
-	// Voters are the voting members; a majority of them is the default
-	// suspicion quorum and only their observations count.
+	// Voters are the voting members; only their observations count, a
+	// majority of them is the default suspicion quorum and the number of
+	// attestations a decision needs.
 	Voters []string
 	// LiveMembers are the members the leader sees active (itself included):
 	// the candidates for a recovery job.
 	LiveMembers []string
 	// Brokers is the committed broker registry.
 	Brokers []*waldenv1.Broker
-	// LeaseExpiry maps a broker id to the moment its lease (at its current
-	// epoch) expires on the leader's clock. A broker missing from the map
-	// is treated as renewed at LeaderSince.
-	LeaseExpiry map[string]time.Time
 	// RunningRecoveries is the number of pending or running recovery jobs.
 	RunningRecoveries int
 	// Memory is what Decide returned last time (the zero value for a new
@@ -70,14 +69,18 @@ type Input struct {
 
 // Memory is the decider's state between two calls of Decide. It lives only
 // in the leader's memory: a new leader starts from the zero value, so every
-// clock starts again at its election and a timeout is never shortened by a
-// leader change.
+// silence it judges is measured from no earlier than its election, and a
+// leader change can only lengthen a wait, never shorten it.
 type Memory struct {
-	// QuorumSince is when the leader saw a suspicion quorum form for a
-	// broker at an epoch.
-	QuorumSince map[string]Since
-	// Frozen is set while automatic failover is frozen.
-	Frozen bool
+	// Seen maps the raft index of a committed observation to when this
+	// leader first saw it. An observer's silence is the silence it reported
+	// plus the time since then: never more than the real silence.
+	Seen map[uint64]time.Time
+	// Frozen is set while automatic failover is frozen; CalmSince is when
+	// the number of suspected brokers last fell to the resume threshold
+	// (zero while above it).
+	Frozen    bool
+	CalmSince time.Time
 	// CooldownRecorded holds the epoch for which a cooldown event was
 	// recorded per broker.
 	CooldownRecorded map[string]uint64
@@ -86,22 +89,16 @@ type Memory struct {
 	DryRunDone map[string]uint64
 }
 
-// Since is the start of a continuous suspicion of one broker epoch.
-type Since struct {
-	Epoch uint64
-	At    time.Time
-}
-
 // Decision is what Decide concluded.
 type Decision struct {
 	// Declare are the failover decisions to propose, one per broker.
 	Declare []*waldenv1.DeclareFailed
 	// Events are freeze / unfreeze / cooldown events to propose.
 	Events []*waldenv1.Event
-	// Holds explain, per suspected broker, why it was not declared failed
-	// (for logs and tests): "quorum", "timeout", "lease", "frozen",
-	// "max_concurrent_recoveries", "cooldown", "dry_run_done".
-	Holds map[string]string
+	// Holds explain, per suspected or requested broker, why it was not
+	// declared failed (Hold* values); HoldDetails say it in a sentence.
+	Holds       map[string]string
+	HoldDetails map[string]string
 	// Memory is the memory for the next call.
 	Memory Memory
 }
@@ -127,6 +124,19 @@ func Quorum(p *waldenv1.Policy, voters int) int {
 	return voters/2 + 1
 }
 
+// FreezeResumeFraction is the share of max_failed_fraction below which a
+// frozen automatic failover may resume (with FreezeHold): resuming only well
+// below the threshold keeps a count hovering around it from flipping the
+// freeze on and off.
+const FreezeResumeFraction = 0.5
+
+// FreezeHold returns how long the suspected count must stay at or below the
+// resume threshold before a freeze lifts: two failure timeouts, so that
+// brokers starved by the same cause have time to be heard again.
+func FreezeHold(p *waldenv1.Policy) time.Duration {
+	return 2 * time.Duration(p.GetFailureTimeoutMs()) * time.Millisecond
+}
+
 // eligible reports whether automatic detection applies to b at all.
 func eligible(b *waldenv1.Broker) bool {
 	if b.GetFenced() || b.GetMaintenance() {
@@ -139,12 +149,24 @@ func eligible(b *waldenv1.Broker) bool {
 	return true
 }
 
-// suspecting returns the observations of voters that say suspect or dead.
-func suspecting(b *waldenv1.Broker, voters []string) []*waldenv1.Observation {
+// current returns the voters' observations of b made at its current epoch.
+func current(b *waldenv1.Broker, voters []string) []*waldenv1.Observation {
 	var out []*waldenv1.Observation
 	for _, o := range b.GetObservations() {
-		if (o.GetState() == StateSuspect || o.GetState() == StateDead) && slices.Contains(voters, o.GetObserverId()) {
+		if o.GetEpoch() == b.GetEpoch() && slices.Contains(voters, o.GetObserverId()) {
 			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Attested returns the voters that attest that their lease grant for b's
+// current epoch expired.
+func Attested(b *waldenv1.Broker, voters []string) []string {
+	var out []string
+	for _, o := range current(b, voters) {
+		if o.GetLeaseExpired() {
+			out = append(out, o.GetObserverId())
 		}
 	}
 	return out
@@ -162,39 +184,56 @@ func leftGracefully(b *waldenv1.Broker) bool {
 	return false
 }
 
+// silence returns how long the observer of o has not heard the broker, as
+// far as this leader can tell: the silence it reported plus the time since
+// this leader first saw the observation.
+func silence(o *waldenv1.Observation, seen map[uint64]time.Time, now time.Time) time.Duration {
+	return time.Duration(o.GetUnheardForMs())*time.Millisecond + now.Sub(seen[o.GetIndex()])
+}
+
 // Decide applies DESIGN.md step 3. A broker is declared failed only when all
 // of these hold:
 //
-//  1. at least Quorum voters observe it suspect or dead (committed);
-//  2. the leader has seen that quorum continuously for failure_timeout
-//     (plus restart_grace when the broker left gracefully), measured from
-//     when the leader first saw the quorum, never from before its election;
-//  3. its lease expired at least drift_margin ago on the leader's clock;
-//  4. it is not in maintenance, fenced, or already failed or recovering;
-//  5. automatic failover is not frozen: it freezes while at least two and
+//  1. at least Quorum voters observe it suspect or dead at its epoch, and
+//     have not heard from it for failure_timeout (plus restart_grace when it
+//     left gracefully): the silence each reported, plus the time since this
+//     leader saw the observation;
+//  2. a majority of the voters attest that their lease grant for the epoch
+//     expired (the state machine checks this again when it applies the
+//     decision);
+//  3. it is not in maintenance, fenced, or already failed or recovering;
+//  4. automatic failover is not frozen: it freezes while at least two and
 //     more than max_failed_fraction of the eligible brokers are suspected by
-//     a quorum (a partition of the coordinators, not a mass death);
-//  6. fewer than max_concurrent_recoveries recoveries run;
-//  7. it was not recovered within cooldown without an operator ack since.
+//     a quorum, and resumes only once that count stayed at or below half
+//     the threshold for FreezeHold;
+//  5. fewer than max_concurrent_recoveries recoveries run;
+//  6. it was not recovered within cooldown without an operator ack since.
 //
-// With dry_run the decision is made once per epoch with DeclareFailed.DryRun
-// set. Decide is pure: same input, same decision.
+// A broker whose failover an operator requested at its epoch is declared
+// failed (manual) as soon as 2 holds, whatever the other gates say. With
+// dry_run an automatic decision is made once per epoch with DryRun set.
+// Decide is pure: same input, same decision.
 func Decide(in Input) Decision {
 	p := in.Policy
 	mem := Memory{
-		QuorumSince:      map[string]Since{},
+		Seen:             map[uint64]time.Time{},
 		Frozen:           in.Memory.Frozen,
+		CalmSince:        in.Memory.CalmSince,
 		CooldownRecorded: map[string]uint64{},
 		DryRunDone:       map[string]uint64{},
 	}
-	d := Decision{Holds: map[string]string{}}
+	d := Decision{Holds: map[string]string{}, HoldDetails: map[string]string{}}
+	hold := func(id, reason, format string, args ...any) {
+		d.Holds[id] = reason
+		d.HoldDetails[id] = fmt.Sprintf(format, args...)
+	}
 	quorum := Quorum(p, len(in.Voters))
+	majority := len(in.Voters)/2 + 1
 
 	type candidate struct {
 		b         *waldenv1.Broker
 		obs       []*waldenv1.Observation
-		suspectMs int64
-		leaseMs   int64
+		silentFor time.Duration
 		timeout   time.Duration
 	}
 	var (
@@ -211,120 +250,175 @@ func Decide(in Input) Decision {
 		if e, ok := in.Memory.DryRunDone[id]; ok && e == epoch {
 			mem.DryRunDone[id] = e
 		}
+		obs := current(b, in.Voters)
+		for _, o := range obs {
+			at, ok := in.Memory.Seen[o.GetIndex()]
+			if !ok {
+				at = in.Now
+			}
+			if at.Before(in.LeaderSince) {
+				at = in.LeaderSince
+			}
+			mem.Seen[o.GetIndex()] = at
+		}
+		if b.GetFenced() {
+			continue
+		}
+		attested := Attested(b, in.Voters)
+		if fr := b.GetFailoverRequested(); fr != nil && fr.GetEpoch() == epoch {
+			if len(attested) < majority {
+				hold(id, HoldLease, "manual failover requested: %d of %d coordinators attest its lease expired, %d needed",
+					len(attested), len(in.Voters), majority)
+				continue
+			}
+			d.Declare = append(d.Declare, declaration(in, mem.Seen, b, obs, quorum, 0, 0,
+				&waldenv1.Evidence{Manual: true, Reason: withReason("manual failover", fr.GetReason())}, false))
+			continue
+		}
 		if !eligible(b) {
 			continue
 		}
 		total++
-		obs := suspecting(b, in.Voters)
-		if len(obs) == 0 {
+		var suspects []*waldenv1.Observation
+		for _, o := range obs {
+			if o.GetState() == StateSuspect || o.GetState() == StateDead {
+				suspects = append(suspects, o)
+			}
+		}
+		if len(suspects) == 0 {
 			continue
 		}
-		if len(obs) < quorum {
-			d.Holds[id] = HoldQuorum
+		if len(suspects) < quorum {
+			hold(id, HoldQuorum, "%d of %d coordinators observe it suspect or dead, %d needed", len(suspects), len(in.Voters), quorum)
 			continue
 		}
 		suspected++
-		since, ok := in.Memory.QuorumSince[id]
-		if !ok || since.Epoch != epoch {
-			since = Since{Epoch: epoch, At: in.Now}
-		}
-		if since.At.Before(in.LeaderSince) {
-			since.At = in.LeaderSince
-		}
-		mem.QuorumSince[id] = since
 		timeout := time.Duration(p.GetFailureTimeoutMs()) * time.Millisecond
 		if leftGracefully(b) {
 			timeout += time.Duration(p.GetRestartGraceMs()) * time.Millisecond
 		}
-		suspectFor := in.Now.Sub(since.At)
-		if suspectFor < timeout {
-			d.Holds[id] = HoldTimeout
+		// The quorum-th longest silence: that many observers have not heard
+		// the broker for at least this long.
+		silences := make([]time.Duration, len(suspects))
+		for i, o := range suspects {
+			silences[i] = silence(o, mem.Seen, in.Now)
+		}
+		slices.Sort(silences)
+		slices.Reverse(silences)
+		silentFor := silences[quorum-1]
+		if silentFor < timeout {
+			hold(id, HoldTimeout, "%d coordinators have not heard it for %s, failure_timeout is %s", quorum, silentFor.Round(time.Millisecond), timeout)
 			continue
 		}
-		expiry, ok := in.LeaseExpiry[id]
-		if !ok {
-			expiry = in.LeaderSince.Add(time.Duration(p.GetLeaseTtlMs()) * time.Millisecond)
-		}
-		expiredFor := in.Now.Sub(expiry)
-		if expiredFor < time.Duration(p.GetDriftMarginMs())*time.Millisecond {
-			d.Holds[id] = HoldLease
+		if len(attested) < majority {
+			hold(id, HoldLease, "%d of %d coordinators attest its lease expired, %d needed", len(attested), len(in.Voters), majority)
 			continue
 		}
-		ready = append(ready, candidate{b: b, obs: obs, suspectMs: suspectFor.Milliseconds(), leaseMs: expiredFor.Milliseconds(), timeout: timeout})
+		ready = append(ready, candidate{b: b, obs: obs, silentFor: silentFor, timeout: timeout})
 	}
 
-	frozen := suspected >= 2 && float64(suspected) > p.GetMaxFailedFraction()*float64(total)
-	if frozen != mem.Frozen {
-		kind, msg := EventUnfreeze, fmt.Sprintf("automatic failover resumed: %d of %d brokers suspected", suspected, total)
-		if frozen {
-			kind, msg = EventFreeze, fmt.Sprintf("automatic failover frozen: %d of %d brokers suspected by a quorum, more than max_failed_fraction %g (a partition of the coordinators is more likely than a mass death)", suspected, total, p.GetMaxFailedFraction())
-		}
-		d.Events = append(d.Events, &waldenv1.Event{Kind: kind, Message: msg, Actor: in.LeaderID})
-		mem.Frozen = frozen
+	threshold := p.GetMaxFailedFraction() * float64(total)
+	over := suspected >= 2 && float64(suspected) > threshold
+	calm := float64(suspected) <= FreezeResumeFraction*threshold || suspected < 2
+	switch {
+	case over:
+		mem.CalmSince = time.Time{}
+	case calm && mem.CalmSince.IsZero():
+		mem.CalmSince = in.Now
+	case !calm:
+		mem.CalmSince = time.Time{}
 	}
+	frozen := mem.Frozen
+	if !frozen && over {
+		frozen = true
+		d.Events = append(d.Events, &waldenv1.Event{Kind: EventFreeze, Actor: in.LeaderID, Message: fmt.Sprintf(
+			"automatic failover frozen: %d of %d brokers suspected by a quorum, more than max_failed_fraction %g (a partition of the coordinators is more likely than a mass death)",
+			suspected, total, p.GetMaxFailedFraction())})
+	} else if frozen && !mem.CalmSince.IsZero() && in.Now.Sub(mem.CalmSince) >= FreezeHold(p) {
+		frozen = false
+		d.Events = append(d.Events, &waldenv1.Event{Kind: EventUnfreeze, Actor: in.LeaderID, Message: fmt.Sprintf(
+			"automatic failover resumed: %d of %d brokers suspected, at most %g%% of max_failed_fraction for %s",
+			suspected, total, FreezeResumeFraction*100, FreezeHold(p))})
+	}
+	mem.Frozen = frozen
 
 	running := in.RunningRecoveries
 	for _, c := range ready {
 		b := c.b
 		id, epoch := b.GetBrokerId(), b.GetEpoch()
 		if frozen {
-			d.Holds[id] = HoldFrozen
+			hold(id, HoldFrozen, "automatic failover is frozen: %d of %d brokers look failed", suspected, total)
 			continue
 		}
 		if b.GetRecoveredUnixMs() > 0 && b.GetAckedUnixMs() < b.GetRecoveredUnixMs() &&
 			in.NowUnixMs-b.GetRecoveredUnixMs() < p.GetCooldownMs() {
-			d.Holds[id] = HoldCooldown
+			ago := time.Duration(in.NowUnixMs-b.GetRecoveredUnixMs()) * time.Millisecond
+			hold(id, HoldCooldown, "recovered %s ago, within cooldown %s: waits for `waldenctl ack %s`", ago, time.Duration(p.GetCooldownMs())*time.Millisecond, id)
 			if mem.CooldownRecorded[id] != epoch && !b.GetCooldownBlocked() {
 				d.Events = append(d.Events, &waldenv1.Event{
 					Kind: EventCooldown, BrokerId: id, Actor: in.LeaderID,
 					Message: fmt.Sprintf("broker %s looks failed again %s after its recovery, within cooldown %s: automatic failover waits for `waldenctl ack %s`",
-						id, time.Duration(in.NowUnixMs-b.GetRecoveredUnixMs())*time.Millisecond, time.Duration(p.GetCooldownMs())*time.Millisecond, id),
+						id, ago, time.Duration(p.GetCooldownMs())*time.Millisecond, id),
 				})
 			}
 			mem.CooldownRecorded[id] = epoch
 			continue
 		}
 		if p.GetDryRun() && mem.DryRunDone[id] == epoch {
-			d.Holds[id] = HoldDryRunDone
+			hold(id, HoldDryRunDone, "dry_run: the decision for epoch %d is recorded", epoch)
 			continue
 		}
 		if !p.GetDryRun() && running >= int(p.GetMaxConcurrentRecoveries()) {
-			d.Holds[id] = HoldConcurrency
+			hold(id, HoldConcurrency, "%d recoveries run, max_concurrent_recoveries is %d", running, p.GetMaxConcurrentRecoveries())
 			continue
 		}
-		ev := &waldenv1.Evidence{
-			Observations:      cloneObs(c.obs),
-			SuspicionQuorum:   uint32(quorum),
-			FailureTimeoutMs:  c.timeout.Milliseconds(),
-			SuspectForMs:      c.suspectMs,
-			LeaseExpiredForMs: c.leaseMs,
-			BrokersTotal:      uint32(total),
-			BrokersSuspected:  uint32(suspected),
-			RunningRecoveries: uint32(running),
-			Reason:            fmt.Sprintf("%d of %d coordinators observe it suspect or dead for %dms (timeout %dms); lease expired %dms ago", len(c.obs), len(in.Voters), c.suspectMs, c.timeout.Milliseconds(), c.leaseMs),
-			DecidedBy:         in.LeaderID,
-		}
-		d.Declare = append(d.Declare, &waldenv1.DeclareFailed{
-			BrokerId:    id,
-			Epoch:       epoch,
-			Evidence:    ev,
-			DryRun:      p.GetDryRun(),
-			LiveMembers: slices.Clone(in.LiveMembers),
-		})
+		ev := &waldenv1.Evidence{Reason: fmt.Sprintf("%d of %d coordinators have not heard it for %dms (timeout %dms); %d attest its lease expired",
+			quorum, len(in.Voters), c.silentFor.Milliseconds(), c.timeout.Milliseconds(), len(Attested(b, in.Voters)))}
+		d.Declare = append(d.Declare, declaration(in, mem.Seen, b, c.obs, quorum, c.silentFor, c.timeout, ev, p.GetDryRun()))
 		if p.GetDryRun() {
 			mem.DryRunDone[id] = epoch
 		} else {
 			running++
 		}
 	}
+	for _, df := range d.Declare {
+		df.Evidence.RunningRecoveries = uint32(in.RunningRecoveries)
+		df.Evidence.BrokersTotal, df.Evidence.BrokersSuspected = uint32(total), uint32(suspected)
+	}
 	d.Memory = mem
 	return d
 }
 
-func cloneObs(in []*waldenv1.Observation) []*waldenv1.Observation {
-	out := make([]*waldenv1.Observation, len(in))
-	for i, o := range in {
-		out[i] = proto.Clone(o).(*waldenv1.Observation)
+// declaration builds the DeclareFailed entry of b with its evidence: every
+// voter's observation at the epoch, with the silence this leader judged.
+func declaration(in Input, seen map[uint64]time.Time, b *waldenv1.Broker, obs []*waldenv1.Observation, quorum int,
+	silentFor, timeout time.Duration, ev *waldenv1.Evidence, dryRun bool) *waldenv1.DeclareFailed {
+	ev.Observations = make([]*waldenv1.Observation, len(obs))
+	for i, o := range obs {
+		c := proto.Clone(o).(*waldenv1.Observation)
+		if o.GetState() != StateAlive {
+			c.UnheardForMs = silence(o, seen, in.Now).Milliseconds()
+		}
+		ev.Observations[i] = c
 	}
-	return out
+	ev.SuspicionQuorum = uint32(quorum)
+	ev.FailureTimeoutMs = timeout.Milliseconds()
+	ev.SuspectForMs = silentFor.Milliseconds()
+	ev.DecidedBy = in.LeaderID
+	ev.Term = in.Term
+	return &waldenv1.DeclareFailed{
+		BrokerId:    b.GetBrokerId(),
+		Epoch:       b.GetEpoch(),
+		Evidence:    ev,
+		DryRun:      dryRun,
+		LiveMembers: slices.Clone(in.LiveMembers),
+		Term:        in.Term,
+	}
+}
+
+func withReason(msg, reason string) string {
+	if reason == "" {
+		return msg
+	}
+	return msg + ": " + reason
 }

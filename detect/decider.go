@@ -3,10 +3,12 @@ package detect
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
-	"walden/fencing"
+	"walden/lease"
+	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -27,58 +29,70 @@ type DecisionState interface {
 	BrokerSource
 	// ActiveJobs is the number of pending or running recovery jobs.
 	ActiveJobs() int
+	// Policy is the cluster's effective policy and whether it is seeded.
+	Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool)
 }
 
 // DeciderConfig configures a Decider.
 type DeciderConfig struct {
 	// NodeID is this member's id (evidence decided_by).
 	NodeID string
+	// Seed is the policy: section of this member's config file: proposed as
+	// the cluster's policy when this member leads a cluster that has none.
+	Seed *waldenv1.Policy
 	// Interval is the period of the decision loop. Default 150ms.
 	Interval time.Duration
 	// ProposeTimeout bounds one proposal. Default 2s.
 	ProposeTimeout time.Duration
-	// Now reads the monotonic clock; default time.Now (tests substitute).
-	Now    func() time.Time
+	// Clock is the boot clock; default lease.BootClock (tests substitute).
+	Clock  lease.Clock
 	Logger *slog.Logger
 }
 
+// Hold says why a suspected (or requested) broker was not declared failed
+// at the leader's last decision round.
+type Hold struct {
+	Reason, Detail string
+}
+
 // Decider is the leader's decision loop: every Interval, while this member
-// leads, it runs Decide over the committed state and the lease table and
-// proposes the resulting entries. On every gain of leadership it starts a
-// fresh Memory and resets the lease table, so that every clock starts at the
-// election.
+// leads, it runs Decide over the committed state and proposes the resulting
+// entries, each decision bound to its term. On every gain of leadership it
+// starts a fresh Memory, so that every silence it judges starts no earlier
+// than its election. A leader that finds the cluster without a policy seeds
+// it from its config file first.
 type Decider struct {
 	cfg     DeciderConfig
 	cluster Cluster
 	state   DecisionState
-	policy  func() *waldenv1.Policy
-	leases  *LeaseTable
 	propose ProposeFunc
 	log     *slog.Logger
 
-	mu       sync.Mutex
-	term     uint64 // term of the current leadership, 0 when not leading
-	mem      Memory
-	declared int // DeclareFailed entries committed by this decider (tests)
+	mu          sync.Mutex
+	term        uint64 // term of the current leadership, 0 when not leading
+	leaderSince time.Time
+	mem         Memory
+	holds       map[string]Hold
+	declared    int // DeclareFailed entries committed by this decider (tests)
+	seedAt      time.Duration
 }
 
-// NewDecider returns a decider; Run starts it. policy returns the
-// effective policy.
-func NewDecider(cfg DeciderConfig, cluster Cluster, state DecisionState, policy func() *waldenv1.Policy, leases *LeaseTable, propose ProposeFunc) *Decider {
+// NewDecider returns a decider; Run starts it.
+func NewDecider(cfg DeciderConfig, cluster Cluster, state DecisionState, propose ProposeFunc) *Decider {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 150 * time.Millisecond
 	}
 	if cfg.ProposeTimeout <= 0 {
 		cfg.ProposeTimeout = 2 * time.Second
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = lease.BootClock
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Decider{cfg: cfg, cluster: cluster, state: state, policy: policy, leases: leases, propose: propose,
-		log: cfg.Logger.With("component", "decider", "node_id", cfg.NodeID)}
+	return &Decider{cfg: cfg, cluster: cluster, state: state, propose: propose,
+		log: cfg.Logger.With("component", "decider")}
 }
 
 // Run decides every Interval until ctx is done.
@@ -95,60 +109,69 @@ func (d *Decider) Run(ctx context.Context) {
 	}
 }
 
-// Leading reports whether the decider currently acts as leader, and since
-// when (the lease table's leadership start).
+// Leading reports whether the decider currently acts as leader.
 func (d *Decider) Leading() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.term != 0
 }
 
-// Tick runs one round: it notices leadership changes, decides, and proposes.
+// Holds returns, per broker, why the last round did not declare it failed
+// (empty when this member does not lead).
+func (d *Decider) Holds() map[string]Hold {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.holds)
+}
+
+func (d *Decider) now() time.Time { return time.Unix(0, int64(d.cfg.Clock.Now())) }
+
+// Tick runs one round: it notices leadership changes, seeds the policy if
+// the cluster has none, decides, and proposes.
 func (d *Decider) Tick(ctx context.Context) {
 	leader, term := d.cluster.Leadership()
-	now := d.cfg.Now()
+	now := d.now()
 	d.mu.Lock()
 	if !leader {
 		if d.term != 0 {
-			d.log.Info("no longer leader: decisions stop", "term", term)
+			d.log.Info("no longer leader: decisions stop", "term", d.term)
 		}
-		d.term, d.mem = 0, Memory{}
+		d.term, d.mem, d.holds = 0, Memory{}, nil
 		d.mu.Unlock()
 		return
 	}
 	if d.term != term {
-		d.term, d.mem = term, Memory{}
-		d.leases.Reset(now)
-		d.log.Info("leader: every lease granted a full TTL and every suspicion clock started now", "term", term)
+		d.term, d.mem, d.leaderSince, d.seedAt = term, Memory{}, now, 0
+		d.log.Info("leader: every silence is judged from now on", "term", term)
 	}
-	mem := d.mem
+	mem, since := d.mem, d.leaderSince
 	d.mu.Unlock()
 
-	p := d.policy()
-	ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond
-	brokers := d.state.Brokers()
-	expiry := make(map[string]time.Time, len(brokers))
-	for _, b := range brokers {
-		expiry[b.GetBrokerId()] = d.leases.ExpiresAt(b.GetBrokerId(), b.GetEpoch(), ttl)
+	p, _, seeded := d.state.Policy()
+	if !seeded {
+		d.seed(ctx, term)
+		return
 	}
-	in := Input{
+	dec := Decide(Input{
 		Now:               now,
 		NowUnixMs:         time.Now().UnixMilli(),
-		LeaderSince:       d.leases.LeaderSince(),
+		LeaderSince:       since,
 		LeaderID:          d.cfg.NodeID,
 		Term:              term,
 		Policy:            p,
 		Voters:            d.cluster.Voters(),
 		LiveMembers:       d.cluster.LiveMembers(),
-		Brokers:           brokers,
-		LeaseExpiry:       expiry,
+		Brokers:           d.state.Brokers(),
 		RunningRecoveries: d.state.ActiveJobs(),
 		Memory:            mem,
+	})
+	holds := make(map[string]Hold, len(dec.Holds))
+	for id, r := range dec.Holds {
+		holds[id] = Hold{Reason: r, Detail: dec.HoldDetails[id]}
 	}
-	dec := Decide(in)
 	d.mu.Lock()
 	if d.term == term {
-		d.mem = dec.Memory
+		d.mem, d.holds = dec.Memory, holds
 	}
 	d.mu.Unlock()
 
@@ -159,22 +182,13 @@ func (d *Decider) Tick(ctx context.Context) {
 	for _, df := range dec.Declare {
 		ev := df.GetEvidence()
 		d.log.Warn("broker declared failed", "broker_id", df.GetBrokerId(), "epoch", df.GetEpoch(), "term", term,
-			"dry_run", df.GetDryRun(), "suspicion_quorum", ev.GetSuspicionQuorum(), "observers", len(ev.GetObservations()),
-			"suspect_for_ms", ev.GetSuspectForMs(), "failure_timeout_ms", ev.GetFailureTimeoutMs(),
-			"lease_expired_for_ms", ev.GetLeaseExpiredForMs(), "brokers_suspected", ev.GetBrokersSuspected(),
-			"brokers_total", ev.GetBrokersTotal(), "running_recoveries", ev.GetRunningRecoveries(), "live_members", df.GetLiveMembers())
-		if !df.GetDryRun() && !d.leases.BeginDeclare(df.GetBrokerId(), df.GetEpoch(), ttl, time.Duration(p.GetDriftMarginMs())*time.Millisecond, d.cfg.Now()) {
-			d.log.Info("decision dropped: the lease was renewed meanwhile", "broker_id", df.GetBrokerId(), "epoch", df.GetEpoch(), "term", term)
-			continue
-		}
+			"dry_run", df.GetDryRun(), "manual", ev.GetManual(), "suspicion_quorum", ev.GetSuspicionQuorum(),
+			"silent_for_ms", ev.GetSuspectForMs(), "failure_timeout_ms", ev.GetFailureTimeoutMs(),
+			"attested_by", Attested(&waldenv1.Broker{Epoch: df.GetEpoch(), Observations: ev.GetObservations()}, d.cluster.Voters()),
+			"brokers_suspected", ev.GetBrokersSuspected(), "brokers_total", ev.GetBrokersTotal(),
+			"running_recoveries", ev.GetRunningRecoveries(), "live_members", df.GetLiveMembers(), "reason", ev.GetReason())
 		res, err := d.proposeOne(ctx, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: df}})
 		if err != nil {
-			// A refusal by the state machine means the entry did not apply;
-			// any other failure may still commit, so renewals of the epoch
-			// stay refused.
-			if !df.GetDryRun() && fencing.Reason(err) != "" {
-				d.leases.AbortDeclare(df.GetBrokerId(), df.GetEpoch())
-			}
 			continue
 		}
 		d.mu.Lock()
@@ -184,6 +198,25 @@ func (d *Decider) Tick(ctx context.Context) {
 		d.log.Info("decision committed", "broker_id", df.GetBrokerId(), "epoch", df.GetEpoch(), "new_epoch", r.GetNewEpoch(),
 			"job_id", r.GetJobId(), "dry_run", r.GetDryRun(), "term", term, "index", res.GetIndex())
 	}
+}
+
+// seed proposes this member's config policy as the cluster's (at most once
+// a second while it leads a cluster without one).
+func (d *Decider) seed(ctx context.Context, term uint64) {
+	now := d.cfg.Clock.Now()
+	d.mu.Lock()
+	if d.seedAt != 0 && now-d.seedAt < time.Second {
+		d.mu.Unlock()
+		return
+	}
+	d.seedAt = now
+	d.mu.Unlock()
+	seed := d.cfg.Seed
+	if seed == nil {
+		seed = policy.Defaults()
+	}
+	d.log.Info("the cluster has no policy yet: seeding it from this member's config file", "term", term)
+	d.proposeOne(ctx, &waldenv1.Command{Op: &waldenv1.Command_SeedPolicy{SeedPolicy: &waldenv1.SeedPolicy{Policy: seed, SeededBy: d.cfg.NodeID}}})
 }
 
 func (d *Decider) proposeOne(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {

@@ -7,38 +7,53 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	"go.etcd.io/raft/v3/raftpb"
 
+	"walden/fsm"
+	"walden/lease"
+	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// fakeState is a broker registry that applies ObserveBroker and
-// DeclareFailed like the state machine does (for these tests).
-type fakeState struct {
+// clusterState is the real state machine of a cluster of c1, c2 and c3,
+// applying every proposal at the next index in the current term.
+type clusterState struct {
 	mu       sync.Mutex
-	brokers  map[string]*waldenv1.Broker
+	st       *fsm.State
+	index    uint64
+	term     uint64
 	proposed []*waldenv1.Command
-	jobs     int
-	fail     error // next proposal fails with it
+	fail     error // the next proposal fails with it
 }
 
-func (s *fakeState) Brokers() []*waldenv1.Broker {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*waldenv1.Broker
-	for _, b := range s.brokers {
-		out = append(out, proto.Clone(b).(*waldenv1.Broker))
+func newClusterState(t *testing.T, p *waldenv1.Policy) *clusterState {
+	t.Helper()
+	s := &clusterState{st: fsm.New("test"), term: 1}
+	for i, id := range []string{"c1", "c2", "c3"} {
+		s.index++
+		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(i + 1))}}}
+		if err := s.st.ApplyConfChange(s.index, cc, &waldenv1.ConfChangeContext{Member: &waldenv1.MemberContext{Id: id}}, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return out
+	if p != nil {
+		s.must(t, &waldenv1.Command{Op: &waldenv1.Command_SeedPolicy{SeedPolicy: &waldenv1.SeedPolicy{Policy: p, SeededBy: "c1"}}})
+	}
+	return s
 }
 
-func (s *fakeState) ActiveJobs() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.jobs
+func (s *clusterState) Brokers() []*waldenv1.Broker { return s.st.Brokers() }
+func (s *clusterState) ActiveJobs() int             { return s.st.ActiveJobs() }
+func (s *clusterState) Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool) {
+	return s.st.Policy()
 }
 
-func (s *fakeState) propose(_ context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+func (s *clusterState) broker(id string) *waldenv1.Broker {
+	b, _ := s.st.Broker(id)
+	return b
+}
+
+func (s *clusterState) propose(_ context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.proposed = append(s.proposed, cmd)
@@ -46,39 +61,42 @@ func (s *fakeState) propose(_ context.Context, cmd *waldenv1.Command) (*waldenv1
 		s.fail = nil
 		return nil, err
 	}
-	switch op := cmd.GetOp().(type) {
-	case *waldenv1.Command_ObserveBroker:
-		b := s.brokers[op.ObserveBroker.GetBrokerId()]
-		var kept []*waldenv1.Observation
-		for _, o := range b.GetObservations() {
-			if o.GetObserverId() != op.ObserveBroker.GetObserverId() {
-				kept = append(kept, o)
-			}
-		}
-		b.Observations = append(kept, &waldenv1.Observation{ObserverId: op.ObserveBroker.GetObserverId(), State: op.ObserveBroker.GetState(), Reason: op.ObserveBroker.GetReason()})
-	case *waldenv1.Command_DeclareFailed:
-		b := s.brokers[op.DeclareFailed.GetBrokerId()]
-		if b.GetFenced() || b.GetEpoch() != op.DeclareFailed.GetEpoch() {
-			return nil, errors.New("EPOCH_EXPIRED")
-		}
-		b.Epoch++
-		b.Fenced, b.State = true, StateFailed
-		s.jobs++
-		return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{NewEpoch: b.Epoch}}}, nil
+	s.index++
+	if cmd.GetProposerId() == "" {
+		cmd.ProposerId = "c1"
 	}
-	return &waldenv1.Result{}, nil
+	return s.st.Apply(s.index, s.term, cmd)
 }
 
-func (s *fakeState) observeCount() int {
+func (s *clusterState) must(t *testing.T, cmd *waldenv1.Command) *waldenv1.Result {
+	t.Helper()
+	r, err := s.propose(context.Background(), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (s *clusterState) register(t *testing.T, id string) uint64 {
+	t.Helper()
+	return s.must(t, &waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{
+		BrokerId: id, AgentAddr: "127.0.0.1:1"}}}).GetRegisterBroker().GetEpoch()
+}
+
+func (s *clusterState) count(is func(*waldenv1.Command) bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, c := range s.proposed {
-		if c.GetObserveBroker() != nil {
+		if is(c) {
 			n++
 		}
 	}
 	return n
+}
+
+func (s *clusterState) observeCount() int {
+	return s.count(func(c *waldenv1.Command) bool { return c.GetObserveBroker() != nil })
 }
 
 type switchProber struct {
@@ -97,76 +115,193 @@ func (p *switchProber) Probe(context.Context, string) error {
 	return nil
 }
 
-func TestObserverProposesOnlyChanges(t *testing.T) {
-	st := &fakeState{brokers: map[string]*waldenv1.Broker{"b1": {BrokerId: "b1", Epoch: 1, AgentAddr: "127.0.0.1:1"}}}
-	pr := &switchProber{}
-	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, SuspectAfter: 3}, st, st.propose, pr)
-	ctx := context.Background()
-	state := func() string { return committedState(st.Brokers()[0], "c1") }
+func mine(b *waldenv1.Broker, id string) *waldenv1.Observation { return committedObservation(b, id) }
 
-	o.Round(ctx)
+func TestObserverProposesOnlyChanges(t *testing.T) {
+	st := newClusterState(t, policy.Defaults())
+	st.register(t, "b1")
+	pr := &switchProber{}
+	clk := &lease.ManualClock{T: time.Hour}
+	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, SuspectAfter: 3, Clock: clk}, st, st.propose, pr)
+	ctx := context.Background()
+	state := func() string { return mine(st.broker("b1"), "c1").GetState() }
+	round := func() { clk.Advance(time.Second); o.Round(ctx) }
+
+	round()
 	if state() != StateAlive || st.observeCount() != 1 {
 		t.Fatalf("first round: %q, %d proposals", state(), st.observeCount())
 	}
-	o.Round(ctx)
+	round()
 	if st.observeCount() != 1 {
 		t.Fatal("an unchanged view was proposed again")
 	}
 	pr.set(true)
-	o.Round(ctx)
-	o.Round(ctx)
+	round()
+	round()
 	if state() != StateAlive {
 		t.Fatal("suspect before SuspectAfter failures")
 	}
-	o.Round(ctx)
+	round()
 	if state() != StateSuspect || st.observeCount() != 2 {
 		t.Fatalf("after 3 failures: %q, %d proposals", state(), st.observeCount())
+	}
+	// The silence is counted from the last answered probe: 3 rounds.
+	if got := mine(st.broker("b1"), "c1").GetUnheardForMs(); got != 3000 {
+		t.Fatalf("reported silence %dms, want 3000", got)
 	}
 	// A lost proposal is repaired at the next round.
 	pr.set(false)
 	st.mu.Lock()
 	st.fail = errors.New("proposal dropped")
 	st.mu.Unlock()
-	o.Round(ctx)
+	round()
 	if state() != StateSuspect {
 		t.Fatal("failed proposal applied")
 	}
-	o.Round(ctx)
+	round()
 	if state() != StateAlive {
 		t.Fatalf("not repaired: %q", state())
 	}
 	// Gossip's dead verdict counts until a probe answers after it.
 	o.SetGossip("agent/b1", GossipDead)
 	pr.set(true)
-	o.Round(ctx)
+	round()
 	if state() != StateDead {
 		t.Fatalf("gossip dead: %q", state())
 	}
 	pr.set(false)
-	o.Round(ctx)
+	round()
 	if state() != StateAlive {
 		t.Fatalf("probe after gossip dead: %q", state())
 	}
-	// A reset by re-registration (observations cleared) is repaired.
-	st.mu.Lock()
-	st.brokers["b1"].Observations = nil
-	st.brokers["b1"].Epoch = 2
-	st.mu.Unlock()
-	o.Round(ctx)
-	if state() != StateAlive {
-		t.Fatalf("after re-registration: %q", state())
+	// A re-registration clears the observations; they are made again at
+	// the new epoch.
+	epoch := st.register(t, "b1")
+	round()
+	if o := mine(st.broker("b1"), "c1"); o.GetState() != StateAlive || o.GetEpoch() != epoch {
+		t.Fatalf("after re-registration: %v", o)
 	}
 	// Fenced brokers are not observed.
-	st.mu.Lock()
-	st.brokers["b1"].Fenced = true
-	n := len(st.proposed)
-	st.mu.Unlock()
+	st.must(t, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailed{BrokerId: "b1", Epoch: epoch}}})
+	n := st.observeCount()
 	pr.set(true)
 	for range 4 {
+		round()
+	}
+	if st.observeCount() != n {
+		t.Fatal("a fenced broker was observed")
+	}
+}
+
+// TestObserverAttestsAndWithdraws: the coordinator attests only once its own
+// grant plus drift is over and the broker stays silent, promises durably
+// first, refuses grants while it has promised, and withdraws when the broker
+// renews with it again, granting again only after the withdrawal applied.
+func TestObserverAttestsAndWithdraws(t *testing.T) {
+	p := policy.Defaults() // lease_ttl 3s, drift_margin 500ms
+	st := newClusterState(t, p)
+	epoch := st.register(t, "b1")
+	clk := &lease.ManualClock{T: time.Hour}
+	store := &lease.MemStore{}
+	g, err := lease.NewGrantor(clk, store, 3*time.Second, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &switchProber{}
+	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, Grantor: g, Clock: clk}, st, st.propose, pr)
+	ctx := context.Background()
+	k := lease.Key{Broker: "b1", Epoch: epoch}
+	clk.Advance(3500 * time.Millisecond) // the quiet period after start
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	pr.set(true)
+	attested := func() bool { return mine(st.broker("b1"), "c1").GetLeaseExpired() }
+	for range 3 {
+		clk.Advance(time.Second)
 		o.Round(ctx)
 	}
-	if len(st.proposed) != n {
-		t.Fatal("a fenced broker was observed")
+	if attested() {
+		t.Fatal("attested 3s after a 3s grant (drift 500ms)")
+	}
+	clk.Advance(600 * time.Millisecond)
+	o.Round(ctx)
+	if !attested() || !g.Promised(k) {
+		t.Fatalf("not attested 3.6s after the grant: %v, promised %t", mine(st.broker("b1"), "c1"), g.Promised(k))
+	}
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.Is(err, lease.ErrPromised) {
+		t.Fatalf("granted after attesting: %v", err)
+	}
+	// The refused renewal was heard: the next round withdraws.
+	pr.set(false)
+	clk.Advance(time.Second)
+	o.Round(ctx)
+	if attested() || g.Promised(k) {
+		t.Fatalf("not withdrawn after a renewal: %v, promised %t", mine(st.broker("b1"), "c1"), g.Promised(k))
+	}
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); err != nil {
+		t.Fatalf("grant after the withdrawal: %v", err)
+	}
+}
+
+// TestObserverRestartKeepsPromise: a coordinator that attested, restarts
+// (memory lost, promise kept in its store) and hears the broker again must
+// refuse grants until it withdrew through raft.
+func TestObserverRestartKeepsPromise(t *testing.T) {
+	st := newClusterState(t, policy.Defaults())
+	epoch := st.register(t, "b1")
+	clk := &lease.ManualClock{T: time.Hour}
+	store := &lease.MemStore{}
+	g, _ := lease.NewGrantor(clk, store, 3*time.Second, 500*time.Millisecond)
+	pr := &switchProber{down: true}
+	o := NewObserver(ObserverConfig{NodeID: "c1", Grantor: g, Clock: clk}, st, st.propose, pr)
+	for range 6 {
+		clk.Advance(time.Second)
+		o.Round(context.Background())
+	}
+	k := lease.Key{Broker: "b1", Epoch: epoch}
+	if !mine(st.broker("b1"), "c1").GetLeaseExpired() {
+		t.Fatal("no attestation")
+	}
+	g2, _ := lease.NewGrantor(clk, store, 3*time.Second, 500*time.Millisecond)
+	clk.Advance(4 * time.Second)
+	if err := g2.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.Is(err, lease.ErrPromised) {
+		t.Fatalf("the restarted coordinator granted a promised epoch: %v", err)
+	}
+	o2 := NewObserver(ObserverConfig{NodeID: "c1", Grantor: g2, Clock: clk}, st, st.propose, &switchProber{})
+	clk.Advance(time.Second)
+	o2.Round(context.Background())
+	if g2.Promised(k) || mine(st.broker("b1"), "c1").GetLeaseExpired() {
+		t.Fatal("not withdrawn after the restart")
+	}
+}
+
+// TestObserverAttestsRequestedFailover: after an operator's request the
+// coordinator attests once its grant is over, even while the broker talks.
+func TestObserverAttestsRequestedFailover(t *testing.T) {
+	st := newClusterState(t, policy.Defaults())
+	epoch := st.register(t, "b1")
+	clk := &lease.ManualClock{T: time.Hour}
+	g, _ := lease.NewGrantor(clk, &lease.MemStore{}, 3*time.Second, 500*time.Millisecond)
+	o := NewObserver(ObserverConfig{NodeID: "c1", Grantor: g, Clock: clk}, st, st.propose, &switchProber{})
+	k := lease.Key{Broker: "b1", Epoch: epoch}
+	clk.Advance(3600 * time.Millisecond)
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	st.must(t, &waldenv1.Command{Op: &waldenv1.Command_RequestFailover{RequestFailover: &waldenv1.RequestFailover{BrokerId: "b1", Epoch: epoch}}})
+	for range 3 {
+		clk.Advance(time.Second)
+		_ = g.Grant(k, 3*time.Second, 500*time.Millisecond) // the broker keeps renewing: heard, refused or not
+		o.Round(context.Background())
+	}
+	if mine(st.broker("b1"), "c1").GetLeaseExpired() {
+		t.Fatal("attested while its last grant may be live")
+	}
+	clk.Advance(4 * time.Second)
+	o.Round(context.Background())
+	if !mine(st.broker("b1"), "c1").GetLeaseExpired() {
+		t.Fatal("a requested failover was not attested once the grant was over")
 	}
 }
 
@@ -184,36 +319,33 @@ func (c *fakeCluster) Leadership() (bool, uint64) {
 func (c *fakeCluster) Voters() []string      { return []string{"c1", "c2", "c3"} }
 func (c *fakeCluster) LiveMembers() []string { return []string{"c1", "c2", "c3"} }
 
-// TestDeciderLoop drives the loop with a fake clock: the decision comes only
-// after failure_timeout from when the leader saw the quorum, a leader change
-// restarts the clock, and a decision is proposed once.
+// TestDeciderLoop drives the loop on the real state machine with a fake
+// clock: the leader seeds the policy first; the decision comes only after
+// failure_timeout of silence judged from the leader's election and a
+// majority of attestations; it carries the term and is proposed once.
 func TestDeciderLoop(t *testing.T) {
-	st := &fakeState{brokers: map[string]*waldenv1.Broker{"b1": {BrokerId: "b1", Epoch: 1, State: StateSuspect,
-		Observations: []*waldenv1.Observation{{ObserverId: "c2", State: StateSuspect}, {ObserverId: "c3", State: StateDead}}}}}
-	var mu sync.Mutex
-	now := time.Unix(5_000_000, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	st := newClusterState(t, nil)
+	epoch := st.register(t, "b1")
+	clk := &lease.ManualClock{T: time.Hour}
 	cl := &fakeCluster{leader: true, term: 3}
-	p := &waldenv1.Policy{FailureTimeoutMs: 1500, LeaseTtlMs: 600, DriftMarginMs: 200, MaxConcurrentRecoveries: 4, MaxFailedFraction: 0.5, CooldownMs: 60000}
-	leases := NewLeaseTable(clock())
-	d := NewDecider(DeciderConfig{NodeID: "c1", Now: clock}, cl, st, func() *waldenv1.Policy { return p }, leases, st.propose)
+	st.term = 3
+	seed := policy.Defaults()
+	seed.FailureTimeoutMs, seed.LeaseTtlMs, seed.DriftMarginMs = 1500, 600, 200
+	d := NewDecider(DeciderConfig{NodeID: "c1", Seed: seed, Clock: clk}, cl, st, st.propose)
 	ctx := context.Background()
-	declared := func() int {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		n := 0
-		for _, c := range st.proposed {
-			if c.GetDeclareFailed() != nil {
-				n++
-			}
-		}
-		return n
+	d.Tick(ctx)
+	if p, _, seeded := st.Policy(); !seeded || p.GetFailureTimeoutMs() != 1500 {
+		t.Fatalf("policy not seeded from the leader's config: %v %t", p, seeded)
 	}
+	for _, id := range []string{"c2", "c3"} {
+		st.must(t, &waldenv1.Command{ProposerId: id, Op: &waldenv1.Command_ObserveBroker{ObserveBroker: &waldenv1.ObserveBroker{
+			ObserverId: id, BrokerId: "b1", Epoch: epoch, State: StateSuspect, UnheardForMs: 500}}})
+	}
+	declared := func() int { return st.count(func(c *waldenv1.Command) bool { return c.GetDeclareFailed() != nil }) }
 	d.Tick(ctx)
-	advance(1400 * time.Millisecond)
+	clk.Advance(900 * time.Millisecond)
 	d.Tick(ctx)
-	// Leadership lost and regained: the clock starts again.
+	// Leadership lost and regained: silences are judged from the election.
 	cl.mu.Lock()
 	cl.leader = false
 	cl.mu.Unlock()
@@ -224,35 +356,53 @@ func TestDeciderLoop(t *testing.T) {
 	cl.mu.Lock()
 	cl.leader, cl.term = true, 5
 	cl.mu.Unlock()
-	advance(100 * time.Millisecond)
+	st.term = 5
+	clk.Advance(100 * time.Millisecond)
 	d.Tick(ctx)
-	advance(1400 * time.Millisecond)
+	clk.Advance(900 * time.Millisecond)
 	d.Tick(ctx)
 	if declared() != 0 {
 		t.Fatal("decided before a full failure_timeout under the new leader")
 	}
-	advance(100 * time.Millisecond)
+	clk.Advance(200 * time.Millisecond)
+	d.Tick(ctx)
+	if declared() != 0 || d.Holds()["b1"].Reason != HoldLease {
+		t.Fatalf("decided without attestations (holds %v)", d.Holds())
+	}
+	for _, id := range []string{"c2", "c3"} {
+		cur := mine(st.broker("b1"), id)
+		st.must(t, &waldenv1.Command{ProposerId: id, Op: &waldenv1.Command_ObserveBroker{ObserveBroker: &waldenv1.ObserveBroker{
+			ObserverId: id, BrokerId: "b1", Epoch: epoch, State: StateSuspect, UnheardForMs: 1500, LeaseExpired: true, ExpectedIndex: cur.GetIndex()}}})
+	}
 	d.Tick(ctx)
 	if declared() != 1 {
-		t.Fatalf("declared %d times", declared())
+		t.Fatalf("declared %d times (holds %v)", declared(), d.Holds())
 	}
 	for range 5 {
-		advance(time.Second)
+		clk.Advance(time.Second)
 		d.Tick(ctx)
 	}
-	if declared() != 1 || st.Brokers()[0].GetEpoch() != 2 {
-		t.Fatalf("declared %d times, epoch %d", declared(), st.Brokers()[0].GetEpoch())
+	b := st.broker("b1")
+	if declared() != 1 || !b.GetFenced() {
+		t.Fatalf("declared %d times, broker %v", declared(), b)
+	}
+	// The decision entry carried the leader's term.
+	for _, c := range st.proposed {
+		if df := c.GetDeclareFailed(); df != nil && df.GetTerm() != 5 {
+			t.Fatalf("decision of term %d, want 5", df.GetTerm())
+		}
 	}
 }
 
 func TestObserverAndDeciderRunConcurrently(t *testing.T) {
-	st := &fakeState{brokers: map[string]*waldenv1.Broker{"b1": {BrokerId: "b1", Epoch: 1, AgentAddr: "127.0.0.1:1"}}}
-	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: 5 * time.Millisecond}, st, st.propose, &switchProber{})
-	d := NewDecider(DeciderConfig{NodeID: "c1", Interval: 5 * time.Millisecond}, &fakeCluster{leader: true, term: 1}, st,
-		func() *waldenv1.Policy { return &waldenv1.Policy{FailureTimeoutMs: 1000, LeaseTtlMs: 300} }, NewLeaseTable(time.Now()), st.propose)
+	st := newClusterState(t, policy.Defaults())
+	st.register(t, "b1")
+	g, _ := lease.NewGrantor(lease.BootClock, &lease.MemStore{}, 0, 0)
+	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: 5 * time.Millisecond, Grantor: g}, st, st.propose, &switchProber{})
+	d := NewDecider(DeciderConfig{NodeID: "c1", Interval: 5 * time.Millisecond}, &fakeCluster{leader: true, term: 1}, st, st.propose)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	done := make(chan struct{}, 3)
+	done := make(chan struct{}, 4)
 	go func() { o.Run(ctx); done <- struct{}{} }()
 	go func() { d.Run(ctx); done <- struct{}{} }()
 	go func() {
@@ -261,10 +411,17 @@ func TestObserverAndDeciderRunConcurrently(t *testing.T) {
 		}
 		done <- struct{}{}
 	}()
-	for range 3 {
+	go func() {
+		for ctx.Err() == nil {
+			_ = g.Grant(lease.Key{Broker: "b1", Epoch: 1}, time.Second, 0)
+			_ = d.Holds()
+		}
+		done <- struct{}{}
+	}()
+	for range 4 {
 		<-done
 	}
-	if committedState(st.Brokers()[0], "c1") != StateAlive {
+	if mine(st.broker("b1"), "c1").GetState() != StateAlive {
 		t.Fatal("observer did not observe")
 	}
 }

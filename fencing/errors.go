@@ -72,12 +72,29 @@ var (
 	// ErrInvalidArgument: the command is malformed (a missing id, an
 	// unknown state or key); the message names the field.
 	ErrInvalidArgument = newError("INVALID_ARGUMENT", codes.InvalidArgument, "invalid argument")
+	// ErrLeaseNotExpired: a failover decision without attestations from a
+	// majority of the voters that their lease grant for the epoch expired.
+	ErrLeaseNotExpired = newError("LEASE_NOT_EXPIRED", codes.FailedPrecondition, "lease not expired on a majority of coordinators")
+	// ErrDecidedInAnotherTerm: an entry whose validity rests on the deciding
+	// leader's timers was appended in another raft term than it was decided
+	// in (a deposed leader's decision reached the new leader).
+	ErrDecidedInAnotherTerm = newError("DECIDED_IN_ANOTHER_TERM", codes.Aborted, "decided in another term")
+	// ErrStaleObservation: an observation meant to replace an observation
+	// that has since been replaced (a late or repeated proposal).
+	ErrStaleObservation = newError("STALE_OBSERVATION", codes.Aborted, "stale observation")
+	// ErrFailoverRequested: an operator requested the broker's failover; its
+	// lease is not renewed any more.
+	ErrFailoverRequested = newError("FAILOVER_REQUESTED", codes.FailedPrecondition, "failover requested")
+	// ErrLeaseAttested: this coordinator attested that its grant of the
+	// epoch expired and grants it no more until it withdraws.
+	ErrLeaseAttested = newError("LEASE_ATTESTED", codes.FailedPrecondition, "lease attested expired")
 )
 
 var sentinels = []*Error{
 	ErrEpochExpired, ErrNodeFenced, ErrUnknownNode, ErrStreamNotClosed, ErrStreamNotOpened,
 	ErrOffsetMismatch, ErrNotOwner, ErrStaleAttempt, ErrJobNotRunning, ErrRecoveryRunning,
 	ErrUnknownStream, ErrUnknownJob, ErrMaintenance, ErrInvalidArgument,
+	ErrLeaseNotExpired, ErrDecidedInAnotherTerm, ErrStaleObservation, ErrFailoverRequested, ErrLeaseAttested,
 }
 
 // Reason returns the machine-readable reason of the refusal err wraps, or ""

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -64,6 +65,7 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 	b.Wal = clone(op.GetWal())
 	b.GossipName = op.GetGossipName()
 	b.Observations = nil
+	b.FailoverRequested = nil
 	b.RegisteredUnixMs = s.now()
 	s.deriveState(b)
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "register", BrokerId: id,
@@ -79,7 +81,10 @@ func (s *State) issueEpoch() uint64 {
 	return e
 }
 
-// applyObserveBroker records one coordinator's observation of a broker. The
+// applyObserveBroker records one coordinator's observation of a broker at
+// its current epoch. It replaces the observer's observation only when
+// expected_index names it (0: none yet), so a late proposal never overwrites
+// a newer one (an attestation must not reappear after its withdrawal). The
 // same state proposed again keeps its since time.
 func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *waldenv1.ObserveBroker) (*waldenv1.Result, error) {
 	switch op.GetState() {
@@ -94,14 +99,37 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 	if !ok {
 		return nil, unknownBroker("observe", op.GetBrokerId())
 	}
+	if err := fencing.Check(fencing.Token(b.GetEpoch()), b.GetFenced(), fencing.Token(op.GetEpoch())); err != nil {
+		return nil, fmt.Errorf("fsm: observe broker %q at epoch %d: %w", b.GetBrokerId(), op.GetEpoch(), err)
+	}
 	var cur *waldenv1.Observation
 	for _, o := range b.Observations {
 		if o.GetObserverId() == op.GetObserverId() {
 			cur = o
 		}
 	}
-	if cur != nil && cur.GetState() == op.GetState() {
+	if cur.GetIndex() != op.GetExpectedIndex() {
+		return nil, fmt.Errorf("fsm: observe broker %q: %s's observation is at index %d, the proposal replaces index %d: %w",
+			b.GetBrokerId(), op.GetObserverId(), cur.GetIndex(), op.GetExpectedIndex(), fencing.ErrStaleObservation)
+	}
+	if cur != nil && cur.GetState() == op.GetState() && cur.GetLeaseExpired() == op.GetLeaseExpired() {
 		cur.Reason = op.GetReason()
+		cur.Index = index
+		cur.UnheardForMs = op.GetUnheardForMs()
+		return brokerResult(b), nil
+	}
+	if cur != nil && cur.GetState() == op.GetState() {
+		// Only the attestation changed.
+		cur.LeaseExpired = op.GetLeaseExpired()
+		cur.Reason = op.GetReason()
+		cur.Index = index
+		cur.UnheardForMs = op.GetUnheardForMs()
+		msg := fmt.Sprintf("%s attests its lease grant of epoch %d expired and grants it no more", op.GetObserverId(), op.GetEpoch())
+		if !op.GetLeaseExpired() {
+			msg = fmt.Sprintf("%s withdraws its attestation for epoch %d: the broker renews with it again", op.GetObserverId(), op.GetEpoch())
+		}
+		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "lease", BrokerId: b.GetBrokerId(),
+			Actor: op.GetObserverId(), Message: withReason(msg, op.GetReason())})
 		return brokerResult(b), nil
 	}
 	if cur == nil {
@@ -115,16 +143,29 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 	cur.SinceUnixMs = s.now()
 	cur.Reason = op.GetReason()
 	cur.Index = index
+	cur.Epoch = op.GetEpoch()
+	cur.LeaseExpired = op.GetLeaseExpired()
+	cur.UnheardForMs = op.GetUnheardForMs()
 	s.deriveState(b)
+	what := op.GetState()
+	if op.GetLeaseExpired() {
+		what += ", lease expired"
+	}
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "observation", BrokerId: b.GetBrokerId(),
-		Actor: op.GetObserverId(), Message: withReason(fmt.Sprintf("%s observes %s", op.GetObserverId(), op.GetState()), op.GetReason())})
+		Actor: op.GetObserverId(), Message: withReason(fmt.Sprintf("%s observes %s", op.GetObserverId(), what), op.GetReason())})
 	return brokerResult(b), nil
 }
 
 // applyDeclareFailed applies a failover decision: new epoch, fenced, state
 // failed, and a recovery job assigned to one live member. It applies only
-// while the broker still has the decided epoch, so at most once per epoch.
-func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *waldenv1.DeclareFailed) (*waldenv1.Result, error) {
+// while the broker still has the decided epoch, so at most once per epoch;
+// only in the raft term it was decided in (term, the term of the leader that
+// appended the entry); and only when a majority of the voters attest that
+// their lease grant for the epoch expired, so that no agent can still count
+// a majority of live grants (docs/safety.md). A dry run needs neither: it
+// changes nothing but the event log. An entry without a term comes from a
+// walden that decided on a leader-held lease and is applied by its rules.
+func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op *waldenv1.DeclareFailed) (*waldenv1.Result, error) {
 	b, ok := s.brokers[op.GetBrokerId()]
 	if !ok {
 		return nil, unknownBroker("declare failed", op.GetBrokerId())
@@ -135,6 +176,18 @@ func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *wald
 	}
 	if b.GetMaintenance() && !op.GetEvidence().GetManual() {
 		return nil, fmt.Errorf("fsm: declare broker %q failed: %w", b.GetBrokerId(), fencing.ErrMaintenance)
+	}
+	if op.GetTerm() != 0 && op.GetTerm() != term {
+		return nil, fmt.Errorf("fsm: declare broker %q failed: decided in term %d, appended in term %d: %w",
+			b.GetBrokerId(), op.GetTerm(), term, fencing.ErrDecidedInAnotherTerm)
+	}
+	if op.GetTerm() != 0 && !op.GetDryRun() {
+		voters := s.votersLocked()
+		attested := attestations(b, voters)
+		if need := len(voters)/2 + 1; len(attested) < need {
+			return nil, fmt.Errorf("fsm: declare broker %q failed at epoch %d: %d of %d voters attest its lease expired (%v), %d needed: %w",
+				b.GetBrokerId(), op.GetEpoch(), len(attested), len(voters), attested, need, fencing.ErrLeaseNotExpired)
+		}
 	}
 	actor := op.GetEvidence().GetRequestedBy() // the identity of a manual failover
 	if actor == "" {
@@ -153,6 +206,7 @@ func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *wald
 	token := s.issueEpoch()
 	b.Epoch = token
 	b.Fenced = true
+	b.FailoverRequested = nil
 	b.FailedUnixMs = s.now()
 	b.Failovers++
 	j := &waldenv1.Job{
@@ -178,6 +232,45 @@ func (s *State) applyDeclareFailed(index uint64, cmd *waldenv1.Command, op *wald
 			op.GetEpoch(), token, j.GetJobId(), assignee), op.GetEvidence().GetReason())})
 	return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{
 		NewEpoch: token, JobId: j.GetJobId()}}}, nil
+}
+
+// attestations returns the voters whose observation of b attests that their
+// lease grant for b's current epoch expired.
+func attestations(b *waldenv1.Broker, voters []string) []string {
+	var out []string
+	for _, o := range b.GetObservations() {
+		if o.GetLeaseExpired() && o.GetEpoch() == b.GetEpoch() && slices.Contains(voters, o.GetObserverId()) {
+			out = append(out, o.GetObserverId())
+		}
+	}
+	return out
+}
+
+// applyRequestFailover records an operator's request to fail a broker over
+// at its current epoch. Every coordinator stops granting the epoch when it
+// applies this, attests once its last grant expired, and the leader decides
+// when a majority attests.
+func (s *State) applyRequestFailover(index uint64, cmd *waldenv1.Command, op *waldenv1.RequestFailover) (*waldenv1.Result, error) {
+	b, ok := s.brokers[op.GetBrokerId()]
+	if !ok {
+		return nil, unknownBroker("request failover", op.GetBrokerId())
+	}
+	if b.GetFenced() {
+		return nil, fmt.Errorf("fsm: request failover of broker %q: it was already failed over (epoch %d fenced): %w",
+			b.GetBrokerId(), b.GetEpoch(), fencing.ErrNodeFenced)
+	}
+	if b.GetEpoch() != op.GetEpoch() {
+		return nil, fmt.Errorf("fsm: request failover of broker %q at epoch %d: its epoch is %d: %w",
+			b.GetBrokerId(), op.GetEpoch(), b.GetEpoch(), fencing.ErrEpochExpired)
+	}
+	if b.GetFailoverRequested() == nil {
+		b.FailoverRequested = &waldenv1.FailoverRequested{Epoch: op.GetEpoch(), Reason: op.GetReason(),
+			Actor: actorOf(op.GetActor(), cmd), UnixMs: s.now(), Index: index}
+		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "failover_requested", BrokerId: b.GetBrokerId(),
+			Actor: actorOf(op.GetActor(), cmd), Message: withReason(fmt.Sprintf(
+				"manual failover of epoch %d requested: coordinators stop renewing its lease and it is fenced once a majority attest the lease expired", op.GetEpoch()), op.GetReason())})
+	}
+	return brokerResult(b), nil
 }
 
 // applyAckBroker clears a broker's cooldown block.

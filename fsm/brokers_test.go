@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -230,5 +231,44 @@ func TestReadsAreCopies(t *testing.T) {
 	h.s.Events("", 0)[0].Kind = "x"
 	if after := domainSnapshot(t, h.s); !protoEqual(before, after) {
 		t.Fatal("a read method returned the state's own data")
+	}
+}
+
+// A member that leaves takes its observations with it: its attestation must
+// not count for a decision made after it left.
+func TestRemovedMemberObservationsDropped(t *testing.T) {
+	h := newHarness(t)
+	h.ok(&waldenv1.RegisterBroker{BrokerId: "b1"})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", State: fsm.ObservedDead, LeaseExpired: true})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: fsm.ObservedDead, LeaseExpired: true})
+	h.index++
+	confIndex := h.index
+	if err := h.s.ApplyConfChange(h.index, remove(rid("c3")), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := h.s.Broker("b1")
+	if len(b.GetObservations()) != 1 || b.GetObservations()[0].GetObserverId() != "c2" {
+		t.Fatalf("observations after c3 left: %v", b.GetObservations())
+	}
+	// Voters c1, c2: c2 alone is not a majority of two.
+	if _, err := h.apply(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 1, Term: 1, LiveMembers: []string{"c1"}}); !errors.Is(err, fencing.ErrLeaseNotExpired) {
+		t.Fatalf("decision with c3's attestation gone: %v", err)
+	}
+	if got := h.s.ConfIndex(); got != confIndex {
+		t.Fatalf("conf index %d, want %d", got, confIndex)
+	}
+}
+
+func TestReassignJobRefusedInAnotherTerm(t *testing.T) {
+	h := newHarness(t)
+	h.ok(&waldenv1.RegisterBroker{BrokerId: "b1"})
+	r := h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 1, LiveMembers: []string{"c1"}})
+	job := r.GetDeclareFailed().GetJobId()
+	h.term = 3
+	if _, err := h.apply(&waldenv1.ReassignJob{JobId: job, Attempt: 1, LiveMembers: []string{"c2"}, Term: 2}); !errors.Is(err, fencing.ErrDecidedInAnotherTerm) {
+		t.Fatalf("reassign decided in term 2 applied in term 3: %v", err)
+	}
+	if _, err := h.apply(&waldenv1.ReassignJob{JobId: job, Attempt: 1, LiveMembers: []string{"c2"}, Term: 3}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -361,7 +361,7 @@ func TestRestoreVersion1(t *testing.T) {
 	if s.NextEpoch() != 1 || s.NoopCount() != 4 || len(s.Brokers()) != 0 || s.AppliedIndex() != 9 {
 		t.Fatalf("restored v1: next epoch %d, noops %d", s.NextEpoch(), s.NoopCount())
 	}
-	res, err := s.Apply(10, &waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{BrokerId: "b1"}}})
+	res, err := s.Apply(10, 1, &waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{BrokerId: "b1"}}})
 	if err != nil || res.GetRegisterBroker().GetEpoch() != 1 {
 		t.Fatalf("register after v1 restore = %v, %v", res, err)
 	}

@@ -18,13 +18,14 @@ type harness struct {
 	t     *testing.T
 	s     *fsm.State
 	index uint64
+	term  uint64
 	nowMs int64
 }
 
 // newHarness returns a state with members c1, c2 and c3.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, s: fsm.New("demo"), nowMs: 1_700_000_000_000}
+	h := &harness{t: t, s: fsm.New("demo"), nowMs: 1_700_000_000_000, term: 1}
 	for _, id := range []string{"c1", "c2", "c3"} {
 		h.index++
 		if err := h.s.ApplyConfChange(h.index, addVoter(rid(id)), memberCtx(id), nil); err != nil {
@@ -54,6 +55,10 @@ func (h *harness) cmd(op any) *waldenv1.Command {
 		c.Op = &waldenv1.Command_RecordEvent{RecordEvent: o}
 	case *waldenv1.RemoveBroker:
 		c.Op = &waldenv1.Command_RemoveBroker{RemoveBroker: o}
+	case *waldenv1.RequestFailover:
+		c.Op = &waldenv1.Command_RequestFailover{RequestFailover: o}
+	case *waldenv1.SeedPolicy:
+		c.Op = &waldenv1.Command_SeedPolicy{SeedPolicy: o}
 	case *waldenv1.OpenStreamRequest:
 		c.Op = &waldenv1.Command_OpenStream{OpenStream: o}
 	case *waldenv1.CommitObjectRequest:
@@ -78,11 +83,25 @@ func (h *harness) cmd(op any) *waldenv1.Command {
 	return c
 }
 
-// apply applies op at the next index.
+// apply applies op at the next index. An ObserveBroker without an epoch is
+// made at the broker's current epoch and replaces the observer's current
+// observation.
 func (h *harness) apply(op any) (*waldenv1.Result, error) {
+	if o, ok := op.(*waldenv1.ObserveBroker); ok && o.GetEpoch() == 0 {
+		o = proto.Clone(o).(*waldenv1.ObserveBroker)
+		if b, ok := h.s.Broker(o.GetBrokerId()); ok {
+			o.Epoch = b.GetEpoch()
+			for _, cur := range b.GetObservations() {
+				if cur.GetObserverId() == o.GetObserverId() {
+					o.ExpectedIndex = cur.GetIndex()
+				}
+			}
+		}
+		op = o
+	}
 	h.t.Helper()
 	h.index++
-	return h.s.Apply(h.index, h.cmd(op))
+	return h.s.Apply(h.index, h.term, h.cmd(op))
 }
 
 // ok applies op and fails the test on a refusal.

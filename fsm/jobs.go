@@ -162,10 +162,14 @@ func (s *State) applyRenewJobLease(index uint64, cmd *waldenv1.Command, op *wald
 
 // applyReassignJob starts attempt+1 of a pending or running job on another
 // live member. It applies only if the job is still at attempt.
-func (s *State) applyReassignJob(index uint64, cmd *waldenv1.Command, op *waldenv1.ReassignJob) (*waldenv1.Result, error) {
+func (s *State) applyReassignJob(index, term uint64, cmd *waldenv1.Command, op *waldenv1.ReassignJob) (*waldenv1.Result, error) {
 	j, err := s.job("reassign job", op.GetJobId())
 	if err != nil {
 		return nil, err
+	}
+	if op.GetTerm() != 0 && op.GetTerm() != term {
+		return nil, fmt.Errorf("fsm: reassign job %s: decided in term %d, appended in term %d: %w",
+			j.GetJobId(), op.GetTerm(), term, fencing.ErrDecidedInAnotherTerm)
 	}
 	if err := currentAttempt("reassign job", j, op.GetAttempt()); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -33,6 +34,7 @@ func (s *State) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *wald
 		return err
 	}
 	defer s.notifyLocked()
+	s.confIndex = index
 	mc := ctx.GetMember()
 	ctxUsed := false
 	var errs []error
@@ -61,6 +63,7 @@ func (s *State) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *wald
 				err = fmt.Errorf("fsm: conf change at index %d removes raft id %d: %w", index, id, ErrUnknownMember)
 				break
 			}
+			s.dropObservationsOf(s.members[id].GetId())
 			delete(s.members, id)
 		case raftpb.ConfChangeUpdateNode:
 			m, ok := s.members[id]
@@ -114,6 +117,45 @@ func (s *State) Members() []*waldenv1.Member {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.sortedMembers()
+}
+
+// ConfIndex returns the index of the last membership change applied: a
+// newer configuration has a higher index.
+func (s *State) ConfIndex() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.confIndex
+}
+
+// Voters returns the ids of the voting members, sorted.
+func (s *State) Voters() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.votersLocked()
+}
+
+func (s *State) votersLocked() []string {
+	var out []string
+	for _, m := range s.sortedMembers() {
+		if m.GetRole() != roleLearner {
+			out = append(out, m.GetId())
+		}
+	}
+	return out
+}
+
+// dropObservationsOf removes a removed member's observations: its
+// attestations and suspicions must not count for a decision after it left
+// (if it joins again it starts afresh, with the restart rule of the lease).
+func (s *State) dropObservationsOf(member string) {
+	for _, id := range sortedKeys(s.brokers) {
+		b := s.brokers[id]
+		n := len(b.Observations)
+		b.Observations = slices.DeleteFunc(b.Observations, func(o *waldenv1.Observation) bool { return o.GetObserverId() == member })
+		if len(b.Observations) != n {
+			s.deriveState(b)
+		}
+	}
 }
 
 // isMember reports whether id names a current member.

@@ -7,11 +7,38 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
+// applySeedPolicy founds the cluster's policy: the seed is set once, from
+// the config file of the member that led first; a seed proposed again (by a
+// later leader that saw no seed yet) changes nothing. An invalid seed is
+// refused.
+func (s *State) applySeedPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1.SeedPolicy) (*waldenv1.Result, error) {
+	if s.overrides.GetSeed() != nil {
+		return &waldenv1.Result{Value: &waldenv1.Result_Policy{Policy: clone(s.overrides)}}, nil
+	}
+	if op.GetPolicy() == nil {
+		return nil, invalid("seed policy: no policy")
+	}
+	if err := policy.Validate(op.GetPolicy()); err != nil {
+		return nil, invalid("seed policy: %v", err)
+	}
+	s.overrides.Seed = clone(op.GetPolicy())
+	s.overrides.SeededBy = actorOf(op.GetSeededBy(), cmd)
+	s.overrides.SeedIndex = index
+	if eff, _ := policy.Effective(s.overrides.GetSeed(), s.overrides); policy.Validate(eff) != nil {
+		// Overrides set before the seed (a cluster founded before policies
+		// were seeded) that do not fit it are dropped, never applied unsafe.
+		s.overrides.Values, s.overrides.SetIndex = nil, nil
+	}
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "policy",
+		Actor: s.overrides.GetSeededBy(), Message: "policy seeded from the config file of " + s.overrides.GetSeededBy()})
+	return &waldenv1.Result{Value: &waldenv1.Result_Policy{Policy: clone(s.overrides)}}, nil
+}
+
 // applySetPolicy sets and unsets runtime policy overrides. Every key and
 // value is checked (policy.Set: known key, value parses and is in range)
-// before anything changes; values are stored in canonical form. The
-// combination of keys is validated by the proposer against its effective
-// policy (the state machine does not know the members' config files).
+// and the effective policy that results is validated as a whole
+// (policy.Validate) before anything changes; values are stored in canonical
+// form.
 func (s *State) applySetPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1.SetPolicy) (*waldenv1.Result, error) {
 	if len(op.GetSet()) == 0 && len(op.GetUnset()) == 0 {
 		return nil, invalid("set policy: nothing to set or unset")
@@ -39,6 +66,19 @@ func (s *State) applySetPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1
 		}
 		parts = append(parts, "unset "+k)
 	}
+	next := clone(s.overrides)
+	if next.Values == nil {
+		next.Values = map[string]string{}
+	}
+	for k, v := range canon {
+		next.Values[k] = v
+	}
+	for _, k := range op.GetUnset() {
+		delete(next.Values, k)
+	}
+	if eff, _ := policy.Effective(next.GetSeed(), next); policy.Validate(eff) != nil {
+		return nil, invalid("set policy: %v", policy.Validate(eff))
+	}
 	if s.overrides.Values == nil {
 		s.overrides.Values = map[string]string{}
 	}
@@ -56,6 +96,17 @@ func (s *State) applySetPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "policy",
 		Actor: actorOf(op.GetActor(), cmd), Message: strings.Join(parts, ", ")})
 	return &waldenv1.Result{Value: &waldenv1.Result_Policy{Policy: clone(s.overrides)}}, nil
+}
+
+// Policy returns the cluster's effective policy (the seed, or the defaults
+// before the cluster is seeded, under the runtime overrides), one entry per
+// key with its source, and whether the policy is seeded. Every member that
+// applied the same entries answers the same.
+func (s *State) Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	eff, entries := policy.Effective(s.overrides.GetSeed(), s.overrides)
+	return eff, entries, s.overrides.GetSeed() != nil
 }
 
 // PolicyOverrides returns a copy of the runtime policy overrides.

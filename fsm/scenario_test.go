@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"walden/fencing"
+	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -21,8 +22,12 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 //	tick ms=N                       advance the proposers' clock
 //	register B                      RegisterBroker
-//	observe B by=C state=S          ObserveBroker
-//	decide B epoch=N [live=C,..] [dry_run] [manual]
+//	observe B by=C state=S [expired] [epoch=N] [expect=I]
+//	                                ObserveBroker (epoch: the broker's; expect:
+//	                                the index of C's current observation)
+//	decide B epoch=N [term=T] [live=C,..] [dry_run] [manual]
+//	request-failover B epoch=N      RequestFailover
+//	seed k=v ..                     SeedPolicy (the defaults with k=v)
 //	open B epoch=N stream=S
 //	commit B epoch=N obj=ID ranges=S/E/FROM-TO,.. [job=J attempt=A token=T]
 //	close B epoch=N stream=S sepoch=E [job=J attempt=A token=T]
@@ -130,10 +135,32 @@ func runCommand(t *testing.T, h *harness, line string) string {
 	case "register":
 		op = &waldenv1.RegisterBroker{BrokerId: a.subject, Wal: &waldenv1.WalLocation{Path: "/wal/" + a.subject}}
 	case "observe":
-		op = &waldenv1.ObserveBroker{BrokerId: a.subject, ObserverId: a.kv["by"], State: a.kv["state"]}
+		o := &waldenv1.ObserveBroker{BrokerId: a.subject, ObserverId: a.kv["by"], State: a.kv["state"],
+			LeaseExpired: a.flags["expired"], Epoch: a.u("epoch"), ExpectedIndex: a.u("expect")}
+		if b, ok := h.s.Broker(a.subject); ok {
+			if a.kv["epoch"] == "" {
+				o.Epoch = b.GetEpoch()
+			}
+			for _, cur := range b.GetObservations() {
+				if cur.GetObserverId() == o.GetObserverId() && a.kv["expect"] == "" {
+					o.ExpectedIndex = cur.GetIndex()
+				}
+			}
+		}
+		op = o
 	case "decide":
-		op = &waldenv1.DeclareFailed{BrokerId: a.subject, Epoch: a.u("epoch"), DryRun: a.flags["dry_run"],
+		op = &waldenv1.DeclareFailed{BrokerId: a.subject, Epoch: a.u("epoch"), DryRun: a.flags["dry_run"], Term: a.u("term"),
 			LiveMembers: a.list("live"), Evidence: &waldenv1.Evidence{Manual: a.flags["manual"], DecidedBy: a.kv["by"]}}
+	case "request-failover":
+		op = &waldenv1.RequestFailover{BrokerId: a.subject, Epoch: a.u("epoch"), Reason: a.kv["reason"], Actor: "operator"}
+	case "seed":
+		p := policy.Defaults()
+		for _, k := range policy.SortedKeys(a.kv) {
+			if err := policy.Set(p, k, a.kv[k]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		op = &waldenv1.SeedPolicy{Policy: p, SeededBy: "c1"}
 	case "open":
 		op = &waldenv1.OpenStreamRequest{BrokerId: a.subject, BrokerEpoch: a.u("epoch"), StreamId: a.u("stream")}
 	case "commit":
@@ -231,7 +258,12 @@ func renderResult(res *waldenv1.Result) string {
 		for _, k := range sortedMapKeys(v.Policy.GetValues()) {
 			kv = append(kv, k+"="+v.Policy.GetValues()[k])
 		}
-		return strings.Join(kv, " ")
+		if v.Policy.GetSeed() == nil {
+			return strings.Join(kv, " ")
+		}
+		eff, _ := policy.Effective(v.Policy.GetSeed(), v.Policy)
+		return fmt.Sprintf("seeded_by=%s effective lease_ttl=%s failure_timeout=%s overrides=[%s]", v.Policy.GetSeededBy(),
+			policy.Format(eff, policy.KeyLeaseTTL), policy.Format(eff, policy.KeyFailureTimeout), strings.Join(kv, " "))
 	case *waldenv1.Result_OpenStream:
 		return renderStream(v.OpenStream.GetStream())
 	case *waldenv1.Result_CloseStream:
@@ -254,7 +286,11 @@ func renderResult(res *waldenv1.Result) string {
 func renderBroker(b *waldenv1.Broker) string {
 	var obs []string
 	for _, o := range b.GetObservations() {
-		obs = append(obs, o.GetObserverId()+":"+o.GetState())
+		s := o.GetObserverId() + ":" + o.GetState()
+		if o.GetLeaseExpired() {
+			s += ":expired"
+		}
+		obs = append(obs, s)
 	}
 	return fmt.Sprintf("%s state=%s epoch=%d fenced=%t failovers=%d last_job=%s recovered_wal_offset=%d cooldown_blocked=%t observations=[%s]",
 		b.GetBrokerId(), b.GetState(), b.GetEpoch(), b.GetFenced(), b.GetFailovers(), b.GetLastJobId(),

@@ -50,6 +50,7 @@ func (s *State) snapshotLocked() *waldenv1.StateSnapshot {
 		Objects:           s.sortedObjects(),
 		Jobs:              s.sortedJobsByID(),
 		Producers:         s.sortedProducers(),
+		ConfIndex:         s.confIndex,
 	}
 }
 
@@ -134,6 +135,7 @@ func (s *State) Restore(data []byte) error {
 	s.applied = snap.GetAppliedIndex()
 	s.lastAppliedUnixMs = snap.GetLastAppliedUnixMs()
 	s.members = members
+	s.confIndex = snap.GetConfIndex()
 	s.noopCount = snap.GetNoopCount()
 	s.nextEpoch = d.nextEpoch
 	s.brokers = d.brokers

@@ -57,6 +57,8 @@ type State struct {
 	lastAppliedUnixMs int64
 	// members by raft id.
 	members map[uint64]*waldenv1.Member
+	// confIndex is the index of the last membership change applied.
+	confIndex uint64
 	// noopCount counts the applied Noop commands.
 	noopCount uint64
 
@@ -96,6 +98,7 @@ func (s *State) reset() {
 	s.applied = 0
 	s.lastAppliedUnixMs = 0
 	s.members = map[uint64]*waldenv1.Member{}
+	s.confIndex = 0
 	s.noopCount = 0
 	s.nextEpoch = 1
 	s.brokers = map[string]*waldenv1.Broker{}
@@ -134,7 +137,7 @@ func (s *State) notifyLocked() {
 // fencing.ErrNodeFenced or fencing.ErrInvalidArgument) changes nothing but
 // the applied index and the state machine's time: every apply function
 // validates fully before it mutates.
-func (s *State) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.advance(index); err != nil {
@@ -154,7 +157,7 @@ func (s *State) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, er
 	case *waldenv1.Command_ObserveBroker:
 		res, err = s.applyObserveBroker(index, cmd, op.ObserveBroker)
 	case *waldenv1.Command_DeclareFailed:
-		res, err = s.applyDeclareFailed(index, cmd, op.DeclareFailed)
+		res, err = s.applyDeclareFailed(index, term, cmd, op.DeclareFailed)
 	case *waldenv1.Command_SetPolicy:
 		res, err = s.applySetPolicy(index, cmd, op.SetPolicy)
 	case *waldenv1.Command_AckBroker:
@@ -165,6 +168,10 @@ func (s *State) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, er
 		res, err = s.applyRecordEvent(index, cmd, op.RecordEvent)
 	case *waldenv1.Command_RemoveBroker:
 		res, err = s.applyRemoveBroker(index, cmd, op.RemoveBroker)
+	case *waldenv1.Command_RequestFailover:
+		res, err = s.applyRequestFailover(index, cmd, op.RequestFailover)
+	case *waldenv1.Command_SeedPolicy:
+		res, err = s.applySeedPolicy(index, cmd, op.SeedPolicy)
 	case *waldenv1.Command_OpenStream:
 		res, err = s.applyOpenStream(index, op.OpenStream)
 	case *waldenv1.Command_CommitObject:
@@ -174,7 +181,7 @@ func (s *State) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, er
 	case *waldenv1.Command_RenewJobLease:
 		res, err = s.applyRenewJobLease(index, cmd, op.RenewJobLease)
 	case *waldenv1.Command_ReassignJob:
-		res, err = s.applyReassignJob(index, cmd, op.ReassignJob)
+		res, err = s.applyReassignJob(index, term, cmd, op.ReassignJob)
 	case *waldenv1.Command_CheckpointJob:
 		res, err = s.applyCheckpointJob(index, op.CheckpointJob)
 	case *waldenv1.Command_FinishJob:

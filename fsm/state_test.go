@@ -23,7 +23,7 @@ import (
 // compile time; the fsm tests do not import raftnode so that they build on
 // their own).
 type stateMachine interface {
-	Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error)
+	Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, error)
 	ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *waldenv1.ConfChangeContext, cs *raftpb.ConfState) error
 	Snapshot() ([]byte, error)
 	Restore(data []byte) error
@@ -98,7 +98,7 @@ func TestApply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := fsm.New("demo")
 			for i, st := range tc.steps {
-				res, err := s.Apply(st.index, st.cmd)
+				res, err := s.Apply(st.index, 1, st.cmd)
 				if st.wantErr != nil {
 					if !errors.Is(err, st.wantErr) || res != nil {
 						t.Fatalf("step %d: Apply(%d) = %v, %v; want error %v", i, st.index, res, err, st.wantErr)
@@ -129,14 +129,14 @@ func TestApply(t *testing.T) {
 // around refused applies.
 func TestApplyStaleIndexLeavesStateUnchanged(t *testing.T) {
 	s := fsm.New("demo")
-	if _, err := s.Apply(3, noop(10, "")); err != nil {
+	if _, err := s.Apply(3, 1, noop(10, "")); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ApplyConfChange(4, addVoter(rid("c1")), memberCtx("c1"), nil); err != nil {
 		t.Fatal(err)
 	}
 	before := mustSnapshot(t, s)
-	if _, err := s.Apply(4, noop(99, "")); !errors.Is(err, fsm.ErrStaleIndex) {
+	if _, err := s.Apply(4, 1, noop(99, "")); !errors.Is(err, fsm.ErrStaleIndex) {
 		t.Fatalf("Apply(4) after 4: %v", err)
 	}
 	if err := s.ApplyConfChange(2, addVoter(rid("c2")), memberCtx("c2"), nil); !errors.Is(err, fsm.ErrStaleIndex) {
@@ -272,8 +272,8 @@ func buildState(t *testing.T) *fsm.State {
 		func(i uint64) error { return s.ApplyConfChange(i, addVoter(rid("c1")), memberCtx("c1"), nil) },
 		func(i uint64) error { return s.ApplyConfChange(i, addVoter(rid("c2")), memberCtx("c2"), nil) },
 		func(i uint64) error { return s.ApplyConfChange(i, addLearner(rid("c3")), memberCtx("c3"), nil) },
-		func(i uint64) error { _, err := s.Apply(i, noop(1700000000000, "x")); return err },
-		func(i uint64) error { _, err := s.Apply(i, noop(1700000000123, "y")); return err },
+		func(i uint64) error { _, err := s.Apply(i, 1, noop(1700000000000, "x")); return err },
+		func(i uint64) error { _, err := s.Apply(i, 1, noop(1700000000123, "y")); return err },
 	}
 	for i, f := range steps {
 		if err := f(uint64(i + 1)); err != nil {
@@ -305,7 +305,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	}
 	// Both go on identically.
 	for _, st := range []*fsm.State{s, r} {
-		res, err := st.Apply(6, noop(1, ""))
+		res, err := st.Apply(6, 1, noop(1, ""))
 		if err != nil || noopCount(t, res) != 3 {
 			t.Fatalf("Apply after restore = %v, %v", res, err)
 		}
@@ -350,7 +350,7 @@ func TestRestoreRefuses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := fsm.New("demo")
-			if _, err := s.Apply(1, noop(5, "")); err != nil {
+			if _, err := s.Apply(1, 1, noop(5, "")); err != nil {
 				t.Fatal(err)
 			}
 			before := mustSnapshot(t, s)
@@ -376,11 +376,11 @@ func randomStep(rng *rand.Rand, index uint64, ss []*fsm.State) (string, []string
 	case 0, 1:
 		cmd := noop(rng.Int64N(1<<42), strconv.Itoa(rng.IntN(1000)))
 		desc = "noop"
-		apply = func(s *fsm.State) string { r, err := s.Apply(index, cmd); return fmt.Sprint(r, err) }
+		apply = func(s *fsm.State) string { r, err := s.Apply(index, 1, cmd); return fmt.Sprint(r, err) }
 	case 2:
 		cmd := &waldenv1.Command{RequestId: rng.Uint64(), ProposedUnixMs: rng.Int64N(1 << 42)}
 		desc = "unknown"
-		apply = func(s *fsm.State) string { r, err := s.Apply(index, cmd); return fmt.Sprint(r, err) }
+		apply = func(s *fsm.State) string { r, err := s.Apply(index, 1, cmd); return fmt.Sprint(r, err) }
 	case 3:
 		types := []raftpb.ConfChangeType{raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeRemoveNode, raftpb.ConfChangeUpdateNode}
 		typ := types[rng.IntN(len(types))]
@@ -394,12 +394,12 @@ func randomStep(rng *rand.Rand, index uint64, ss []*fsm.State) (string, []string
 	case 4:
 		stale := index - uint64(rng.IntN(int(index)))
 		desc = fmt.Sprintf("stale %d", stale)
-		apply = func(s *fsm.State) string { r, err := s.Apply(stale-1, noop(1, "")); return fmt.Sprint(r, err) }
+		apply = func(s *fsm.State) string { r, err := s.Apply(stale-1, 1, noop(1, "")); return fmt.Sprint(r, err) }
 	default:
 		// An index gap, as when the node skips an empty or undecodable entry.
 		cmd := noop(rng.Int64N(1<<42), "")
 		desc = "noop after gap"
-		apply = func(s *fsm.State) string { r, err := s.Apply(index+1, cmd); return fmt.Sprint(r, err) }
+		apply = func(s *fsm.State) string { r, err := s.Apply(index+1, 1, cmd); return fmt.Sprint(r, err) }
 	}
 	results := make([]string, len(ss))
 	for i, s := range ss {

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -50,7 +51,9 @@ const (
 // Source values of a PolicyEntry.
 const (
 	SourceDefault = "default"
-	SourceConfig  = "config"
+	// SourceSeed marks a value of the seed: the config file of the member
+	// that founded the cluster.
+	SourceSeed    = "seed"
 	SourceRuntime = "runtime"
 )
 
@@ -260,9 +263,10 @@ func formatMs(ms int64) string {
 }
 
 // Validate checks every key's range and the combinations that are unsafe:
-// failure_timeout must exceed lease_ttl + drift_margin (otherwise a broker
-// could be declared failed while its lease may still be valid). The error
-// is a *KeyError (wrapping ErrInvalid) naming the first offending key.
+// drift_margin must cover lease_ttl under the assumed bound on clock rates
+// (lease.CheckDrift), and failure_timeout must exceed lease_ttl +
+// drift_margin (a broker's grants expire before its silence is judged). The
+// error is a *KeyError (wrapping ErrInvalid) naming the first offending key.
 func Validate(p *waldenv1.Policy) error {
 	if p == nil {
 		return &KeyError{Key: KeyFailureTimeout, Reason: "no policy"}
@@ -275,6 +279,9 @@ func Validate(p *waldenv1.Policy) error {
 			return &KeyError{Key: k.name, Reason: reason}
 		}
 	}
+	if err := lease.CheckDrift(time.Duration(p.LeaseTtlMs)*time.Millisecond, time.Duration(p.DriftMarginMs)*time.Millisecond); err != nil {
+		return &KeyError{Key: KeyDriftMargin, Reason: err.Error()}
+	}
 	if p.FailureTimeoutMs <= p.LeaseTtlMs+p.DriftMarginMs {
 		return &KeyError{Key: KeyFailureTimeout, Reason: fmt.Sprintf(
 			"must be greater than lease_ttl + drift_margin (%s + %s), got %s: a broker could be declared failed while its lease may still be valid",
@@ -284,21 +291,22 @@ func Validate(p *waldenv1.Policy) error {
 }
 
 // Effective returns the effective policy and one entry per key (in Keys
-// order) with its value and source: "default", "config" when config (the
-// answering member's config file, nil for none) differs from the default,
-// "runtime" when overrides set the key (with its set_index). An override
-// that does not parse is ignored (the state machine never stores one).
-func Effective(config *waldenv1.Policy, overrides *waldenv1.PolicyOverrides) (*waldenv1.Policy, []*waldenv1.PolicyEntry) {
+// order) with its value and source: "default", "seed" when seed (the
+// founding member's config file, nil before the cluster is seeded) differs
+// from the default, "runtime" when overrides set the key (with its
+// set_index). An override that does not parse is ignored (the state machine
+// never stores one).
+func Effective(seed *waldenv1.Policy, overrides *waldenv1.PolicyOverrides) (*waldenv1.Policy, []*waldenv1.PolicyEntry) {
 	def := Defaults()
 	eff := Defaults()
-	if config != nil {
-		eff = proto.Clone(config).(*waldenv1.Policy)
+	if seed != nil {
+		eff = proto.Clone(seed).(*waldenv1.Policy)
 	}
 	entries := make([]*waldenv1.PolicyEntry, 0, len(keys))
 	for _, k := range keys {
 		src := SourceDefault
 		if Format(eff, k.name) != Format(def, k.name) {
-			src = SourceConfig
+			src = SourceSeed
 		}
 		var idx uint64
 		if v, ok := overrides.GetValues()[k.name]; ok {
@@ -310,6 +318,23 @@ func Effective(config *waldenv1.Policy, overrides *waldenv1.PolicyOverrides) (*w
 		entries = append(entries, &waldenv1.PolicyEntry{Key: k.name, Value: Format(eff, k.name), Source: src, SetIndex: idx})
 	}
 	return eff, entries
+}
+
+// Drift returns the keys on which a member's config file (nil: none) differs
+// from the cluster's seed, sorted in Keys order: the file is read only when
+// the cluster is founded, so a difference is an operator's change that did
+// not take effect.
+func Drift(config, seed *waldenv1.Policy) []string {
+	if config == nil || seed == nil {
+		return nil
+	}
+	var out []string
+	for _, k := range keys {
+		if Format(config, k.name) != Format(seed, k.name) {
+			out = append(out, k.name)
+		}
+	}
+	return out
 }
 
 // Canonical parses value for key and returns it in Format's syntax, so that

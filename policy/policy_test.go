@@ -160,7 +160,7 @@ func TestEffective(t *testing.T) {
 		index         uint64
 	}{
 		"failure_timeout": {"8s", "runtime", 12}, "dry_run": {"true", "runtime", 14},
-		"cooldown": {"1m", "config", 0}, "lease_ttl": {"3s", "default", 0}, "max_failed_fraction": {"0.5", "default", 0},
+		"cooldown": {"1m", "seed", 0}, "lease_ttl": {"3s", "default", 0}, "max_failed_fraction": {"0.5", "default", 0},
 	} {
 		e := got[key]
 		if e.GetValue() != want.value || e.GetSource() != want.source || e.GetSetIndex() != want.index {
@@ -190,5 +190,30 @@ func TestFromValues(t *testing.T) {
 		if _, err := policy.FromValues(c.values); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.has) {
 			t.Errorf("FromValues(%v) = %v, want %v saying %q", c.values, err, c.want, c.has)
 		}
+	}
+}
+
+func TestValidateDriftCoversLeaseTTL(t *testing.T) {
+	p := policy.Defaults()
+	p.LeaseTtlMs, p.DriftMarginMs, p.FailureTimeoutMs = 20000, 40, 30000
+	var ke *policy.KeyError
+	if err := policy.Validate(p); !errors.As(err, &ke) || ke.Key != policy.KeyDriftMargin {
+		t.Fatalf("drift_margin 40ms for a 20s lease: %v", err)
+	}
+	p.DriftMarginMs = 41
+	if err := policy.Validate(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDrift(t *testing.T) {
+	seed := policy.Defaults()
+	cfg := policy.Defaults()
+	cfg.LeaseTtlMs = 20000
+	if got := policy.Drift(cfg, seed); len(got) != 1 || got[0] != policy.KeyLeaseTTL {
+		t.Fatalf("policy.Drift = %v", got)
+	}
+	if got := policy.Drift(cfg, nil); got != nil {
+		t.Fatalf("policy.Drift before the seed = %v", got)
 	}
 }

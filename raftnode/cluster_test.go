@@ -43,11 +43,11 @@ type appliedCommand struct {
 	payload   string
 }
 
-func (r *recordingSM) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+func (r *recordingSM) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applied = append(r.applied, appliedCommand{cmd.GetRequestId(), string(cmd.GetNoop().GetPayload())})
-	return r.inner.Apply(index, cmd)
+	return r.inner.Apply(index, term, cmd)
 }
 
 func (r *recordingSM) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *waldenv1.ConfChangeContext, cs *raftpb.ConfState) error {

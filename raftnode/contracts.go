@@ -48,7 +48,7 @@ type Storage interface {
 // proposer (the command was refused), not a failure of the member.
 type StateMachine interface {
 	// Apply applies the command of the normal entry at index.
-	Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error)
+	Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, error)
 	// ApplyConfChange records a membership change that raft has applied;
 	// ctx is decoded from the entry's Context (nil when it had none).
 	ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *waldenv1.ConfChangeContext, cs *raftpb.ConfState) error

@@ -666,7 +666,7 @@ func (n *Node) applyNormal(e *raftpb.Entry) error {
 	if err := proto.Unmarshal(e.GetData(), cmd); err != nil {
 		return n.corruptEntry(e, "command", err)
 	}
-	result, err := n.sm.Apply(e.GetIndex(), cmd)
+	result, err := n.sm.Apply(e.GetIndex(), e.GetTerm(), cmd)
 	if cmd.GetProposerId() == n.cfg.NodeID {
 		n.wait.Trigger(cmd.GetRequestId(), applied{result: result, err: err})
 	}

@@ -70,7 +70,7 @@ type testSM struct {
 
 func newTestSM() *testSM { return &testSM{members: make(map[string]*waldenv1.Member)} }
 
-func (s *testSM) Apply(index uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+func (s *testSM) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applied = index

@@ -78,7 +78,7 @@ func (c *testCluster) apply(proposer string, cmd *waldenv1.Command) (*waldenv1.R
 	cmd = proto.Clone(cmd).(*waldenv1.Command)
 	c.ix++
 	cmd.RequestId, cmd.ProposerId, cmd.ProposedUnixMs = c.ix, proposer, time.Now().UnixMilli()
-	return c.s.Apply(c.ix, cmd)
+	return c.s.Apply(c.ix, c.term, cmd)
 }
 
 // member is one coordinator's view (recovery.Cluster).

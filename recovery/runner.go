@@ -244,7 +244,7 @@ func (r *Runner) leaderTick(ctx context.Context, active map[string]*waldenv1.Job
 		live := r.cluster.LiveMembers()
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		res, err := r.cluster.Propose(pctx, &waldenv1.Command{Op: &waldenv1.Command_ReassignJob{ReassignJob: &waldenv1.ReassignJob{
-			JobId: j.GetJobId(), Attempt: j.GetAttempt(), Reason: reason, LiveMembers: live}}})
+			JobId: j.GetJobId(), Attempt: j.GetAttempt(), Reason: reason, LiveMembers: live, Term: term}}})
 		cancel()
 		if err != nil {
 			r.log.Warn("reassign job failed", "job_id", j.GetJobId(), "attempt", j.GetAttempt(), "term", term, "err", err)

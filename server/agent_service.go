@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -16,6 +19,7 @@ import (
 	"walden/detect"
 	"walden/fencing"
 	"walden/gossip"
+	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -28,6 +32,15 @@ type brokerState interface {
 	CheckBroker(brokerID string, epoch uint64, fo *waldenv1.FailoverContext) error
 	Events(brokerID string, limit int) []*waldenv1.Event
 	PolicyOverrides() *waldenv1.PolicyOverrides
+	// Policy is the cluster's effective policy and whether it is seeded.
+	Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool)
+	// Voters are the voting members' ids; ConfIndex the index of their
+	// configuration.
+	Voters() []string
+	ConfIndex() uint64
+	Members() []*waldenv1.Member
+	// Changed is closed at the next apply that changes anything.
+	Changed() <-chan struct{}
 }
 
 // proposer replicates a command (raftnode.Node.Propose).
@@ -36,15 +49,20 @@ type proposer interface {
 }
 
 // detection holds what the Agent and Brokers services share with the
-// failure detector: the replicated state, the leader's lease table, the
-// config policy and the forwarding helpers of the admin service.
+// failure detector: the replicated state, this member's side of the quorum
+// leases, the config policy and the forwarding helpers of the admin service.
 type detection struct {
-	admin       *adminService
-	node        ClusterNode
-	prop        proposer
-	state       brokerState
-	leases      *detect.LeaseTable
-	config      *waldenv1.Policy // the policy: section of this member's config
+	admin   *adminService
+	node    ClusterNode
+	prop    proposer
+	state   brokerState
+	grantor *lease.Grantor
+	// decider is this member's decision loop (its holds, while it leads).
+	decider *detect.Decider
+	config  *waldenv1.Policy // the policy: section of this member's config
+	// driftKeys is the number of keys on which config differs from the
+	// cluster's policy (walden_policy_config_drift_keys).
+	driftKeys   prometheus.Gauge
 	clusterName string
 	nodeID      string
 	logger      *slog.Logger
@@ -53,10 +71,10 @@ type detection struct {
 	proposeTimeout time.Duration
 }
 
-// policy returns this member's effective policy: its config over the
-// defaults, under the runtime overrides.
+// policy returns the cluster's effective policy (replicated: the same on
+// every member that applied the same entries).
 func (d *detection) policy() *waldenv1.Policy {
-	p, _ := policy.Effective(d.config, d.state.PolicyOverrides())
+	p, _, _ := d.state.Policy()
 	return p
 }
 
@@ -194,7 +212,6 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 	}
 	r := res.GetRegisterBroker()
 	p := d.policy()
-	d.leases.Renew(req.GetBrokerId(), r.GetEpoch(), time.Now(), time.Duration(p.GetLeaseTtlMs())*time.Millisecond)
 	d.logger.InfoContext(ctx, "broker registered", "broker_id", req.GetBrokerId(), "epoch", r.GetEpoch(), "term", st.Term,
 		"agent_addr", req.GetAgentAddr(), "recovered_wal_offset", r.GetRecoveredWalOffset())
 	return &waldenv1.RegisterResponse{
@@ -203,6 +220,13 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 	}, nil
 }
 
+// RenewLease grants this member's part of the broker's quorum lease, from
+// its own boot clock and its applied state, without asking the leader: the
+// agent renews with every voter and holds a valid lease while a majority of
+// their grants are live (docs/safety.md). A member grants only a broker's
+// current, unfenced epoch, while it is a voter, once the cluster's policy is
+// seeded, not in the quiet period after its start, and never an epoch whose
+// failover was requested or that it attested expired.
 func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
 	d := s.d
 	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
@@ -211,30 +235,52 @@ func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseR
 	if req.GetEpoch() == 0 {
 		return nil, invalidArg("epoch", "must be positive")
 	}
-	leader, st := d.isLeader()
-	if !leader {
-		return forwardToLeader(ctx, d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.RenewLeaseResponse, error) {
-			return waldenv1.NewAgentClient(c).RenewLease(ctx, req)
-		})
+	if err := d.checkRenewal(ctx, req.GetBrokerId(), req.GetEpoch()); err != nil {
+		return nil, err
 	}
-	// Confirm leadership (ReadIndex) before granting: a deposed leader
-	// that has not yet noticed must not extend a lease the new leader does
-	// not know of. The read also makes the epoch check current.
-	at := time.Now()
+	resp, err := detect.Grant(d.state, d.grantor, d.nodeID, req.GetBrokerId(), req.GetEpoch())
+	switch {
+	case err == nil:
+		resp.LeaderId = d.node.LeaderID()
+		return resp, nil
+	case errors.Is(err, detect.ErrNotSeeded):
+		return nil, status.Error(codes.Unavailable, "lease not granted: the cluster's policy is not seeded yet (no leader has been elected since the cluster was founded)")
+	case errors.Is(err, detect.ErrNotVoter):
+		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s is not a voting member", d.nodeID)
+	case errors.Is(err, lease.ErrPromised):
+		return nil, fencing.GRPCStatus(fmt.Errorf("lease of broker %q at epoch %d not renewed by %s: it attested the lease expired; it renews again once the attestation is withdrawn: %w",
+			req.GetBrokerId(), req.GetEpoch(), d.nodeID, fencing.ErrLeaseAttested)).Err()
+	case errors.Is(err, lease.ErrQuiet):
+		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s started less than a lease ago and waits out the leases it may have granted before (%v)", d.nodeID, err)
+	case errors.Is(err, lease.ErrStore):
+		d.logger.ErrorContext(ctx, "lease not granted: the lease state cannot be saved", "broker_id", req.GetBrokerId(), "err", err)
+		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s cannot save its lease state", d.nodeID)
+	default:
+		return nil, d.stateErr(ctx, err)
+	}
+}
+
+// checkRenewal applies the epoch rule to a renewal. A member that does not
+// know the broker, or knows only an older epoch than the one presented, may
+// merely lag behind the log: it answers only after a ReadIndex round shows
+// the refusal is current, so that a lagging member never makes an agent
+// believe it was fenced.
+func (d *detection) checkRenewal(ctx context.Context, broker string, epoch uint64) error {
+	err := d.state.CheckBroker(broker, epoch, nil)
+	if err == nil {
+		return nil
+	}
+	b, known := d.state.Broker(broker)
+	if known && epoch < b.GetEpoch() {
+		return d.stateErr(ctx, err)
+	}
 	if err := d.node.LinearizableRead(ctx); err != nil {
-		return nil, d.stateErr(ctx, err)
+		return d.stateErr(ctx, err)
 	}
-	if err := d.state.CheckBroker(req.GetBrokerId(), req.GetEpoch(), nil); err != nil {
-		return nil, d.stateErr(ctx, err)
+	if err := d.state.CheckBroker(broker, epoch, nil); err != nil {
+		return d.stateErr(ctx, err)
 	}
-	ttl := d.policy().GetLeaseTtlMs()
-	if !d.leases.Renew(req.GetBrokerId(), req.GetEpoch(), at, time.Duration(ttl)*time.Millisecond) {
-		// A failover decision of this epoch is in flight: granting the
-		// lease would let the broker acknowledge writes while it is fenced.
-		return nil, status.Errorf(codes.FailedPrecondition, "lease renewal refused: a failover decision of broker %q at epoch %d is in flight",
-			req.GetBrokerId(), req.GetEpoch())
-	}
-	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: ttl, LeaderId: st.NodeID}, nil
+	return nil
 }
 
 func checkBrokerID(field, id string) error {
@@ -247,14 +293,20 @@ func checkBrokerID(field, id string) error {
 	return nil
 }
 
-// leaseRemaining fills b.lease_remaining_ms from the leader's lease table:
-// the remaining lease on the leader's clock, 0 once expired or fenced.
-func (d *detection) leaseRemaining(b *waldenv1.Broker, ttl time.Duration, now time.Time) {
+// leaseView fills b.lease_remaining_ms with what remains of this member's
+// last grant of the broker's epoch (0 once over or fenced, -1 when it never
+// granted it), and lease_view_of with this member's id.
+func (d *detection) leaseView(b *waldenv1.Broker) {
+	b.LeaseViewOf = d.nodeID
 	if b.GetFenced() {
 		b.LeaseRemainingMs = 0
 		return
 	}
-	r := d.leases.Remaining(b.GetBrokerId(), b.GetEpoch(), ttl, now)
+	r, ok := d.grantor.Remaining(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()})
+	if !ok {
+		b.LeaseRemainingMs = -1
+		return
+	}
 	b.LeaseRemainingMs = max(r.Milliseconds(), 0)
 }
 
@@ -304,6 +356,10 @@ type decisionState struct{ brokerState }
 
 func (s decisionState) ActiveJobs() int { return activeJobs(s.brokerState) }
 
+// leaseStateFile is the file in data_dir where a member keeps what it must
+// remember of its lease grants across restarts (lease.Durable).
+const leaseStateFile = "lease-state.json"
+
 // proberFor returns the direct prober of a member's observer; nil means
 // HTTP probes. Tests substitute a prober that injects faults.
 var proberFor = func(*config.Server) detect.Prober { return nil }
@@ -312,9 +368,21 @@ var proberFor = func(*config.Server) detect.Prober { return nil }
 // the agents' /healthz.
 func newDetector(cfg *config.Server, admin *adminService, node ClusterNode, prop proposer, state brokerState,
 	adminAddr string, prober detect.Prober, logger *slog.Logger) (*detector, error) {
+	// The quiet period after a start covers the longest lease this member
+	// may have granted before: the stored high-water mark, or the policy
+	// in force (the replicated one once known, else the config's).
+	ttl, drift := time.Duration(cfg.Policy.LeaseTTL), time.Duration(cfg.Policy.DriftMargin)
+	if p, _, seeded := state.Policy(); seeded {
+		ttl = max(ttl, time.Duration(p.GetLeaseTtlMs())*time.Millisecond)
+		drift = max(drift, time.Duration(p.GetDriftMarginMs())*time.Millisecond)
+	}
+	grantor, err := lease.NewGrantor(lease.BootClock, lease.FileStore{Path: filepath.Join(cfg.DataDir, leaseStateFile)}, ttl, drift)
+	if err != nil {
+		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
+	}
 	d := &detection{
 		admin: admin, node: node, prop: prop, state: state,
-		leases:         detect.NewLeaseTable(time.Now()),
+		grantor:        grantor,
 		config:         cfg.Policy.Proto(),
 		clusterName:    cfg.ClusterName,
 		nodeID:         cfg.NodeID,
@@ -335,10 +403,13 @@ func newDetector(cfg *config.Server, admin *adminService, node ClusterNode, prop
 	}
 	probeInterval, probeTimeout := cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout
 	det.observer = detect.NewObserver(detect.ObserverConfig{
-		NodeID: cfg.NodeID, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Logger: logger,
+		NodeID: cfg.NodeID, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Grantor: grantor, Logger: logger,
 	}, state, prop.Propose, prober)
-	det.decider = detect.NewDecider(detect.DeciderConfig{NodeID: cfg.NodeID, Logger: logger},
-		cluster, decisionState{state}, d.policy, d.leases, prop.Propose)
+	det.decider = detect.NewDecider(detect.DeciderConfig{NodeID: cfg.NodeID, Seed: d.config, Logger: logger},
+		cluster, decisionState{state}, prop.Propose)
+	d.decider = det.decider
+	logger.Info("lease grants wait out the longest lease this member may have granted before it started",
+		"quiet_for", grantor.QuietFor().Round(time.Millisecond))
 	return det, nil
 }
 
@@ -366,6 +437,39 @@ func (det *detector) run(ctx context.Context) {
 	}
 	go det.observer.Run(ctx)
 	go det.decider.Run(ctx)
+	go det.d.reportPolicyDrift(ctx)
+}
+
+// reportPolicyDrift says once, when the cluster's policy is known, on which
+// keys this member's config file differs from it: the file seeds the policy
+// only when the cluster is founded, so an edit made later has no effect.
+func (d *detection) reportPolicyDrift(ctx context.Context) {
+	for {
+		changed := d.state.Changed()
+		if _, _, seeded := d.state.Policy(); seeded {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+	seed := d.state.PolicyOverrides().GetSeed()
+	drift := policy.Drift(d.config, seed)
+	if d.driftKeys != nil {
+		d.driftKeys.Set(float64(len(drift)))
+	}
+	if len(drift) == 0 {
+		return
+	}
+	eff, _, _ := d.state.Policy()
+	var diffs []string
+	for _, k := range drift {
+		diffs = append(diffs, fmt.Sprintf("%s: file %s, cluster %s", k, policy.Format(d.config, k), policy.Format(eff, k)))
+	}
+	d.logger.Warn("this member's config file differs from the cluster's policy, which it does not change: use `waldenctl policy set` to change the policy",
+		"keys", drift, "differences", diffs, "seeded_by", d.state.PolicyOverrides().GetSeededBy())
 }
 
 // stop leaves the gossip pool.

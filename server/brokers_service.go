@@ -28,33 +28,33 @@ type brokersService struct {
 	liveMembers func() []string
 }
 
-// withLeases fills lease_remaining_ms: from the lease table on the leader,
-// -1 elsewhere.
-func (s *brokersService) withLeases(brokers []*waldenv1.Broker, leader bool) {
-	ttl := time.Duration(s.d.policy().GetLeaseTtlMs()) * time.Millisecond
-	now := time.Now()
+// withViews fills each broker's lease view (this member's grant) and, on
+// the leader, why a suspected broker is not failed over yet.
+func (s *brokersService) withViews(brokers []*waldenv1.Broker) {
+	holds := s.d.decider.Holds()
 	for _, b := range brokers {
-		if leader {
-			s.d.leaseRemaining(b, ttl, now)
-		} else {
-			b.LeaseRemainingMs = -1
+		s.d.leaseView(b)
+		if h, ok := holds[b.GetBrokerId()]; ok {
+			b.Hold, b.HoldDetail = h.Reason, h.Detail
 		}
 	}
 }
 
+// ListBrokers answers the broker registry. A linearizable read is answered
+// by the leader (a follower forwards, so that the answer carries the
+// leader's hold reasons), or by this member after a ReadIndex round when the
+// leader cannot be reached; a serializable read is answered here at once.
 func (s *brokersService) ListBrokers(ctx context.Context, req *waldenv1.ListBrokersRequest) (*waldenv1.ListBrokersResponse, error) {
-	leader, st := s.d.isLeader()
-	if !leader && !forwarded(ctx) && st.LeaderID != "" {
-		resp, err := forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.ListBrokersResponse, error) {
-			return waldenv1.NewBrokersClient(c).ListBrokers(ctx, req)
-		})
-		if err == nil {
-			return resp, nil
-		}
-		s.d.logger.DebugContext(ctx, "list brokers: leader not reachable, answering locally", "err", err)
+	if resp, err, done := forwardRead(ctx, s.d, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.ListBrokersResponse, error) {
+		return waldenv1.NewBrokersClient(c).ListBrokers(ctx, req)
+	}); done {
+		return resp, err
+	}
+	if err := s.d.read(ctx); err != nil {
+		return nil, err
 	}
 	brokers := s.d.state.Brokers()
-	s.withLeases(brokers, leader)
+	s.withViews(brokers)
 	return &waldenv1.ListBrokersResponse{Brokers: brokers}, nil
 }
 
@@ -62,38 +62,58 @@ func (s *brokersService) GetBroker(ctx context.Context, req *waldenv1.GetBrokerR
 	if req.GetBrokerId() == "" {
 		return nil, invalidArg("broker_id", "must not be empty")
 	}
-	leader, st := s.d.isLeader()
-	if !leader && !forwarded(ctx) && st.LeaderID != "" {
-		resp, err := forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.GetBrokerResponse, error) {
-			return waldenv1.NewBrokersClient(c).GetBroker(ctx, req)
-		})
-		if err == nil || status.Code(err) == codes.NotFound {
-			return resp, err
-		}
+	if resp, err, done := forwardRead(ctx, s.d, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.GetBrokerResponse, error) {
+		return waldenv1.NewBrokersClient(c).GetBroker(ctx, req)
+	}); done {
+		return resp, err
+	}
+	if err := s.d.read(ctx); err != nil {
+		return nil, err
 	}
 	b, ok := s.d.state.Broker(req.GetBrokerId())
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
 	}
-	s.withLeases([]*waldenv1.Broker{b}, leader)
+	s.withViews([]*waldenv1.Broker{b})
 	return &waldenv1.GetBrokerResponse{Broker: b}, nil
 }
 
-// Failover declares a broker failed now (leader only): the timeouts and the
-// policy gates are skipped, the fencing is not — the decision is the same
-// DeclareFailed entry, at the broker's current epoch, with evidence.manual.
+// forwardRead sends a linearizable read received by a follower to the
+// leader; done is false when this member must answer itself (it leads, the
+// read is serializable or already forwarded, or the leader cannot be
+// reached — then the caller's ReadIndex round decides).
+func forwardRead[T any](ctx context.Context, d *detection, call func(ctx context.Context, conn *grpc.ClientConn) (T, error)) (T, error, bool) {
+	var zero T
+	lin, err := linearizable(ctx)
+	if err != nil {
+		return zero, err, true
+	}
+	leader, st := d.isLeader()
+	if !lin || leader || forwarded(ctx) || st.LeaderID == "" {
+		return zero, nil, false
+	}
+	resp, err := forwardToLeader(ctx, d, st, call)
+	if err == nil || status.Code(err) == codes.NotFound || status.Code(err) == codes.InvalidArgument {
+		return resp, err, true
+	}
+	d.logger.DebugContext(ctx, "read: leader not reachable, answering here after a ReadIndex round", "err", err)
+	return zero, nil, false
+}
+
+// Failover fails a broker over at an operator's request: the timeouts and
+// the policy gates are skipped, the fencing and the lease are not. The
+// request is replicated; every coordinator stops renewing the broker's
+// epoch when it applies it, and attests once its last grant ran out; the
+// leader then decides. The call returns when the decision applied (within
+// lease_ttl + drift_margin of the broker's last renewal, plus a probe
+// round), or when its deadline passes with the request standing. With
+// dry_run the decision is recorded at once and nothing is fenced.
 func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverRequest) (*waldenv1.FailoverResponse, error) {
 	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
 		return nil, err
 	}
 	if req.GetReason() == "" && !req.GetPreview() {
 		return nil, invalidArg("reason", "must not be empty: say why the broker is failed over")
-	}
-	leader, st := s.d.isLeader()
-	if !leader {
-		return forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.FailoverResponse, error) {
-			return waldenv1.NewBrokersClient(c).Failover(ctx, req)
-		})
 	}
 	if err := s.d.node.LinearizableRead(ctx); err != nil {
 		return nil, s.d.stateErr(ctx, err)
@@ -103,41 +123,54 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
 	}
 	if req.GetPreview() {
-		return s.previewFailover(ctx, b, st)
+		// The preview shows the leader's decision gates: ask the leader.
+		if leader, st := s.d.isLeader(); !leader && !forwarded(ctx) {
+			return forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.FailoverResponse, error) {
+				return waldenv1.NewBrokersClient(c).Failover(ctx, req)
+			})
+		}
+		return s.previewFailover(ctx, b, s.d.node.Status())
+	}
+	if b.GetFenced() {
+		return nil, fencing.GRPCStatus(fmt.Errorf("broker %q was already failed over (epoch %d is fenced; job %s): %w",
+			b.GetBrokerId(), b.GetEpoch(), b.GetLastJobId(), fencing.ErrNodeFenced)).Err()
 	}
 	p := s.d.policy()
-	ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond
-	ev := &waldenv1.Evidence{
-		Observations:     b.GetObservations(),
-		FailureTimeoutMs: p.GetFailureTimeoutMs(),
-		Manual:           true,
-		Reason:           "manual failover: " + req.GetReason(),
-		DecidedBy:        st.NodeID,
-		RequestedBy:      authz.Actor(ctx),
-	}
-	if !p.GetDryRun() {
-		// The broker may be alive and hold a valid lease: refuse its
-		// renewals from now on, and make the recovery wait until the lease
-		// has certainly run out before it reads the WAL.
-		remaining := s.d.leases.ForceDeclare(b.GetBrokerId(), b.GetEpoch(), ttl, time.Now())
-		ev.LeaseExpiredForMs = -remaining.Milliseconds()
-		ev.LeaseWaitMs = max(remaining.Milliseconds()+p.GetDriftMarginMs(), 0)
-	}
-	live := s.liveMembers()
-	s.d.logger.WarnContext(ctx, "manual failover", "broker_id", b.GetBrokerId(), "epoch", b.GetEpoch(), "term", st.Term, "requested_by", ev.GetRequestedBy(),
-		"reason", req.GetReason(), "dry_run", p.GetDryRun(), "live_members", live)
-	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailed{
-		BrokerId: b.GetBrokerId(), Epoch: b.GetEpoch(), Evidence: ev, DryRun: p.GetDryRun(), LiveMembers: live,
-	}}})
-	if err != nil {
-		if fencing.Reason(err) != "" {
-			// Refused by the state machine: the decision will not apply.
-			s.d.leases.AbortDeclare(b.GetBrokerId(), b.GetEpoch())
+	st := s.d.node.Status()
+	s.d.logger.WarnContext(ctx, "manual failover requested", "broker_id", b.GetBrokerId(), "epoch", b.GetEpoch(), "term", st.Term,
+		"reason", req.GetReason(), "dry_run", p.GetDryRun())
+	if p.GetDryRun() {
+		res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailed{
+			BrokerId: b.GetBrokerId(), Epoch: b.GetEpoch(), DryRun: true, LiveMembers: s.liveMembers(),
+			Evidence: &waldenv1.Evidence{Observations: b.GetObservations(), Manual: true, Reason: "manual failover: " + req.GetReason(),
+				DecidedBy: st.NodeID, RequestedBy: authz.Actor(ctx)},
+		}}})
+		if err != nil {
+			return nil, s.d.stateErr(ctx, err)
 		}
+		return &waldenv1.FailoverResponse{BrokerId: b.GetBrokerId(), DryRun: res.GetDeclareFailed().GetDryRun()}, nil
+	}
+	start := time.Now()
+	if _, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RequestFailover{RequestFailover: &waldenv1.RequestFailover{
+		BrokerId: b.GetBrokerId(), Epoch: b.GetEpoch(), Reason: req.GetReason(), Actor: authz.Actor(ctx),
+	}}}); err != nil {
 		return nil, s.d.stateErr(ctx, err)
 	}
-	r := res.GetDeclareFailed()
-	return &waldenv1.FailoverResponse{BrokerId: b.GetBrokerId(), NewEpoch: r.GetNewEpoch(), JobId: r.GetJobId(), DryRun: r.GetDryRun()}, nil
+	for {
+		changed := s.d.state.Changed()
+		cur, _ := s.d.state.Broker(b.GetBrokerId())
+		if cur.GetEpoch() != b.GetEpoch() {
+			return &waldenv1.FailoverResponse{BrokerId: b.GetBrokerId(), NewEpoch: cur.GetEpoch(), JobId: cur.GetLastJobId(),
+				LeaseWaitMs: time.Since(start).Milliseconds()}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded,
+				"failover of broker %q requested; it is fenced once a majority of coordinators attest that its lease expired (at most lease_ttl %s + drift_margin %s after its last renewal); the request stands: follow it with `waldenctl broker %s`",
+				b.GetBrokerId(), time.Duration(p.GetLeaseTtlMs())*time.Millisecond, time.Duration(p.GetDriftMarginMs())*time.Millisecond, b.GetBrokerId())
+		case <-changed:
+		}
+	}
 }
 
 func (s *brokersService) Ack(ctx context.Context, req *waldenv1.AckRequest) (*waldenv1.AckResponse, error) {
@@ -173,41 +206,40 @@ func (s *brokersService) SetMaintenance(ctx context.Context, req *waldenv1.SetMa
 }
 
 func (s *brokersService) ListEvents(ctx context.Context, req *waldenv1.ListEventsRequest) (*waldenv1.ListEventsResponse, error) {
+	if err := s.d.read(ctx); err != nil {
+		return nil, err
+	}
 	return &waldenv1.ListEventsResponse{Events: s.d.state.Events(req.GetBrokerId(), int(req.GetLimit()))}, nil
 }
 
-// GetPolicy answers the leader's effective policy (its config file under
-// the runtime overrides); a follower forwards, or answers its own when the
-// leader cannot be reached.
+// GetPolicy answers the cluster's policy from this member's replicated
+// state: every member answers the same. It also says on which keys this
+// member's config file differs from it.
 func (s *brokersService) GetPolicy(ctx context.Context, req *waldenv1.GetPolicyRequest) (*waldenv1.GetPolicyResponse, error) {
-	leader, st := s.d.isLeader()
-	if !leader && !forwarded(ctx) && st.LeaderID != "" {
-		resp, err := forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.GetPolicyResponse, error) {
-			return waldenv1.NewBrokersClient(c).GetPolicy(ctx, req)
-		})
-		if err == nil {
-			return resp, nil
-		}
+	if err := s.d.read(ctx); err != nil {
+		return nil, err
 	}
-	p, entries := policy.Effective(s.d.config, s.d.state.PolicyOverrides())
-	return &waldenv1.GetPolicyResponse{Entries: entries, Policy: p}, nil
+	p, entries, seeded := s.d.state.Policy()
+	if !seeded {
+		return nil, status.Error(codes.Unavailable, "the cluster's policy is not seeded yet; retry once a leader is elected")
+	}
+	ov := s.d.state.PolicyOverrides()
+	return &waldenv1.GetPolicyResponse{Entries: entries, Policy: p, AnsweredBy: s.d.nodeID,
+		ConfigDrift: policy.Drift(s.d.config, ov.GetSeed()), SeededBy: ov.GetSeededBy()}, nil
 }
 
-// SetPolicy validates the effective policy that would result (the leader's
-// config under the changed overrides) before proposing anything, so an
-// unsafe combination is refused with InvalidArgument naming the key.
+// SetPolicy validates the policy that would result before proposing
+// anything, so an unsafe combination is refused with InvalidArgument naming
+// the key; the state machine validates it again when it applies it.
 func (s *brokersService) SetPolicy(ctx context.Context, req *waldenv1.SetPolicyRequest) (*waldenv1.SetPolicyResponse, error) {
 	if len(req.GetSet()) == 0 && len(req.GetUnset()) == 0 {
 		return nil, invalidArg("set", "nothing to set or unset")
 	}
-	leader, st := s.d.isLeader()
-	if !leader {
-		return forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.SetPolicyResponse, error) {
-			return waldenv1.NewBrokersClient(c).SetPolicy(ctx, req)
-		})
-	}
 	if err := s.d.node.LinearizableRead(ctx); err != nil {
 		return nil, s.d.stateErr(ctx, err)
+	}
+	if _, _, seeded := s.d.state.Policy(); !seeded {
+		return nil, status.Error(codes.Unavailable, "the cluster's policy is not seeded yet; retry once a leader is elected")
 	}
 	next := proto.Clone(s.d.state.PolicyOverrides()).(*waldenv1.PolicyOverrides)
 	if next.Values == nil {
@@ -230,7 +262,7 @@ func (s *brokersService) SetPolicy(ctx context.Context, req *waldenv1.SetPolicyR
 		}
 		delete(next.Values, k)
 	}
-	eff, _ := policy.Effective(s.d.config, next)
+	eff, _ := policy.Effective(next.GetSeed(), next)
 	if err := policy.Validate(eff); err != nil {
 		return nil, policyErr("", err)
 	}
@@ -240,13 +272,13 @@ func (s *brokersService) SetPolicy(ctx context.Context, req *waldenv1.SetPolicyR
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)
 	}
-	p, entries := policy.Effective(s.d.config, s.d.state.PolicyOverrides())
-	s.d.logger.InfoContext(ctx, "policy changed", "set", req.GetSet(), "unset", req.GetUnset(), "term", st.Term)
+	p, entries, _ := s.d.state.Policy()
+	s.d.logger.InfoContext(ctx, "policy changed", "set", req.GetSet(), "unset", req.GetUnset(), "term", s.d.node.Status().Term)
 	return &waldenv1.SetPolicyResponse{Entries: entries, Policy: p}, nil
 }
 
 // RemoveBroker removes a registration nobody uses (leader only): refused
-// while the broker holds a lease on the leader's table (its agent still
+// while the leader's grant of the broker's lease runs (its agent still
 // renews; removing it would only make the agent register again), and, by
 // the state machine, while a recovery job of it runs or it owns an opened
 // stream.
@@ -267,10 +299,10 @@ func (s *brokersService) RemoveBroker(ctx context.Context, req *waldenv1.RemoveB
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
 	}
-	s.withLeases([]*waldenv1.Broker{b}, true)
+	s.d.leaseView(b)
 	if b.GetLeaseRemainingMs() > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"broker %q holds a lease for %d ms more: its agent still renews it; stop the agent (or fail the broker over) before removing the registration",
+			"broker %q holds a lease for %d ms more (this coordinator's grant): its agent still renews it; stop the agent (or fail the broker over) before removing the registration",
 			b.GetBrokerId(), b.GetLeaseRemainingMs())
 	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RemoveBroker{RemoveBroker: &waldenv1.RemoveBroker{

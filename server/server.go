@@ -164,6 +164,12 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	if s.detector, err = newDetector(cfg, s.admin, node, s.node, state, s.adminLis.Addr().String(), proberFor(cfg), logger); err != nil {
 		return nil, err
 	}
+	driftKeys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walden_policy_config_drift_keys",
+		Help: "Number of policy keys on which this member's config file differs from the cluster's replicated policy (the file seeds the policy only when the cluster is founded)."})
+	if err := reg.Register(driftKeys); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	s.detector.d.driftKeys = driftKeys
 	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
 	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
 	// The series that explain failovers.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,8 +16,8 @@ import (
 )
 
 // webSource is the web view's Source: this member's services and state.
-// Brokers and the policy come from the leader (its lease table and its
-// effective policy) when it can be reached, as the API answers them.
+// Brokers come from the leader (with its hold reasons) when it can be
+// reached, as the API answers them.
 type webSource struct {
 	admin     *adminService
 	brokers   *brokersService
@@ -35,19 +34,7 @@ func (w *webSource) Brokers(ctx context.Context) ([]*waldenv1.Broker, map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := w.Policy(ctx)
-	if err != nil {
-		return resp.GetBrokers(), nil, nil
-	}
-	var voters []string
-	for _, m := range w.admin.node.Status().Members {
-		if m.GetRole() != "learner" {
-			voters = append(voters, m.GetId())
-		}
-	}
-	holds := holdReasons(holdInput{Policy: p, Voters: voters, Brokers: resp.GetBrokers(),
-		RunningRecoveries: w.state.ActiveJobs(), NowUnixMs: time.Now().UnixMilli()})
-	return resp.GetBrokers(), holds, nil
+	return resp.GetBrokers(), holdsOf(resp.GetBrokers()), nil
 }
 
 func (w *webSource) Jobs(context.Context) ([]*waldenv1.Job, error) {

@@ -2,10 +2,14 @@ package sim
 
 import (
 	"time"
+
+	"walden/lease"
 )
 
-// Agent is one simulated broker agent: the registration and renewal loop of
-// package agent reduced to its order of steps, and its lease rule.
+// Agent is one simulated broker agent: the registration loop and the
+// per-coordinator renewal loops of package agent reduced to their order of
+// steps, and its lease rule — the project's own lease.Holder on the host's
+// boot clock.
 type Agent struct {
 	w    *World
 	idx  int // host index
@@ -14,19 +18,15 @@ type Agent struct {
 	registered bool
 	epoch      uint64
 	fenced     bool
-	// confirmedSent is the monotonic time the last granted renewal was
-	// sent; confirmedTTL what it granted. 0: none.
-	confirmedSent int64
-	confirmedTTL  time.Duration
-	margin        time.Duration
-	last          int // coordinator that answered last
+	holder     *lease.Holder
+	last       int // coordinator that answered the last registration
 	// registeredAt is the real time of the current epoch's registration.
 	registeredAt int64
 	gen          int // loop generation: a new registration starts a new one
 }
 
 func newAgent(w *World, h int) *Agent {
-	return &Agent{w: w, idx: h, name: w.hosts[h].name, margin: 500 * time.Millisecond}
+	return &Agent{w: w, idx: h, name: w.hosts[h].name, holder: lease.NewHolder(500 * time.Millisecond)}
 }
 
 func (w *World) agentByName(name string) *Agent {
@@ -40,22 +40,27 @@ func (w *World) agentByName(name string) *Agent {
 
 func (a *Agent) host() *host { return a.w.hosts[a.idx] }
 
+// now is the agent's boot clock (it keeps running through a host suspend).
+func (a *Agent) now() time.Duration { return time.Duration(a.host().boot(a.w.now)) }
+
 func (a *Agent) start() {
 	a.w.onHost(a.idx, time.Duration(a.w.rng.Int64N(int64(time.Second))), a.register)
 }
 
 // crash stops the agent like kill -9: it loses everything.
 func (a *Agent) crash() {
-	a.registered, a.epoch, a.fenced, a.confirmedSent = false, 0, false, 0
+	a.registered, a.epoch, a.fenced = false, 0, false
+	a.holder = lease.NewHolder(500 * time.Millisecond)
 	a.gen++
 }
 
 // valid is the agent's lease rule at this instant, on its own clock.
 func (a *Agent) valid() (epoch uint64, ok bool) {
-	if !a.registered || a.fenced || a.confirmedSent == 0 || a.host().down {
+	if !a.registered || a.fenced || a.host().down {
 		return a.epoch, false
 	}
-	return a.epoch, a.host().mono(a.w.now) < a.confirmedSent+int64(a.confirmedTTL-a.margin)
+	ok, _ = a.holder.Valid(a.now())
+	return a.epoch, ok
 }
 
 // register asks the coordinators, one after another, for a new epoch.
@@ -82,71 +87,61 @@ func (a *Agent) register() {
 			a.gen++
 			a.last = c
 			a.registered, a.epoch, a.fenced = true, ans.epoch, false
-			a.confirmedSent, a.confirmedTTL = 0, ans.ttl
+			a.holder.SetEpoch(ans.epoch)
+			a.holder.Revoke()
 			a.registeredAt = w.now
 			w.check.agentEpoch(a)
 			w.tracef("%s registered with epoch %d", a.name, ans.epoch)
-			a.renewLoop(a.gen, ans.ttl)
+			for k := range w.cfg.Coordinators {
+				a.renewWith(a.gen, k, ans.ttl)
+			}
 		})
 	}
 	try(0)
 }
 
-// renewLoop renews every ttl/3, trying the coordinators one after another
-// with a per-attempt timeout of ttl/3, and retries every ttl/12.
-func (a *Agent) renewLoop(gen int, ttl time.Duration) {
+// renewWith renews with coordinator c every ttl/3, an attempt bounded by
+// ttl/6, retrying every ttl/12 after a failure.
+func (a *Agent) renewWith(gen, c int, ttl time.Duration) {
 	w := a.w
 	var round func()
 	round = func() {
 		if a.gen != gen {
 			return
 		}
-		var attempt func(i int)
-		attempt = func(i int) {
+		sent := a.now()
+		epoch := a.epoch
+		w.call(a.idx, c, max(ttl/6, 50*time.Millisecond), func(reply func(any)) {
+			w.coords[c].handleRenew(a.name, epoch, func(ans answer) { reply(ans) })
+		}, func(resp any, timedOut bool) {
 			if a.gen != gen {
 				return
 			}
-			if i >= w.cfg.Coordinators {
+			if timedOut {
 				w.onHost(a.idx, ttl/12, round)
 				return
 			}
-			c := (a.last + i) % w.cfg.Coordinators
-			sent := a.host().mono(w.now)
-			epoch := a.epoch
-			w.call(a.idx, c, ttl/3, func(reply func(any)) {
-				w.coords[c].handleRenew(a.name, epoch, func(ans answer) { reply(ans) })
-			}, func(resp any, timedOut bool) {
-				if a.gen != gen {
-					return
-				}
-				if timedOut {
-					attempt(i + 1)
-					return
-				}
-				ans := resp.(answer)
-				switch ans.reason {
-				case "":
-					a.last = c
-					if ans.ttl > 0 {
-						ttl = ans.ttl
-					}
-					if sent > a.confirmedSent {
-						a.confirmedSent, a.confirmedTTL = sent, ttl
-					}
-					w.check.agentGranted(a)
-					next := time.Duration(int64(ttl/3) - (a.host().mono(w.now) - sent))
-					w.onHost(a.idx, max(next, 0), round)
-				case "NODE_FENCED", "EPOCH_EXPIRED", "UNKNOWN_NODE":
-					w.tracef("%s: epoch %d refused (%s)", a.name, epoch, ans.reason)
-					a.fenced = true
-					a.gen++
-					w.onHost(a.idx, 100*time.Millisecond, a.register)
-				default:
-					attempt(i + 1)
-				}
-			})
-		}
-		attempt(0)
+			ans := resp.(answer)
+			switch ans.reason {
+			case "":
+				ttl = ans.ttl
+				a.holder.Granted(lease.Grant{Coordinator: ans.coordinator, Epoch: epoch, Sent: sent, TTL: ans.ttl},
+					lease.Voters{IDs: ans.voters, Index: ans.confIndex})
+				w.check.agentGranted(a)
+				w.onHost(a.idx, max(ttl/3-(a.now()-sent), 0), round)
+			case "NODE_FENCED", "EPOCH_EXPIRED", "UNKNOWN_NODE":
+				w.tracef("%s: epoch %d refused by %s (%s)", a.name, epoch, w.coords[c].name, ans.reason)
+				a.fenced = true
+				a.holder.Revoke()
+				a.gen++
+				w.onHost(a.idx, 100*time.Millisecond, a.register)
+			case "LEASE_ATTESTED", "FAILOVER_REQUESTED":
+				a.holder.Lost(w.coords[c].name)
+				w.onHost(a.idx, ttl/12, round)
+			default:
+				w.onHost(a.idx, ttl/12, round)
+			}
+		})
 	}
 	round()
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"walden/fsm"
+	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -172,21 +173,38 @@ func (k *checker) checkLiveness(a *Agent) {
 		return
 	}
 	healthy := 0
+	var names []string
 	for _, c := range w.coords {
 		h := c.host()
-		if h.down || w.now-h.lastTrouble < win || !h.runnable(w.now) {
+		if h.down || w.now-h.lastTrouble < win || !h.runnable(w.now) || w.now-c.quietEnd < win {
 			continue
 		}
+		// A coordinator that has not applied the broker's registration
+		// (cut off from the leader) cannot grant its epoch: it is not
+		// healthy for this broker.
+		if b, ok := c.st.Broker(a.name); !ok || b.GetEpoch() != a.epoch || b.GetFenced() {
+			continue
+		}
+		// A coordinator that attested must withdraw through raft before it
+		// grants again: it needs the leader both ways.
+		if c.grantor.Promised(lease.Key{Broker: a.name, Epoch: a.epoch}) {
+			l := w.raft.leader
+			if l < 0 || (l != c.idx && (!w.links[c.idx][l].perfect() || !w.links[l][c.idx].perfect() ||
+				w.now-w.links[c.idx][l].goodSince < win || w.now-w.links[l][c.idx].goodSince < win)) {
+				continue
+			}
+		}
 		up, down := w.links[a.idx][c.idx], w.links[c.idx][a.idx]
-		if up.perfect() && down.perfect() && w.now-up.goodSince >= win && w.now-down.goodSince >= win {
+		if up.perfect() && down.perfect() && w.now-up.goodSince >= win && w.now-down.goodSince >= win && w.now-c.epochSince[a.name] >= win {
 			healthy++
+			names = append(names, c.name)
 		}
 	}
 	if healthy < w.cfg.Coordinators/2+1 {
 		return
 	}
 	if _, ok := a.valid(); !ok {
-		k.fail(KindLapse, "%s's lease (epoch %d) lapsed while %d of %d coordinators were healthy and reachable for %.1fs",
-			a.name, a.epoch, healthy, w.cfg.Coordinators, float64(win)/1e9)
+		k.fail(KindLapse, "%s's lease (epoch %d) lapsed while %v of %d coordinators were healthy and reachable for %.1fs (grants left %v)",
+			a.name, a.epoch, names, w.cfg.Coordinators, float64(win)/1e9, a.holder.Live(a.now()))
 	}
 }

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -9,14 +11,17 @@ import (
 	"walden/detect"
 	"walden/fencing"
 	"walden/fsm"
-	"walden/policy"
+	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// Coord is one simulated coordinator: the real state machine (fsm.State),
-// the real decision function (detect.Decide) and lease table
-// (detect.LeaseTable), and the request handling of server/agent_service.go
-// and server/brokers_service.go reduced to their order of steps.
+// Coord is one simulated coordinator running the project's own code: the
+// state machine (fsm.State), the grant rule (detect.Grant over a
+// lease.Grantor whose durable state survives restarts), the observer's
+// planning (detect.Observer.Plan) and the decision function
+// (detect.Decide). What the simulation supplies is the order of the steps
+// of server/agent_service.go, server/brokers_service.go and detect.Decider,
+// and their network and raft.
 type Coord struct {
 	w    *World
 	idx  int // index in w.coords and w.hosts
@@ -27,16 +32,27 @@ type Coord struct {
 	waiters map[uint64]func(*waldenv1.Result, error)
 	reads   []readWaiter
 
-	// config is the policy: section of this member's config file.
+	// config is the policy: section of this member's config file (the
+	// seed, when it is the first leader).
 	config *waldenv1.Policy
-	leases *detect.LeaseTable
+	// store is the member's durable lease state (it survives restarts).
+	store    *lease.MemStore
+	grantor  *lease.Grantor
+	observer *detect.Observer
 
 	deciderTerm uint64
+	leaderSince time.Time
 	mem         detect.Memory
+	seedAt      int64
 
-	probes map[string]*probeState
 	// replaying is set while a restarted member replays the log.
 	replaying bool
+	// epochSince is the real time this member applied each broker's
+	// current epoch (for the liveness check: it cannot grant before).
+	epochSince map[string]int64
+	// quietEnd is the real time the grantor's quiet period after the last
+	// start ends.
+	quietEnd int64
 }
 
 type readWaiter struct {
@@ -44,20 +60,21 @@ type readWaiter struct {
 	done  func()
 }
 
-type probeState struct {
-	epoch    uint64
-	failures int
-	ok       bool
-}
-
 func newCoord(w *World, i int) *Coord {
-	c := &Coord{w: w, idx: i, name: w.hosts[i].name, config: policy.Defaults()}
+	c := &Coord{w: w, idx: i, name: w.hosts[i].name, config: w.basePolicy(), store: &lease.MemStore{}}
 	c.reset()
 	return c
 }
 
+// clock is the host's boot clock.
+func (c *Coord) clock() lease.Clock {
+	h := c.host()
+	return lease.ClockFunc(func() time.Duration { return time.Duration(h.boot(c.w.now)) })
+}
+
 // reset gives the coordinator the memory of a fresh process: the state
-// machine replayed from the committed log, nothing else.
+// machine replayed from the committed log, the lease state from its store,
+// nothing else.
 func (c *Coord) reset() {
 	w := c.w
 	c.st = fsm.New("sim")
@@ -69,16 +86,27 @@ func (c *Coord) reset() {
 		}
 	}
 	c.applied = 0
+	c.epochSince = map[string]int64{}
 	c.waiters = map[uint64]func(*waldenv1.Result, error){}
 	c.reads = nil
-	c.leases = detect.NewLeaseTable(c.monoTime())
 	c.deciderTerm, c.mem = 0, detect.Memory{}
-	c.probes = map[string]*probeState{}
 	c.replaying = true
 	for c.applied < len(w.raft.log) {
 		c.applyOne()
 	}
 	c.replaying = false
+	ttl, drift := ms(c.config.GetLeaseTtlMs()), ms(c.config.GetDriftMarginMs())
+	if p, _, seeded := c.st.Policy(); seeded {
+		ttl, drift = max(ttl, ms(p.GetLeaseTtlMs())), max(drift, ms(p.GetDriftMarginMs()))
+	}
+	g, err := lease.NewGrantor(c.clock(), c.store, ttl, drift)
+	if err != nil {
+		panic(err)
+	}
+	c.grantor = g
+	c.quietEnd = w.now + int64(float64(g.QuietFor())/c.host().rate)
+	c.observer = detect.NewObserver(detect.ObserverConfig{NodeID: c.name, Grantor: g, Clock: c.clock(),
+		Logger: slog.New(slog.DiscardHandler)}, c.st, nil, nil)
 	for _, j := range c.st.Jobs("", fsm.JobPending) {
 		c.onJob(j)
 	}
@@ -86,22 +114,13 @@ func (c *Coord) reset() {
 
 func (c *Coord) host() *host { return c.w.hosts[c.idx] }
 
-// monoTime is the process's monotonic clock as a time.Time (what time.Now
-// gives the real code).
-func (c *Coord) monoTime() time.Time { return time.Unix(0, c.host().mono(c.w.now)) }
+func (c *Coord) bootTime() time.Time { return time.Unix(0, c.host().boot(c.w.now)) }
 
 func (c *Coord) wallMs() int64 { return 1_700_000_000_000 + c.w.now/1e6 }
 
 func (c *Coord) start() {
 	c.w.onHost(c.idx, 150*time.Millisecond, c.deciderTick)
 	c.w.onHost(c.idx, time.Duration(c.w.rng.Int64N(int64(time.Second))), c.observeRound)
-}
-
-// effective is this member's effective policy: its config under the
-// runtime overrides (the code under test).
-func (c *Coord) effective() *waldenv1.Policy {
-	p, _ := policy.Effective(c.config, c.st.PolicyOverrides())
-	return p
 }
 
 // applyCommitted applies every committed entry not yet applied.
@@ -128,9 +147,12 @@ func (c *Coord) applyOne() {
 	if w.check != nil {
 		before = epochs(c.st)
 	}
-	res, err := c.st.Apply(uint64(w.cfg.Coordinators)+e.index, e.cmd)
+	res, err := c.st.Apply(uint64(w.cfg.Coordinators)+e.index, e.term, e.cmd)
 	if w.check != nil {
 		w.check.afterApply(c, e, before, res, err)
+	}
+	if rb := e.cmd.GetRegisterBroker(); rb != nil && err == nil {
+		c.epochSince[rb.GetBrokerId()] = w.now
 	}
 	if df := e.cmd.GetDeclareFailed(); df != nil && err == nil && res.GetDeclareFailed().GetJobId() != "" {
 		id := res.GetDeclareFailed().GetJobId()
@@ -174,6 +196,10 @@ func (c *Coord) propose(op any, timeout time.Duration, done func(*waldenv1.Resul
 		cmd.Op = &waldenv1.Command_DeclareFailed{DeclareFailed: o}
 	case *waldenv1.SetPolicy:
 		cmd.Op = &waldenv1.Command_SetPolicy{SetPolicy: o}
+	case *waldenv1.SeedPolicy:
+		cmd.Op = &waldenv1.Command_SeedPolicy{SeedPolicy: o}
+	case *waldenv1.RequestFailover:
+		cmd.Op = &waldenv1.Command_RequestFailover{RequestFailover: o}
 	case *waldenv1.FinishJob:
 		cmd.Op = &waldenv1.Command_FinishJob{FinishJob: o}
 	case *waldenv1.RecordEvent:
@@ -199,39 +225,38 @@ func (c *Coord) propose(op any, timeout time.Duration, done func(*waldenv1.Resul
 	return id
 }
 
-var errTimeout = fmt.Errorf("sim: timed out")
+var errTimeout = errors.New("sim: timed out")
 
 // answer is what a coordinator replies to an agent.
 type answer struct {
 	epoch  uint64
 	ttl    time.Duration
 	reason string // a fencing reason, "UNAVAILABLE", or "" on success
+	// coordinator, voters and confIndex come with a grant.
+	coordinator string
+	voters      []string
+	confIndex   uint64
 }
 
-// forward relays an agent request to the member this one believes leads
-// (a follower forwards Register and RenewLease).
-func (c *Coord) forward(handle func(*Coord, func(answer)), reply func(answer)) {
+// handleRegister is Agent.Register: a follower forwards to the member it
+// believes leads; the leader proposes RegisterBroker.
+func (c *Coord) handleRegister(broker string, reply func(answer)) {
 	w := c.w
-	target := w.raft.believedLeader[c.idx]
-	if target < 0 || target == c.idx {
-		reply(answer{reason: "UNAVAILABLE"})
-		return
-	}
-	w.call(c.idx, target, 2*time.Second, func(r func(any)) {
-		handle(w.coords[target], func(a answer) { r(a) })
-	}, func(resp any, timedOut bool) {
-		if timedOut {
+	if ok, _ := w.raft.believesLeader(c.idx); !ok {
+		target := w.raft.believedLeader[c.idx]
+		if target < 0 || target == c.idx {
 			reply(answer{reason: "UNAVAILABLE"})
 			return
 		}
-		reply(resp.(answer))
-	})
-}
-
-// handleRegister is Agent.Register.
-func (c *Coord) handleRegister(broker string, reply func(answer)) {
-	if ok, _ := c.w.raft.believesLeader(c.idx); !ok {
-		c.forward(func(l *Coord, r func(answer)) { l.handleRegisterAsLeader(broker, r) }, reply)
+		w.call(c.idx, target, 2*time.Second, func(r func(any)) {
+			w.coords[target].handleRegisterAsLeader(broker, func(a answer) { r(a) })
+		}, func(resp any, timedOut bool) {
+			if timedOut {
+				reply(answer{reason: "UNAVAILABLE"})
+				return
+			}
+			reply(resp.(answer))
+		})
 		return
 	}
 	c.handleRegisterAsLeader(broker, reply)
@@ -247,72 +272,48 @@ func (c *Coord) handleRegisterAsLeader(broker string, reply func(answer)) {
 			reply(answer{reason: reasonOf(err)})
 			return
 		}
-		p := c.effective()
-		epoch := res.GetRegisterBroker().GetEpoch()
-		c.leases.Renew(broker, epoch, c.monoTime(), ms(p.GetLeaseTtlMs()))
-		reply(answer{epoch: epoch, ttl: ms(p.GetLeaseTtlMs())})
+		p, _, _ := c.st.Policy()
+		reply(answer{epoch: res.GetRegisterBroker().GetEpoch(), ttl: ms(p.GetLeaseTtlMs())})
 	})
 }
 
-// handleRenew is Agent.RenewLease.
+// handleRenew is Agent.RenewLease: granted here, from this member's applied
+// state and clock. A refusal that may come from lagging behind the log (an
+// unknown broker, or an epoch newer than the one applied) is confirmed by a
+// ReadIndex round first.
 func (c *Coord) handleRenew(broker string, epoch uint64, reply func(answer)) {
-	if ok, _ := c.w.raft.believesLeader(c.idx); !ok {
-		c.forward(func(l *Coord, r func(answer)) { l.handleRenewAsLeader(broker, epoch, r) }, reply)
-		return
-	}
-	c.handleRenewAsLeader(broker, epoch, reply)
-}
-
-func (c *Coord) handleRenewAsLeader(broker string, epoch uint64, reply func(answer)) {
-	if ok, _ := c.w.raft.believesLeader(c.idx); !ok {
-		reply(answer{reason: "UNAVAILABLE"})
-		return
-	}
-	at := c.monoTime()
-	c.w.raft.readIndex(c.idx, func() {
-		if err := c.st.CheckBroker(broker, epoch, nil); err != nil {
+	grant := func() {
+		resp, err := detect.Grant(c.st, c.grantor, c.name, broker, epoch)
+		if err != nil {
 			reply(answer{reason: reasonOf(err)})
 			return
 		}
-		ttl := c.effective().GetLeaseTtlMs()
-		if !c.leases.Renew(broker, epoch, at, ms(ttl)) {
-			reply(answer{reason: "DECLARING"})
+		a := answer{epoch: epoch, ttl: ms(resp.GetLeaseTtlMs()), coordinator: c.name, confIndex: resp.GetConfIndex()}
+		for _, v := range resp.GetVoters() {
+			a.voters = append(a.voters, v.GetId())
+		}
+		reply(a)
+	}
+	if err := c.st.CheckBroker(broker, epoch, nil); err != nil {
+		if b, known := c.st.Broker(broker); !known || epoch >= b.GetEpoch() {
+			c.w.raft.readIndex(c.idx, grant)
 			return
 		}
-		c.w.tracef("%s grants %s@%d ttl %dms", c.name, broker, epoch, ttl)
-		reply(answer{epoch: epoch, ttl: ms(ttl)})
-	})
+	}
+	grant()
 }
 
-// handleFailover is Brokers.Failover (manual failover by an operator).
+// handleFailover is Brokers.Failover: an operator's request, replicated;
+// the coordinators stop renewing the epoch and the leader decides once a
+// majority attests.
 func (c *Coord) handleFailover(broker string) {
-	w := c.w
-	ok, term := w.raft.believesLeader(c.idx)
-	if !ok {
-		target := w.raft.believedLeader[c.idx]
-		if target >= 0 && target != c.idx {
-			w.send(c.idx, target, func() { w.coords[target].handleFailover(broker) })
-		}
+	b, ok := c.st.Broker(broker)
+	if !ok || b.GetFenced() {
 		return
 	}
-	w.raft.readIndex(c.idx, func() {
-		b, ok := c.st.Broker(broker)
-		if !ok || b.GetFenced() {
-			return
-		}
-		p := c.effective()
-		remaining := c.leases.ForceDeclare(broker, b.GetEpoch(), ms(p.GetLeaseTtlMs()), c.monoTime())
-		ev := &waldenv1.Evidence{Manual: true, Reason: "manual failover", DecidedBy: c.name,
-			LeaseWaitMs: max(remaining.Milliseconds()+p.GetDriftMarginMs(), 0)}
-		w.tracef("%s manual failover of %s@%d, lease wait %dms", c.name, broker, b.GetEpoch(), ev.GetLeaseWaitMs())
-		id := c.propose(&waldenv1.DeclareFailed{BrokerId: broker, Epoch: b.GetEpoch(), Evidence: ev, LiveMembers: c.liveMembers()},
-			2*time.Second, func(res *waldenv1.Result, err error) {
-				if err != nil && fencing.Reason(err) != "" {
-					c.leases.AbortDeclare(broker, b.GetEpoch())
-				}
-			})
-		w.raft.decidedTerm[id] = term
-	})
+	c.w.tracef("%s: operator requests the failover of %s@%d", c.name, broker, b.GetEpoch())
+	c.propose(&waldenv1.RequestFailover{BrokerId: broker, Epoch: b.GetEpoch(), Reason: "operator", Actor: "operator"}, 2*time.Second,
+		func(*waldenv1.Result, error) {})
 }
 
 func (c *Coord) liveMembers() []string {
@@ -323,39 +324,34 @@ func (c *Coord) liveMembers() []string {
 	return out
 }
 
-func (c *Coord) voters() []string { return c.liveMembers() }
-
 // deciderTick is one round of detect.Decider.Tick.
 func (c *Coord) deciderTick() {
 	w := c.w
 	defer w.onHost(c.idx, 150*time.Millisecond, c.deciderTick)
 	leader, term := w.raft.believesLeader(c.idx)
-	now := c.monoTime()
+	now := c.bootTime()
 	if !leader {
 		c.deciderTerm, c.mem = 0, detect.Memory{}
 		return
 	}
 	if c.deciderTerm != term {
-		c.deciderTerm, c.mem = term, detect.Memory{}
-		c.leases.Reset(now)
+		c.deciderTerm, c.mem, c.leaderSince, c.seedAt = term, detect.Memory{}, now, 0
 	}
-	p := c.effective()
-	ttl := ms(p.GetLeaseTtlMs())
-	brokers := c.st.Brokers()
-	expiry := map[string]time.Time{}
-	for _, b := range brokers {
-		expiry[b.GetBrokerId()] = c.leases.ExpiresAt(b.GetBrokerId(), b.GetEpoch(), ttl)
+	p, _, seeded := c.st.Policy()
+	if !seeded {
+		if c.seedAt == 0 || now.UnixNano()-c.seedAt >= int64(time.Second) {
+			c.seedAt = now.UnixNano()
+			c.propose(&waldenv1.SeedPolicy{Policy: c.config, SeededBy: c.name}, 2*time.Second, func(*waldenv1.Result, error) {})
+		}
+		return
 	}
 	dec := detect.Decide(detect.Input{
-		Now: now, NowUnixMs: c.wallMs(), LeaderSince: c.leases.LeaderSince(), LeaderID: c.name, Term: term,
-		Policy: p, Voters: c.voters(), LiveMembers: c.liveMembers(), Brokers: brokers, LeaseExpiry: expiry,
+		Now: now, NowUnixMs: c.wallMs(), LeaderSince: c.leaderSince, LeaderID: c.name, Term: term,
+		Policy: p, Voters: c.st.Voters(), LiveMembers: c.liveMembers(), Brokers: c.st.Brokers(),
 		RunningRecoveries: c.st.ActiveJobs(), Memory: c.mem,
 	})
 	c.mem = dec.Memory
 	for _, df := range dec.Declare {
-		if !df.GetDryRun() && !c.leases.BeginDeclare(df.GetBrokerId(), df.GetEpoch(), ttl, ms(p.GetDriftMarginMs()), c.monoTime()) {
-			continue
-		}
 		w.tracef("%s (term %d) declares %s@%d failed: %s", c.name, term, df.GetBrokerId(), df.GetEpoch(), df.GetEvidence().GetReason())
 		// The proposal leaves the decider a moment later (the tick's own
 		// work): the leadership may have moved meanwhile.
@@ -363,7 +359,7 @@ func (c *Coord) deciderTick() {
 		w.onHost(c.idx, time.Duration(w.rng.Int64N(int64(20*time.Millisecond))), func() {
 			id := c.propose(df, 2*time.Second, func(res *waldenv1.Result, err error) {
 				if err != nil && fencing.Reason(err) != "" {
-					c.leases.AbortDeclare(df.GetBrokerId(), df.GetEpoch())
+					w.tracef("%s: decision on %s refused: %s", c.name, df.GetBrokerId(), fencing.Reason(err))
 				}
 			})
 			w.raft.decidedTerm[id] = term
@@ -371,66 +367,54 @@ func (c *Coord) deciderTick() {
 	}
 }
 
-// observeRound is one round of detect.Observer: probe every observed broker
-// and propose the observations that changed (3 failed probes: suspect).
+// observeRound is one round of detect.Observer: probe every observed
+// broker, plan this member's observation (detect.Observer.Plan) and propose
+// it; an applied withdrawal lifts the promise.
 func (c *Coord) observeRound() {
 	w := c.w
 	defer w.onHost(c.idx, time.Second, c.observeRound)
 	for _, b := range c.st.Brokers() {
-		if b.GetFenced() || b.GetMaintenance() {
+		if b.GetFenced() {
 			continue
 		}
-		id, epoch := b.GetBrokerId(), b.GetEpoch()
+		id := b.GetBrokerId()
 		a := w.agentByName(id)
+		obs := c.observer
 		w.call(c.idx, a.idx, 500*time.Millisecond, func(reply func(any)) { reply(true) }, func(_ any, timedOut bool) {
-			ps := c.probes[id]
-			if ps == nil || ps.epoch != epoch {
-				ps = &probeState{epoch: epoch}
-				c.probes[id] = ps
-			}
-			if timedOut {
-				ps.failures++
-			} else {
-				ps.failures, ps.ok = 0, true
-			}
-			state := ""
-			switch {
-			case ps.failures >= 3:
-				state = fsm.ObservedSuspect
-			case ps.failures == 0 && ps.ok:
-				state = fsm.ObservedAlive
-			}
-			if state == "" || state == committedObservation(c.st, id, c.name) {
+			cur, ok := c.st.Broker(id)
+			if !ok || cur.GetFenced() || obs != c.observer {
 				return
 			}
-			c.propose(&waldenv1.ObserveBroker{ObserverId: c.name, BrokerId: id, State: state}, 2*time.Second,
-				func(*waldenv1.Result, error) {})
+			var probeErr error
+			if timedOut || cur.GetEpoch() != b.GetEpoch() {
+				probeErr = detect.ErrProbe
+			}
+			p, _, seeded := c.st.Policy()
+			pr, ok := obs.Plan(cur, probeErr, true, p, seeded)
+			if !ok {
+				return
+			}
+			if pr.Observe.GetLeaseExpired() {
+				w.tracef("%s attests %s@%d expired", c.name, id, pr.Observe.GetEpoch())
+			}
+			c.propose(pr.Observe, 2*time.Second, func(_ *waldenv1.Result, err error) {
+				if err == nil && pr.Withdraw && obs == c.observer {
+					w.tracef("%s withdrew its attestation for %s@%d", c.name, id, pr.Observe.GetEpoch())
+					obs.Withdrawn(pr.Observe)
+				}
+			})
 		})
 	}
 }
 
-func committedObservation(st *fsm.State, broker, observer string) string {
-	b, ok := st.Broker(broker)
-	if !ok {
-		return ""
-	}
-	for _, o := range b.GetObservations() {
-		if o.GetObserverId() == observer {
-			return o.GetState()
-		}
-	}
-	return ""
-}
-
-// onJob: the assignee of a new recovery job runs it (waits out lease_wait_ms, then reads the WAL and finishes).
+// onJob: the assignee of a new recovery job runs it: reads the WAL at once
+// (the decision needed a majority of attestations), then finishes.
 func (c *Coord) onJob(j *waldenv1.Job) {
 	w := c.w
 	if j.GetAssigneeId() != c.name {
 		return
 	}
-	wait := ms(j.GetLeaseWaitMs())
-	w.tracef("%s runs %s: lease wait %s", c.name, j.GetJobId(), wait)
-	w.onHost(c.idx, wait, func() {
+	w.onHost(c.idx, ms(j.GetLeaseWaitMs()), func() {
 		w.check.walRead(j.GetBrokerId(), w.jobEpoch[j.GetJobId()])
 		w.onHost(c.idx, 200*time.Millisecond, func() {
 			c.propose(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: j.GetAttempt(), State: fsm.JobSucceeded}, 2*time.Second,
@@ -439,10 +423,10 @@ func (c *Coord) onJob(j *waldenv1.Job) {
 	})
 }
 
-// reasonOf returns the refusal reason of a state machine error.
+// reasonOf returns the refusal reason of an error.
 func reasonOf(err error) string {
-	if err == errTimeout {
-		return "UNAVAILABLE"
+	if errors.Is(err, lease.ErrPromised) {
+		return "LEASE_ATTESTED"
 	}
 	if r := fencing.Reason(err); r != "" {
 		return r

@@ -43,12 +43,18 @@ func (w *World) randomPolicy() *waldenv1.Policy {
 	}
 }
 
+// basePolicy is the policy of every member's config file without
+// ConfigDrift: the defaults, without the cooldown and the freeze (so that
+// the simulation fails brokers over often).
+func (w *World) basePolicy() *waldenv1.Policy {
+	p := policy.Defaults()
+	p.CooldownMs, p.MaxFailedFraction = 0, 1
+	return p
+}
+
 func (w *World) startFaults() {
 	f := w.cfg.Faults
-	base := policy.Defaults()
-	base.CooldownMs, base.MaxFailedFraction = 0, 1
 	for _, c := range w.coords {
-		c.config = base
 		if f.ConfigDrift {
 			c.config = w.randomPolicy()
 		}

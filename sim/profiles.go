@@ -17,6 +17,7 @@ func Profiles() []Profile {
 		{"host-suspend", Faults{Suspends: true}},
 		{"leader-changes-and-stalls", Faults{LeaderChanges: true, NetworkFaults: true, Stalls: true}},
 		{"restarts", Faults{Restarts: true, NetworkFaults: true}},
+		{"restarts-and-manual-failovers", Faults{Restarts: true, ManualFailovers: true, LeaderChanges: true}},
 		{"degraded-network", Faults{NetworkFaults: true}},
 		{"all", AllFaults()},
 	}

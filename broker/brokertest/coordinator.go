@@ -86,7 +86,7 @@ func (c *Coordinator) Apply(op any) (*waldenv1.Result, error) {
 	defer c.mu.Unlock()
 	c.index++
 	cmd.RequestId = c.index
-	return c.st.Apply(c.index, cmd)
+	return c.st.Apply(c.index, 1, cmd)
 }
 
 func rpcErr(err error) error {
@@ -164,7 +164,9 @@ func (s agentSvc) RenewLease(_ context.Context, req *waldenv1.RenewLeaseRequest)
 	if err := s.c.st.CheckBroker(req.GetBrokerId(), req.GetEpoch(), nil); err != nil {
 		return nil, rpcErr(err)
 	}
-	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: s.c.LeaseTTL.Milliseconds(), LeaderId: "c1"}, nil
+	// The only voter: its grant alone is a majority.
+	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: s.c.LeaseTTL.Milliseconds(), LeaderId: "c1",
+		CoordinatorId: "c1", Voters: []*waldenv1.Voter{{Id: "c1", AdminAddr: s.c.Addr}}, ConfIndex: 1}, nil
 }
 
 type catalogSvc struct {

@@ -22,7 +22,8 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// leaderStub answers Register with epoch 1 and every RenewLease of epoch 1.
+// leaderStub answers Register with epoch 1 and grants every RenewLease of
+// epoch 1 as the cluster's only voter.
 type leaderStub struct {
 	waldenv1.UnimplementedAgentServer
 
@@ -42,7 +43,8 @@ func (s *leaderStub) RenewLease(_ context.Context, req *waldenv1.RenewLeaseReque
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.renewals++
-	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: 600, LeaderId: "c1"}, nil
+	return &waldenv1.RenewLeaseResponse{Epoch: req.GetEpoch(), LeaseTtlMs: 600, LeaderId: "c1", CoordinatorId: "c1",
+		Voters: []*waldenv1.Voter{{Id: "c1"}}, ConfIndex: 1}, nil
 }
 
 func (s *leaderStub) addr() string {

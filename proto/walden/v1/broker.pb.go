@@ -89,8 +89,20 @@ type Observation struct {
 	SinceUnixMs int64 `protobuf:"varint,3,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
 	// reason says what the observer saw ("probe timeout", "gossip: dead", ...).
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	// index is the raft index at which the observation was committed.
-	Index         uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	// index is the raft index at which the observation was last accepted (an
+	// ObserveBroker names it in expected_index to replace it).
+	Index uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	// epoch is the broker epoch the observation was made against; a
+	// re-registration (new epoch) clears every observation.
+	Epoch uint64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// lease_expired is the observer's attestation that its lease grant for
+	// (broker, epoch) expired, and its promise to grant that epoch nothing
+	// more. A failover decision needs a majority of the voters' attestations.
+	LeaseExpired bool `protobuf:"varint,7,opt,name=lease_expired,json=leaseExpired,proto3" json:"lease_expired,omitempty"`
+	// unheard_for_ms is how long the observer had not heard from the broker
+	// (no answered probe, no renewal) when it proposed the observation, on
+	// its own clock.
+	UnheardForMs  int64 `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -160,6 +172,107 @@ func (x *Observation) GetIndex() uint64 {
 	return 0
 }
 
+func (x *Observation) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Observation) GetLeaseExpired() bool {
+	if x != nil {
+		return x.LeaseExpired
+	}
+	return false
+}
+
+func (x *Observation) GetUnheardForMs() int64 {
+	if x != nil {
+		return x.UnheardForMs
+	}
+	return 0
+}
+
+// FailoverRequested is an operator's request to fail a broker over. Every
+// coordinator stops granting the epoch when it applies it and attests once
+// its last grant expired; the leader then decides, skipping the timeouts and
+// gates but never the lease.
+type FailoverRequested struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	UnixMs        int64                  `protobuf:"varint,4,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	Index         uint64                 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailoverRequested) Reset() {
+	*x = FailoverRequested{}
+	mi := &file_walden_v1_broker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailoverRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailoverRequested) ProtoMessage() {}
+
+func (x *FailoverRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailoverRequested.ProtoReflect.Descriptor instead.
+func (*FailoverRequested) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FailoverRequested) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *FailoverRequested) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailoverRequested) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *FailoverRequested) GetUnixMs() int64 {
+	if x != nil {
+		return x.UnixMs
+	}
+	return 0
+}
+
+func (x *FailoverRequested) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 // Broker is a registered broker.
 type Broker struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -173,8 +286,9 @@ type Broker struct {
 	// must register again before it may write.
 	Fenced      bool `protobuf:"varint,4,opt,name=fenced,proto3" json:"fenced,omitempty"`
 	Maintenance bool `protobuf:"varint,5,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
-	// lease_remaining_ms is the leader's view of the broker's lease, measured on
-	// the leader's monotonic clock; -1 when the answering member cannot tell.
+	// lease_remaining_ms is what remains of the answering member's last grant
+	// of the broker's lease (its part of the quorum lease), on its boot clock;
+	// -1 when it has not granted the current epoch.
 	LeaseRemainingMs int64 `protobuf:"varint,6,opt,name=lease_remaining_ms,json=leaseRemainingMs,proto3" json:"lease_remaining_ms,omitempty"`
 	// agent_addr is the agent's local endpoint (GET /v1/lease), also probed by
 	// coordinators.
@@ -216,13 +330,26 @@ type Broker struct {
 	MaintenanceReason      string `protobuf:"bytes,21,opt,name=maintenance_reason,json=maintenanceReason,proto3" json:"maintenance_reason,omitempty"`
 	MaintenanceTtlMs       int64  `protobuf:"varint,22,opt,name=maintenance_ttl_ms,json=maintenanceTtlMs,proto3" json:"maintenance_ttl_ms,omitempty"`
 	MaintenanceUntilUnixMs int64  `protobuf:"varint,23,opt,name=maintenance_until_unix_ms,json=maintenanceUntilUnixMs,proto3" json:"maintenance_until_unix_ms,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// failover_requested is set by a manual failover until the decision
+	// applies (for the current epoch only).
+	FailoverRequested *FailoverRequested `protobuf:"bytes,24,opt,name=failover_requested,json=failoverRequested,proto3" json:"failover_requested,omitempty"`
+	// lease_view_of is the member whose lease grant lease_remaining_ms shows
+	// (the answering member).
+	LeaseViewOf string `protobuf:"bytes,25,opt,name=lease_view_of,json=leaseViewOf,proto3" json:"lease_view_of,omitempty"`
+	// hold and hold_detail say why a suspected broker is not failed over
+	// yet, as the leader's last decision round saw it: "quorum", "timeout",
+	// "lease", "frozen", "max_concurrent_recoveries", "cooldown",
+	// "dry_run_done" (empty when not answered by the leader, or nothing
+	// holds it).
+	Hold          string `protobuf:"bytes,26,opt,name=hold,proto3" json:"hold,omitempty"`
+	HoldDetail    string `protobuf:"bytes,27,opt,name=hold_detail,json=holdDetail,proto3" json:"hold_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Broker) Reset() {
 	*x = Broker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[2]
+	mi := &file_walden_v1_broker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +361,7 @@ func (x *Broker) String() string {
 func (*Broker) ProtoMessage() {}
 
 func (x *Broker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[2]
+	mi := &file_walden_v1_broker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +374,7 @@ func (x *Broker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Broker.ProtoReflect.Descriptor instead.
 func (*Broker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{2}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Broker) GetBrokerId() string {
@@ -411,6 +538,34 @@ func (x *Broker) GetMaintenanceUntilUnixMs() int64 {
 	return 0
 }
 
+func (x *Broker) GetFailoverRequested() *FailoverRequested {
+	if x != nil {
+		return x.FailoverRequested
+	}
+	return nil
+}
+
+func (x *Broker) GetLeaseViewOf() string {
+	if x != nil {
+		return x.LeaseViewOf
+	}
+	return ""
+}
+
+func (x *Broker) GetHold() string {
+	if x != nil {
+		return x.Hold
+	}
+	return ""
+}
+
+func (x *Broker) GetHoldDetail() string {
+	if x != nil {
+		return x.HoldDetail
+	}
+	return ""
+}
+
 // Evidence is what a failover decision was based on. It is committed in the
 // decision entry and kept in the event log.
 type Evidence struct {
@@ -439,18 +594,21 @@ type Evidence struct {
 	// expired by the margin, as every automatic decision requires). The
 	// recovery waits this long before it reads the WAL, so that a broker
 	// failed over manually while alive cannot acknowledge a write the recovery
-	// does not see.
+	// does not see. Always 0 with quorum leases: the decision needs a
+	// majority of attestations that every grant expired.
 	LeaseWaitMs int64 `protobuf:"varint,12,opt,name=lease_wait_ms,json=leaseWaitMs,proto3" json:"lease_wait_ms,omitempty"`
 	// requested_by is the identity (its certificate's name) that asked for a
 	// manual failover; the decision event names it as the actor.
-	RequestedBy   string `protobuf:"bytes,13,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	RequestedBy string `protobuf:"bytes,13,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// term is the raft term the decision was made in.
+	Term          uint64 `protobuf:"varint,14,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_walden_v1_broker_proto_msgTypes[3]
+	mi := &file_walden_v1_broker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +620,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[3]
+	mi := &file_walden_v1_broker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +633,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{3}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Evidence) GetObservations() []*Observation {
@@ -569,6 +727,13 @@ func (x *Evidence) GetRequestedBy() string {
 	return ""
 }
 
+func (x *Evidence) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 // Event is one entry of the bounded event log kept in the replicated state.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -592,7 +757,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_walden_v1_broker_proto_msgTypes[4]
+	mi := &file_walden_v1_broker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +769,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[4]
+	mi := &file_walden_v1_broker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +782,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{4}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Event) GetIndex() uint64 {
@@ -698,7 +863,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[5]
+	mi := &file_walden_v1_broker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +875,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[5]
+	mi := &file_walden_v1_broker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +888,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{5}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Policy) GetFailureTimeoutMs() int64 {
@@ -790,8 +955,8 @@ func (x *Policy) GetDriftMarginMs() int64 {
 }
 
 // PolicyEntry is one policy key with its effective value and its source:
-// "default", "config" (the answering leader's config file) or "runtime"
-// (set through raft with `waldenctl policy set`).
+// "default", "seed" (the founding member's config file) or "runtime" (set
+// through raft with `waldenctl policy set`).
 type PolicyEntry struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -805,7 +970,7 @@ type PolicyEntry struct {
 
 func (x *PolicyEntry) Reset() {
 	*x = PolicyEntry{}
-	mi := &file_walden_v1_broker_proto_msgTypes[6]
+	mi := &file_walden_v1_broker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +982,7 @@ func (x *PolicyEntry) String() string {
 func (*PolicyEntry) ProtoMessage() {}
 
 func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[6]
+	mi := &file_walden_v1_broker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +995,7 @@ func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEntry.ProtoReflect.Descriptor instead.
 func (*PolicyEntry) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{6}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PolicyEntry) GetKey() string {
@@ -879,7 +1044,7 @@ type RegisterBroker struct {
 
 func (x *RegisterBroker) Reset() {
 	*x = RegisterBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1056,7 @@ func (x *RegisterBroker) String() string {
 func (*RegisterBroker) ProtoMessage() {}
 
 func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1069,7 @@ func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBroker.ProtoReflect.Descriptor instead.
 func (*RegisterBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{7}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegisterBroker) GetBrokerId() string {
@@ -959,7 +1124,7 @@ type RegisterBrokerResult struct {
 
 func (x *RegisterBrokerResult) Reset() {
 	*x = RegisterBrokerResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1136,7 @@ func (x *RegisterBrokerResult) String() string {
 func (*RegisterBrokerResult) ProtoMessage() {}
 
 func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1149,7 @@ func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResult.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterBrokerResult) GetEpoch() uint64 {
@@ -1003,18 +1168,29 @@ func (x *RegisterBrokerResult) GetRecoveredWalOffset() int64 {
 
 // ObserveBroker records a coordinator's changed observation of a broker.
 type ObserveBroker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ObserverId    string                 `protobuf:"bytes,1,opt,name=observer_id,json=observerId,proto3" json:"observer_id,omitempty"`
-	BrokerId      string                 `protobuf:"bytes,2,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ObserverId string                 `protobuf:"bytes,1,opt,name=observer_id,json=observerId,proto3" json:"observer_id,omitempty"`
+	BrokerId   string                 `protobuf:"bytes,2,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	State      string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason     string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// epoch is the broker epoch observed; an observation of another epoch is
+	// refused (EPOCH_EXPIRED).
+	Epoch uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// lease_expired attests that the observer's grant for the epoch expired
+	// (see Observation.lease_expired); false withdraws an attestation.
+	LeaseExpired bool `protobuf:"varint,6,opt,name=lease_expired,json=leaseExpired,proto3" json:"lease_expired,omitempty"`
+	// expected_index is the index of the observer's observation this one
+	// replaces (0: none); a mismatch is refused (STALE_OBSERVATION), so that a
+	// late proposal never overwrites a newer one.
+	ExpectedIndex uint64 `protobuf:"varint,7,opt,name=expected_index,json=expectedIndex,proto3" json:"expected_index,omitempty"`
+	UnheardForMs  int64  `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObserveBroker) Reset() {
 	*x = ObserveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1202,7 @@ func (x *ObserveBroker) String() string {
 func (*ObserveBroker) ProtoMessage() {}
 
 func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1215,7 @@ func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveBroker.ProtoReflect.Descriptor instead.
 func (*ObserveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ObserveBroker) GetObserverId() string {
@@ -1070,6 +1246,34 @@ func (x *ObserveBroker) GetReason() string {
 	return ""
 }
 
+func (x *ObserveBroker) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ObserveBroker) GetLeaseExpired() bool {
+	if x != nil {
+		return x.LeaseExpired
+	}
+	return false
+}
+
+func (x *ObserveBroker) GetExpectedIndex() uint64 {
+	if x != nil {
+		return x.ExpectedIndex
+	}
+	return 0
+}
+
+func (x *ObserveBroker) GetUnheardForMs() int64 {
+	if x != nil {
+		return x.UnheardForMs
+	}
+	return 0
+}
+
 // DeclareFailed is the failover decision: applying it fences the broker
 // (new epoch, fenced) and creates its recovery job. It applies only if the
 // broker still has epoch, so a decision is taken at most once per epoch.
@@ -1083,14 +1287,18 @@ type DeclareFailed struct {
 	// live_members are the members the leader saw alive when deciding, the
 	// candidates for the recovery job's assignee (fewest running jobs wins,
 	// ties to the smallest id).
-	LiveMembers   []string `protobuf:"bytes,5,rep,name=live_members,json=liveMembers,proto3" json:"live_members,omitempty"`
+	LiveMembers []string `protobuf:"bytes,5,rep,name=live_members,json=liveMembers,proto3" json:"live_members,omitempty"`
+	// term is the raft term of the leadership that decided; the state machine
+	// refuses the entry when it was appended in another term
+	// (DECIDED_IN_ANOTHER_TERM).
+	Term          uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeclareFailed) Reset() {
 	*x = DeclareFailed{}
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1310,7 @@ func (x *DeclareFailed) String() string {
 func (*DeclareFailed) ProtoMessage() {}
 
 func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1323,7 @@ func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailed.ProtoReflect.Descriptor instead.
 func (*DeclareFailed) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeclareFailed) GetBrokerId() string {
@@ -1153,6 +1361,13 @@ func (x *DeclareFailed) GetLiveMembers() []string {
 	return nil
 }
 
+func (x *DeclareFailed) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 type DeclareFailedResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NewEpoch      uint64                 `protobuf:"varint,1,opt,name=new_epoch,json=newEpoch,proto3" json:"new_epoch,omitempty"`
@@ -1164,7 +1379,7 @@ type DeclareFailedResult struct {
 
 func (x *DeclareFailedResult) Reset() {
 	*x = DeclareFailedResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1391,7 @@ func (x *DeclareFailedResult) String() string {
 func (*DeclareFailedResult) ProtoMessage() {}
 
 func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1404,7 @@ func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailedResult.ProtoReflect.Descriptor instead.
 func (*DeclareFailedResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeclareFailedResult) GetNewEpoch() uint64 {
@@ -1226,7 +1441,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1453,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1466,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetPolicy) GetSet() map[string]string {
@@ -1285,7 +1500,7 @@ type AckBroker struct {
 
 func (x *AckBroker) Reset() {
 	*x = AckBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1512,7 @@ func (x *AckBroker) String() string {
 func (*AckBroker) ProtoMessage() {}
 
 func (x *AckBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1525,7 @@ func (x *AckBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckBroker.ProtoReflect.Descriptor instead.
 func (*AckBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AckBroker) GetBrokerId() string {
@@ -1346,7 +1561,7 @@ type SetMaintenance struct {
 
 func (x *SetMaintenance) Reset() {
 	*x = SetMaintenance{}
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1573,7 @@ func (x *SetMaintenance) String() string {
 func (*SetMaintenance) ProtoMessage() {}
 
 func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1586,7 @@ func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenance.ProtoReflect.Descriptor instead.
 func (*SetMaintenance) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetMaintenance) GetBrokerId() string {
@@ -1416,6 +1631,131 @@ func (x *SetMaintenance) GetIfUntilUnixMs() int64 {
 	return 0
 }
 
+// RequestFailover records an operator's request to fail a broker over at
+// its current epoch (see FailoverRequested).
+type RequestFailover struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestFailover) Reset() {
+	*x = RequestFailover{}
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestFailover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestFailover) ProtoMessage() {}
+
+func (x *RequestFailover) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestFailover.ProtoReflect.Descriptor instead.
+func (*RequestFailover) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RequestFailover) GetBrokerId() string {
+	if x != nil {
+		return x.BrokerId
+	}
+	return ""
+}
+
+func (x *RequestFailover) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RequestFailover) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestFailover) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+// SeedPolicy sets the cluster's policy once, when it is founded: the first
+// leader proposes its config file's policy: section. It applies only while
+// no policy is seeded; afterwards only SetPolicy changes the policy.
+type SeedPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *Policy                `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	SeededBy      string                 `protobuf:"bytes,2,opt,name=seeded_by,json=seededBy,proto3" json:"seeded_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeedPolicy) Reset() {
+	*x = SeedPolicy{}
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeedPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeedPolicy) ProtoMessage() {}
+
+func (x *SeedPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeedPolicy.ProtoReflect.Descriptor instead.
+func (*SeedPolicy) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SeedPolicy) GetPolicy() *Policy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *SeedPolicy) GetSeededBy() string {
+	if x != nil {
+		return x.SeededBy
+	}
+	return ""
+}
+
 // RecordEvent appends an event that no other command produces (the leader's
 // freeze and unfreeze of automatic failover, cooldown blocks).
 type RecordEvent struct {
@@ -1427,7 +1767,7 @@ type RecordEvent struct {
 
 func (x *RecordEvent) Reset() {
 	*x = RecordEvent{}
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1779,7 @@ func (x *RecordEvent) String() string {
 func (*RecordEvent) ProtoMessage() {}
 
 func (x *RecordEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1792,7 @@ func (x *RecordEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEvent.ProtoReflect.Descriptor instead.
 func (*RecordEvent) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecordEvent) GetEvent() *Event {
@@ -1476,7 +1816,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1828,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1841,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterRequest) GetClusterName() string {
@@ -1558,7 +1898,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1910,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1923,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterResponse) GetBrokerId() string {
@@ -1624,7 +1964,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1976,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1989,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RenewLeaseRequest) GetBrokerId() string {
@@ -1670,15 +2010,22 @@ type RenewLeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// lease_ttl_ms is the lease granted from the moment the request was sent.
-	LeaseTtlMs    int64  `protobuf:"varint,2,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
-	LeaderId      string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaseTtlMs int64  `protobuf:"varint,2,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
+	LeaderId   string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// coordinator_id is the granting member.
+	CoordinatorId string `protobuf:"bytes,4,opt,name=coordinator_id,json=coordinatorId,proto3" json:"coordinator_id,omitempty"`
+	// voters are the voting members in the granting member's configuration,
+	// with the admin addresses the agent renews with.
+	Voters []*Voter `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
+	// conf_index is the raft index of that configuration.
+	ConfIndex     uint64 `protobuf:"varint,6,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewLeaseResponse) Reset() {
 	*x = RenewLeaseResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +2037,7 @@ func (x *RenewLeaseResponse) String() string {
 func (*RenewLeaseResponse) ProtoMessage() {}
 
 func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +2050,7 @@ func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenewLeaseResponse) GetEpoch() uint64 {
@@ -1727,6 +2074,79 @@ func (x *RenewLeaseResponse) GetLeaderId() string {
 	return ""
 }
 
+func (x *RenewLeaseResponse) GetCoordinatorId() string {
+	if x != nil {
+		return x.CoordinatorId
+	}
+	return ""
+}
+
+func (x *RenewLeaseResponse) GetVoters() []*Voter {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *RenewLeaseResponse) GetConfIndex() uint64 {
+	if x != nil {
+		return x.ConfIndex
+	}
+	return 0
+}
+
+type Voter struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AdminAddr     string                 `protobuf:"bytes,2,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Voter) Reset() {
+	*x = Voter{}
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Voter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Voter) ProtoMessage() {}
+
+func (x *Voter) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Voter.ProtoReflect.Descriptor instead.
+func (*Voter) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Voter) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Voter) GetAdminAddr() string {
+	if x != nil {
+		return x.AdminAddr
+	}
+	return ""
+}
+
 type ListBrokersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1735,7 +2155,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +2167,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +2180,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 type ListBrokersResponse struct {
@@ -1772,7 +2192,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2204,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2217,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*Broker {
@@ -1816,7 +2236,7 @@ type GetBrokerRequest struct {
 
 func (x *GetBrokerRequest) Reset() {
 	*x = GetBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2248,7 @@ func (x *GetBrokerRequest) String() string {
 func (*GetBrokerRequest) ProtoMessage() {}
 
 func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2261,7 @@ func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerRequest.ProtoReflect.Descriptor instead.
 func (*GetBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetBrokerRequest) GetBrokerId() string {
@@ -1860,7 +2280,7 @@ type GetBrokerResponse struct {
 
 func (x *GetBrokerResponse) Reset() {
 	*x = GetBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2292,7 @@ func (x *GetBrokerResponse) String() string {
 func (*GetBrokerResponse) ProtoMessage() {}
 
 func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2305,7 @@ func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerResponse.ProtoReflect.Descriptor instead.
 func (*GetBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetBrokerResponse) GetBroker() *Broker {
@@ -1910,7 +2330,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2342,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2355,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FailoverRequest) GetBrokerId() string {
@@ -1969,8 +2389,9 @@ type FailoverResponse struct {
 	// The preview (FailoverRequest.preview): epoch is the epoch that would be
 	// fenced, new_epoch and job_id what the decision would issue,
 	// assignee_id the coordinator the recovery job would go to, lease_wait_ms
-	// how long the recovery would wait for the broker's lease before reading
-	// its WAL, evidence what the decision would carry, and holds the
+	// how long the decision would wait for the broker's lease (for a failover
+	// that is not a preview: how long it waited, after the request, for a
+	// majority of the coordinators to attest the lease expired), evidence what the decision would carry, and holds the
 	// conditions of an automatic decision that do not hold now (a manual
 	// failover skips them, never the fencing).
 	Preview       bool      `protobuf:"varint,5,opt,name=preview,proto3" json:"preview,omitempty"`
@@ -1985,7 +2406,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2418,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2431,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FailoverResponse) GetBrokerId() string {
@@ -2092,7 +2513,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2525,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2538,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AckRequest) GetBrokerId() string {
@@ -2136,7 +2557,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2569,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2582,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AckResponse) GetBroker() *Broker {
@@ -2186,7 +2607,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2619,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2632,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetMaintenanceRequest) GetBrokerId() string {
@@ -2251,7 +2672,7 @@ type SetMaintenanceResponse struct {
 
 func (x *SetMaintenanceResponse) Reset() {
 	*x = SetMaintenanceResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2684,7 @@ func (x *SetMaintenanceResponse) String() string {
 func (*SetMaintenanceResponse) ProtoMessage() {}
 
 func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2697,7 @@ func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetMaintenanceResponse) GetBroker() *Broker {
@@ -2298,7 +2719,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2731,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2744,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListEventsRequest) GetBrokerId() string {
@@ -2349,7 +2770,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2782,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2795,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2392,7 +2813,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2825,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,20 +2838,28 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
 }
 
 type GetPolicyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*PolicyEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	Policy        *Policy                `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*PolicyEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Policy  *Policy                `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// answered_by is the member that answered.
+	AnsweredBy string `protobuf:"bytes,3,opt,name=answered_by,json=answeredBy,proto3" json:"answered_by,omitempty"`
+	// config_drift lists the keys on which the answering member's config
+	// file differs from the cluster's policy (the file is read only when the
+	// cluster is founded).
+	ConfigDrift []string `protobuf:"bytes,4,rep,name=config_drift,json=configDrift,proto3" json:"config_drift,omitempty"`
+	// seeded_by is the member whose config file seeded the policy.
+	SeededBy      string `protobuf:"bytes,5,opt,name=seeded_by,json=seededBy,proto3" json:"seeded_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2871,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2884,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -2472,6 +2901,27 @@ func (x *GetPolicyResponse) GetPolicy() *Policy {
 	return nil
 }
 
+func (x *GetPolicyResponse) GetAnsweredBy() string {
+	if x != nil {
+		return x.AnsweredBy
+	}
+	return ""
+}
+
+func (x *GetPolicyResponse) GetConfigDrift() []string {
+	if x != nil {
+		return x.ConfigDrift
+	}
+	return nil
+}
+
+func (x *GetPolicyResponse) GetSeededBy() string {
+	if x != nil {
+		return x.SeededBy
+	}
+	return ""
+}
+
 type SetPolicyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Set           map[string]string      `protobuf:"bytes,1,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -2482,7 +2932,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2944,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2957,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetPolicyRequest) GetSet() map[string]string {
@@ -2534,7 +2984,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2996,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +3009,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -2585,7 +3035,7 @@ type RemoveBrokerRequest struct {
 
 func (x *RemoveBrokerRequest) Reset() {
 	*x = RemoveBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +3047,7 @@ func (x *RemoveBrokerRequest) String() string {
 func (*RemoveBrokerRequest) ProtoMessage() {}
 
 func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +3060,7 @@ func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveBrokerRequest) GetBrokerId() string {
@@ -2630,7 +3080,7 @@ type RemoveBrokerResponse struct {
 
 func (x *RemoveBrokerResponse) Reset() {
 	*x = RemoveBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +3092,7 @@ func (x *RemoveBrokerResponse) String() string {
 func (*RemoveBrokerResponse) ProtoMessage() {}
 
 func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +3105,7 @@ func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveBrokerResponse) GetBroker() *Broker {
@@ -2678,7 +3128,7 @@ type RemoveBroker struct {
 
 func (x *RemoveBroker) Reset() {
 	*x = RemoveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +3140,7 @@ func (x *RemoveBroker) String() string {
 func (*RemoveBroker) ProtoMessage() {}
 
 func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +3153,7 @@ func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBroker.ProtoReflect.Descriptor instead.
 func (*RemoveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveBroker) GetBrokerId() string {
@@ -2727,14 +3177,23 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x16walden/v1/broker.proto\x12\twalden.v1\">\n" +
 	"\vWalLocation\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\x96\x01\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xf7\x01\n" +
 	"\vObservation\x12\x1f\n" +
 	"\vobserver_id\x18\x01 \x01(\tR\n" +
 	"observerId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\"\n" +
 	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\"\x80\a\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12#\n" +
+	"\rlease_expired\x18\a \x01(\bR\fleaseExpired\x12$\n" +
+	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\"\x86\x01\n" +
+	"\x11FailoverRequested\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x17\n" +
+	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"\xa6\b\n" +
 	"\x06Broker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
@@ -2762,7 +3221,12 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x0fleft_gracefully\x18\x14 \x01(\bR\x0eleftGracefully\x12-\n" +
 	"\x12maintenance_reason\x18\x15 \x01(\tR\x11maintenanceReason\x12,\n" +
 	"\x12maintenance_ttl_ms\x18\x16 \x01(\x03R\x10maintenanceTtlMs\x129\n" +
-	"\x19maintenance_until_unix_ms\x18\x17 \x01(\x03R\x16maintenanceUntilUnixMs\"\x8d\x04\n" +
+	"\x19maintenance_until_unix_ms\x18\x17 \x01(\x03R\x16maintenanceUntilUnixMs\x12K\n" +
+	"\x12failover_requested\x18\x18 \x01(\v2\x1c.walden.v1.FailoverRequestedR\x11failoverRequested\x12\"\n" +
+	"\rlease_view_of\x18\x19 \x01(\tR\vleaseViewOf\x12\x12\n" +
+	"\x04hold\x18\x1a \x01(\tR\x04hold\x12\x1f\n" +
+	"\vhold_detail\x18\x1b \x01(\tR\n" +
+	"holdDetail\"\xa1\x04\n" +
 	"\bEvidence\x12:\n" +
 	"\fobservations\x18\x01 \x03(\v2\x16.walden.v1.ObservationR\fobservations\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12,\n" +
@@ -2778,7 +3242,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\"\n" +
 	"\rlease_wait_ms\x18\f \x01(\x03R\vleaseWaitMs\x12!\n" +
-	"\frequested_by\x18\r \x01(\tR\vrequestedBy\"\xdf\x01\n" +
+	"\frequested_by\x18\r \x01(\tR\vrequestedBy\x12\x12\n" +
+	"\x04term\x18\x0e \x01(\x04R\x04term\"\xdf\x01\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x12\n" +
@@ -2817,19 +3282,24 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05actor\x18\x06 \x01(\tR\x05actor\"^\n" +
 	"\x14RegisterBrokerResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
-	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"{\n" +
+	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"\x83\x02\n" +
 	"\rObserveBroker\x12\x1f\n" +
 	"\vobserver_id\x18\x01 \x01(\tR\n" +
 	"observerId\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xaf\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12#\n" +
+	"\rlease_expired\x18\x06 \x01(\bR\fleaseExpired\x12%\n" +
+	"\x0eexpected_index\x18\a \x01(\x04R\rexpectedIndex\x12$\n" +
+	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\"\xc3\x01\n" +
 	"\rDeclareFailed\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12/\n" +
 	"\bevidence\x18\x03 \x01(\v2\x13.walden.v1.EvidenceR\bevidence\x12\x17\n" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12!\n" +
-	"\flive_members\x18\x05 \x03(\tR\vliveMembers\"b\n" +
+	"\flive_members\x18\x05 \x03(\tR\vliveMembers\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\x04R\x04term\"b\n" +
 	"\x13DeclareFailedResult\x12\x1b\n" +
 	"\tnew_epoch\x18\x01 \x01(\x04R\bnewEpoch\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x17\n" +
@@ -2850,7 +3320,16 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x15\n" +
 	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12'\n" +
-	"\x10if_until_unix_ms\x18\x06 \x01(\x03R\rifUntilUnixMs\"5\n" +
+	"\x10if_until_unix_ms\x18\x06 \x01(\x03R\rifUntilUnixMs\"r\n" +
+	"\x0fRequestFailover\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\"T\n" +
+	"\n" +
+	"SeedPolicy\x12)\n" +
+	"\x06policy\x18\x01 \x01(\v2\x11.walden.v1.PolicyR\x06policy\x12\x1b\n" +
+	"\tseeded_by\x18\x02 \x01(\tR\bseededBy\"5\n" +
 	"\vRecordEvent\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.walden.v1.EventR\x05event\"\xdc\x01\n" +
 	"\x0fRegisterRequest\x12!\n" +
@@ -2871,12 +3350,20 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x14recovered_wal_offset\x18\x04 \x01(\x03R\x12recoveredWalOffset\"F\n" +
 	"\x11RenewLeaseRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"i\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xd9\x01\n" +
 	"\x12RenewLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x03R\n" +
 	"leaseTtlMs\x12\x1b\n" +
-	"\tleader_id\x18\x03 \x01(\tR\bleaderId\"\x14\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12%\n" +
+	"\x0ecoordinator_id\x18\x04 \x01(\tR\rcoordinatorId\x12(\n" +
+	"\x06voters\x18\x05 \x03(\v2\x10.walden.v1.VoterR\x06voters\x12\x1d\n" +
+	"\n" +
+	"conf_index\x18\x06 \x01(\x04R\tconfIndex\"6\n" +
+	"\x05Voter\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"admin_addr\x18\x02 \x01(\tR\tadminAddr\"\x14\n" +
 	"\x12ListBrokersRequest\"B\n" +
 	"\x13ListBrokersResponse\x12+\n" +
 	"\abrokers\x18\x01 \x03(\v2\x11.walden.v1.BrokerR\abrokers\"/\n" +
@@ -2918,10 +3405,14 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\">\n" +
 	"\x12ListEventsResponse\x12(\n" +
 	"\x06events\x18\x01 \x03(\v2\x10.walden.v1.EventR\x06events\"\x12\n" +
-	"\x10GetPolicyRequest\"p\n" +
+	"\x10GetPolicyRequest\"\xd1\x01\n" +
 	"\x11GetPolicyResponse\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.walden.v1.PolicyEntryR\aentries\x12)\n" +
-	"\x06policy\x18\x02 \x01(\v2\x11.walden.v1.PolicyR\x06policy\"\x98\x01\n" +
+	"\x06policy\x18\x02 \x01(\v2\x11.walden.v1.PolicyR\x06policy\x12\x1f\n" +
+	"\vanswered_by\x18\x03 \x01(\tR\n" +
+	"answeredBy\x12!\n" +
+	"\fconfig_drift\x18\x04 \x03(\tR\vconfigDrift\x12\x1b\n" +
+	"\tseeded_by\x18\x05 \x01(\tR\bseededBy\"\x98\x01\n" +
 	"\x10SetPolicyRequest\x126\n" +
 	"\x03set\x18\x01 \x03(\v2$.walden.v1.SetPolicyRequest.SetEntryR\x03set\x12\x14\n" +
 	"\x05unset\x18\x02 \x03(\tR\x05unset\x1a6\n" +
@@ -2966,99 +3457,106 @@ func file_walden_v1_broker_proto_rawDescGZIP() []byte {
 	return file_walden_v1_broker_proto_rawDescData
 }
 
-var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_walden_v1_broker_proto_goTypes = []any{
 	(*WalLocation)(nil),            // 0: walden.v1.WalLocation
 	(*Observation)(nil),            // 1: walden.v1.Observation
-	(*Broker)(nil),                 // 2: walden.v1.Broker
-	(*Evidence)(nil),               // 3: walden.v1.Evidence
-	(*Event)(nil),                  // 4: walden.v1.Event
-	(*Policy)(nil),                 // 5: walden.v1.Policy
-	(*PolicyEntry)(nil),            // 6: walden.v1.PolicyEntry
-	(*RegisterBroker)(nil),         // 7: walden.v1.RegisterBroker
-	(*RegisterBrokerResult)(nil),   // 8: walden.v1.RegisterBrokerResult
-	(*ObserveBroker)(nil),          // 9: walden.v1.ObserveBroker
-	(*DeclareFailed)(nil),          // 10: walden.v1.DeclareFailed
-	(*DeclareFailedResult)(nil),    // 11: walden.v1.DeclareFailedResult
-	(*SetPolicy)(nil),              // 12: walden.v1.SetPolicy
-	(*AckBroker)(nil),              // 13: walden.v1.AckBroker
-	(*SetMaintenance)(nil),         // 14: walden.v1.SetMaintenance
-	(*RecordEvent)(nil),            // 15: walden.v1.RecordEvent
-	(*RegisterRequest)(nil),        // 16: walden.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 17: walden.v1.RegisterResponse
-	(*RenewLeaseRequest)(nil),      // 18: walden.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),     // 19: walden.v1.RenewLeaseResponse
-	(*ListBrokersRequest)(nil),     // 20: walden.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),    // 21: walden.v1.ListBrokersResponse
-	(*GetBrokerRequest)(nil),       // 22: walden.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),      // 23: walden.v1.GetBrokerResponse
-	(*FailoverRequest)(nil),        // 24: walden.v1.FailoverRequest
-	(*FailoverResponse)(nil),       // 25: walden.v1.FailoverResponse
-	(*AckRequest)(nil),             // 26: walden.v1.AckRequest
-	(*AckResponse)(nil),            // 27: walden.v1.AckResponse
-	(*SetMaintenanceRequest)(nil),  // 28: walden.v1.SetMaintenanceRequest
-	(*SetMaintenanceResponse)(nil), // 29: walden.v1.SetMaintenanceResponse
-	(*ListEventsRequest)(nil),      // 30: walden.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 31: walden.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),       // 32: walden.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 33: walden.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),       // 34: walden.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),      // 35: walden.v1.SetPolicyResponse
-	(*RemoveBrokerRequest)(nil),    // 36: walden.v1.RemoveBrokerRequest
-	(*RemoveBrokerResponse)(nil),   // 37: walden.v1.RemoveBrokerResponse
-	(*RemoveBroker)(nil),           // 38: walden.v1.RemoveBroker
-	nil,                            // 39: walden.v1.SetPolicy.SetEntry
-	nil,                            // 40: walden.v1.SetPolicyRequest.SetEntry
+	(*FailoverRequested)(nil),      // 2: walden.v1.FailoverRequested
+	(*Broker)(nil),                 // 3: walden.v1.Broker
+	(*Evidence)(nil),               // 4: walden.v1.Evidence
+	(*Event)(nil),                  // 5: walden.v1.Event
+	(*Policy)(nil),                 // 6: walden.v1.Policy
+	(*PolicyEntry)(nil),            // 7: walden.v1.PolicyEntry
+	(*RegisterBroker)(nil),         // 8: walden.v1.RegisterBroker
+	(*RegisterBrokerResult)(nil),   // 9: walden.v1.RegisterBrokerResult
+	(*ObserveBroker)(nil),          // 10: walden.v1.ObserveBroker
+	(*DeclareFailed)(nil),          // 11: walden.v1.DeclareFailed
+	(*DeclareFailedResult)(nil),    // 12: walden.v1.DeclareFailedResult
+	(*SetPolicy)(nil),              // 13: walden.v1.SetPolicy
+	(*AckBroker)(nil),              // 14: walden.v1.AckBroker
+	(*SetMaintenance)(nil),         // 15: walden.v1.SetMaintenance
+	(*RequestFailover)(nil),        // 16: walden.v1.RequestFailover
+	(*SeedPolicy)(nil),             // 17: walden.v1.SeedPolicy
+	(*RecordEvent)(nil),            // 18: walden.v1.RecordEvent
+	(*RegisterRequest)(nil),        // 19: walden.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 20: walden.v1.RegisterResponse
+	(*RenewLeaseRequest)(nil),      // 21: walden.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),     // 22: walden.v1.RenewLeaseResponse
+	(*Voter)(nil),                  // 23: walden.v1.Voter
+	(*ListBrokersRequest)(nil),     // 24: walden.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),    // 25: walden.v1.ListBrokersResponse
+	(*GetBrokerRequest)(nil),       // 26: walden.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),      // 27: walden.v1.GetBrokerResponse
+	(*FailoverRequest)(nil),        // 28: walden.v1.FailoverRequest
+	(*FailoverResponse)(nil),       // 29: walden.v1.FailoverResponse
+	(*AckRequest)(nil),             // 30: walden.v1.AckRequest
+	(*AckResponse)(nil),            // 31: walden.v1.AckResponse
+	(*SetMaintenanceRequest)(nil),  // 32: walden.v1.SetMaintenanceRequest
+	(*SetMaintenanceResponse)(nil), // 33: walden.v1.SetMaintenanceResponse
+	(*ListEventsRequest)(nil),      // 34: walden.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 35: walden.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),       // 36: walden.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 37: walden.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),       // 38: walden.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),      // 39: walden.v1.SetPolicyResponse
+	(*RemoveBrokerRequest)(nil),    // 40: walden.v1.RemoveBrokerRequest
+	(*RemoveBrokerResponse)(nil),   // 41: walden.v1.RemoveBrokerResponse
+	(*RemoveBroker)(nil),           // 42: walden.v1.RemoveBroker
+	nil,                            // 43: walden.v1.SetPolicy.SetEntry
+	nil,                            // 44: walden.v1.SetPolicyRequest.SetEntry
 }
 var file_walden_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
 	1,  // 1: walden.v1.Broker.observations:type_name -> walden.v1.Observation
-	1,  // 2: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
-	3,  // 3: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
-	0,  // 4: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
-	3,  // 5: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
-	39, // 6: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
-	4,  // 7: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
-	0,  // 8: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
-	2,  // 9: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
-	2,  // 10: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
-	3,  // 11: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
-	2,  // 12: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
-	2,  // 13: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
-	4,  // 14: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
-	6,  // 15: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	5,  // 16: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	40, // 17: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
-	6,  // 18: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	5,  // 19: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	2,  // 20: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
-	16, // 21: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	18, // 22: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	20, // 23: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	22, // 24: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	24, // 25: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	26, // 26: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	28, // 27: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	30, // 28: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	32, // 29: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	34, // 30: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	36, // 31: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
-	17, // 32: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	19, // 33: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	21, // 34: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	23, // 35: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	25, // 36: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	27, // 37: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	29, // 38: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	31, // 39: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	33, // 40: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	35, // 41: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	37, // 42: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	2,  // 2: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
+	1,  // 3: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
+	4,  // 4: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
+	0,  // 5: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
+	4,  // 6: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
+	43, // 7: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
+	6,  // 8: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
+	5,  // 9: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
+	0,  // 10: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
+	23, // 11: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
+	3,  // 12: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
+	3,  // 13: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
+	4,  // 14: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
+	3,  // 15: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
+	3,  // 16: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
+	5,  // 17: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
+	7,  // 18: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	6,  // 19: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
+	44, // 20: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	7,  // 21: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	6,  // 22: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
+	3,  // 23: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
+	19, // 24: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	21, // 25: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	24, // 26: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	26, // 27: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	28, // 28: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	30, // 29: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	32, // 30: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	34, // 31: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	36, // 32: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	38, // 33: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	40, // 34: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
+	20, // 35: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	22, // 36: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	25, // 37: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	27, // 38: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	29, // 39: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	31, // 40: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	33, // 41: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	35, // 42: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	37, // 43: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	39, // 44: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	41, // 45: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
@@ -3072,7 +3570,7 @@ func file_walden_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_broker_proto_rawDesc), len(file_walden_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

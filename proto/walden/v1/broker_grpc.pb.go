@@ -28,8 +28,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Agent is served by every coordinator on its admin address. A broker's
-// agent registers the broker and renews its lease with it; a follower
-// forwards both to the leader.
+// agent registers the broker through any of them (a follower forwards to the
+// leader) and renews its lease with every voter directly: each grants from
+// its own clock (a quorum lease, docs/safety.md).
 type AgentClient interface {
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
 	RenewLease(ctx context.Context, in *RenewLeaseRequest, opts ...grpc.CallOption) (*RenewLeaseResponse, error)
@@ -68,8 +69,9 @@ func (c *agentClient) RenewLease(ctx context.Context, in *RenewLeaseRequest, opt
 // for forward compatibility.
 //
 // Agent is served by every coordinator on its admin address. A broker's
-// agent registers the broker and renews its lease with it; a follower
-// forwards both to the leader.
+// agent registers the broker through any of them (a follower forwards to the
+// leader) and renews its lease with every voter directly: each grants from
+// its own clock (a quorum lease, docs/safety.md).
 type AgentServer interface {
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
 	RenewLease(context.Context, *RenewLeaseRequest) (*RenewLeaseResponse, error)

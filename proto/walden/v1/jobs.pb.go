@@ -439,7 +439,10 @@ type ReassignJob struct {
 	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// live_members are the candidates (fewest running jobs wins, ties to the
 	// smallest id); the previous assignee is excluded unless it is the only one.
-	LiveMembers   []string `protobuf:"bytes,4,rep,name=live_members,json=liveMembers,proto3" json:"live_members,omitempty"`
+	LiveMembers []string `protobuf:"bytes,4,rep,name=live_members,json=liveMembers,proto3" json:"live_members,omitempty"`
+	// term is the raft term of the leadership whose job-lease clock expired;
+	// the state machine refuses the entry when it was appended in another term.
+	Term          uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +503,13 @@ func (x *ReassignJob) GetLiveMembers() []string {
 		return x.LiveMembers
 	}
 	return nil
+}
+
+func (x *ReassignJob) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
 }
 
 // CheckpointJob records progress of the current attempt.
@@ -1304,12 +1314,13 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1f\n" +
 	"\vassignee_id\x18\x03 \x01(\tR\n" +
-	"assigneeId\"y\n" +
+	"assigneeId\"\x8d\x01\n" +
 	"\vReassignJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
-	"\flive_members\x18\x04 \x03(\tR\vliveMembers\"\xc9\x03\n" +
+	"\flive_members\x18\x04 \x03(\tR\vliveMembers\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\"\xc9\x03\n" +
 	"\rCheckpointJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x12\n" +

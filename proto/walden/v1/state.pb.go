@@ -47,6 +47,8 @@ type Command struct {
 	//	*Command_SetMaintenance
 	//	*Command_RecordEvent
 	//	*Command_RemoveBroker
+	//	*Command_RequestFailover
+	//	*Command_SeedPolicy
 	//	*Command_OpenStream
 	//	*Command_CommitObject
 	//	*Command_CloseStream
@@ -200,6 +202,24 @@ func (x *Command) GetRemoveBroker() *RemoveBroker {
 	return nil
 }
 
+func (x *Command) GetRequestFailover() *RequestFailover {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RequestFailover); ok {
+			return x.RequestFailover
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSeedPolicy() *SeedPolicy {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SeedPolicy); ok {
+			return x.SeedPolicy
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetOpenStream() *OpenStreamRequest {
 	if x != nil {
 		if x, ok := x.Op.(*Command_OpenStream); ok {
@@ -322,6 +342,14 @@ type Command_RemoveBroker struct {
 	RemoveBroker *RemoveBroker `protobuf:"bytes,27,opt,name=remove_broker,json=removeBroker,proto3,oneof"`
 }
 
+type Command_RequestFailover struct {
+	RequestFailover *RequestFailover `protobuf:"bytes,28,opt,name=request_failover,json=requestFailover,proto3,oneof"`
+}
+
+type Command_SeedPolicy struct {
+	SeedPolicy *SeedPolicy `protobuf:"bytes,29,opt,name=seed_policy,json=seedPolicy,proto3,oneof"`
+}
+
 type Command_OpenStream struct {
 	// Stream catalog.
 	OpenStream *OpenStreamRequest `protobuf:"bytes,40,opt,name=open_stream,json=openStream,proto3,oneof"`
@@ -377,6 +405,10 @@ func (*Command_SetMaintenance) isCommand_Op() {}
 func (*Command_RecordEvent) isCommand_Op() {}
 
 func (*Command_RemoveBroker) isCommand_Op() {}
+
+func (*Command_RequestFailover) isCommand_Op() {}
+
+func (*Command_SeedPolicy) isCommand_Op() {}
 
 func (*Command_OpenStream) isCommand_Op() {}
 
@@ -843,7 +875,9 @@ type StateSnapshot struct {
 	Jobs    []*Job    `protobuf:"bytes,13,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// producers are the streams' producer tables, sorted by stream id, each
 	// sorted by producer id.
-	Producers     []*StreamProducers `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
+	Producers []*StreamProducers `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
+	// conf_index is the index of the last membership change applied.
+	ConfIndex     uint64 `protobuf:"varint,15,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -976,13 +1010,25 @@ func (x *StateSnapshot) GetProducers() []*StreamProducers {
 	return nil
 }
 
+func (x *StateSnapshot) GetConfIndex() uint64 {
+	if x != nil {
+		return x.ConfIndex
+	}
+	return 0
+}
+
 // PolicyOverrides are the runtime policy changes made through raft.
 type PolicyOverrides struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// values by key, in the config file's syntax.
 	Values map[string]string `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// set_index is the raft index at which each key was last set.
-	SetIndex      map[string]uint64 `protobuf:"bytes,2,rep,name=set_index,json=setIndex,proto3" json:"set_index,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	SetIndex map[string]uint64 `protobuf:"bytes,2,rep,name=set_index,json=setIndex,proto3" json:"set_index,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// seed is the policy the cluster was founded with (SeedPolicy); the
+	// effective policy is the seed under the values. Unset until seeded.
+	Seed          *Policy `protobuf:"bytes,3,opt,name=seed,proto3" json:"seed,omitempty"`
+	SeededBy      string  `protobuf:"bytes,4,opt,name=seeded_by,json=seededBy,proto3" json:"seeded_by,omitempty"`
+	SeedIndex     uint64  `protobuf:"varint,5,opt,name=seed_index,json=seedIndex,proto3" json:"seed_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,11 +1077,33 @@ func (x *PolicyOverrides) GetSetIndex() map[string]uint64 {
 	return nil
 }
 
+func (x *PolicyOverrides) GetSeed() *Policy {
+	if x != nil {
+		return x.Seed
+	}
+	return nil
+}
+
+func (x *PolicyOverrides) GetSeededBy() string {
+	if x != nil {
+		return x.SeededBy
+	}
+	return ""
+}
+
+func (x *PolicyOverrides) GetSeedIndex() uint64 {
+	if x != nil {
+		return x.SeedIndex
+	}
+	return 0
+}
+
 var File_walden_v1_state_proto protoreflect.FileDescriptor
 
 const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xcf\t\n" +
+	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xd2\n" +
+	"\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12(\n" +
@@ -1053,7 +1121,10 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"ack_broker\x18\x18 \x01(\v2\x14.walden.v1.AckBrokerH\x00R\tackBroker\x12D\n" +
 	"\x0fset_maintenance\x18\x19 \x01(\v2\x19.walden.v1.SetMaintenanceH\x00R\x0esetMaintenance\x12;\n" +
 	"\frecord_event\x18\x1a \x01(\v2\x16.walden.v1.RecordEventH\x00R\vrecordEvent\x12>\n" +
-	"\rremove_broker\x18\x1b \x01(\v2\x17.walden.v1.RemoveBrokerH\x00R\fremoveBroker\x12?\n" +
+	"\rremove_broker\x18\x1b \x01(\v2\x17.walden.v1.RemoveBrokerH\x00R\fremoveBroker\x12G\n" +
+	"\x10request_failover\x18\x1c \x01(\v2\x1a.walden.v1.RequestFailoverH\x00R\x0frequestFailover\x128\n" +
+	"\vseed_policy\x18\x1d \x01(\v2\x15.walden.v1.SeedPolicyH\x00R\n" +
+	"seedPolicy\x12?\n" +
 	"\vopen_stream\x18( \x01(\v2\x1c.walden.v1.OpenStreamRequestH\x00R\n" +
 	"openStream\x12E\n" +
 	"\rcommit_object\x18) \x01(\v2\x1e.walden.v1.CommitObjectRequestH\x00R\fcommitObject\x12B\n" +
@@ -1095,7 +1166,7 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\x11ConfChangeContext\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
-	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\xd0\x04\n" +
+	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\xef\x04\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12!\n" +
 	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12#\n" +
@@ -1113,10 +1184,16 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\astreams\x18\v \x03(\v2\x11.walden.v1.StreamR\astreams\x12+\n" +
 	"\aobjects\x18\f \x03(\v2\x11.walden.v1.ObjectR\aobjects\x12\"\n" +
 	"\x04jobs\x18\r \x03(\v2\x0e.walden.v1.JobR\x04jobs\x128\n" +
-	"\tproducers\x18\x0e \x03(\v2\x1a.walden.v1.StreamProducersR\tproducers\"\x90\x02\n" +
+	"\tproducers\x18\x0e \x03(\v2\x1a.walden.v1.StreamProducersR\tproducers\x12\x1d\n" +
+	"\n" +
+	"conf_index\x18\x0f \x01(\x04R\tconfIndex\"\xf3\x02\n" +
 	"\x0fPolicyOverrides\x12>\n" +
 	"\x06values\x18\x01 \x03(\v2&.walden.v1.PolicyOverrides.ValuesEntryR\x06values\x12E\n" +
-	"\tset_index\x18\x02 \x03(\v2(.walden.v1.PolicyOverrides.SetIndexEntryR\bsetIndex\x1a9\n" +
+	"\tset_index\x18\x02 \x03(\v2(.walden.v1.PolicyOverrides.SetIndexEntryR\bsetIndex\x12%\n" +
+	"\x04seed\x18\x03 \x01(\v2\x11.walden.v1.PolicyR\x04seed\x12\x1b\n" +
+	"\tseeded_by\x18\x04 \x01(\tR\bseededBy\x12\x1d\n" +
+	"\n" +
+	"seed_index\x18\x05 \x01(\x04R\tseedIndex\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -1156,27 +1233,30 @@ var file_walden_v1_state_proto_goTypes = []any{
 	(*SetMaintenance)(nil),       // 15: walden.v1.SetMaintenance
 	(*RecordEvent)(nil),          // 16: walden.v1.RecordEvent
 	(*RemoveBroker)(nil),         // 17: walden.v1.RemoveBroker
-	(*OpenStreamRequest)(nil),    // 18: walden.v1.OpenStreamRequest
-	(*CommitObjectRequest)(nil),  // 19: walden.v1.CommitObjectRequest
-	(*CloseStreamRequest)(nil),   // 20: walden.v1.CloseStreamRequest
-	(*RenewJobLease)(nil),        // 21: walden.v1.RenewJobLease
-	(*ReassignJob)(nil),          // 22: walden.v1.ReassignJob
-	(*CheckpointJob)(nil),        // 23: walden.v1.CheckpointJob
-	(*FinishJob)(nil),            // 24: walden.v1.FinishJob
-	(*CancelJob)(nil),            // 25: walden.v1.CancelJob
-	(*RetryJob)(nil),             // 26: walden.v1.RetryJob
-	(*RegisterBrokerResult)(nil), // 27: walden.v1.RegisterBrokerResult
-	(*DeclareFailedResult)(nil),  // 28: walden.v1.DeclareFailedResult
-	(*Broker)(nil),               // 29: walden.v1.Broker
-	(*Event)(nil),                // 30: walden.v1.Event
-	(*OpenStreamResponse)(nil),   // 31: walden.v1.OpenStreamResponse
-	(*CommitObjectResponse)(nil), // 32: walden.v1.CommitObjectResponse
-	(*CloseStreamResponse)(nil),  // 33: walden.v1.CloseStreamResponse
-	(*Job)(nil),                  // 34: walden.v1.Job
-	(*Member)(nil),               // 35: walden.v1.Member
-	(*Stream)(nil),               // 36: walden.v1.Stream
-	(*Object)(nil),               // 37: walden.v1.Object
-	(*StreamProducers)(nil),      // 38: walden.v1.StreamProducers
+	(*RequestFailover)(nil),      // 18: walden.v1.RequestFailover
+	(*SeedPolicy)(nil),           // 19: walden.v1.SeedPolicy
+	(*OpenStreamRequest)(nil),    // 20: walden.v1.OpenStreamRequest
+	(*CommitObjectRequest)(nil),  // 21: walden.v1.CommitObjectRequest
+	(*CloseStreamRequest)(nil),   // 22: walden.v1.CloseStreamRequest
+	(*RenewJobLease)(nil),        // 23: walden.v1.RenewJobLease
+	(*ReassignJob)(nil),          // 24: walden.v1.ReassignJob
+	(*CheckpointJob)(nil),        // 25: walden.v1.CheckpointJob
+	(*FinishJob)(nil),            // 26: walden.v1.FinishJob
+	(*CancelJob)(nil),            // 27: walden.v1.CancelJob
+	(*RetryJob)(nil),             // 28: walden.v1.RetryJob
+	(*RegisterBrokerResult)(nil), // 29: walden.v1.RegisterBrokerResult
+	(*DeclareFailedResult)(nil),  // 30: walden.v1.DeclareFailedResult
+	(*Broker)(nil),               // 31: walden.v1.Broker
+	(*Event)(nil),                // 32: walden.v1.Event
+	(*OpenStreamResponse)(nil),   // 33: walden.v1.OpenStreamResponse
+	(*CommitObjectResponse)(nil), // 34: walden.v1.CommitObjectResponse
+	(*CloseStreamResponse)(nil),  // 35: walden.v1.CloseStreamResponse
+	(*Job)(nil),                  // 36: walden.v1.Job
+	(*Member)(nil),               // 37: walden.v1.Member
+	(*Stream)(nil),               // 38: walden.v1.Stream
+	(*Object)(nil),               // 39: walden.v1.Object
+	(*StreamProducers)(nil),      // 40: walden.v1.StreamProducers
+	(*Policy)(nil),               // 41: walden.v1.Policy
 }
 var file_walden_v1_state_proto_depIdxs = []int32{
 	1,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
@@ -1188,41 +1268,44 @@ var file_walden_v1_state_proto_depIdxs = []int32{
 	15, // 6: walden.v1.Command.set_maintenance:type_name -> walden.v1.SetMaintenance
 	16, // 7: walden.v1.Command.record_event:type_name -> walden.v1.RecordEvent
 	17, // 8: walden.v1.Command.remove_broker:type_name -> walden.v1.RemoveBroker
-	18, // 9: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
-	19, // 10: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
-	20, // 11: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
-	21, // 12: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
-	22, // 13: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
-	23, // 14: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
-	24, // 15: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
-	25, // 16: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
-	26, // 17: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
-	3,  // 18: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
-	27, // 19: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
-	28, // 20: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
-	29, // 21: walden.v1.Result.broker:type_name -> walden.v1.Broker
-	7,  // 22: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
-	30, // 23: walden.v1.Result.event:type_name -> walden.v1.Event
-	31, // 24: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
-	32, // 25: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
-	33, // 26: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
-	34, // 27: walden.v1.Result.job:type_name -> walden.v1.Job
-	4,  // 28: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
-	35, // 29: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
-	29, // 30: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
-	7,  // 31: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
-	30, // 32: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
-	36, // 33: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
-	37, // 34: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
-	34, // 35: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
-	38, // 36: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
-	8,  // 37: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
-	9,  // 38: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	18, // 9: walden.v1.Command.request_failover:type_name -> walden.v1.RequestFailover
+	19, // 10: walden.v1.Command.seed_policy:type_name -> walden.v1.SeedPolicy
+	20, // 11: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
+	21, // 12: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
+	22, // 13: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
+	23, // 14: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
+	24, // 15: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
+	25, // 16: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
+	26, // 17: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
+	27, // 18: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
+	28, // 19: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
+	3,  // 20: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
+	29, // 21: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
+	30, // 22: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
+	31, // 23: walden.v1.Result.broker:type_name -> walden.v1.Broker
+	7,  // 24: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
+	32, // 25: walden.v1.Result.event:type_name -> walden.v1.Event
+	33, // 26: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
+	34, // 27: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
+	35, // 28: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
+	36, // 29: walden.v1.Result.job:type_name -> walden.v1.Job
+	4,  // 30: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
+	37, // 31: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
+	31, // 32: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
+	7,  // 33: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
+	32, // 34: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
+	38, // 35: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
+	39, // 36: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
+	36, // 37: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
+	40, // 38: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
+	8,  // 39: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
+	9,  // 40: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
+	41, // 41: walden.v1.PolicyOverrides.seed:type_name -> walden.v1.Policy
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_state_proto_init() }
@@ -1244,6 +1327,8 @@ func file_walden_v1_state_proto_init() {
 		(*Command_SetMaintenance)(nil),
 		(*Command_RecordEvent)(nil),
 		(*Command_RemoveBroker)(nil),
+		(*Command_RequestFailover)(nil),
+		(*Command_SeedPolicy)(nil),
 		(*Command_OpenStream)(nil),
 		(*Command_CommitObject)(nil),
 		(*Command_CloseStream)(nil),
