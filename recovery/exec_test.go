@@ -2,9 +2,12 @@ package recovery_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,4 +162,48 @@ func TestExampleAutoMQScript(t *testing.T) {
 	if j.GetState() != fsm.JobSucceeded || !strings.Contains(j.GetCheckpoints()[0].GetDetail(), "AutoMQ fences node b1") {
 		t.Fatalf("job %s: %v", j.GetState(), j.GetCheckpoints())
 	}
+}
+
+// TestExecStopKillsTheProcessGroup: stopping an attempt kills the exec
+// action and every process it started, and returns only once they are
+// gone, so that the next attempt never overlaps with them.
+func TestExecStopKillsTheProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	sh := filepath.Join(dir, "action.sh")
+	body := "#!/bin/bash\nsleep 300 &\necho $! > " + pidFile + "\nwait\n"
+	if err := os.WriteFile(sh, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- recovery.RunExecForTest(ctx, recovery.Exec{Command: sh, Timeout: time.Minute})
+	}()
+	var pid int
+	deadline := time.Now().Add(10 * time.Second)
+	for pid == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the action never started its child")
+		}
+		if b, err := os.ReadFile(pidFile); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stopped action did not return")
+	}
+	// The child is gone (killed with the group; reaped by init, so signal 0
+	// fails or the process is a zombie on its way out).
+	waitFor(t, 5*time.Second, "the action's child gone", func() bool {
+		if syscall.Kill(pid, 0) != nil {
+			return true
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(st), ") Z ")
+	})
 }

@@ -95,7 +95,9 @@ func expand(tmpl string, j *waldenv1.Job) string {
 
 // runExec runs the exec command with in as JSON on stdin and calls line for
 // each JSON line printed on stdout. A non-zero exit is an error carrying
-// the end of stderr.
+// the end of stderr. The command runs in a process group of its own, killed
+// whole when ctx ends and when the command exits; runExec returns only once
+// the command is reaped.
 func runExec(ctx context.Context, cfg Exec, in JobJSON, logger *slog.Logger, line func(ProgressLine)) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -109,6 +111,7 @@ func runExec(ctx context.Context, cfg Exec, in JobJSON, logger *slog.Logger, lin
 		"WALDEN_OP="+in.Op, "WALDEN_JOB_ID="+in.JobID, "WALDEN_BROKER_ID="+in.BrokerID,
 		"WALDEN_TOKEN="+strconv.FormatUint(in.Token, 10), "WALDEN_ATTEMPT="+strconv.FormatUint(uint64(in.Attempt), 10))
 	cmd.WaitDelay = 2 * time.Second
+	ownProcessGroup(cmd)
 	var stderr tailBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -135,7 +138,11 @@ func runExec(ctx context.Context, cfg Exec, in JobJSON, logger *slog.Logger, lin
 		}
 	}
 	_, _ = io.Copy(io.Discard, out)
-	if err := cmd.Wait(); err != nil {
+	err = cmd.Wait()
+	// Whatever the plugin left behind in its group goes with it: nothing of
+	// this run may outlive it (a next attempt must not overlap with it).
+	killGroup(cmd)
+	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("recovery: exec %s: %s timed out after %s: %w", in.Op, cfg.Command, cfg.Timeout, ErrPlugin)
 		}

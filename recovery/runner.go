@@ -31,6 +31,11 @@ type Runner struct {
 
 	mu      sync.Mutex
 	running map[string]*running
+	// stopping are attempts cancelled here that have not returned yet; a
+	// job's next attempt on this member waits for its previous one.
+	stopping map[string]*running
+	// wake makes Run tick again at once (a stopping attempt ended).
+	wake chan struct{}
 	// leader bookkeeping, reset at every gain of leadership
 	term uint64
 	seen map[string]*leaseSeen
@@ -59,7 +64,8 @@ func NewRunner(cfg Config, nodeID string, state State, cluster Cluster, exec Job
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Runner{cfg: cfg, nodeID: nodeID, state: state, cluster: cluster, exec: exec,
-		log: logger.With("component", "recovery-runner", "node_id", nodeID), now: time.Now, running: map[string]*running{}}
+		log: logger.With("component", "recovery-runner", "node_id", nodeID), now: time.Now, running: map[string]*running{},
+		stopping: map[string]*running{}, wake: make(chan struct{}, 1)}
 }
 
 // Run runs the loops until ctx is done, then waits for the attempts it
@@ -82,7 +88,16 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		case <-changed:
 		case <-t.C:
+		case <-r.wake:
 		}
+	}
+}
+
+// kick makes Run tick again soon.
+func (r *Runner) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -113,6 +128,14 @@ func (r *Runner) Tick(ctx context.Context) {
 			r.log.Info("attempt no longer current here: stopping it", "job_id", id, "attempt", run.attempt)
 			run.cancel()
 			delete(r.running, id)
+			r.stopping[id] = run
+		}
+	}
+	for id, run := range r.stopping {
+		select {
+		case <-run.done:
+			delete(r.stopping, id)
+		default:
 		}
 	}
 	for id, j := range active {
@@ -120,6 +143,17 @@ func (r *Runner) Tick(ctx context.Context) {
 			continue
 		}
 		if _, ok := r.running[id]; ok || ctx.Err() != nil {
+			continue
+		}
+		if old, ok := r.stopping[id]; ok {
+			// The previous attempt of this job on this member has not
+			// finished stopping (its plugin processes are being killed and
+			// reaped): the next starts only after it, never beside it.
+			r.log.Info("next attempt waits for the previous one to stop", "job_id", id, "attempt", j.GetAttempt(), "previous", old.attempt)
+			go func() {
+				<-old.done
+				r.kick()
+			}()
 			continue
 		}
 		rctx, cancel := context.WithCancel(ctx)

@@ -56,3 +56,67 @@ func TestNewLeaderRestartsJobLeaseClock(t *testing.T) {
 		t.Fatalf("attempt %d: reassigned although the assignee renews", j2.GetAttempt())
 	}
 }
+
+// slowStop is a JobRunner whose attempts take a while to stop after their
+// context ends (a plugin being killed and reaped); it records how many run
+// at once.
+type slowStop struct {
+	mu           sync.Mutex
+	active, most int
+	starts       int
+	stopTakes    time.Duration
+	attemptsSeen []uint32
+}
+
+func (s *slowStop) Run(ctx context.Context, _ string, attempt uint32) error {
+	s.mu.Lock()
+	s.active++
+	s.starts++
+	s.most = max(s.most, s.active)
+	s.attemptsSeen = append(s.attemptsSeen, attempt)
+	s.mu.Unlock()
+	<-ctx.Done()
+	time.Sleep(s.stopTakes)
+	s.mu.Lock()
+	s.active--
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+// TestNextAttemptWaitsForThePreviousOne: a job reassigned back to the same
+// member (the only live one) starts its next attempt there only after the
+// previous attempt has stopped: two attempts of one job never run at once
+// on a member.
+func TestNextAttemptWaitsForThePreviousOne(t *testing.T) {
+	c := newTestCluster(t, "c1")
+	cfg := testConfig()
+	sc := newScenario(t, c, t.TempDir(), 2, 10)
+	run := &slowStop{stopTakes: 500 * time.Millisecond}
+	r := recovery.NewRunner(cfg, "c1", c.s, member{c, "c1"}, run, testLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	j := c.declare(sc.broker, sc.epoch, "c1")
+	waitFor(t, 10*time.Second, "attempt 1 running", func() bool { return r.Running()[j.GetJobId()] == 1 })
+	// Attempt 2, on c1 again.
+	c.must(&waldenv1.ReassignJob{JobId: j.GetJobId(), Attempt: 1, LiveMembers: []string{"c1"}, Reason: "test"})
+	waitFor(t, 10*time.Second, "attempt 2 running", func() bool { return r.Running()[j.GetJobId()] == 2 })
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.most != 1 || run.starts != 2 {
+		t.Fatalf("%d attempts ran at once (%d started: %v)", run.most, run.starts, run.attemptsSeen)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
