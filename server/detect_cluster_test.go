@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"walden/agent"
@@ -812,18 +813,34 @@ func startServerTB(t testing.TB, cfg *config.Server) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("Run did not return after cancel")
 			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
+		})
+	}
+	serverStops.Store(s, stop)
+	t.Cleanup(stop)
 	return s
+}
+
+// serverStops holds, per server started by startServerTB, the function that
+// stops it (stopServerTB).
+var serverStops sync.Map
+
+// stopServerTB stops a server started by startServerTB, as SIGTERM would.
+func stopServerTB(s *Server) {
+	if stop, ok := serverStops.Load(s); ok {
+		stop.(func())()
+	}
 }
 
 func waitServingTB(t testing.TB, conn *grpc.ClientConn) {
@@ -890,4 +907,53 @@ func TestManualFailoverOfLiveBrokerWaitsForItsLease(t *testing.T) {
 		t.Fatalf("failover answer %v", resp)
 	}
 	t.Logf("lease invalid %v before the fencing; the failover waited %dms for the lease", fencedAt.Sub(invalidAt), resp.GetLeaseWaitMs())
+}
+
+// TestReadsOfAMemberCutOffFromTheMajority: a member left alone (the two
+// others stopped) answers a linearizable read (the default) with an error, never with
+// state that may be stale; a serializable read answers at once and names
+// the member and the applied index it answered at.
+func TestReadsOfAMemberCutOffFromTheMajority(t *testing.T) {
+	c := newDetCluster(t, nil)
+	c.startAgent("b1", nil)
+	c.waitAllAlive("b1")
+	node := c.pick("follower")
+	c.waitFor(node+" applied b1's observations", 10*time.Second, func() bool {
+		b, _ := c.servers[c.index(node)].detector.d.state.Broker("b1")
+		return len(b.GetObservations()) == 3
+	})
+	for i, cfg := range c.cfgs {
+		if cfg.NodeID != node {
+			stopServerTB(c.servers[i]) // the other two: node alone is a minority
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := c.brokers(node).ListEvents(ctx, &waldenv1.ListEventsRequest{}); err == nil {
+		t.Fatal("a linearizable read answered by a member cut off from the majority")
+	}
+	var trailer metadata.MD
+	sctx := metadata.AppendToOutgoingContext(context.Background(), HeaderConsistency, "s")
+	resp, err := c.brokers(node).ListEvents(sctx, &waldenv1.ListEventsRequest{BrokerId: "b1"}, grpc.Trailer(&trailer))
+	if err != nil || len(resp.GetEvents()) == 0 {
+		t.Fatalf("serializable read: %v %v", resp, err)
+	}
+	if by := trailer.Get(TrailerAnsweredBy); len(by) != 1 || by[0] != node || len(trailer.Get(TrailerAppliedIndex)) != 1 {
+		t.Fatalf("trailers %v", trailer)
+	}
+	bad := metadata.AppendToOutgoingContext(context.Background(), HeaderConsistency, "x")
+	if _, err := c.brokers(node).ListEvents(bad, &waldenv1.ListEventsRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("consistency x: %v", err)
+	}
+}
+
+// index is the position of member id in c.cfgs and c.servers.
+func (c *detCluster) index(id string) int {
+	for i, cfg := range c.cfgs {
+		if cfg.NodeID == id {
+			return i
+		}
+	}
+	c.t.Fatalf("no coordinator %s", id)
+	return -1
 }

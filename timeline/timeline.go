@@ -58,7 +58,18 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 		return 0
 	})
 	assigneeOf := map[uint32]string{}
+	var requested *waldenv1.Event // the manual failover request the decision followed
+	decided := false
 	for _, e := range evs {
+		switch {
+		case decided:
+		case e.GetKind() == "failover_requested":
+			requested = e
+		case e.GetKind() == "decision" && e.GetJobId() != j.GetJobId():
+			requested = nil // the request of an earlier failover
+		case e.GetKind() == "decision":
+			decided = true
+		}
 		if e.GetJobId() != j.GetJobId() {
 			continue
 		}
@@ -108,6 +119,13 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 		}
 		f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindObserve, Actor: o.GetObserverId(),
 			StartUnixMs: o.GetSinceUnixMs(), EndUnixMs: f.DecidedUnixMs, Detail: observed(o)})
+	}
+	// A manual failover waits, between the request and the decision, for a
+	// majority of the coordinators to attest the broker's lease expired.
+	if requested != nil && f.Manual && decided {
+		f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindLeaseWait, Actor: requested.GetActor(),
+			StartUnixMs: requested.GetUnixMs(), EndUnixMs: f.DecidedUnixMs,
+			Detail: "renewals stopped; fenced once a majority of the coordinators attested the broker's lease expired"})
 	}
 	f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindDecide, Actor: f.DecidedBy,
 		StartUnixMs: f.DecidedUnixMs, EndUnixMs: f.DecidedUnixMs, Detail: f.Reason})

@@ -112,3 +112,27 @@ func TestBuildWithoutDecisionEvent(t *testing.T) {
 		t.Fatalf("%v", f)
 	}
 }
+
+// A manual failover waits, from the request to the decision, for a
+// majority of the coordinators to attest the broker's lease expired: that
+// wait is its lease phase. A request of an earlier failover does not count.
+func TestBuildManualFailoverLeaseWait(t *testing.T) {
+	j := job("succeeded", "done", cp("fence", 1, 5100), cp("attach", 1, 5200))
+	j.LeaseWaitMs = 0
+	evs := events()
+	evs[1].Evidence.Manual = true
+	evs[4].Index = 9 // the earlier failover's decision
+	evs = append(evs,
+		&waldenv1.Event{Index: 5, Kind: "failover_requested", BrokerId: "b1", Actor: "alice", UnixMs: t0 - 95000},
+		&waldenv1.Event{Index: 18, Kind: "failover_requested", BrokerId: "b1", Actor: "bob", UnixMs: t0 + 1500})
+	f := timeline.Build(j, evs)
+	var got string
+	for _, p := range f.GetPhases() {
+		if p.GetKind() == timeline.KindLeaseWait {
+			got = fmt.Sprintf("%s %d-%d", p.GetActor(), p.GetStartUnixMs()-t0, p.GetEndUnixMs()-t0)
+		}
+	}
+	if got != "bob 1500-5000" {
+		t.Fatalf("lease wait phase %q, want bob 1500-5000\n%s", got, phases(f))
+	}
+}

@@ -161,9 +161,15 @@ func printBroker(w io.Writer, b *waldenv1.Broker) {
 func newFailoverCmd(c *cli) *cobra.Command {
 	var reason string
 	var dryRun bool
+	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:               "failover BROKER --reason TEXT [--dry-run] | failover show ID",
-		Short:             "Declare a broker failed now: skips the timeouts and policy gates, never the fencing (--dry-run: what it would do, changing nothing; failover show ID: one failover's timeline)",
+		Use:   "failover BROKER --reason TEXT [--dry-run] | failover show ID",
+		Short: "Fail a broker over now: skips the timeouts and policy gates, never the fencing nor its lease (--dry-run: what it would do, changing nothing; failover show ID: one failover's timeline)",
+		Long: `Fail a broker over now. The coordinators stop renewing its lease at once; the broker is
+fenced, and its recovery starts, once a majority of them attest that the lease they granted
+ran out (at most lease_ttl + drift_margin after its last renewal), so that a broker failed
+over while alive stops acknowledging writes before its WAL is read. The command waits for
+that (--wait); if the wait ends first, the request stands and the failover completes anyway.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.completeIDs("broker", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -172,7 +178,7 @@ func newFailoverCmd(c *cli) *cobra.Command {
 			}
 			req := &waldenv1.FailoverRequest{BrokerId: args[0], Reason: reason, Preview: dryRun}
 			var resp *waldenv1.FailoverResponse
-			err := c.call(cmd.Context(), op{verb: "fail over", kind: "broker", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.callFor(cmd.Context(), op{verb: "fail over", kind: "broker", id: args[0]}, false, max(wait, c.timeout), func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).Failover(ctx, req, opts...)
 				return err
@@ -187,12 +193,14 @@ func newFailoverCmd(c *cli) *cobra.Command {
 				case resp.GetDryRun():
 					fmt.Fprintf(w, "dry run: broker %s would be fenced (recorded in the event log)\n", resp.GetBrokerId())
 				default:
-					fmt.Fprintf(w, "broker %s fenced: new epoch %d, recovery job %s\n", resp.GetBrokerId(), resp.GetNewEpoch(), resp.GetJobId())
+					fmt.Fprintf(w, "broker %s fenced after its lease ran out (%s): new epoch %d, recovery job %s\n", resp.GetBrokerId(),
+						durationText(resp.GetLeaseWaitMs()), resp.GetNewEpoch(), resp.GetJobId())
 				}
 			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why the broker is failed over (kept in the event log; required unless --dry-run)")
+	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the fencing (the broker's lease must run out first)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the decision a failover would make now and the conditions of an automatic one that do not hold; change nothing")
 	cmd.AddCommand(newFailoverShowCmd(c))
 	return cmd
@@ -204,9 +212,9 @@ func printFailoverPreview(w io.Writer, r *waldenv1.FailoverResponse) {
 	fmt.Fprintf(w, "  issue\tepoch %d and recovery job %s\n", r.GetNewEpoch(), r.GetJobId())
 	fmt.Fprintf(w, "  recover on\t%s\n", orDash(r.GetAssigneeId()))
 	if r.GetLeaseWaitMs() > 0 {
-		fmt.Fprintf(w, "  wait\t%s for the broker's lease to run out before reading its WAL\n", durationText(r.GetLeaseWaitMs()))
+		fmt.Fprintf(w, "  wait\tat most %s for the broker's lease to run out on a majority of the coordinators before fencing it\n", durationText(r.GetLeaseWaitMs()))
 	} else {
-		fmt.Fprintf(w, "  wait\tnothing: the broker's lease has expired\n")
+		fmt.Fprintf(w, "  wait\tnothing: a majority of the coordinators already attest its lease expired\n")
 	}
 	if r.GetDryRun() {
 		fmt.Fprintf(w, "  but\tthe policy is dry_run: the decision would only be recorded\n")

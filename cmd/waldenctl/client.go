@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -35,6 +36,12 @@ const (
 	envPrefix       = "WALDENCTL_"
 	defaultEndpoint = "127.0.0.1:7001"
 	reasonNotLeader = coordclient.ReasonNotLeader
+	// The read consistency header and the trailers of a serializable read
+	// (the server's HeaderConsistency, TrailerAnsweredBy,
+	// TrailerAppliedIndex).
+	headerConsistency   = "walden-consistency"
+	trailerAnsweredBy   = "walden-answered-by"
+	trailerAppliedIndex = "walden-applied-index"
 )
 
 // Output formats of -o.
@@ -56,6 +63,9 @@ type cli struct {
 	cacert    string
 	cert      string
 	key       string
+	// consistency is "l" (linearizable reads, the default) or "s"
+	// (serializable: the answering member's state as it is).
+	consistency string
 
 	creds credentials.TransportCredentials
 }
@@ -69,6 +79,8 @@ func (c *cli) bindFlags(root *cobra.Command) {
 	f.StringVar(&c.cacert, "cacert", "", "PEM file of the CA that signed the members' certificates (enables TLS)")
 	f.StringVar(&c.cert, "cert", "", "PEM client certificate for mutual TLS (with --key)")
 	f.StringVar(&c.key, "key", "", "PEM private key of --cert")
+	f.StringVar(&c.consistency, "consistency", "l",
+		"read consistency: l (linearizable: the answer includes every change committed before the read) or s (serializable: fast, from the answering member, possibly stale)")
 	// Every global flag has an environment variable, as etcdctl's
 	// ETCDCTL_*: WALDENCTL_ and the flag's name in capitals.
 	f.VisitAll(func(fl *pflag.Flag) {
@@ -114,6 +126,12 @@ func (c *cli) complete(cmd *cobra.Command) error {
 	}
 	if c.timeout <= 0 {
 		return fmt.Errorf("--timeout: must be positive, got %s", c.timeout)
+	}
+	if c.consistency == "" {
+		c.consistency = "l"
+	}
+	if c.consistency != "l" && c.consistency != "s" {
+		return fmt.Errorf("--consistency: must be l (linearizable) or s (serializable), not %q", c.consistency)
 	}
 	if (c.cert == "") != (c.key == "") {
 		return errors.New("--cert and --key must be given together")
@@ -198,16 +216,32 @@ func parseEndpoints(in []string, tlsFlags bool) ([]string, bool, error) {
 // moves on to the next endpoint. Other errors are final. A failure comes
 // back as a *callError that says what went wrong in the terms of o.
 func (c *cli) call(ctx context.Context, o op, retryable bool, rpc func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error) error {
+	return c.callFor(ctx, o, retryable, c.timeout, rpc)
+}
+
+// callFor is call with a per-endpoint timeout of its own (a request that
+// waits on purpose, such as a failover waiting for the broker's lease).
+// With --consistency=s a read is sent as serializable, and the member that
+// answered and its applied index are named on stderr.
+func (c *cli) callFor(ctx context.Context, o op, retryable bool, perTry time.Duration, rpc func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error) error {
 	coords := coordclient.New(c.endpoints, nil, grpc.WithTransportCredentials(c.creds))
 	defer coords.Close()
 	moveOn := func(code codes.Code) bool {
 		return code == codes.Unavailable || (code == codes.DeadlineExceeded && retryable)
 	}
-	err := coords.Do(ctx, coordclient.Policy{PerTry: c.timeout, MaxAttempts: len(c.endpoints) + 3, MoveOn: moveOn},
+	var trailer metadata.MD
+	if c.consistency == "s" {
+		ctx = metadata.AppendToOutgoingContext(ctx, headerConsistency, "s")
+	}
+	err := coords.Do(ctx, coordclient.Policy{PerTry: perTry, MaxAttempts: len(c.endpoints) + 3, MoveOn: moveOn},
 		func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
-			return rpc(ctx, conn, opts...)
+			return rpc(ctx, conn, append(opts, grpc.Trailer(&trailer))...)
 		})
 	if err == nil {
+		if by := trailer.Get(trailerAnsweredBy); len(by) > 0 {
+			fmt.Fprintf(c.stderr, "serializable read: answered by %s from its state at applied index %s (may be stale)\n",
+				by[0], strings.Join(trailer.Get(trailerAppliedIndex), ""))
+		}
 		return nil
 	}
 	var none *coordclient.NoAnswerError

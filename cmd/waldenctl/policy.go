@@ -26,8 +26,12 @@ func newPolicyCmd(c *cli) *cobra.Command {
 func newPolicyGetCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "get",
-		Short: "Show each policy key's effective value and where it came from (default, config, runtime)",
-		Args:  cobra.NoArgs,
+		Short: "Show the cluster's policy: each key's value and where it came from (default, seed, runtime)",
+		Long: `Show the cluster's policy. It is replicated: every member answers the same. The config
+files' policy: sections seed it once, when the cluster is founded (source "seed"); afterwards
+only "waldenctl policy set" changes it (source "runtime"). When the answering member's config
+file differs from the policy, the keys are listed: editing a config file changes nothing.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.GetPolicyResponse
 			err := c.call(cmd.Context(), op{verb: "show", kind: "policy"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
@@ -38,7 +42,16 @@ func newPolicyGetCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.print(resp, func(w io.Writer) { printPolicy(w, resp.GetEntries()) })
+			return c.print(resp, func(w io.Writer) {
+				printPolicy(w, resp.GetEntries())
+				if resp.GetSeededBy() != "" {
+					fmt.Fprintf(w, "\nseeded from the config file of %s; answered by %s\n", resp.GetSeededBy(), resp.GetAnsweredBy())
+				}
+				if d := resp.GetConfigDrift(); len(d) > 0 {
+					fmt.Fprintf(w, "%s's config file differs on %s: the file does not change the policy; use waldenctl policy set\n",
+						resp.GetAnsweredBy(), strings.Join(d, ", "))
+				}
+			})
 		},
 	}
 }
