@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"walden/agent"
 	"walden/config"
@@ -956,4 +957,98 @@ func (c *detCluster) index(id string) int {
 	}
 	c.t.Fatalf("no coordinator %s", id)
 	return -1
+}
+
+// TestPolicyIsReplicated: members whose config files differ (a rolling
+// config change) answer the same policy — the founding leader's — and name
+// the keys their file differs on; a leadership change does not change it.
+func TestPolicyIsReplicated(t *testing.T) {
+	c := newDetCluster(t, func(cfg *config.Server) {
+		switch cfg.NodeID {
+		case "c2":
+			cfg.Policy.FailureTimeout = 4 * time.Second
+		case "c3":
+			cfg.Policy.LeaseTTL, cfg.Policy.FailureTimeout = 3*time.Second, 20*time.Second
+		}
+	})
+	ctx := context.Background()
+	get := func(id string) *waldenv1.GetPolicyResponse {
+		var r *waldenv1.GetPolicyResponse
+		c.waitFor(id+" answers the policy", 10*time.Second, func() bool {
+			var err error
+			r, err = c.brokers(id).GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
+			return err == nil
+		})
+		return r
+	}
+	first := get("c1")
+	seeder := first.GetSeededBy()
+	for _, id := range []string{"c1", "c2", "c3"} {
+		r := get(id)
+		if !proto.Equal(r.GetPolicy(), first.GetPolicy()) || r.GetSeededBy() != seeder {
+			t.Fatalf("%s answers %v seeded by %s, c1 answers %v seeded by %s", id, r.GetPolicy(), r.GetSeededBy(), first.GetPolicy(), seeder)
+		}
+		if (id == seeder) != (len(r.GetConfigDrift()) == 0) {
+			t.Fatalf("%s (seeded by %s) reports config drift %v", id, seeder, r.GetConfigDrift())
+		}
+	}
+	if want := c.cfgs[c.index(seeder)].Policy.FailureTimeout.Milliseconds(); first.GetPolicy().GetFailureTimeoutMs() != want {
+		t.Fatalf("failure_timeout %d, want the seeder's %d", first.GetPolicy().GetFailureTimeoutMs(), want)
+	}
+	// Leadership moves to a member whose file differs: the policy stays.
+	old := c.leader()
+	target := "c3"
+	if old.cfg.NodeID == "c3" {
+		target = "c2"
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := old.node.TransferLeadership(tctx, target); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("transfer: %v", err)
+	}
+	c.waitFor(target+" leads", 10*time.Second, func() bool { return c.leader().cfg.NodeID == target })
+	if r := get(target); !proto.Equal(r.GetPolicy(), first.GetPolicy()) {
+		t.Fatalf("after the leadership moved to %s: %v, before %v", target, r.GetPolicy(), first.GetPolicy())
+	}
+}
+
+// TestManualFailoverOnAFreshLeaderWaitsForTheLease: a manual failover served
+// right after a leader change still waits for the broker's lease.
+func TestManualFailoverOnAFreshLeaderWaitsForTheLease(t *testing.T) {
+	c := newDetCluster(t, nil)
+	a1 := c.startAgent("b1", nil)
+	c.waitAllAlive("b1")
+	old := c.leader()
+	target := c.pick("follower")
+	tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.node.TransferLeadership(tctx, target); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("transfer: %v", err)
+	}
+	c.waitFor(target+" leads", 10*time.Second, func() bool { return c.leader().cfg.NodeID == target })
+	epoch := c.broker("b1").GetEpoch()
+	var invalidAt, fencedAt time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for invalidAt.IsZero() || fencedAt.IsZero() {
+			now := time.Now()
+			if invalidAt.IsZero() && !a1.Lease().Valid {
+				invalidAt = now
+			}
+			if fencedAt.IsZero() && c.broker("b1").GetEpoch() != epoch {
+				fencedAt = now
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	fctx, fcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer fcancel()
+	if _, err := c.brokers(target).Failover(fctx, &waldenv1.FailoverRequest{BrokerId: "b1", Reason: "right after an election"}); err != nil {
+		t.Fatalf("manual failover: %v", err)
+	}
+	<-done
+	if !invalidAt.Before(fencedAt) {
+		t.Fatalf("b1 was fenced %v before its lease turned invalid", invalidAt.Sub(fencedAt))
+	}
 }
