@@ -272,7 +272,7 @@ func Decide(in Input) Decision {
 				continue
 			}
 			d.Declare = append(d.Declare, declaration(in, mem.Seen, b, obs, quorum, 0, 0,
-				&waldenv1.Evidence{Manual: true, Reason: withReason("manual failover", fr.GetReason())}, false))
+				&waldenv1.Evidence{Manual: true, Reason: withReason("manual failover", fr.GetReason()), RequestedBy: fr.GetActor()}, false))
 			continue
 		}
 		if !eligible(b) {

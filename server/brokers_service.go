@@ -14,6 +14,7 @@ import (
 
 	"walden/authz"
 	"walden/fencing"
+	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -299,11 +300,17 @@ func (s *brokersService) RemoveBroker(ctx context.Context, req *waldenv1.RemoveB
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
 	}
+	// The agent may be renewing: this member granted it lately, heard it,
+	// or the registration is younger than a lease (the agent has not
+	// renewed yet).
+	p := s.d.policy()
+	within := time.Duration(p.GetLeaseTtlMs()+p.GetDriftMarginMs()) * time.Millisecond
 	s.d.leaseView(b)
-	if b.GetLeaseRemainingMs() > 0 {
+	registeredAgo := time.Since(time.UnixMilli(b.GetRegisteredUnixMs()))
+	if b.GetLeaseRemainingMs() > 0 || s.d.grantor.HeardWithin(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}, within) || registeredAgo < within {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"broker %q holds a lease for %d ms more (this coordinator's grant): its agent still renews it; stop the agent (or fail the broker over) before removing the registration",
-			b.GetBrokerId(), b.GetLeaseRemainingMs())
+			"broker %q holds a lease, or may still renew it (registered or renewed within lease_ttl + drift_margin, %s): stop its agent (or fail the broker over) before removing the registration",
+			b.GetBrokerId(), within)
 	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RemoveBroker{RemoveBroker: &waldenv1.RemoveBroker{
 		BrokerId: req.GetBrokerId(), Actor: authz.Actor(ctx)}}})

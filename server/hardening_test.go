@@ -87,7 +87,12 @@ func TestHardeningAPI(t *testing.T) {
 		for _, m := range ml.GetMembers() {
 			m.Reachable, m.MatchIndex = false, 0
 		}
+		// The policy is seeded by the first leader: wait for it.
 		gp, err := brokers.GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
+		for deadline := time.Now().Add(10 * time.Second); status.Code(err) == codes.Unavailable && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			gp, err = brokers.GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
