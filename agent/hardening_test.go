@@ -29,9 +29,9 @@ func TestHardeningIdleConnectionFlood(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("counts /proc/self/fd")
 	}
-	f := newFakeLeader(testTTL, testDrift)
+	c := newFakeCluster(t, 1, testTTL, testDrift, nil)
 	lim := httplimit.Limits{MaxConns: 64, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: time.Second}
-	a := startAgent(t, testConfig(serveAgent(t, f)), Options{HTTPLimits: lim})
+	a := startAgent(t, testConfig(c.addrs()...), Options{HTTPLimits: lim})
 	if s := a.httpSrv; s.ReadHeaderTimeout != lim.ReadHeaderTimeout || s.IdleTimeout != lim.IdleTimeout || s.MaxHeaderBytes != httplimit.DefaultMaxHeaderBytes {
 		t.Fatalf("server limits %+v", s)
 	}
