@@ -534,6 +534,9 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	rep := stopAll()
 	if rep != nil {
 		res.MaxWaitMs = rep.MaxUnavailableMs
+		if rep.DuplicateAcks > 0 || rep.ProducerResets > 0 {
+			env.Note("producers: %d records of retried appends answered as already stored, %d producer resets", rep.DuplicateAcks, rep.ProducerResets)
+		}
 	}
 
 	// The ledger, read back through the brokers (recorded too: the

@@ -71,7 +71,21 @@ func step(s streamState, op *Op) []streamState {
 	case KindAppend:
 		switch op.Outcome {
 		case Ok:
-			if op.Base != s.n || op.StreamEpoch < s.floor {
+			if op.StreamEpoch < s.floor {
+				return nil
+			}
+			if op.Duplicate {
+				// A retry answered with where an earlier attempt
+				// stored the same records: they are there already.
+				end := op.Base + uint64(len(op.IDs))
+				if end > s.n || !slices.Equal(s.slice(op.Base, end), op.IDs) {
+					return nil
+				}
+				next := s
+				next.floor = max(next.floor, op.StreamEpoch)
+				return []streamState{next}
+			}
+			if op.Base != s.n {
 				return nil
 			}
 			next := s.push(op.IDs)
@@ -213,7 +227,9 @@ func resolve(ops []Op) []Op {
 					content[k] = id
 				}
 			}
-		case op.Kind == KindAppend && op.Outcome == Ok:
+		case op.Kind == KindAppend && op.Outcome == Ok && !op.Duplicate:
+			// (A duplicate answer's records were stored by an
+			// earlier, unacknowledged attempt: left to place.)
 			for j := range op.IDs {
 				covered[key{op.Stream, op.Base + uint64(j)}] = true
 			}

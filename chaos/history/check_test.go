@@ -56,6 +56,19 @@ func TestCheck(t *testing.T) {
 			ack(1, 20, 21, 3, 1, "x", "y"),
 			read(1, 30, 40, 0, true, "a", "x", "y", "x", "y"),
 		}, Linearizable},
+		{"an idempotent retry answered with the earlier attempt's offsets", []Op{
+			ack(1, 0, 10, 0, 1, "a"),
+			{Kind: KindAppend, Stream: 1, Call: 11, Return: 12, IDs: []string{"x", "y"}, Outcome: Maybe, Reason: "LEASE_INVALID"},
+			read(1, 13, 14, 0, true, "a", "x", "y"),
+			{Kind: KindAppend, Stream: 1, Call: 15, Return: 16, IDs: []string{"x", "y"}, Outcome: Ok, Base: 1, StreamEpoch: 1, Duplicate: true},
+			ack(1, 17, 18, 3, 1, "z"),
+			read(1, 30, 40, 0, true, "a", "x", "y", "z"),
+		}, Linearizable},
+		{"a duplicate answer for records that are not there", []Op{
+			ack(1, 0, 10, 0, 1, "a"),
+			{Kind: KindAppend, Stream: 1, Call: 15, Return: 16, IDs: []string{"x"}, Outcome: Ok, Base: 1, StreamEpoch: 1, Duplicate: true},
+			read(1, 30, 40, 0, true, "a"),
+		}, NotLinearizable},
 		{"records nobody appended", []Op{
 			ack(1, 0, 10, 0, 1, "a"),
 			{Kind: KindAppend, Stream: 1, Call: 11, Return: 12, IDs: []string{"x"}, Outcome: Maybe, Reason: "LEASE_INVALID"},

@@ -35,7 +35,8 @@ const (
 	// Ok: acknowledged at [Base, Base+len(IDs)).
 	Ok = "ok"
 	// Refused: refused before anything was written (NOT_OWNER, NOT_READY,
-	// WAL_FULL, an invalid request, a connection never made).
+	// WAL_FULL, UNKNOWN_PRODUCER, OUT_OF_ORDER_SEQUENCE, an invalid
+	// request, a connection never made).
 	Refused = "refused"
 	// Maybe: refused by the broker after it may have written the records
 	// (LEASE_INVALID, NODE_FENCED, SHUTTING_DOWN): they may be in the
@@ -66,6 +67,10 @@ type Op struct {
 	Base        uint64   `json:"base,omitempty"`
 	StreamEpoch uint64   `json:"stream_epoch,omitempty"`
 	BrokerEpoch uint64   `json:"broker_epoch,omitempty"`
+	// Duplicate: the broker answered a retry of the producer's last batch
+	// with the offsets an earlier attempt stored it at (idempotent
+	// producer).
+	Duplicate bool `json:"duplicate,omitempty"`
 	// Bases are the offsets where an unacknowledged append may have
 	// taken effect, found by the check from the reads (not recorded).
 	Bases []uint64 `json:"-"`
@@ -176,6 +181,7 @@ func appendOp(q *waldenv1.AppendRequest, resp *waldenv1.AppendResponse, err erro
 	}
 	if err == nil {
 		op.Outcome, op.Base, op.StreamEpoch, op.BrokerEpoch = Ok, resp.GetBaseOffset(), resp.GetStreamEpoch(), resp.GetBrokerEpoch()
+		op.Duplicate = resp.GetDuplicate()
 		return op
 	}
 	op.Outcome, op.Reason = classify(err)
@@ -187,7 +193,8 @@ func appendOp(q *waldenv1.AppendRequest, resp *waldenv1.AppendResponse, err erro
 func classify(err error) (outcome, reason string) {
 	if reason := fencing.ReasonFromStatus(err); reason != "" {
 		switch reason {
-		case broker.ReasonNotOwner, broker.ReasonNotReady, broker.ReasonWALFull:
+		case broker.ReasonNotOwner, broker.ReasonNotReady, broker.ReasonWALFull,
+			broker.ReasonUnknownProducer, broker.ReasonOutOfOrderSequence:
 			return Refused, reason
 		}
 		return Maybe, reason
