@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"walden/authz"
 	"walden/config"
 	"walden/coordclient"
 	"walden/gossip"
@@ -140,6 +141,10 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := mtls.CheckGossipKey(cfg.TLS, cfg.Gossip.EncryptionKeyFile); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	// The coordinators let an agent act for the broker its certificate names.
+	if err := mtls.CheckIdentity(cfg.TLS, authz.Identity{Role: authz.RoleAgent, BrokerID: cfg.BrokerID}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	log := opts.Logger.With("broker_id", cfg.BrokerID)

@@ -1,15 +1,9 @@
 package agent
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"walden/authz"
 	"walden/certs"
 	"walden/config"
 	"walden/lease"
@@ -27,65 +22,32 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// testPKI writes a CA and one certificate for 127.0.0.1 (server and client
-// use) to dir and returns the file names.
-func testPKI(t *testing.T, dir string) (certFile, keyFile, caFile string) {
+// testPKI makes a CA and its gossip key in dir (walden certs init), a
+// coordinator certificate for the fake leader (valid for 127.0.0.1) and an
+// agent certificate of broker b1, and returns the files: the coordinator's,
+// then the agent's.
+func testPKI(t *testing.T, dir string) (coordCert, coordKey, certFile, keyFile, caFile string) {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if _, err := certs.Init(dir, "walden test CA", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, err := certs.IssueFiles(dir, "", certs.Request{Identity: authz.Identity{Name: "c1", Role: authz.RoleCoordinator}, Validity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "walden test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	a, err := certs.IssueFiles(dir, "", certs.Request{Identity: authz.Identity{Name: "b1-agent", Role: authz.RoleAgent, BrokerID: "b1"}, Validity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "member"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	gossipKey, err := certs.NewGossipKey() // beside the CA, as walden certs init leaves it
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "gossip.key"), gossipKey, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return write("cert.pem", "CERTIFICATE", der), write("key.pem", "EC PRIVATE KEY", keyDER), write("ca.pem", "CERTIFICATE", caDER)
+	return c.Cert, c.Key, a.Cert, a.Key, filepath.Join(dir, certs.CAFile)
 }
 
 // TestMutualTLS: with tls keys set the agent presents its certificate and
 // checks the coordinator's against ca_file.
 func TestMutualTLS(t *testing.T) {
-	certFile, keyFile, caFile := testPKI(t, t.TempDir())
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	dir := t.TempDir()
+	coordCert, coordKey, certFile, keyFile, caFile := testPKI(t, dir)
+	cert, err := tls.LoadX509KeyPair(coordCert, coordKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +93,19 @@ func TestMutualTLS(t *testing.T) {
 	if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, mtls.ErrGossipKey) || !strings.Contains(err.Error(), filepath.Join(bare, "gossip.key")) ||
 		strings.Count(err.Error(), filepath.Join(bare, "gossip.key")) != 1 {
 		t.Fatalf("New without a gossip key = %v", err)
+	}
+	// A certificate of another broker, or of another role, is refused by
+	// New, saying how to issue the right one.
+	other, err := certs.IssueFiles(dir, "", certs.Request{Identity: authz.Identity{Name: "b2-agent", Role: authz.RoleAgent, BrokerID: "b2"}, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ cert, key string }{{other.Cert, other.Key}, {coordCert, coordKey}} {
+		cfg = testConfig(ln.Addr().String())
+		cfg.TLS = config.TLS{CertFile: tc.cert, KeyFile: tc.key, CAFile: caFile}
+		_, err = New(cfg, Options{})
+		if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, mtls.ErrWrongIdentity) || !strings.Contains(err.Error(), "--role agent --broker-id b1") {
+			t.Fatalf("New with %s = %v", tc.cert, err)
+		}
 	}
 }

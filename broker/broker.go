@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"walden/agent"
+	"walden/authz"
 	"walden/config"
 	"walden/fencing"
 	"walden/mtls"
@@ -131,6 +132,11 @@ func New(cfg *config.Broker, opts Options) (*Broker, error) {
 	// certificate, and the catalog connections present it.
 	tlsCfg, err := mtls.Load(cfg.TLS)
 	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	// The catalog lets a broker write the streams of the broker id its
+	// certificate names.
+	if err := mtls.CheckIdentity(cfg.TLS, authz.Identity{Role: authz.RoleBroker, BrokerID: cfg.BrokerID}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if len(opts.DialOptions) == 0 {

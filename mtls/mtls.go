@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"walden/authz"
 	"walden/config"
 	"walden/gossip"
 )
@@ -113,4 +114,71 @@ func CheckGossipKey(c config.TLS, named string) error {
 			ErrGossipKey, from, path, reason)
 	}
 	return nil
+}
+
+// ErrWrongIdentity means a process's own certificate does not carry the
+// identity its configuration needs: its calls would all be refused.
+var ErrWrongIdentity = errors.New("wrong certificate")
+
+// CheckIdentity reads the identity of the certificate c names and checks
+// it is want's role, name (for a coordinator, its node_id) and broker id;
+// for the agent role, a broker certificate of the same broker id also
+// does (the reference broker's agent uses the broker's certificate). With
+// TLS off it checks nothing.
+func CheckIdentity(c config.TLS, want authz.Identity) error {
+	if !c.Enabled() {
+		return nil
+	}
+	kp, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return fmt.Errorf("tls.cert_file %s, tls.key_file %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	leaf, err := x509.ParseCertificate(kp.Certificate[0])
+	if err != nil {
+		return fmt.Errorf("tls.cert_file %s: %w", c.CertFile, err)
+	}
+	got, err := authz.FromCertificate(leaf)
+	if err != nil {
+		var ie *authz.IdentityError
+		if errors.As(err, &ie) {
+			return fmt.Errorf("%w: tls.cert_file %s carries no walden identity (%s): issue one with walden certs issue --name %s --role %s%s",
+				ErrWrongIdentity, c.CertFile, ie.Reason, want.Name, want.Role, brokerFlag(want))
+		}
+		return err
+	}
+	ok := got.Role == want.Role && got.BrokerID == want.BrokerID && (want.Name == "" || got.Name == want.Name)
+	if want.Role == authz.RoleAgent && got.Role == authz.RoleBroker && got.BrokerID == want.BrokerID {
+		ok = true
+	}
+	if !ok {
+		return fmt.Errorf("%w: tls.cert_file %s is %s, but this process needs %s: issue one with walden certs issue --name %s --role %s%s",
+			ErrWrongIdentity, c.CertFile, got, describeWant(want), firstNonEmpty(want.Name, want.BrokerID), want.Role, brokerFlag(want))
+	}
+	return nil
+}
+
+func brokerFlag(id authz.Identity) string {
+	if id.BrokerID == "" {
+		return ""
+	}
+	return " --broker-id " + id.BrokerID
+}
+
+func describeWant(id authz.Identity) string {
+	switch {
+	case id.Role == authz.RoleCoordinator:
+		return fmt.Sprintf("the coordinator %q (its node_id)", id.Name)
+	case id.Role.BrokerBound():
+		return fmt.Sprintf("a %s certificate of broker %s", id.Role, id.BrokerID)
+	}
+	return string(id.Role)
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

@@ -80,6 +80,11 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// A member's certificate names it: raft frames from any other name are
+	// refused by its peers.
+	if err := mtls.CheckIdentity(cfg.TLS, authz.Identity{Name: cfg.NodeID, Role: authz.RoleCoordinator}); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if _, on := cfg.GossipConfig(); on {
 		if err := mtls.CheckGossipKey(cfg.TLS, cfg.Gossip.EncryptionKeyFile); err != nil {
 			return nil, fmt.Errorf("server: %w", err)

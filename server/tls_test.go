@@ -1,14 +1,17 @@
 package server
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"walden/authz"
 	"walden/certs"
 	"walden/config"
+	"walden/mtls"
 )
 
 // testPKI is a CA made by package certs in a directory, the certificates
@@ -74,5 +77,30 @@ func TestLoadTLSErrors(t *testing.T) {
 	bad.KeyFile = p.OtherKey // does not match the cert
 	if _, err := loadTLS(bad); err == nil {
 		t.Fatal("mismatched key accepted")
+	}
+}
+
+// TestServerRefusesAnotherMembersCertificate: a member started with a
+// certificate that is not its own coordinator certificate (its peers would
+// refuse every raft frame) stops at once, says how to issue the right one,
+// and touches nothing in data_dir.
+func TestServerRefusesAnotherMembersCertificate(t *testing.T) {
+	p := newTestPKI(t, t.TempDir())
+	for _, tc := range []struct {
+		name string
+		tls  config.TLS
+	}{
+		{"c2's certificate", p.member(t, "c2")},
+		{"an operator's certificate", p.tls(t, authz.Identity{Name: "c1", Role: authz.RoleOperator})},
+	} {
+		cfg := singleMember(t)
+		cfg.TLS = tc.tls
+		_, err := New(cfg, nil)
+		if !errors.Is(err, mtls.ErrWrongIdentity) || !strings.Contains(err.Error(), "walden certs issue --name c1 --role coordinator") {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if _, err := os.Stat(cfg.DataDir); !os.IsNotExist(err) {
+			t.Fatalf("%s: data_dir touched: %v", tc.name, err)
+		}
 	}
 }
