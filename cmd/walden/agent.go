@@ -2,11 +2,14 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"walden/agent"
 	"walden/config"
@@ -38,7 +41,10 @@ agent registers again and the epoch changes: re-read it before writing.
 
 The configuration is checked strictly first: an unknown key, a wrong type, a
 missing required key or an invalid value stops the process with
-FILE:LINE: KEY: reason. SIGTERM or SIGINT leaves the gossip pool and exits.`,
+FILE:LINE: KEY: reason. SIGTERM or SIGINT leaves the gossip pool and exits.
+SIGHUP reads FILE again and applies log.level and the tls files (certificate
+rotation) to new connections, without registering again; other changed keys
+take effect at the next start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configPath == "" {
@@ -48,16 +54,48 @@ FILE:LINE: KEY: reason. SIGTERM or SIGINT leaves the gossip pool and exits.`,
 			if err != nil {
 				return err
 			}
-			logger := server.NewLogger(cfg.Log, os.Stderr)
+			level := new(slog.LevelVar)
+			logger := server.NewLevelLogger(cfg.Log, os.Stderr, level)
+			// The certificates are read again at SIGHUP: the agent's
+			// connections to the coordinators use the files of the last
+			// successful load (these credentials replace the agent's own).
+			files, err := newTLSFiles(cfg.TLS)
+			if err != nil {
+				return fmt.Errorf("%w: %w", agent.ErrInvalidConfig, err)
+			}
 			reg := processRegistry()
 			var a *agent.Agent
 			reg.MustRegister(metrics.NewAgentCollector(cfg.BrokerID, agentLease(func() *agent.Agent { return a })))
-			a, err = agent.New(cfg, agent.Options{Logger: logger, Metrics: handler(reg)})
+			a, err = agent.New(cfg, agent.Options{Logger: logger, Metrics: handler(reg),
+				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.r.ClientCreds())}})
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+					}
+					next, err := config.LoadAgent(configPath)
+					if err != nil {
+						logger.Error("reload refused: the configuration file has a mistake; the running settings stay", "file", configPath, "err", err)
+						continue
+					}
+					if err := files.reload(next.TLS); err != nil {
+						logger.Error("reload refused: the running settings stay", "file", configPath, "err", err)
+						continue
+					}
+					level.Set(server.ParseLevel(next.Log.Level))
+					logger.Info("configuration reloaded", "file", configPath, "log_level", level.Level().String(), "tls_reloaded", files.r.Enabled())
+				}
+			}()
 			return a.Run(ctx)
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -148,6 +149,36 @@ log: {level: debug, format: text}
 		t.Fatalf("/healthz: %s", resp.Status)
 	}
 
+	// GET /metrics: the lease as the agent sees it.
+	resp, err = http.Get("http://" + stub.addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(mb), `walden_agent_lease_valid{broker_id="b1"} 1`) || !strings.Contains(string(mb), "walden_build_info{") {
+		t.Fatalf("/metrics lacks the lease:\n%s", mb)
+	}
+
+	// SIGHUP applies the file again (a new log level); the lease holds.
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(cfg, "level: debug", "level: info", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		stderrMu.Lock()
+		reloaded := strings.Contains(stderr.String(), `msg="configuration reloaded"`)
+		stderrMu.Unlock()
+		if reloaded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reload logged after SIGHUP")
+		}
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +193,7 @@ log: {level: debug, format: text}
 	stderrMu.Lock()
 	logs := stderr.String()
 	stderrMu.Unlock()
-	for _, want := range []string{"msg=registered", "left the pool", "msg=\"agent stopped\""} {
+	for _, want := range []string{"msg=registered", "msg=\"configuration reloaded\""} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("agent log lacks %q:\n%s", want, logs)
 		}
