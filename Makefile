@@ -128,6 +128,15 @@ clean:
 versitygw:
 	scripts/install-versitygw.sh
 
+# ---- packaging ----
+# docker builds the walden image (deploy/docker/Dockerfile: static binaries on
+# distroless, non-root) with the version and commit stamped. It needs a
+# container engine; the tests check what they can without one (go test ./deploy).
+IMAGE ?= walden
+.PHONY: docker
+docker:
+	docker build -f deploy/docker/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(or $(VERSION),dev) .
+
 .PHONY: system-deps
 system-deps:
 	scripts/install-deps.sh

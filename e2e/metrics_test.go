@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"walden/deploy"
 	"walden/e2e"
 )
 
@@ -197,6 +198,26 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 	if b, a := sumOf(brokersBefore, "walden_broker_streams"), sumOf(brokersAfter, "walden_broker_streams"); a <= b {
 		t.Errorf("walden_broker_streams of the survivors did not grow: %v before, %v after", b, a)
 	}
+	// Every series the dashboard and the alert rules of deploy/ reference is
+	// exported by this live cluster.
+	referenced, err := deploy.Series()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, all := range []map[string]e2e.Samples{before, after, brokersBefore, brokersAfter} {
+		for _, smp := range all {
+			for name := range smp {
+				exported[name] = true
+			}
+		}
+	}
+	for _, name := range referenced {
+		if !exported[name] {
+			t.Errorf("deploy/ references %s, which no coordinator, agent or broker exports", name)
+		}
+	}
+
 	t.Logf("uploaded by the recovery: %v bytes; failover %v s (phases: upload %v s, reopen %v s)",
 		sumOf(after, "walden_recovery_uploaded_bytes_total")-sumOf(before, "walden_recovery_uploaded_bytes_total"),
 		maxOf(after, "walden_failover_duration_seconds_sum"), maxOf(after, "walden_failover_phase_duration_seconds_sum", "phase", "upload"),

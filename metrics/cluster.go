@@ -23,7 +23,7 @@ type ClusterSource struct {
 	// Gossip lists the members of this member's gossip pool (nil when
 	// gossip is off).
 	Gossip func() []GossipMember
-	// Policy is the effective failover policy this member decides with.
+	// Policy is the policy: section of this member's configuration file.
 	Policy func() *waldenv1.Policy
 }
 
@@ -54,7 +54,7 @@ type GossipMember struct {
 //	walden_raft_is_leader                 1 on the leader
 //	walden_raft_voters                    voters in the configuration
 //	walden_raft_voters_reachable          voters this member reaches, itself included
-//	walden_policy_fingerprint             identifies the effective failover policy (members that differ have drifted)
+//	walden_policy_fingerprint             identifies the policy: section of this member's file (members that differ have drifted)
 type ClusterCollector struct {
 	src ClusterSource
 
@@ -89,7 +89,7 @@ func NewClusterCollector(src ClusterSource) *ClusterCollector {
 		reachable: prometheus.NewDesc("walden_raft_voters_reachable",
 			"Voters this member's raft transport reaches, itself included. A quorum needs more than half of walden_raft_voters.", nil, nil),
 		fingerprint: prometheus.NewDesc("walden_policy_fingerprint",
-			"A number that identifies the effective failover policy this member decides with (its config file under the runtime overrides). Members that show different values have configuration drift.", nil, nil),
+			"A number that identifies the policy: section of this member's configuration file. Members that show different values have configuration drift (waldenctl policy get shows the policy the cluster runs).", nil, nil),
 	}
 }
 

@@ -53,7 +53,9 @@ func registerClusterCollector(reg prometheus.Registerer, nodeID string, state *f
 			}
 			return v
 		},
-		Policy: det.d.policy,
+		// The policy: section of this member's file: members whose files
+		// differ have configuration drift.
+		Policy: func() *waldenv1.Policy { return det.d.config },
 	}
 	if det.pool != nil {
 		pool := det.pool
