@@ -2,11 +2,16 @@ package detect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"walden/lease"
@@ -49,7 +54,7 @@ func (p HTTPProber) Probe(ctx context.Context, addr string) error {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	if resp.StatusCode >= 500 {
-		return fmt.Errorf("%w: %s: HTTP %d", ErrProbe, addr, resp.StatusCode)
+		return fmt.Errorf("%w: %s: %w", ErrProbe, addr, &probeStatusError{code: resp.StatusCode})
 	}
 	return nil
 }
@@ -378,9 +383,6 @@ func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *wald
 	if committed != nil && state == committed.GetState() && attested == committed.GetLeaseExpired() && !withdraw {
 		return Proposal{}, false
 	}
-	if attested {
-		reason += "; lease grant expired"
-	}
 	o.log.Info("observation changed", "broker_id", id, "epoch", epoch, "state", state, "lease_expired", attested,
 		"withdraw", withdraw, "reason", reason, "committed", committed.GetState(), "unheard_for", unheard)
 	return Proposal{Withdraw: withdraw, Observe: &waldenv1.ObserveBroker{
@@ -409,6 +411,36 @@ func observed(b *waldenv1.Broker) bool {
 	return !b.GetFenced()
 }
 
+// probeReason says in a few words why a probe failed, for the observation's
+// reason (people read it in events and the web view).
+func probeReason(err error, timeout time.Duration) string {
+	var status *probeStatusError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("no answer within %s", timeout)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	case errors.As(err, &status):
+		return fmt.Sprintf("HTTP %d", status.code)
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err.Error()
+	}
+	return strings.TrimPrefix(err.Error(), ErrProbe.Error()+": ")
+}
+
+// probeStatusError is an answer of 500 or above.
+type probeStatusError struct{ code int }
+
+func (e *probeStatusError) Error() string { return fmt.Sprintf("HTTP %d", e.code) }
+
 // committedObservation returns this observer's committed observation of b
 // at its current epoch, or nil.
 func committedObservation(b *waldenv1.Broker, nodeID string) *waldenv1.Observation {
@@ -434,7 +466,7 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool) (state,
 			ps.ok, ps.failures, ps.lastErr, ps.lastOK = true, 0, "", now
 		} else {
 			ps.failures++
-			ps.lastErr = probeErr.Error()
+			ps.lastErr = probeReason(probeErr, o.cfg.ProbeTimeout)
 		}
 	}
 	last := ps.first
@@ -459,7 +491,7 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool) (state,
 	}
 	switch {
 	case ps.failures >= o.cfg.SuspectAfter && !renewed:
-		return StateSuspect, fmt.Sprintf("probe: %d consecutive failures: %s", ps.failures, ps.lastErr), unheard
+		return StateSuspect, fmt.Sprintf("%d probes failed in a row (%s)", ps.failures, ps.lastErr), unheard
 	case ps.failures == 0 && ps.ok:
 		return StateAlive, "probe ok", unheard
 	case renewed:

@@ -3,6 +3,8 @@ package detect
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -423,5 +425,24 @@ func TestObserverAndDeciderRunConcurrently(t *testing.T) {
 	}
 	if mine(st.broker("b1"), "c1").GetState() != StateAlive {
 		t.Fatal("observer did not observe")
+	}
+}
+
+func TestProbeReasonsAreForPeople(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	err = HTTPProber{}.Probe(context.Background(), addr)
+	if got := probeReason(err, time.Second); got != "connection refused" {
+		t.Fatalf("refused: %q (from %v)", got, err)
+	}
+	if got := probeReason(fmt.Errorf("%w: x: %w", ErrProbe, context.DeadlineExceeded), 500*time.Millisecond); got != "no answer within 500ms" {
+		t.Fatalf("timeout: %q", got)
+	}
+	if got := probeReason(fmt.Errorf("%w: x: %w", ErrProbe, &probeStatusError{code: 503}), time.Second); got != "HTTP 503" {
+		t.Fatalf("status: %q", got)
 	}
 }
