@@ -17,6 +17,7 @@ import (
 	"walden/chaos/netfault"
 	"walden/e2e"
 	"walden/loadgen"
+	waldenv1 "walden/proto/walden/v1"
 )
 
 // Scenario is one fault script run on a fresh cluster under load.
@@ -60,6 +61,8 @@ func Catalog() []Scenario {
 			Run: func(ctx context.Context, e *Env) error { return lossJitter(ctx, e, false) }},
 		{Name: "broker-flapping", Description: "a broker cut off from the coordinators for 0.6×failure_timeout, back for 0.4×, six times",
 			Run: brokerFlapping},
+		{Name: "leader-transfer", Description: "the raft leadership handed to another coordinator under load, three times, 5 s apart",
+			Run: leaderTransfer},
 		{Name: "kill-coordinator", Description: "kill -9 a follower coordinator under load, restart it", Run: killCoordinator},
 		{Name: "kill-leader", Description: "kill -9 the raft leader under load, restart it", Run: killLeader},
 		{Name: "zombie-broker", Description: "SIGSTOP a broker past its failover, SIGCONT it after", Run: zombieBroker},
@@ -264,6 +267,32 @@ func brokerFlapping(ctx context.Context, e *Env) error {
 			return err
 		}
 		if err := e.Sleep(ctx, up); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func leaderTransfer(ctx context.Context, e *Env) error {
+	e.Fault()
+	for i := 1; i <= 3; i++ {
+		l, err := e.Leader(ctx)
+		if err != nil {
+			return err
+		}
+		to := e.Others(l.Name)[0]
+		e.Say("leader transfer %d/3: %s → %s", i, l.Name, to)
+		cc, err := e.Cluster.Conn(l.Admin)
+		if err != nil {
+			return err
+		}
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = waldenv1.NewClusterClient(cc).LeaderTransfer(tctx, &waldenv1.LeaderTransferRequest{Id: to})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("leader transfer %s → %s: %w", l.Name, to, err)
+		}
+		if err := e.Sleep(ctx, 5*time.Second); err != nil {
 			return err
 		}
 	}
