@@ -87,8 +87,62 @@ func TestChaosShort(t *testing.T) {
 		if len(bad) > 0 {
 			t.Errorf("%s (logs and history in %s): %v", r.Scenario, r.Dir, bad)
 			keepLogs(t, r.Dir)
+			continue
+		}
+		checkCatches(t, filepath.Join(r.Dir, "history.jsonl"))
+	}
+}
+
+// checkCatches damages a real history two ways — the last owner read cut
+// short before a record acknowledged before it (an acknowledged record
+// lost), one acknowledgement moved by an offset — and requires the check to
+// call each not linearizable: the check is not vacuous on the histories it
+// passes.
+func checkCatches(t *testing.T, path string) {
+	t.Helper()
+	ops, err := history.ReadJSONL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := func(what string, edit func([]history.Op) bool) {
+		m := append([]history.Op(nil), ops...)
+		if !edit(m) {
+			t.Fatalf("%s: nothing to damage in %s", what, path)
+		}
+		if got, err := history.Check(m, time.Minute, ""); got != history.NotLinearizable {
+			t.Errorf("%s in %s: check says %s (%v), want %s", what, path, got, err, history.NotLinearizable)
 		}
 	}
+	damaged("an owner read missing an acknowledged record", func(m []history.Op) bool {
+		for i := len(m) - 1; i >= 0; i-- {
+			r := m[i]
+			if r.Kind != history.KindRead || !r.Owner || len(r.ReadIDs) == 0 {
+				continue
+			}
+			// The last record of the read that an acknowledgement,
+			// complete before the read began, put there.
+			for j := len(r.ReadIDs) - 1; j >= 0; j-- {
+				off := r.From + uint64(j)
+				for _, a := range m {
+					if a.Kind == history.KindAppend && a.Outcome == history.Ok && !a.Duplicate && a.Stream == r.Stream &&
+						a.Return < r.Call && a.Base <= off && off < a.Base+uint64(len(a.IDs)) {
+						m[i].ReadIDs = r.ReadIDs[:j]
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	damaged("an acknowledgement at the wrong offset", func(m []history.Op) bool {
+		for i := len(m) / 2; i < len(m); i++ {
+			if m[i].Kind == history.KindAppend && m[i].Outcome == history.Ok && !m[i].Duplicate {
+				m[i].Base++
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // keepLogs copies a failed scenario's directory out of the test's
