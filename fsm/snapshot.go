@@ -146,6 +146,7 @@ func (s *State) Restore(data []byte) error {
 	s.jobs = d.jobs
 	s.producers = d.producers
 	s.indexStreamObjects()
+	s.watch.reset(s.applied)
 	s.notifyLocked()
 	return nil
 }

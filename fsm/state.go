@@ -84,6 +84,8 @@ type State struct {
 
 	// changed is closed at the next apply that changes anything.
 	changed chan struct{}
+	// watch is the log of recent changes that Watch streams (watch.go).
+	watch changeLog
 }
 
 // New returns the empty state of the cluster clusterName.
@@ -149,6 +151,7 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		res *waldenv1.Result
 		err error
 	)
+	before := s.beforeApply(cmd)
 	switch op := cmd.GetOp().(type) {
 	case *waldenv1.Command_Noop:
 		res, err = s.applyNoop(op.Noop)
@@ -196,6 +199,7 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 	if err != nil {
 		return nil, err
 	}
+	s.afterApply(index, before, res)
 	s.notifyLocked()
 	res.Index = index
 	return res, nil
