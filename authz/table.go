@@ -90,6 +90,10 @@ var table = map[string]Rule{
 	waldenv1.Jobs_CancelJob_FullMethodName: {Roles: operators},
 	waldenv1.Jobs_RetryJob_FullMethodName:  {Roles: operators},
 
+	// walden.v1.Watch: the replicated state's changes (brokers learn that
+	// streams closed).
+	waldenv1.Watch_Watch_FullMethodName: {Roles: union(readers, brokers)},
+
 	// walden.v1.Failovers: each failover told as phases.
 	waldenv1.Failovers_ListFailovers_FullMethodName: {Roles: readers},
 	waldenv1.Failovers_GetFailover_FullMethodName:   {Roles: readers},

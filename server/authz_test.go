@@ -72,6 +72,9 @@ var expectedAccess = map[string]struct {
 	"/walden.v1.Jobs/CancelJob": {roles: operatorsUp},
 	"/walden.v1.Jobs/RetryJob":  {roles: operatorsUp},
 
+	// Brokers learn that streams closed from the watch.
+	"/walden.v1.Watch/Watch": {roles: append(slices.Clone(people), authz.RoleBroker)},
+
 	"/walden.v1.Failovers/ListFailovers": {roles: people},
 	"/walden.v1.Failovers/GetFailover":   {roles: people},
 

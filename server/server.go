@@ -193,6 +193,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	waldenv1.RegisterMaintenanceServer(s.adminGRPC, &maintenanceService{d: s.detector.d, state: state})
 	failovers := &failoversService{state: state}
 	waldenv1.RegisterFailoversServer(s.adminGRPC, failovers)
+	waldenv1.RegisterWatchServer(s.adminGRPC, &watchService{d: s.detector.d, state: state, nodeID: cfg.NodeID})
 	// Both HTTP listeners are bounded (httplimit): header size and time,
 	// idle keep-alive time, connections open at once.
 	if s.httpLis != nil {

@@ -1,0 +1,163 @@
+package coordclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// ReasonCompacted is the errdetails.ErrorInfo reason of a watch from a
+// revision the member no longer keeps changes of (code OutOfRange; its
+// metadata holds compact_revision).
+const ReasonCompacted = "COMPACTED"
+
+// Compacted reports whether err is the answer to a watch from a revision
+// the member no longer keeps.
+func Compacted(err error) bool {
+	s, ok := status.FromError(err)
+	if !ok || s.Code() != codes.OutOfRange {
+		return false
+	}
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonCompacted {
+			return true
+		}
+	}
+	return false
+}
+
+// watchFinal lists the codes after which a watch is not tried again: the
+// request or the caller is refused, or the members do not serve Watch.
+func watchFinal(code codes.Code) bool {
+	switch code {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:
+		return true
+	}
+	return false
+}
+
+// Watch backoff between rounds of members that all failed.
+const (
+	watchBackoffMin = 50 * time.Millisecond
+	watchBackoffMax = time.Second
+)
+
+// Watch follows the replicated state's changes (walden.v1.Watch) until ctx
+// ends or fn returns an error. It watches from req's start revision (0: the
+// current values first, in a response with Snapshot set) on the member
+// that answered last, else on each endpoint in turn, and calls fn with
+// every response, in order, the fragments of a revision joined into one.
+// When a stream breaks it resumes on the same member or the next from the
+// revision after the last response fn got, so fn sees every change once
+// and in revision order. When a member no longer keeps that revision
+// (COMPACTED) it starts over from revision 0: fn then gets a new snapshot
+// and must replace what it knew.
+//
+// It returns nil when ctx ends, fn's error, or the refusal of a member
+// that retrying does not fix (InvalidArgument, PermissionDenied,
+// Unauthenticated, Unimplemented: members of a walden without Watch).
+func (c *Client) Watch(ctx context.Context, req *waldenv1.WatchRequest, fn func(*waldenv1.WatchResponse) error) error {
+	next := req.GetStartRevision()
+	backoff := watchBackoffMin
+	for ctx.Err() == nil {
+		progressed := false
+		for _, addr := range c.order() {
+			got, err := c.watchOn(ctx, addr, req, &next, fn)
+			progressed = progressed || got
+			var fnErr fnError
+			switch {
+			case errors.As(err, &fnErr):
+				return fnErr.err
+			case ctx.Err() != nil:
+				return nil
+			case Compacted(err):
+				if c.log != nil {
+					c.log.Info("watch: the revision is compacted; listing again", "addr", addr, "from", next, "err", err)
+				}
+				next = 0 // start over with a snapshot, on this member first
+				progressed = true
+			case watchFinal(status.Code(err)):
+				return fmt.Errorf("coordclient: watch on %s: %w", addr, err)
+			default:
+				if c.log != nil {
+					c.log.Debug("watch broke; resuming", "addr", addr, "from", next, "err", err)
+				}
+				c.unprefer(addr)
+				continue
+			}
+			break
+		}
+		if progressed {
+			backoff = watchBackoffMin
+			continue
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, watchBackoffMax)
+	}
+	return nil
+}
+
+// fnError carries the handler's error out of watchOn.
+type fnError struct{ err error }
+
+func (e fnError) Error() string { return e.err.Error() }
+
+// watchOn runs one watch stream on addr from *next, advancing *next past
+// every response fn got. It reports whether fn got any.
+func (c *Client) watchOn(ctx context.Context, addr string, req *waldenv1.WatchRequest, next *uint64, fn func(*waldenv1.WatchResponse) error) (bool, error) {
+	conn, err := c.conns.Get(addr)
+	if err != nil {
+		return false, status.Error(codes.Unavailable, fmt.Sprintf("dial %s: %v", addr, err))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := proto.Clone(req).(*waldenv1.WatchRequest)
+	r.StartRevision = *next
+	stream, err := waldenv1.NewWatchClient(conn).Watch(ctx, r)
+	if err != nil {
+		return false, err
+	}
+	got := false
+	var pending *waldenv1.WatchResponse
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return got, status.Error(codes.Unavailable, "the member ended the watch")
+		}
+		if err != nil {
+			return got, err
+		}
+		c.prefer(addr)
+		if pending != nil {
+			pending.Changes = append(pending.Changes, resp.GetChanges()...)
+			pending.Fragment = resp.GetFragment()
+		} else {
+			pending = resp
+		}
+		if pending.GetFragment() {
+			continue
+		}
+		whole := pending
+		pending = nil
+		if err := fn(whole); err != nil {
+			return got, fnError{err}
+		}
+		got = true
+		*next = whole.GetRevision() + 1
+	}
+}
