@@ -41,6 +41,10 @@ type Options struct {
 	// ServerOptions are added to the data API's gRPC server (e.g. metrics
 	// interceptors).
 	ServerOptions []grpc.ServerOption
+	// PollOnly makes the broker learn that streams closed by polling the
+	// catalog every takeover_interval only, without watching the
+	// coordinators' state (for the benchmark that compares the two).
+	PollOnly bool
 }
 
 // Broker is one reference broker. Create it with New, then Start (or Run).
@@ -70,7 +74,15 @@ type Broker struct {
 	uploads  uint64
 	lastErr  string
 
-	kick    chan struct{}
+	kick chan struct{}
+	// closed holds the ids of streams the watch saw closed, for the serving
+	// loop to open (reopen kicks it); watchSeen is when the watch last
+	// answered (UnixNano; 0: never), which makes polling the fallback.
+	closedMu  sync.Mutex
+	closed    map[uint64]bool
+	reopen    chan struct{}
+	watchSeen atomic.Int64
+
 	cancel  context.CancelFunc
 	done    chan struct{}
 	stopMu  sync.Mutex
@@ -89,6 +101,8 @@ type incarnation struct {
 	// unchanged until committed, so that a retry commits the same id.
 	upload *builtObject
 	fenced bool
+	// maintRounds counts maintain's rounds (the serving loop's only).
+	maintRounds int
 }
 
 type ownedStream struct {
@@ -150,6 +164,8 @@ func New(cfg *config.Broker, opts Options) (*Broker, error) {
 		coords: NewCoordinators(cfg.Coordinators, opts.DialOptions...),
 		reads:  newIndexCache(),
 		kick:   make(chan struct{}, 1),
+		closed: map[uint64]bool{},
+		reopen: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}, nil
 }
@@ -215,9 +231,18 @@ func (b *Broker) Start(ctx context.Context) error {
 	}()
 	rctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
+	var watching sync.WaitGroup
+	if !b.opts.PollOnly {
+		watching.Add(1)
+		go func() {
+			defer watching.Done()
+			b.watchClosedStreams(rctx)
+		}()
+	}
 	go func() {
 		defer close(b.done)
 		b.run(rctx)
+		watching.Wait()
 	}()
 	b.log.Info("broker started", "listen", b.addr, "broker_addr", advertised, "agent", a.Addr(),
 		"wal", b.cfg.WAL.Path, "streams", b.cfg.Streams, "takeover", b.cfg.Takeover)
@@ -376,6 +401,9 @@ func (b *Broker) serveEpoch(ctx context.Context, epoch uint64) error {
 			return ended()
 		case <-upload.C:
 		case <-b.kick:
+		case <-b.reopen:
+			b.openClosed(ectx, inc, log)
+			continue
 		case <-maint.C:
 			b.maintain(ectx, inc, log)
 			if !b.endIfFenced(inc, log) {
@@ -494,6 +522,12 @@ func (b *Broker) openStream(ctx context.Context, inc *incarnation, id uint64, lo
 	s := &ownedStream{id: id, epoch: st.GetEpoch(), next: st.GetEndOffset(), producers: producer.NewTable(resp.GetProducers())}
 	s.committed.Store(st.GetEndOffset())
 	b.walMu.Lock()
+	if _, ok := inc.streams[id]; ok {
+		// Opened already (a retried open of this epoch answers the stream
+		// as is): keep the state appends have changed since.
+		b.walMu.Unlock()
+		return true
+	}
 	inc.streams[id] = s
 	b.walMu.Unlock()
 	log.Info("stream opened", "stream_id", id, "stream_epoch", s.epoch, "end_offset", st.GetEndOffset(), "producers", len(resp.GetProducers()))
@@ -501,13 +535,16 @@ func (b *Broker) openStream(ctx context.Context, inc *incarnation, id uint64, lo
 }
 
 // maintain retries the configured streams this broker does not hold and,
-// with takeover, opens CLOSED streams.
+// with takeover, opens CLOSED streams. While the watch answers, it learns of
+// closed streams from it (openClosed) and lists them here only now and then,
+// as a fallback.
 func (b *Broker) maintain(ctx context.Context, inc *incarnation, log *slog.Logger) {
 	want := map[uint64]bool{}
 	for _, id := range b.cfg.Streams {
 		want[id] = true
 	}
-	if b.cfg.Takeover {
+	inc.maintRounds++
+	if b.cfg.Takeover && (!b.watchHealthy() || inc.maintRounds%pollEvery == 0) {
 		closed, err := b.coords.ListStreams(ctx, "", "closed")
 		if err != nil {
 			log.Debug("list closed streams", "err", err)

@@ -36,7 +36,7 @@ func freeAddr(t testing.TB) string {
 // given S3 (recovery uploads there) and short timings; it returns its admin
 // and gossip addresses. It skips the test while the coordinator does not
 // serve the Catalog service.
-func startCoordinator(t *testing.T, s3 objstore.Config) (admin, gossipAddr string) {
+func startCoordinator(t testing.TB, s3 objstore.Config) (admin, gossipAddr string) {
 	t.Helper()
 	admin, gossipAddr = freeAddr(t), freeAddr(t)
 	cfg := config.DefaultServerConfig()
@@ -325,4 +325,38 @@ func TestRetryAfterFailoverOnAnotherBroker(t *testing.T) {
 	mustAppendAs(t, cl2, 2, 12, 1, "b1")
 	equal(t, readAll(t, cl2, 1), []string{"a0", "a1"})
 	equal(t, readAll(t, cl2, 2), []string{"b0", "b1"})
+}
+
+// TestTakeoverLearnsFromTheWatch: with polling effectively off (takeover
+// interval of an hour), a taker still opens a stream as soon as its owner
+// closes it: it learns it from the coordinators' Watch.
+func TestTakeoverLearnsFromTheWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a coordinator")
+	}
+	dir := t.TempDir()
+	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s3 := objstore.FakeConfig(endpoint, "walden")
+	admin, gossipAddr := startCoordinator(t, s3)
+	e := &env{t: t, dir: dir}
+	b1 := e.start(realBrokerConfig(dir, admin, gossipAddr, s3, "b1", 4))
+	waitReady(t, b1)
+	c2 := realBrokerConfig(dir, admin, gossipAddr, s3, "b2")
+	c2.Takeover, c2.TakeoverInterval = true, time.Hour
+	b2 := e.start(c2)
+	waitReady(t, b2)
+	mustAppend(t, client(t, b1.Addr()), 4, "a")
+	if err := b1.Stop(true); err != nil { // uploads, then closes stream 4
+		t.Fatal(err)
+	}
+	cl2 := client(t, b2.Addr())
+	waitFor(t, 10*time.Second, "b2 opens stream 4", func() error {
+		_, err := appendRecs(t, cl2, 4, "b")
+		return err
+	})
+	equal(t, readAll(t, cl2, 4), []string{"a", "b"})
 }

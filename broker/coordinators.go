@@ -106,3 +106,11 @@ func (c *Coordinators) Brokers(ctx context.Context) ([]*waldenv1.Broker, error) 
 func (c *Coordinators) Close() {
 	c.client.Close()
 }
+
+// Watch follows the replicated state's changes (walden.v1.Watch) through
+// the coordinators until ctx ends or fn fails: see coordclient.Client.Watch
+// (resumed on another member when a stream breaks, listed again when the
+// revision is compacted).
+func (c *Coordinators) Watch(ctx context.Context, req *waldenv1.WatchRequest, fn func(*waldenv1.WatchResponse) error) error {
+	return c.client.Watch(ctx, req, fn)
+}

@@ -14,8 +14,9 @@
 //     streams;
 //   - the upload loop: WAL records → one object (objformat) → S3 under a
 //     deterministic key → CommitObject → inclusive WAL trim;
-//   - stream takeover: with takeover set, opening CLOSED streams (the
-//     catalog decides races).
+//   - stream takeover: with takeover set, opening CLOSED streams as soon as
+//     the coordinators' Watch shows them closed, polling as the fallback
+//     (the catalog decides races).
 //
 // It must never acknowledge a record that is not durable in its WAL, write
 // with an epoch the agent does not confirm, trim its WAL past a record the

@@ -42,9 +42,10 @@ type Broker struct {
 	// Takeover makes the broker also open CLOSED streams whose owner was
 	// failed over. Default false.
 	Takeover bool `yaml:"takeover"`
-	// TakeoverInterval is how often the broker looks for CLOSED streams
-	// (takeover) and retries configured streams another broker holds.
-	// Default 500ms.
+	// TakeoverInterval is how often the broker retries configured streams
+	// another broker holds and, when its watch of the coordinators' state
+	// is down, looks for CLOSED streams (takeover; while the watch answers
+	// it learns of them at once). Default 500ms.
 	TakeoverInterval time.Duration `yaml:"takeover_interval"`
 	// UploadInterval is the longest time between two uploads of the WAL to
 	// S3. Default 1s.
