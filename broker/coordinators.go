@@ -112,5 +112,5 @@ func (c *Coordinators) Close() {
 // (resumed on another member when a stream breaks, listed again when the
 // revision is compacted).
 func (c *Coordinators) Watch(ctx context.Context, req *waldenv1.WatchRequest, fn func(*waldenv1.WatchResponse) error) error {
-	return c.client.Watch(ctx, req, fn)
+	return c.client.Watch(ctx, req, coordclient.WatchOptions{}, fn)
 }

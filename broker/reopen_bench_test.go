@@ -100,7 +100,7 @@ func BenchmarkReopen(b *testing.B) {
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	go func() {
-		_ = cc.Watch(wctx, &waldenv1.WatchRequest{Kinds: []waldenv1.WatchKind{waldenv1.WatchKind_WATCH_KIND_STREAM}}, obs.see)
+		_ = cc.Watch(wctx, &waldenv1.WatchRequest{Kinds: []waldenv1.WatchKind{waldenv1.WatchKind_WATCH_KIND_STREAM}}, coordclient.WatchOptions{}, obs.see)
 	}()
 
 	start := func(id string, pollOnly bool, streams ...uint64) *broker.Broker {

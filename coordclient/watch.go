@@ -51,6 +51,19 @@ const (
 	watchBackoffMax = time.Second
 )
 
+// WatchOptions tune Watch for a client that must not wait forever.
+type WatchOptions struct {
+	// FirstAnswer, when positive, bounds the wait for a member's first
+	// response on each stream: a member that accepts the watch and stays
+	// silent (hung, or behind a black-holing proxy) is given up
+	// (DeadlineExceeded) and the next one asked.
+	FirstAnswer time.Duration
+	// GiveUp, when positive, makes Watch return a *NoAnswerError once
+	// GiveUp rounds of the members in a row gave nothing (one round while
+	// none has answered yet). 0: try again until ctx ends.
+	GiveUp int
+}
+
 // Watch follows the replicated state's changes (walden.v1.Watch) until ctx
 // ends or fn returns an error. It watches from req's start revision (0: the
 // current values first, in a response with Snapshot set) on the member
@@ -62,16 +75,20 @@ const (
 // (COMPACTED) it starts over from revision 0: fn then gets a new snapshot
 // and must replace what it knew.
 //
-// It returns nil when ctx ends, fn's error, or the refusal of a member
-// that retrying does not fix (InvalidArgument, PermissionDenied,
-// Unauthenticated, Unimplemented: members of a walden without Watch).
-func (c *Client) Watch(ctx context.Context, req *waldenv1.WatchRequest, fn func(*waldenv1.WatchResponse) error) error {
+// It returns nil when ctx ends, fn's error, the refusal of a member that
+// retrying does not fix (InvalidArgument, PermissionDenied,
+// Unauthenticated, Unimplemented: members of a walden without Watch), or,
+// with opts.GiveUp, a *NoAnswerError.
+func (c *Client) Watch(ctx context.Context, req *waldenv1.WatchRequest, opts WatchOptions, fn func(*waldenv1.WatchResponse) error) error {
 	next := req.GetStartRevision()
 	backoff := watchBackoffMin
+	answered := false
+	failedRounds := 0
 	for ctx.Err() == nil {
 		progressed := false
+		var failures []Failure
 		for _, addr := range c.order() {
-			got, err := c.watchOn(ctx, addr, req, &next, fn)
+			got, err := c.watchOn(ctx, addr, req, opts.FirstAnswer, &next, fn)
 			progressed = progressed || got
 			var fnErr fnError
 			switch {
@@ -91,14 +108,19 @@ func (c *Client) Watch(ctx context.Context, req *waldenv1.WatchRequest, fn func(
 				if c.log != nil {
 					c.log.Debug("watch broke; resuming", "addr", addr, "from", next, "err", err)
 				}
+				failures = append(failures, Failure{Addr: addr, Err: err})
 				c.unprefer(addr)
 				continue
 			}
 			break
 		}
 		if progressed {
+			answered, failedRounds = true, 0
 			backoff = watchBackoffMin
 			continue
+		}
+		if failedRounds++; opts.GiveUp > 0 && (!answered || failedRounds >= opts.GiveUp) {
+			return &NoAnswerError{Failures: failures}
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -118,19 +140,34 @@ type fnError struct{ err error }
 func (e fnError) Error() string { return e.err.Error() }
 
 // watchOn runs one watch stream on addr from *next, advancing *next past
-// every response fn got. It reports whether fn got any.
-func (c *Client) watchOn(ctx context.Context, addr string, req *waldenv1.WatchRequest, next *uint64, fn func(*waldenv1.WatchResponse) error) (bool, error) {
+// every response fn got; a positive firstAnswer bounds the wait for the
+// first response. It reports whether fn got any.
+func (c *Client) watchOn(ctx context.Context, addr string, req *waldenv1.WatchRequest, firstAnswer time.Duration, next *uint64, fn func(*waldenv1.WatchResponse) error) (bool, error) {
 	conn, err := c.conns.Get(addr)
 	if err != nil {
 		return false, status.Error(codes.Unavailable, fmt.Sprintf("dial %s: %v", addr, err))
 	}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	silent := func() bool { return false }
+	if firstAnswer > 0 {
+		t := time.AfterFunc(firstAnswer, cancel)
+		defer t.Stop()
+		silent = func() bool { return !t.Stop() && parent.Err() == nil }
+	}
+	answered := false
+	fail := func(err error) error {
+		if !answered && silent() {
+			return status.Error(codes.DeadlineExceeded, fmt.Sprintf("no answer within %s", firstAnswer))
+		}
+		return err
+	}
 	r := proto.Clone(req).(*waldenv1.WatchRequest)
 	r.StartRevision = *next
 	stream, err := waldenv1.NewWatchClient(conn).Watch(ctx, r)
 	if err != nil {
-		return false, err
+		return false, fail(err)
 	}
 	got := false
 	var pending *waldenv1.WatchResponse
@@ -140,7 +177,11 @@ func (c *Client) watchOn(ctx context.Context, addr string, req *waldenv1.WatchRe
 			return got, status.Error(codes.Unavailable, "the member ended the watch")
 		}
 		if err != nil {
-			return got, err
+			return got, fail(err)
+		}
+		if !answered {
+			answered = true
+			silent() // stops the first-answer timer
 		}
 		c.prefer(addr)
 		if pending != nil {

@@ -173,7 +173,7 @@ func TestWatch(t *testing.T) {
 	wctx, wcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- client.Watch(wctx, &waldenv1.WatchRequest{Kinds: []waldenv1.WatchKind{waldenv1.WatchKind_WATCH_KIND_STREAM}}, func(r *waldenv1.WatchResponse) error {
+		done <- client.Watch(wctx, &waldenv1.WatchRequest{Kinds: []waldenv1.WatchKind{waldenv1.WatchKind_WATCH_KIND_STREAM}}, coordclient.WatchOptions{}, func(r *waldenv1.WatchResponse) error {
 			mu.Lock()
 			got = append(got, r)
 			mu.Unlock()
@@ -254,7 +254,7 @@ func TestWatchCompactedAfterRestart(t *testing.T) {
 	defer client.Close()
 	var first *waldenv1.WatchResponse
 	errStop := fmt.Errorf("stop")
-	err = client.Watch(ctx, &waldenv1.WatchRequest{StartRevision: 1, Kinds: []waldenv1.WatchKind{waldenv1.WatchKind_WATCH_KIND_BROKER}}, func(r *waldenv1.WatchResponse) error {
+	err = client.Watch(ctx, &waldenv1.WatchRequest{StartRevision: 1, Kinds: []waldenv1.WatchKind{waldenv1.WatchKind_WATCH_KIND_BROKER}}, coordclient.WatchOptions{}, func(r *waldenv1.WatchResponse) error {
 		first = r
 		return errStop
 	})

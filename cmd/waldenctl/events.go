@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,8 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -127,16 +131,67 @@ func (c *cli) events(ctx context.Context, broker string, f eventFilter, limit in
 	return out, nil
 }
 
-// followEvents prints the newest limit events, then every new one, polling
-// every 500ms, until ctx ends. A member that stops answering is replaced by
-// the next endpoint; the event index says where to go on.
+// followEvents prints the newest limit events, then every new one as the
+// cluster commits it, until ctx ends: through the coordinators' Watch
+// (coordclient.Client.Watch resumes on another member when one stops
+// answering), or, with members that do not serve Watch, by polling every
+// 500ms. The event index says where to go on: no event is printed twice.
 func (c *cli) followEvents(ctx context.Context, broker string, f eventFilter, limit int) error {
-	var last uint64
-	first := true
 	if !c.structured() {
 		fmt.Fprintln(c.stdout, eventRow("INDEX", "TIME", "KIND", "BROKER", "ACTOR", "MESSAGE"))
 	}
+	var last uint64
+	first := true
+	show := func(evs []*waldenv1.Event) error {
+		if first && limit > 0 && len(evs) > limit {
+			evs = evs[len(evs)-limit:]
+		}
+		first = false
+		for _, e := range evs {
+			if e.GetIndex() <= last {
+				continue
+			}
+			last = e.GetIndex()
+			if err := c.printEventLine(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	coords := coordclient.New(c.endpoints, nil, grpc.WithTransportCredentials(c.creds))
+	defer coords.Close()
+	// Each endpoint has --timeout for its first answer; nothing answered at
+	// the start is said at once, later an outage of three rounds.
+	opts := coordclient.WatchOptions{FirstAnswer: c.timeout, GiveUp: 3}
+	err := coords.Watch(ctx, &waldenv1.WatchRequest{Kinds: []waldenv1.WatchKind{waldenv1.WatchKind_WATCH_KIND_EVENT}, BrokerId: broker}, opts,
+		func(r *waldenv1.WatchResponse) error {
+			var evs []*waldenv1.Event
+			for _, ch := range r.GetChanges() {
+				if e := ch.GetEvent(); e != nil && f.keep(e) {
+					evs = append(evs, e)
+				}
+			}
+			return show(evs)
+		})
+	var none *coordclient.NoAnswerError
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case errors.As(err, &none):
+		return explainNoAnswer(none, c.timeout)
+	case status.Code(err) == codes.Unimplemented:
+		return c.pollEvents(ctx, broker, f, show)
+	case err != nil:
+		return explain(op{verb: "follow the events of", kind: "broker", id: broker}, status.Convert(err), c.timeout)
+	}
+	return nil
+}
+
+// pollEvents is followEvents for members without Watch: it lists the
+// events every 500ms.
+func (c *cli) pollEvents(ctx context.Context, broker string, f eventFilter, show func([]*waldenv1.Event) error) error {
 	failures := 0
+	first := true
 	for {
 		evs, err := c.events(ctx, broker, f, 0)
 		switch {
@@ -149,19 +204,9 @@ func (c *cli) followEvents(ctx context.Context, broker string, f eventFilter, li
 				return err
 			}
 		default:
-			failures = 0
-			if first && limit > 0 && len(evs) > limit {
-				evs = evs[len(evs)-limit:]
-			}
-			first = false
-			for _, e := range evs {
-				if e.GetIndex() <= last {
-					continue
-				}
-				last = e.GetIndex()
-				if err := c.printEventLine(e); err != nil {
-					return err
-				}
+			failures, first = 0, false
+			if err := show(evs); err != nil {
+				return err
 			}
 		}
 		select {

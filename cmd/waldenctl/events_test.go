@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -126,4 +131,107 @@ func TestEventsFollow(t *testing.T) {
 			t.Fatalf("table follow:\n%s", out.String())
 		}
 	}
+}
+
+// watchingLog serves Watch: a snapshot of two events, then a stream that
+// breaks after one more; the resumed watch must start after it and gets
+// one more event.
+type watchingLog struct {
+	waldenv1.UnimplementedWatchServer
+	mu     sync.Mutex
+	starts []uint64
+}
+
+func (w *watchingLog) Watch(r *waldenv1.WatchRequest, st grpc.ServerStreamingServer[waldenv1.WatchResponse]) error {
+	w.mu.Lock()
+	w.starts = append(w.starts, r.GetStartRevision())
+	n := len(w.starts)
+	w.mu.Unlock()
+	ev := func(i uint64, kind string) *waldenv1.Change {
+		return &waldenv1.Change{Revision: i, Kind: waldenv1.WatchKind_WATCH_KIND_EVENT,
+			Value: &waldenv1.Change_Event{Event: &waldenv1.Event{Index: i, UnixMs: time.Now().UnixMilli(), Kind: kind, BrokerId: "b1", Message: kind}}}
+	}
+	switch n {
+	case 1:
+		_ = st.Send(&waldenv1.WatchResponse{Revision: 11, Snapshot: true, Changes: []*waldenv1.Change{ev(10, "decision"), ev(11, "observation")}})
+		_ = st.Send(&waldenv1.WatchResponse{Revision: 12, Changes: []*waldenv1.Change{ev(12, "job")}})
+		return status.Error(codes.Unavailable, "the member stops")
+	case 2:
+		_ = st.Send(&waldenv1.WatchResponse{Revision: 13, Changes: []*waldenv1.Change{ev(13, "decision")}})
+	}
+	<-st.Context().Done()
+	return nil
+}
+
+// TestEventsFollowWatches: events --follow prints what the Watch sends,
+// filtered, and goes on after a broken stream from the revision after the
+// last one it printed.
+func TestEventsFollowWatches(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	w := &watchingLog{}
+	waldenv1.RegisterWatchServer(s, w)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	out := &lockedBuffer{}
+	c := &cli{stdout: out, stderr: out, endpoints: []string{l.Addr().String()}, output: "json", timeout: 2 * time.Second}
+	root, _ := newRootCmd(out, out)
+	if err := c.complete(root); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.followEvents(ctx, "b1", eventFilter{kinds: []string{"decision", "job"}}, 0) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		n := len(w.starts)
+		w.mu.Unlock()
+		if n >= 2 && strings.Count(out.String(), "\n") >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("followed:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var idx []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("not one JSON object per line: %q", line)
+		}
+		idx = append(idx, e["index"].(string))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.Join(idx, ",") != "10,12,13" || w.starts[0] != 0 || w.starts[1] != 13 {
+		t.Fatalf("printed %v, watches started at %v", idx, w.starts)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer written by one goroutine and read by
+// another.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
