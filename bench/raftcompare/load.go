@@ -42,7 +42,11 @@ type roundResult struct {
 	Errors   int
 	Elapsed  time.Duration
 	P50      time.Duration
+	P90      time.Duration
 	P99      time.Duration
+	P999     time.Duration
+	Max      time.Duration
+	Mean     time.Duration
 	FirstErr error
 }
 
@@ -104,14 +108,25 @@ func runRound(ctx context.Context, s system, cfg loadConfig) roundResult {
 	wg.Wait()
 	elapsed := time.Since(start)
 	slices.Sort(lats)
-	return roundResult{
+	var sum time.Duration
+	for _, d := range lats {
+		sum += d
+	}
+	res := roundResult{
 		Ops:      len(lats),
 		Errors:   errCount,
 		Elapsed:  elapsed,
 		P50:      percentile(lats, 0.50),
+		P90:      percentile(lats, 0.90),
 		P99:      percentile(lats, 0.99),
+		P999:     percentile(lats, 0.999),
+		Max:      percentile(lats, 1),
 		FirstErr: firstErr,
 	}
+	if len(lats) > 0 {
+		res.Mean = sum / time.Duration(len(lats))
+	}
+	return res
 }
 
 // percentile returns the nearest-rank q-quantile of sorted durations.

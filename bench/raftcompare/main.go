@@ -187,9 +187,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return fmt.Errorf("raftcompare: interrupted: %w", err)
 				}
 				rounds[i] = append(rounds[i], res)
-				fmt.Fprintf(stderr, "%-6s c=%-4d round %d/%d: %6d ops in %5.2fs = %8.0f/s  p50 %s  p99 %s  errors %d\n",
+				fmt.Fprintf(stderr, "%-6s c=%-4d round %d/%d: %6d ops in %5.2fs = %8.0f/s  mean %s  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  errors %d\n",
 					s.Name(), conc, r+1, o.Rounds, res.Ops, res.Elapsed.Seconds(), res.OpsPerSec(),
-					fmtMs(res.P50), fmtMs(res.P99), res.Errors)
+					fmtMs(res.Mean), fmtMs(res.P50), fmtMs(res.P90), fmtMs(res.P99), fmtMs(res.P999), fmtMs(res.Max), res.Errors)
 			}
 		}
 		for i, s := range systems {
