@@ -644,8 +644,9 @@ func readLog(fsys storageFS, dir string, raftID, recorded uint64) (logRead, erro
 		}
 	}
 	if start < 0 {
-		return r, damaged(filepath.Join(dir, segmentName(r.segments[0])),
-			"no segment starts with a checkpoint: the segments before this one are missing")
+		// None does: replaying the oldest says why (its first frame is
+		// damaged, or older segments are missing).
+		start = 0
 	}
 	r.obsolete, r.segments = r.segments[:start], r.segments[start:]
 	for i := 1; i < len(r.segments); i++ {

@@ -459,7 +459,17 @@ func TestOpenStorageRefuses(t *testing.T) {
 				return dir
 			},
 			want:     ErrDamagedDataDir,
-			wantText: []string{"0000000000000002.seg: no segment starts with a checkpoint: the segments before this one are missing"},
+			wantText: []string{"0000000000000002.seg: frame", "at offset 0: the oldest segment does not start with a checkpoint (older segments are missing)"},
+		},
+		{
+			name: "the oldest segment's checkpoint damaged",
+			prepare: func(t *testing.T) string {
+				dir := multiSegmentDir(t)
+				flipByte(t, segmentPaths(t, dir)[0], frameHeaderSize+10)
+				return dir
+			},
+			want:     ErrDamagedDataDir,
+			wantText: []string{"0000000000000001.seg: unreadable data at offset 0, after the last complete frame of a segment that is not the last"},
 		},
 		{
 			name: "a damaged frame in an older segment",
