@@ -121,8 +121,13 @@ type watchBefore struct {
 	nStreams, nJobs, nBrokers int
 }
 
-// beforeApply records the candidates of cmd and their values.
+// beforeApply records the candidates of cmd and their values; nil for a
+// command that changes no watched object (a Noop: the commands of the raft
+// benchmark and of leadership changes, applied at the highest rates).
 func (s *State) beforeApply(cmd *waldenv1.Command) *watchBefore {
+	if _, ok := cmd.GetOp().(*waldenv1.Command_Noop); ok {
+		return nil
+	}
 	w := newWatchIDs()
 	w.collect(cmd.ProtoReflect())
 	s.expandWatchIDs(w)
@@ -152,6 +157,9 @@ func (s *State) beforeApply(cmd *waldenv1.Command) *watchBefore {
 // afterApply appends the changes of the entry at index (applied with result
 // res) to the watch log.
 func (s *State) afterApply(index uint64, before *watchBefore, res *waldenv1.Result) {
+	if before == nil {
+		return
+	}
 	w := before.ids
 	post := newWatchIDs()
 	if res != nil {
