@@ -379,8 +379,12 @@ func (b *Broker) serveEpoch(ctx context.Context, epoch uint64) error {
 	}
 	b.mu.Lock()
 	if b.draining || ectx.Err() != nil {
+		draining := b.draining
 		b.mu.Unlock()
 		_ = w.Close()
+		if draining {
+			return nil
+		}
 		return ended()
 	}
 	b.inc = inc
@@ -431,7 +435,9 @@ func (b *Broker) onEpoch(l agent.Lease) {
 	b.mu.Lock()
 	r := b.running
 	b.mu.Unlock()
-	if r != nil && r.epoch != l.Epoch {
+	// Only a newer epoch ends it: the hooks run behind the registrations,
+	// and an old one's may arrive after the loop moved on.
+	if r != nil && l.Epoch > r.epoch {
 		b.log.Info("the agent registered a new epoch; ending the old one", "old_epoch", r.epoch, "epoch", l.Epoch)
 		r.cancel()
 	}
