@@ -522,6 +522,7 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 		stopAll()
 		return err
 	}
+	healedAt := time.Now()
 	cfg.Say("faults healed; waiting until every stream is open")
 	if err := c.WaitStreamsOpen(ctx, 2*time.Minute); err != nil {
 		stopAll()
@@ -583,6 +584,9 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	env.mu.Lock()
 	faultAt, reopenBroker, goal := env.faultAt, env.reopen, env.goal
 	env.mu.Unlock()
+	if counts.LeaseInvalid > 0 && !faultAt.IsZero() {
+		env.Note("LEASE_INVALID by broker, before / during / after the faults: %s", leaseRefusals(ops, rec.At(faultAt), rec.At(healedAt)))
+	}
 	if reopenBroker != "" && !faultAt.IsZero() {
 		res.ReopenMs = reopenAfter(ops, faultOwned[reopenBroker], reopenBroker, rec.At(faultAt))
 		if goal {
@@ -629,6 +633,48 @@ func reopenAfter(ops []history.Op, streams []uint64, broker string, fault int64)
 		worst = max(worst, t-fault)
 	}
 	return int64(math.Round(float64(worst) / 1e6))
+}
+
+// leaseRefusals sums the LEASE_INVALID refusals per broker before the
+// fault, while it lasted and after it healed, with the first and last
+// refusal's time relative to the fault ("b1 0/12/0 at +2.1s…+5.0s").
+func leaseRefusals(ops []history.Op, fault, healed int64) string {
+	type span struct {
+		n           [3]int
+		first, last int64
+	}
+	by := map[string]*span{}
+	for _, op := range ops {
+		if op.Kind != history.KindAppend || op.Reason != "LEASE_INVALID" {
+			continue
+		}
+		sp := by[op.Broker]
+		if sp == nil {
+			sp = &span{first: op.Return, last: op.Return}
+			by[op.Broker] = sp
+		}
+		switch {
+		case op.Return < fault:
+			sp.n[0]++
+		case op.Return <= healed:
+			sp.n[1]++
+		default:
+			sp.n[2]++
+		}
+		sp.first, sp.last = min(sp.first, op.Return), max(sp.last, op.Return)
+	}
+	var names []string
+	for b := range by {
+		names = append(names, b)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, b := range names {
+		sp := by[b]
+		parts = append(parts, fmt.Sprintf("%s %d/%d/%d at %+.1fs…%+.1fs", b, sp.n[0], sp.n[1], sp.n[2],
+			float64(sp.first-fault)/1e9, float64(sp.last-fault)/1e9))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // judge sets the verdict from the goals.

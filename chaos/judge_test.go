@@ -90,3 +90,18 @@ func TestSelectAndReport(t *testing.T) {
 		t.Fatalf("JSON report: %v\n%s", err, js.String())
 	}
 }
+
+func TestLeaseRefusals(t *testing.T) {
+	ops := []history.Op{
+		{Kind: history.KindAppend, Broker: "b1", Reason: "LEASE_INVALID", Return: 500e6},
+		{Kind: history.KindAppend, Broker: "b1", Reason: "LEASE_INVALID", Return: 3000e6},
+		{Kind: history.KindAppend, Broker: "b1", Reason: "LEASE_INVALID", Return: 9000e6},
+		{Kind: history.KindAppend, Broker: "b2", Reason: "LEASE_INVALID", Return: 2000e6},
+		{Kind: history.KindAppend, Broker: "b2", Reason: "NOT_OWNER", Return: 2000e6},
+	}
+	got := leaseRefusals(ops, 1000e6, 5000e6)
+	want := "b1 1/1/1 at -0.5s…+8.0s, b2 0/1/0 at +1.0s…+1.0s"
+	if got != want {
+		t.Fatalf("leaseRefusals = %q, want %q", got, want)
+	}
+}
