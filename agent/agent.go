@@ -44,6 +44,10 @@ type Options struct {
 	// HTTPLimits bound the local HTTP endpoint; zero means
 	// DefaultHTTPLimits.
 	HTTPLimits httplimit.Limits
+	// ObserveRenewal, when set, is told the outcome of every renewal with
+	// one coordinator: "granted", "refused" (the coordinator answered with a
+	// refusal) or "failed" (no answer in time). It must not block.
+	ObserveRenewal func(result string)
 }
 
 // DefaultHTTPLimits bound the agent's HTTP endpoint: its clients are one
@@ -549,6 +553,7 @@ func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl ti
 			return
 		}
 		var wait time.Duration
+		a.observeRenewal(err)
 		switch reason := refusalReason(err); {
 		case err == nil:
 			if granted := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond; granted > 0 {
@@ -587,6 +592,21 @@ func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl ti
 			return
 		case <-time.After(max(wait, time.Millisecond)):
 		}
+	}
+}
+
+// observeRenewal reports a renewal's outcome to Options.ObserveRenewal.
+func (a *Agent) observeRenewal(err error) {
+	if a.opts.ObserveRenewal == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		a.opts.ObserveRenewal("granted")
+	case refusalReason(err) != "":
+		a.opts.ObserveRenewal("refused")
+	default:
+		a.opts.ObserveRenewal("failed")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"walden/fencing"
 	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
@@ -47,7 +48,28 @@ type DeciderConfig struct {
 	// Clock is the boot clock; default lease.BootClock (tests substitute).
 	Clock  lease.Clock
 	Logger *slog.Logger
+	// Metrics receives the decisions, holds and freeze of every round while
+	// this member leads (metrics.Decisions); nil records nothing.
+	Metrics DecisionMetrics
 }
+
+// DecisionMetrics receives what the decision loop does.
+type DecisionMetrics interface {
+	// Decided counts a proposed decision: outcome failed_over, dry_run or
+	// refused (by the state machine); reason automatic or manual.
+	Decided(outcome, reason string)
+	// SetHolds sets the number of brokers held by each hold reason (nil:
+	// none, this member does not lead).
+	SetHolds(held map[string]int)
+	// SetFrozen says whether automatic failover is frozen.
+	SetFrozen(frozen bool)
+}
+
+type noDecisionMetrics struct{}
+
+func (noDecisionMetrics) Decided(string, string)  {}
+func (noDecisionMetrics) SetHolds(map[string]int) {}
+func (noDecisionMetrics) SetFrozen(bool)          {}
 
 // Hold says why a suspected (or requested) broker was not declared failed
 // at the leader's last decision round.
@@ -90,6 +112,9 @@ func NewDecider(cfg DeciderConfig, cluster Cluster, state DecisionState, propose
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noDecisionMetrics{}
 	}
 	return &Decider{cfg: cfg, cluster: cluster, state: state, propose: propose,
 		log: cfg.Logger.With("component", "decider")}
@@ -138,6 +163,8 @@ func (d *Decider) Tick(ctx context.Context) {
 		}
 		d.term, d.mem, d.holds = 0, Memory{}, nil
 		d.mu.Unlock()
+		d.cfg.Metrics.SetHolds(nil)
+		d.cfg.Metrics.SetFrozen(false)
 		return
 	}
 	if d.term != term {
@@ -166,9 +193,13 @@ func (d *Decider) Tick(ctx context.Context) {
 		Memory:            mem,
 	})
 	holds := make(map[string]Hold, len(dec.Holds))
+	held := map[string]int{}
 	for id, r := range dec.Holds {
 		holds[id] = Hold{Reason: r, Detail: dec.HoldDetails[id]}
+		held[r]++
 	}
+	d.cfg.Metrics.SetHolds(held)
+	d.cfg.Metrics.SetFrozen(dec.Memory.Frozen)
 	d.mu.Lock()
 	if d.term == term {
 		d.mem, d.holds = dec.Memory, holds
@@ -188,8 +219,20 @@ func (d *Decider) Tick(ctx context.Context) {
 			"brokers_suspected", ev.GetBrokersSuspected(), "brokers_total", ev.GetBrokersTotal(),
 			"running_recoveries", ev.GetRunningRecoveries(), "live_members", df.GetLiveMembers(), "reason", ev.GetReason())
 		res, err := d.proposeOne(ctx, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: df}})
+		reason := "automatic"
+		if ev.GetManual() {
+			reason = "manual"
+		}
 		if err != nil {
+			if fencing.Reason(err) != "" {
+				d.cfg.Metrics.Decided("refused", reason)
+			}
 			continue
+		}
+		if df.GetDryRun() {
+			d.cfg.Metrics.Decided("dry_run", reason)
+		} else {
+			d.cfg.Metrics.Decided("failed_over", reason)
 		}
 		d.mu.Lock()
 		d.declared++

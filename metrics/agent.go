@@ -67,9 +67,9 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// AgentRenewals counts an agent's renewal rounds:
+// AgentRenewals counts an agent's renewals:
 //
-//	walden_agent_lease_renewals_total{result}  granted (a majority confirmed), refused (fenced), no_majority
+//	walden_agent_lease_renewals_total{result}  granted, refused, failed: one renewal with one coordinator
 //
 // Its methods do nothing on a nil *AgentRenewals.
 type AgentRenewals struct {
@@ -80,7 +80,7 @@ type AgentRenewals struct {
 func NewAgentRenewals(brokerID string) *AgentRenewals {
 	r := &AgentRenewals{rounds: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name:        "walden_agent_lease_renewals_total",
-		Help:        "Lease renewal rounds of the agent, by result: granted (a majority of coordinators confirmed the lease), refused (the epoch is fenced), no_majority (too few answered in time).",
+		Help:        "Lease renewals of the agent with one coordinator each, by result: granted, refused (the coordinator answered with a refusal), failed (no answer in time). The lease is valid while a majority of the voters' grants are.",
 		ConstLabels: prometheus.Labels{"broker_id": brokerID},
 	}, []string{"result"})}
 	for _, res := range AgentRenewalResults {
@@ -94,8 +94,8 @@ func (r *AgentRenewals) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{r.rounds}
 }
 
-// Round counts one renewal round with its result (AgentRenewalResults).
-func (r *AgentRenewals) Round(result string) {
+// Renewal counts one renewal with its result (AgentRenewalResults).
+func (r *AgentRenewals) Renewal(result string) {
 	if r != nil {
 		r.rounds.WithLabelValues(bounded(result, AgentRenewalResults)).Inc()
 	}

@@ -31,7 +31,7 @@ func NewDecisions() *Decisions {
 		}, []string{"result"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walden_lease_refusals_total",
-			Help: "Lease renewals this coordinator refused, by reason (fenced, epoch_expired, declared: a failover of the epoch is decided, not_registered, stopping, other).",
+			Help: "Lease renewals this coordinator refused, by reason: node_fenced, epoch_expired, unknown_node (the epoch is gone for good), lease_attested (this coordinator attested that its grant ran out), failover_requested, unavailable (no policy yet, not a voter, the quiet period after a start, not caught up), invalid_argument.",
 		}, []string{"reason"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walden_failover_decisions_total",
@@ -39,7 +39,7 @@ func NewDecisions() *Decisions {
 		}, []string{"outcome", "reason"}),
 		holds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "walden_failover_holds",
-			Help: "Suspect brokers the leader holds back from a failover at its last evaluation, by the first gate that holds each (quorum, timeout, lease, frozen, cooldown, maintenance, concurrency). 0 on other members.",
+			Help: "Suspect brokers the leader holds back from a failover at its last round, by the gate that holds each: quorum, timeout, lease (not attested expired by a majority), frozen, max_concurrent_recoveries, cooldown, dry_run_done. 0 on other members.",
 		}, []string{"gate"}),
 		frozen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walden_failover_frozen",

@@ -26,18 +26,26 @@ var (
 
 	// LeaseResults are the answers to a lease renewal.
 	LeaseResults = []string{"granted", "refused"}
-	// LeaseRefusalReasons say why a coordinator refused a renewal.
-	LeaseRefusalReasons = []string{"fenced", "epoch_expired", "declared", "not_registered", "stopping"}
-	// AgentRenewalResults are a renewal round's outcomes as the agent sees
-	// them: a majority granted, refused (fenced), or no majority answered.
-	AgentRenewalResults = []string{"granted", "refused", "no_majority"}
-	// DecisionOutcomes are what a failover decision did.
+	// LeaseRefusalReasons say why a coordinator refused a renewal: the
+	// refusal's reason in lower case (node_fenced, epoch_expired,
+	// unknown_node: the epoch is gone for good; lease_attested: this
+	// coordinator attested the grant ran out; failover_requested), or
+	// unavailable (no policy yet, not a voter, the quiet period after a
+	// start, the lease state cannot be saved, not caught up).
+	LeaseRefusalReasons = []string{"node_fenced", "epoch_expired", "unknown_node", "lease_attested", "failover_requested", "unavailable", "invalid_argument"}
+	// AgentRenewalResults are the outcomes of one renewal with one
+	// coordinator as the agent sees them: granted, refused (the coordinator
+	// answered no) or failed (no answer in time).
+	AgentRenewalResults = []string{"granted", "refused", "failed"}
+	// DecisionOutcomes are what a failover decision the leader proposed
+	// became: applied (failed_over), recorded only (dry_run), or refused by
+	// the state machine (another term, not attested by a majority...).
 	DecisionOutcomes = []string{"failed_over", "dry_run", "refused"}
 	// DecisionReasons say why a decision was made.
 	DecisionReasons = []string{"automatic", "manual"}
 	// HoldGates are the conditions that hold a suspect broker back from a
-	// failover.
-	HoldGates = []string{"quorum", "timeout", "lease", "frozen", "cooldown", "maintenance", "concurrency"}
+	// failover (the decider's hold reasons).
+	HoldGates = []string{"quorum", "timeout", "lease", "frozen", "max_concurrent_recoveries", "cooldown", "dry_run_done"}
 )
 
 // other is the label value of anything outside a list.

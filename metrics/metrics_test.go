@@ -60,11 +60,11 @@ func gather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
 func TestDecisionsBoundLabels(t *testing.T) {
 	d := NewDecisions()
 	d.RenewalGranted()
-	d.RenewalRefused("fenced")
+	d.RenewalRefused("node_fenced")
 	d.RenewalRefused("a reason nobody listed")
 	d.Decided("failed_over", "automatic")
 	d.Decided("exploded", "cosmic rays")
-	d.SetHolds(map[string]int{"quorum": 2, "lease": 1})
+	d.SetHolds(map[string]int{"quorum": 2, "lease": 1, "a gate nobody listed": 1})
 	d.SetFrozen(true)
 	if got := testutil.ToFloat64(d.renewals.WithLabelValues("refused")); got != 2 {
 		t.Fatalf("refused renewals = %v", got)
@@ -98,7 +98,7 @@ func TestDecisionsBoundLabels(t *testing.T) {
 	noRecovery.StepRun("read", time.Second, false)
 	noRecovery.Uploaded(10)
 	var noRenewals *AgentRenewals
-	noRenewals.Round("granted")
+	noRenewals.Renewal("granted")
 }
 
 // fakeState is a FailoverSource and the source of a ClusterCollector.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"walden/fencing"
 	"walden/gossip"
 	"walden/lease"
+	"walden/metrics"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -59,7 +61,10 @@ type detection struct {
 	grantor *lease.Grantor
 	// decider is this member's decision loop (its holds, while it leads).
 	decider *detect.Decider
-	config  *waldenv1.Policy // the policy: section of this member's config
+	// decisions counts the lease renewals answered (and the decider's
+	// decisions); nil counts nothing.
+	decisions *metrics.Decisions
+	config    *waldenv1.Policy // the policy: section of this member's config
 	// driftKeys is the number of keys on which config differs from the
 	// cluster's policy (walden_policy_config_drift_keys).
 	driftKeys   prometheus.Gauge
@@ -122,7 +127,7 @@ func (d *detection) leaderConn(ctx context.Context, st NodeStatus) (*grpc.Client
 func (d *detection) forwardErr(ctx context.Context, st NodeStatus, err error) error {
 	s, _ := status.FromError(err)
 	if s.Code() == codes.Unavailable && !hasLeaderHint(s) {
-		d.logger.InfoContext(ctx, "forward to leader failed", "leader_id", st.LeaderID, "term", st.Term, "err", err)
+		d.logger.DebugContext(ctx, "forward to leader failed", "leader_id", st.LeaderID, "term", st.Term, "err", err)
 		return d.admin.notLeader(ctx, st.LeaderID, adminAddrOf(st, st.LeaderID))
 	}
 	if s.Code() == codes.Unavailable {
@@ -207,7 +212,12 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 		Wal: req.GetWal(), GossipName: req.GetGossipName(), Actor: authz.Actor(ctx),
 	}}})
 	if err != nil {
-		d.logger.InfoContext(ctx, "register refused", "broker_id", req.GetBrokerId(), "term", st.Term, "err", err)
+		// The agent retries while its broker's recovery runs: routine.
+		lvl := slog.LevelInfo
+		if errors.Is(err, fencing.ErrRecoveryRunning) {
+			lvl = slog.LevelDebug
+		}
+		d.logger.Log(ctx, lvl, "register refused", "broker_id", req.GetBrokerId(), "term", st.Term, "err", err)
 		return nil, d.stateErr(ctx, err)
 	}
 	r := res.GetRegisterBroker()
@@ -227,8 +237,9 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 // current, unfenced epoch, while it is a voter, once the cluster's policy is
 // seeded, not in the quiet period after its start, and never an epoch whose
 // failover was requested or that it attested expired.
-func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
+func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (_ *waldenv1.RenewLeaseResponse, err error) {
 	d := s.d
+	defer func() { countRenewal(d.decisions, err) }()
 	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
 		return nil, err
 	}
@@ -257,6 +268,27 @@ func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseR
 		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s cannot save its lease state", d.nodeID)
 	default:
 		return nil, d.stateErr(ctx, err)
+	}
+}
+
+// countRenewal counts a renewal's answer: granted, or refused with the
+// refusal's reason.
+func countRenewal(m *metrics.Decisions, err error) {
+	if err == nil {
+		m.RenewalGranted()
+		return
+	}
+	if r := fencing.ReasonFromStatus(err); r != "" {
+		m.RenewalRefused(strings.ToLower(r)) // NODE_FENCED: node_fenced
+		return
+	}
+	switch status.Code(err) {
+	case codes.Unavailable:
+		m.RenewalRefused("unavailable")
+	case codes.InvalidArgument:
+		m.RenewalRefused("invalid_argument")
+	default:
+		m.RenewalRefused(strings.ToLower(status.Code(err).String()))
 	}
 }
 
@@ -367,7 +399,7 @@ var proberFor = func(*config.Server) detect.Prober { return nil }
 // newDetector wires detection for a member. prober nil means HTTP probes of
 // the agents' /healthz.
 func newDetector(cfg *config.Server, admin *adminService, node ClusterNode, prop proposer, state brokerState,
-	adminAddr string, prober detect.Prober, logger *slog.Logger) (*detector, error) {
+	adminAddr string, prober detect.Prober, decisions *metrics.Decisions, logger *slog.Logger) (*detector, error) {
 	// The quiet period after a start covers the longest lease this member
 	// may have granted before: the stored high-water mark, or the policy
 	// in force (the replicated one once known, else the config's).
@@ -383,6 +415,7 @@ func newDetector(cfg *config.Server, admin *adminService, node ClusterNode, prop
 	d := &detection{
 		admin: admin, node: node, prop: prop, state: state,
 		grantor:        grantor,
+		decisions:      decisions,
 		config:         cfg.Policy.Proto(),
 		clusterName:    cfg.ClusterName,
 		nodeID:         cfg.NodeID,
@@ -405,7 +438,7 @@ func newDetector(cfg *config.Server, admin *adminService, node ClusterNode, prop
 	det.observer = detect.NewObserver(detect.ObserverConfig{
 		NodeID: cfg.NodeID, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Grantor: grantor, Logger: logger,
 	}, state, prop.Propose, prober)
-	det.decider = detect.NewDecider(detect.DeciderConfig{NodeID: cfg.NodeID, Seed: d.config, Logger: logger},
+	det.decider = detect.NewDecider(detect.DeciderConfig{NodeID: cfg.NodeID, Seed: d.config, Logger: logger, Metrics: decisions},
 		cluster, decisionState{state}, prop.Propose)
 	d.decider = det.decider
 	logger.Info("lease grants wait out the longest lease this member may have granted before it started",

@@ -20,6 +20,16 @@ type memberMetrics struct {
 	failovers *metrics.FailoverWatcher
 }
 
+// registerAllCollectors registers cs with reg.
+func registerAllCollectors(reg prometheus.Registerer, cs []prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // newMemberMetrics creates the recovery series and the failover watcher and
 // registers them with reg.
 func newMemberMetrics(reg prometheus.Registerer, state *fsm.State, ready func() bool) (*memberMetrics, error) {

@@ -22,6 +22,7 @@ import (
 	"walden/fieldlimit"
 	"walden/fsm"
 	"walden/httplimit"
+	"walden/metrics"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
@@ -166,7 +167,11 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 		return nil, fmt.Errorf("server: admin grpc: %w", err)
 	}
 	// Failure detection: gossip, observer, decider, Agent and Brokers APIs.
-	if s.detector, err = newDetector(cfg, s.admin, node, s.node, state, s.adminLis.Addr().String(), proberFor(cfg), logger); err != nil {
+	decisions := metrics.NewDecisions()
+	if err := registerAllCollectors(reg, decisions.Collectors()); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	if s.detector, err = newDetector(cfg, s.admin, node, s.node, state, s.adminLis.Addr().String(), proberFor(cfg), decisions, logger); err != nil {
 		return nil, err
 	}
 	driftKeys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walden_policy_config_drift_keys",

@@ -66,7 +66,9 @@ take effect at the next start.`,
 			reg := processRegistry()
 			var a *agent.Agent
 			reg.MustRegister(metrics.NewAgentCollector(cfg.BrokerID, agentLease(func() *agent.Agent { return a })))
-			a, err = agent.New(cfg, agent.Options{Logger: logger, Metrics: handler(reg),
+			renewals := metrics.NewAgentRenewals(cfg.BrokerID)
+			reg.MustRegister(renewals.Collectors()...)
+			a, err = agent.New(cfg, agent.Options{Logger: logger, Metrics: handler(reg), ObserveRenewal: renewals.Renewal,
 				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.r.ClientCreds())}})
 			if err != nil {
 				return err

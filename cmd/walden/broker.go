@@ -52,9 +52,9 @@ coordinators' recovery or the next start.`,
 			}
 			logger := server.NewLogger(cfg.Log, os.Stderr)
 			var b *broker.Broker
-			metricsHandler, serverOpts := brokerMetrics(cfg.BrokerID, func() *broker.Broker { return b })
+			metricsHandler, serverOpts, observeRenewal := brokerMetrics(cfg.BrokerID, func() *broker.Broker { return b })
 			b, err = broker.New(cfg, broker.Options{Logger: logger, ServerOptions: serverOpts,
-				Agent: agent.Options{Metrics: metricsHandler}})
+				Agent: agent.Options{Metrics: metricsHandler, ObserveRenewal: observeRenewal}})
 			if err != nil {
 				return err
 			}

@@ -40,11 +40,14 @@ func agentLease(a func() *agent.Agent) func() metrics.AgentLease {
 	}
 }
 
-// brokerMetrics returns the registry of `walden broker`, the gRPC server
-// options that measure its data API and the handler to serve: the agent's
-// lease, the broker's status and its API calls.
-func brokerMetrics(brokerID string, b func() *broker.Broker) (http.Handler, []grpc.ServerOption) {
+// brokerMetrics returns the handler that serves the metrics of `walden
+// broker` (the agent's lease and renewals, the broker's status and its API
+// calls), the gRPC server options that measure its data API, and the
+// observer of the embedded agent's renewals.
+func brokerMetrics(brokerID string, b func() *broker.Broker) (http.Handler, []grpc.ServerOption, func(string)) {
 	reg := processRegistry()
+	renewals := metrics.NewAgentRenewals(brokerID)
+	reg.MustRegister(renewals.Collectors()...)
 	api := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(api)
 	reg.MustRegister(metrics.NewAgentCollector(brokerID, agentLease(func() *agent.Agent {
@@ -64,5 +67,5 @@ func brokerMetrics(brokerID string, b func() *broker.Broker) (http.Handler, []gr
 	return handler(reg), []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(api.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(api.StreamServerInterceptor()),
-	}
+	}, renewals.Renewal
 }
