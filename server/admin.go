@@ -171,7 +171,7 @@ func (a *adminService) forwardLeaderTransfer(ctx context.Context, req *waldenv1.
 		s, _ := status.FromError(err)
 		if s.Code() == codes.Unavailable && !hasLeaderHint(s) {
 			// The leader could not be reached: give the caller the hint.
-			a.logger.InfoContext(ctx, "forward to leader failed", "leader_id", st.LeaderID, "leader_addr", addr, "term", st.Term, "err", err)
+			a.logger.DebugContext(ctx, "forward to leader failed", "leader_id", st.LeaderID, "leader_addr", addr, "term", st.Term, "err", err)
 			return nil, a.notLeader(ctx, st.LeaderID, addr)
 		}
 		if s.Code() == codes.Unavailable {

@@ -2,12 +2,19 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"walden/config"
+	waldenv1 "walden/proto/walden/v1"
 )
 
 // keysOnce decodes every JSON line of out and fails when a key repeats
@@ -94,5 +101,76 @@ func TestLoggerLevelChangesAtRunTime(t *testing.T) {
 	l.Debug("shown")
 	if out := buf.String(); strings.Contains(out, "hidden") || !strings.Contains(out, "shown") {
 		t.Fatalf("output %q", out)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServerLogLinesHaveUniqueKeys runs a member at debug level through its
+// start, calls and stop, and checks that no JSON line repeats a key (raft,
+// storage, detection and gRPC lines all add node_id and component).
+func TestServerLogLinesHaveUniqueKeys(t *testing.T) {
+	var out lockedBuffer
+	cfg := singleMember(t)
+	s, err := New(cfg, NewLogger(config.Log{Level: "debug"}, &out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	if _, err := waldenv1.NewClusterClient(conn).MemberList(context.Background(), &waldenv1.MemberListRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// A broker whose agent does not answer: the observer probes it and
+	// reports what it sees.
+	if _, err := waldenv1.NewAgentClient(conn).Register(context.Background(), &waldenv1.RegisterRequest{
+		ClusterName: cfg.ClusterName, BrokerId: "b1", AgentAddr: "127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), `"component":"observer"`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the observer logged nothing about the broker")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lines := keysOnce(t, out.String())
+	components := map[string]bool{}
+	for _, l := range lines {
+		if c, ok := l["component"].(string); ok {
+			components[c] = true
+		}
+	}
+	for _, c := range []string{"raft", "storage", "grpc", "observer"} {
+		if !components[c] {
+			t.Errorf("no line of component %s among %d lines", c, len(lines))
+		}
 	}
 }
