@@ -18,6 +18,9 @@ type peaks struct {
 	series [][]string // name, label pairs...
 	mu     sync.Mutex
 	max    map[string]float64
+	// scrapes counts the scrapes tried; lastErr is the last failure.
+	scrapes int
+	lastErr error
 }
 
 func (p *peaks) key(s []string) string { return fmt.Sprint(s) }
@@ -31,10 +34,13 @@ func (p *peaks) run(ctx context.Context) {
 				continue
 			}
 			smp, err := p.c.Scrape(ctx, m.Metrics)
+			p.mu.Lock()
+			p.scrapes++
 			if err != nil {
+				p.lastErr = err
+				p.mu.Unlock()
 				continue
 			}
-			p.mu.Lock()
 			for _, s := range p.series {
 				if v := smp.Value(s[0], s[1:]...); v > p.max[p.key(s)] {
 					p.max[p.key(s)] = v
@@ -100,6 +106,10 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 	c := startCluster(t, func(o *e2e.Options) {
 		capacity := int64(2*backlog+64<<20+4095) / 4096 * 4096
 		o.WALCapacity, o.UploadBytes, o.BacklogStreams, o.UploadInterval = capacity, capacity/2, true, time.Hour
+		// A fence plugin that takes two seconds (as stopping a machine
+		// does), so that the failed and recovering states last long
+		// enough to be scraped.
+		o.Recovery = append(o.Recovery, "fence: exec", `exec: {command: /bin/sh, args: ["-c", "sleep 2"]}`)
 	})
 	ctx := context.Background()
 	before := scrapeAll(t, c, c.Coords, coordHTTP)
@@ -137,6 +147,7 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 	checkNothingLost(t, sum)
 
 	// During the failover.
+	t.Logf("%d scrapes during the failover (last error: %v)", p.scrapes, p.lastErr)
 	if p.peak("walden_brokers", "state", "failed")+p.peak("walden_brokers", "state", "recovering") == 0 {
 		t.Error("walden_brokers never showed the victim failed or recovering")
 	}
@@ -174,6 +185,17 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// One automatic decision, by the leader (which held the broker back by
+	// a gate until then); every coordinator granted renewals meanwhile.
+	if got := sumOf(after, "walden_failover_decisions_total", "outcome", "failed_over", "reason", "automatic") -
+		sumOf(before, "walden_failover_decisions_total", "outcome", "failed_over", "reason", "automatic"); got != 1 {
+		t.Errorf("walden_failover_decisions_total{outcome=failed_over,reason=automatic} moved by %v over the members, want 1", got)
+	}
+	for name, s := range after {
+		if s.Value("walden_lease_renewals_total", "result", "granted") <= before[name].Value("walden_lease_renewals_total", "result", "granted") {
+			t.Errorf("%s granted no renewal during the failover", name)
+		}
 	}
 	if got := sumOf(after, "walden_recovery_uploaded_bytes_total") - sumOf(before, "walden_recovery_uploaded_bytes_total"); got < backlog {
 		t.Errorf("walden_recovery_uploaded_bytes_total moved by %v, want at least the backlog %d", got, backlog)
@@ -227,8 +249,46 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 			t.Errorf("%s: lease valid %v remaining %v serving %v", name, s.Value("walden_agent_lease_valid"),
 				s.Value("walden_agent_lease_remaining_seconds"), s.Value("walden_broker_serving"))
 		}
+		if s.Value("walden_agent_lease_renewals_total", "result", "granted") == 0 {
+			t.Errorf("%s: no granted renewal counted", name)
+		}
 		if s.Value("grpc_server_handled_total", "grpc_method", "Append", "grpc_code", "OK") == 0 {
 			t.Errorf("%s: no Append counted in grpc_server_handled_total", name)
 		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The victim comes back and dies again within the cooldown: the leader
+	// holds it back by the cooldown gate until an operator acks it, and
+	// the series say so.
+	victim := c.Proc(sum.Victim)
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err = e2e.Poll(ctx, 60*time.Second, sum.Victim+" registered again", func() error {
+		b, err := c.GetBroker(ctx, sum.Victim)
+		if err != nil {
+			return err
+		}
+		if b.GetState() != "alive" || b.GetEpoch() <= sum.NewEpoch {
+			return fmt.Errorf("state %s epoch %d", b.GetState(), b.GetEpoch())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim.Kill()
+	err = e2e.Poll(ctx, 60*time.Second, "the cooldown hold in the series", func() error {
+		now := scrapeAll(t, c, c.Coords, coordHTTP)
+		if h, b := sumOf(now, "walden_failover_holds", "gate", "cooldown"), maxOf(now, "walden_brokers_cooldown_blocked"); h != 1 || b != 1 {
+			return fmt.Errorf("walden_failover_holds{gate=cooldown} %v over the members, walden_brokers_cooldown_blocked %v", h, b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
