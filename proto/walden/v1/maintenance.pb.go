@@ -63,9 +63,10 @@ type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cluster_name is the cluster the snapshot was taken from.
 	ClusterName string `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
-	// index is the raft index the state reflects; term its term.
+	// index is the raft index the state reflects.
 	Index uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Term  uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// term is the leader's term when the snapshot was taken.
+	Term uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	// node_id is the member (the leader) that produced it.
 	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// created_unix_ms is the leader's clock when it was taken.
