@@ -77,6 +77,27 @@ func TestIdempotentAppend(t *testing.T) {
 			t.Fatalf("%s: metadata %v", name, md)
 		}
 	}
+	// A retry is acknowledged under the conditions of any acknowledgement:
+	// not without a valid lease.
+	e.coord.BlockRenewals("b1", true)
+	waitFor(t, 5*time.Second, "lease invalid", func() error {
+		if b.Agent().Lease().Valid {
+			return fmt.Errorf("still valid")
+		}
+		return nil
+	})
+	if _, err := appendAs(t, c, 1, 7, 2, "c"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("retry without a lease: %v", err)
+	} else if reason, _ := reasonOf(err); reason != broker.ReasonLeaseInvalid {
+		t.Fatalf("retry without a lease: %v", err)
+	}
+	e.coord.BlockRenewals("b1", false)
+	waitFor(t, 5*time.Second, "lease valid again", func() error {
+		if !b.Agent().Lease().Valid {
+			return fmt.Errorf("not valid")
+		}
+		return nil
+	})
 	// Committed now: the retry is still answered, from the table.
 	b.Stop(true)
 	b = e.start(cfg)

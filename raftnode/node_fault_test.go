@@ -91,7 +91,9 @@ func replaceDir(t *testing.T, dir, from string) {
 // it). The other two go on; the documented way back (remove, empty dir,
 // add) brings the member back.
 func TestLogWentBackwardsIsRefused(t *testing.T) {
-	c := newTestCluster(t, nil, "c1", "c2", "c3")
+	// The leader must keep what the follower acknowledged: a slow election
+	// timeout (1 s) keeps a loaded machine from changing leaders meanwhile.
+	c := newTestCluster(t, func(cfg *Config) { cfg.ElectionTicks = 100 }, "c1", "c2", "c3")
 	leader := c.leaderAmong("c1", "c2", "c3")
 	follower := "c3"
 	if leader == follower {
