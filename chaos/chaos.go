@@ -20,7 +20,7 @@ import (
 	"walden/chaos/history"
 	"walden/chaos/netfault"
 	"walden/chaos/netns"
-	"walden/e2e"
+	"walden/internal/devcluster"
 	"walden/loadgen"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
@@ -235,7 +235,7 @@ func (h *Harness) Run(ctx context.Context, names []string) ([]Result, error) {
 
 // Env is what a scenario's script acts on.
 type Env struct {
-	Cluster  *e2e.Cluster
+	Cluster  *devcluster.Cluster
 	Topo     *netns.Topology
 	Firewall *netfault.Firewall
 	Cfg      *Config
@@ -293,7 +293,7 @@ func (e *Env) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Leader waits for the raft leader.
-func (e *Env) Leader(ctx context.Context) (*e2e.Proc, error) {
+func (e *Env) Leader(ctx context.Context) (*devcluster.Proc, error) {
 	return e.Cluster.WaitLeader(ctx, "", 60*time.Second)
 }
 
@@ -326,7 +326,7 @@ func (e *Env) Brokers(except string) []string {
 // broker.
 func (e *Env) WaitReopened(ctx context.Context, broker string, timeout time.Duration) error {
 	p := e.Cluster.Proc(broker)
-	return e2e.Poll(ctx, timeout, "the streams of "+broker+" open on other brokers", func() error {
+	return devcluster.Poll(ctx, timeout, "the streams of "+broker+" open on other brokers", func() error {
 		ss, err := e.Cluster.ListStreams(ctx)
 		if err != nil {
 			return err
@@ -343,7 +343,7 @@ func (e *Env) WaitReopened(ctx context.Context, broker string, timeout time.Dura
 // WaitRegistered waits until broker is registered, alive and not fenced
 // (after a restart or a failover it came back from).
 func (e *Env) WaitRegistered(ctx context.Context, broker string, timeout time.Duration) error {
-	return e2e.Poll(ctx, timeout, broker+" registered and alive", func() error {
+	return devcluster.Poll(ctx, timeout, broker+" registered and alive", func() error {
 		b, err := e.Cluster.GetBroker(ctx, broker)
 		if err != nil {
 			return err
@@ -357,7 +357,7 @@ func (e *Env) WaitRegistered(ctx context.Context, broker string, timeout time.Du
 
 // WaitState waits until broker's registry state is one of states.
 func (e *Env) WaitState(ctx context.Context, broker string, timeout time.Duration, states ...string) error {
-	return e2e.Poll(ctx, timeout, broker+" "+strings.Join(states, " or "), func() error {
+	return devcluster.Poll(ctx, timeout, broker+" "+strings.Join(states, " or "), func() error {
 		b, err := e.Cluster.GetBroker(ctx, broker)
 		if err != nil {
 			return err
@@ -370,9 +370,9 @@ func (e *Env) WaitState(ctx context.Context, broker string, timeout time.Duratio
 }
 
 // clusterOptions lays the scenario's cluster out on the topology.
-func (h *Harness) clusterOptions(dir string, rec *history.Recorder) e2e.Options {
+func (h *Harness) clusterOptions(dir string, rec *history.Recorder) devcluster.Options {
 	versity := h.cfg.Versity
-	return e2e.Options{
+	return devcluster.Options{
 		Bin:      h.cfg.Walden,
 		Dir:      dir,
 		Policy:   Policies[h.cfg.Policy],
@@ -441,7 +441,7 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	if s.Options != nil {
 		s.Options(&opts)
 	}
-	c, err := e2e.New(opts)
+	c, err := devcluster.New(opts)
 	if err != nil {
 		return err
 	}
@@ -709,7 +709,7 @@ func judge(r *Result) {
 
 // watchCatalog reads the stream catalog and the broker registry every
 // 100ms (recorded: stream and broker observations).
-func watchCatalog(ctx context.Context, c *e2e.Cluster) {
+func watchCatalog(ctx context.Context, c *devcluster.Cluster) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -724,7 +724,7 @@ func watchCatalog(ctx context.Context, c *e2e.Cluster) {
 }
 
 // watchLeases asks every broker's agent for its lease every 250ms.
-func watchLeases(ctx context.Context, c *e2e.Cluster, rec *history.Recorder) {
+func watchLeases(ctx context.Context, c *devcluster.Cluster, rec *history.Recorder) {
 	client := c.HTTPClient(time.Second)
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -740,7 +740,7 @@ func watchLeases(ctx context.Context, c *e2e.Cluster, rec *history.Recorder) {
 	}
 }
 
-func leaseAnswer(ctx context.Context, client *http.Client, rec *history.Recorder, b *e2e.Proc) {
+func leaseAnswer(ctx context.Context, client *http.Client, rec *history.Recorder, b *devcluster.Proc) {
 	var body struct {
 		Epoch  uint64 `json:"epoch"`
 		Valid  bool   `json:"valid"`
@@ -765,7 +765,7 @@ func leaseAnswer(ctx context.Context, client *http.Client, rec *history.Recorder
 
 // readStream reads the stream's recent records from its owner every 300ms
 // (recorded: the owner's answer must reach the stream's end).
-func readStream(ctx context.Context, c *e2e.Cluster, id uint64) {
+func readStream(ctx context.Context, c *devcluster.Cluster, id uint64) {
 	t := time.NewTicker(300 * time.Millisecond)
 	defer t.Stop()
 	var next uint64
@@ -781,7 +781,7 @@ func readStream(ctx context.Context, c *e2e.Cluster, id uint64) {
 	}
 }
 
-func readOnce(ctx context.Context, c *e2e.Cluster, id, next uint64) (uint64, bool) {
+func readOnce(ctx context.Context, c *devcluster.Cluster, id, next uint64) (uint64, bool) {
 	var d *waldenv1.DescribeStreamResponse
 	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
 		var err error

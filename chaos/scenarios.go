@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"walden/chaos/netfault"
-	"walden/e2e"
+	"walden/internal/devcluster"
 	"walden/loadgen"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -27,7 +27,7 @@ type Scenario struct {
 	// Short marks the scenarios of the short form (`make test`).
 	Short bool
 	// Options adjusts the cluster's layout (optional).
-	Options func(*e2e.Options)
+	Options func(*devcluster.Options)
 	// Setup runs before the cluster starts; undo runs after it stopped
 	// (optional).
 	Setup func(ctx context.Context, e *Env) (undo func(), err error)
@@ -96,7 +96,7 @@ func killBroker(ctx context.Context, e *Env) error {
 	return restartBroker(ctx, e, b)
 }
 
-func restartBroker(ctx context.Context, e *Env, b *e2e.Proc) error {
+func restartBroker(ctx context.Context, e *Env, b *devcluster.Proc) error {
 	e.Say("restarting %s", b.Name)
 	if err := b.Start(); err != nil {
 		return err
@@ -316,7 +316,7 @@ func killLeader(ctx context.Context, e *Env) error {
 	return killAndRestart(ctx, e, l)
 }
 
-func killAndRestart(ctx context.Context, e *Env, m *e2e.Proc) error {
+func killAndRestart(ctx context.Context, e *Env, m *devcluster.Proc) error {
 	e.Fault()
 	e.Say("kill -9 coordinator %s (pid %d) for %s", m.Name, m.Pid(), e.Cfg.Cut)
 	m.Kill()
@@ -331,10 +331,10 @@ func killAndRestart(ctx context.Context, e *Env, m *e2e.Proc) error {
 }
 
 // waitMember waits until coordinator m answers and knows the leader.
-func waitMember(ctx context.Context, e *Env, m *e2e.Proc) error {
-	return e2e.Poll(ctx, time.Minute, m.Name+" back with a leader", func() error {
+func waitMember(ctx context.Context, e *Env, m *devcluster.Proc) error {
+	return devcluster.Poll(ctx, time.Minute, m.Name+" back with a leader", func() error {
 		if !m.Alive() {
-			return e2e.Permanent(fmt.Errorf("%s exited; see %s", m.Name, m.Log))
+			return devcluster.Permanent(fmt.Errorf("%s exited; see %s", m.Name, m.Log))
 		}
 		st, err := e.Cluster.Status(ctx, m)
 		if err != nil {
@@ -368,7 +368,7 @@ func zombieBroker(ctx context.Context, e *Env) error {
 
 const backlogBytes = 64 << 20
 
-func backlogOptions(o *e2e.Options) {
+func backlogOptions(o *devcluster.Options) {
 	o.BacklogStreams = true
 	o.WALCapacity = 2*backlogBytes + 64<<20
 	o.UploadBytes, o.UploadInterval = o.WALCapacity/2, time.Hour
@@ -392,7 +392,7 @@ func s3CutMidUpload(ctx context.Context, e *Env) error {
 	e.Say("kill -9 %s (pid %d)", victim, b.Pid())
 	b.Kill()
 	var assignee string
-	err = e2e.Poll(ctx, 2*time.Minute, "the recovery of "+victim+" in its upload step", func() error {
+	err = devcluster.Poll(ctx, 2*time.Minute, "the recovery of "+victim+" in its upload step", func() error {
 		jobs, err := e.Cluster.ListJobs(ctx, victim)
 		if err != nil || len(jobs) == 0 {
 			return fmt.Errorf("no job yet")
@@ -403,7 +403,7 @@ func s3CutMidUpload(ctx context.Context, e *Env) error {
 			assignee = j.GetAssigneeId()
 			return nil
 		case j.GetState() == "succeeded" || j.GetState() == "failed":
-			return e2e.Permanent(fmt.Errorf("job %s %s before its upload could be cut", j.GetJobId(), j.GetState()))
+			return devcluster.Permanent(fmt.Errorf("job %s %s before its upload could be cut", j.GetJobId(), j.GetState()))
 		}
 		return fmt.Errorf("job %s %s step %s", j.GetJobId(), j.GetState(), j.GetStep())
 	})
@@ -475,7 +475,7 @@ func diskFull(ctx context.Context, e *Env) error {
 	}
 	free := int64(st.Bavail) * st.Bsize
 	e.Fault()
-	e.Say("filling %s's data directory (%s free) for %s", l.Name, e2e.FormatBytes(uint64(free)), e.Cfg.Cut)
+	e.Say("filling %s's data directory (%s free) for %s", l.Name, devcluster.FormatBytes(uint64(free)), e.Cfg.Cut)
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, free); err != nil {
 		f.Close()
 		return fmt.Errorf("fill %s: %w", dir, err)

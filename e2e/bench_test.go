@@ -10,26 +10,26 @@ import (
 	"testing"
 	"time"
 
-	"walden/e2e"
+	"walden/internal/devcluster"
 	"walden/objstore/s3test"
 )
 
 var (
-	benchBacklog = flag.Int64("e2e.backlog", 64<<20, "BenchmarkFailover: bytes of un-uploaded WAL on the killed broker")
-	benchTrials  = flag.Int("e2e.trials", 3, "BenchmarkFailover: trials (a fresh cluster each)")
-	benchPolicy  = flag.String("e2e.policy", "default", "BenchmarkFailover: default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
+	benchBacklog = flag.Int64("devcluster.backlog", 64<<20, "BenchmarkFailover: bytes of un-uploaded WAL on the killed broker")
+	benchTrials  = flag.Int("devcluster.trials", 3, "BenchmarkFailover: trials (a fresh cluster each)")
+	benchPolicy  = flag.String("devcluster.policy", "default", "BenchmarkFailover: default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
 )
 
-// BenchmarkFailover runs the `walden dev` scenario -e2e.trials times, each on
+// BenchmarkFailover runs the `walden dev` scenario -devcluster.trials times, each on
 // a fresh cluster (versitygw S3, 3 coordinators, 3 brokers as processes):
-// load on 9 streams at 300 records/s, -e2e.backlog bytes of WAL not uploaded
+// load on 9 streams at 300 records/s, -devcluster.backlog bytes of WAL not uploaded
 // on the victim, kill -9, failover, verify. It reports the medians of
 // detection (kill -> FAILED committed), recovery (kill -> recovery job done,
 // streams closed), reopen (kill -> streams open elsewhere) and the
 // producer-visible unavailability (max over streams, and median over
 // streams), and fails a trial that loses an acknowledged record.
 //
-//	go test ./e2e -run '^$' -bench BenchmarkFailover -benchtime 1x -timeout 60m -e2e.backlog 67108864 -e2e.trials 5
+//	go test ./e2e -run '^$' -bench BenchmarkFailover -benchtime 1x -timeout 60m -devcluster.backlog 67108864 -devcluster.trials 5
 func BenchmarkFailover(b *testing.B) {
 	var policy []string
 	switch *benchPolicy {
@@ -37,7 +37,7 @@ func BenchmarkFailover(b *testing.B) {
 	case "tuned":
 		policy = testPolicy
 	default:
-		b.Fatalf("-e2e.policy: default or tuned, not %q", *benchPolicy)
+		b.Fatalf("-devcluster.policy: default or tuned, not %q", *benchPolicy)
 	}
 	backlog := *benchBacklog
 	for i := 0; i < b.N; i++ {
@@ -54,15 +54,15 @@ func BenchmarkFailover(b *testing.B) {
 			load = strings.Fields(string(b))[0]
 		}
 		fmt.Fprintf(os.Stderr, "policy %s, backlog %d MiB, %d trials, %d CPUs, load average %s: medians detection %d ms, recovery %d ms, reopen %d ms, unavailable max %d ms, median %d ms; ranges detection %s, recovery %s, max unavailable %s\n",
-			*benchPolicy, backlog>>20, len(det), runtime.NumCPU(), load, e2e.Median(det), e2e.Median(rec), e2e.Median(reo), e2e.Median(maxU), e2e.Median(medU),
+			*benchPolicy, backlog>>20, len(det), runtime.NumCPU(), load, devcluster.Median(det), devcluster.Median(rec), devcluster.Median(reo), devcluster.Median(maxU), devcluster.Median(medU),
 			rangeOf(det), rangeOf(rec), rangeOf(maxU))
-		b.ReportMetric(float64(e2e.Median(det)), "detection-ms")
-		b.ReportMetric(float64(e2e.Median(rec)), "recovery-ms")
-		b.ReportMetric(float64(e2e.Median(reo)), "reopen-ms")
-		b.ReportMetric(float64(e2e.Median(rac)), "reopen-after-close-ms")
-		fmt.Fprintf(os.Stderr, "reopen after the recovery closed the streams (catalog times): median %d ms, range %s\n", e2e.Median(rac), rangeOf(rac))
-		b.ReportMetric(float64(e2e.Median(maxU)), "max-unavail-ms")
-		b.ReportMetric(float64(e2e.Median(medU)), "median-unavail-ms")
+		b.ReportMetric(float64(devcluster.Median(det)), "detection-ms")
+		b.ReportMetric(float64(devcluster.Median(rec)), "recovery-ms")
+		b.ReportMetric(float64(devcluster.Median(reo)), "reopen-ms")
+		b.ReportMetric(float64(devcluster.Median(rac)), "reopen-after-close-ms")
+		fmt.Fprintf(os.Stderr, "reopen after the recovery closed the streams (catalog times): median %d ms, range %s\n", devcluster.Median(rac), rangeOf(rac))
+		b.ReportMetric(float64(devcluster.Median(maxU)), "max-unavail-ms")
+		b.ReportMetric(float64(devcluster.Median(medU)), "median-unavail-ms")
 	}
 }
 
@@ -74,7 +74,7 @@ func rangeOf(xs []int64) string {
 	return fmt.Sprintf("%d–%d", lo, hi)
 }
 
-func benchTrial(b *testing.B, policy []string, backlog int64) *e2e.Summary {
+func benchTrial(b *testing.B, policy []string, backlog int64) *devcluster.Summary {
 	b.StopTimer()
 	defer b.StartTimer()
 	s3 := s3test.StartVersity(b, "")
@@ -84,13 +84,13 @@ func benchTrial(b *testing.B, policy []string, backlog int64) *e2e.Summary {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	opts := e2e.Options{Bin: waldenBin, Dir: dir, S3: &s3, Policy: policy}
+	opts := devcluster.Options{Bin: waldenBin, Dir: dir, S3: &s3, Policy: policy}
 	if backlog > 0 {
 		opts.BacklogStreams = true
 		opts.WALCapacity = (2*backlog + 64<<20 + 4095) / 4096 * 4096
 		opts.UploadBytes, opts.UploadInterval = opts.WALCapacity/2, time.Hour
 	}
-	c, err := e2e.New(opts)
+	c, err := devcluster.New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func benchTrial(b *testing.B, policy []string, backlog int64) *e2e.Summary {
 	if err := c.Start(ctx, 60*time.Second); err != nil {
 		b.Fatal(err)
 	}
-	sc := &e2e.Failover{Warmup: 3 * time.Second, Backlog: backlog, Timeout: 120 * time.Second}
+	sc := &devcluster.Failover{Warmup: 3 * time.Second, Backlog: backlog, Timeout: 120 * time.Second}
 	s, err := sc.Run(ctx, c)
 	if err != nil {
 		b.Fatal(err)

@@ -1,17 +1,6 @@
-// Package e2e runs walden as real processes on loopback: an S3 server
-// (versitygw in the tests, `walden s3` in `walden dev`), three coordinators
-// (`walden server`) and brokers (`walden broker`), each a child process of
-// the walden binary with its own config file and log file. Cluster starts,
-// watches and kills them; the tests in this package (kill -9 a broker under
-// load, a SIGSTOPped zombie broker, killing the recovery's executor and the
-// raft leader, restarting the killed broker) and `walden dev` are built on
-// it. Options' Listen, Command, Dial and S3Command hooks let another
-// harness place the same processes elsewhere (the chaos harness puts each
-// in a network namespace of its own, with versitygw as the S3 child).
-//
-// It owns the processes it starts and nothing else: it never edits a data
-// directory or a WAL behind a process's back, never judges outcomes by
-// timings (it measures them; the tests assert outcomes), and it kills every
-// child it started when the cluster is closed (and, on Linux, when the parent
-// dies).
+// Package e2e holds the end-to-end tests: walden as real processes on
+// loopback (package internal/devcluster starts them), killed for real — kill
+// -9 of a broker under load, a SIGSTOPped zombie broker, killing the
+// recovery's executor and the raft leader during a failover, restarting the
+// killed broker — with versitygw as the object store.
 package e2e

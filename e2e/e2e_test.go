@@ -21,20 +21,20 @@ import (
 
 	"walden/authz"
 	"walden/broker"
-	"walden/e2e"
 	"walden/fencing"
+	"walden/internal/devcluster"
 	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
 )
 
 // full runs every scenario; without it only TestE2EShort* runs (the form
 // `go test ./...` and `make test` run).
-var full = flag.Bool("e2e.full", false, "run every end-to-end scenario, not only the short form")
+var full = flag.Bool("devcluster.full", false, "run every end-to-end scenario, not only the short form")
 
 func needFull(t *testing.T) {
 	t.Helper()
 	if !*full {
-		t.Skip("full end-to-end scenario: run with -e2e.full (make e2e)")
+		t.Skip("full end-to-end scenario: run with -devcluster.full (make e2e)")
 	}
 }
 
@@ -73,15 +73,15 @@ var testPolicy = []string{"failure_timeout: 2s", "lease_ttl: 1s", "drift_margin:
 // installed), three coordinators and three brokers as processes; every
 // process is killed at the end of the test, and on failure the tail of
 // each log is printed.
-func startCluster(t *testing.T, edit func(*e2e.Options)) *e2e.Cluster {
+func startCluster(t *testing.T, edit func(*devcluster.Options)) *devcluster.Cluster {
 	t.Helper()
 	s3 := s3test.StartVersity(t, "")
-	opts := e2e.Options{Bin: waldenBin, Dir: t.TempDir(), S3: &s3, Policy: testPolicy,
+	opts := devcluster.Options{Bin: waldenBin, Dir: t.TempDir(), S3: &s3, Policy: testPolicy,
 		Recovery: []string{"job_lease: 3s"}}
 	if edit != nil {
 		edit(&opts)
 	}
-	c, err := e2e.New(opts)
+	c, err := devcluster.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func startCluster(t *testing.T, edit func(*e2e.Options)) *e2e.Cluster {
 var readerID = authz.Identity{Name: "e2e-reader", Role: authz.RoleReader}
 
 // clientFlags are c.ClientFlags(id), or the test fails.
-func clientFlags(t *testing.T, c *e2e.Cluster, id authz.Identity) []string {
+func clientFlags(t *testing.T, c *devcluster.Cluster, id authz.Identity) []string {
 	t.Helper()
 	f, err := c.ClientFlags(id)
 	if err != nil {
@@ -111,8 +111,8 @@ func clientFlags(t *testing.T, c *e2e.Cluster, id authz.Identity) []string {
 	return f
 }
 
-func dumpLogs(t *testing.T, c *e2e.Cluster) {
-	for _, p := range append(append([]*e2e.Proc{}, c.Coords...), c.Brokers...) {
+func dumpLogs(t *testing.T, c *devcluster.Cluster) {
+	for _, p := range append(append([]*devcluster.Proc{}, c.Coords...), c.Brokers...) {
 		b, err := os.ReadFile(p.Log)
 		if err != nil {
 			continue
@@ -135,7 +135,7 @@ func logSay(t *testing.T) func(string) {
 // between) is recovered from its WAL, and the producer's retry of it (on
 // another broker) is answered with the stored offsets (the load generator
 // is an idempotent producer).
-func checkNothingLost(t *testing.T, s *e2e.Summary) {
+func checkNothingLost(t *testing.T, s *devcluster.Summary) {
 	t.Helper()
 	if s.Acked == 0 {
 		t.Fatalf("no record acknowledged: %+v", s)
@@ -148,7 +148,7 @@ func checkNothingLost(t *testing.T, s *e2e.Summary) {
 
 // checkReopenedElsewhere asserts that every stream the victim owned at the
 // kill is OPENED by another broker with a higher stream epoch.
-func checkReopenedElsewhere(t *testing.T, c *e2e.Cluster, victim string) {
+func checkReopenedElsewhere(t *testing.T, c *devcluster.Cluster, victim string) {
 	t.Helper()
 	ss, err := c.ListStreams(context.Background())
 	if err != nil {
@@ -176,7 +176,7 @@ func checkReopenedElsewhere(t *testing.T, c *e2e.Cluster, victim string) {
 func TestE2EShortKillBrokerAndRestart(t *testing.T) {
 	c := startCluster(t, nil)
 	ctx := context.Background()
-	sc := &e2e.Failover{Warmup: 3 * time.Second, Say: logSay(t)}
+	sc := &devcluster.Failover{Warmup: 3 * time.Second, Say: logSay(t)}
 	sum, err := sc.Run(ctx, c)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestE2EShortKillBrokerAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st *waldenv1.BrokerStatusResponse
-	err = e2e.Poll(ctx, 60*time.Second, sum.Victim+" serving again", func() error {
+	err = devcluster.Poll(ctx, 60*time.Second, sum.Victim+" serving again", func() error {
 		b, err := c.GetBroker(ctx, sum.Victim)
 		if err != nil {
 			return err
@@ -255,7 +255,7 @@ func TestE2EZombieBroker(t *testing.T) {
 	c := startCluster(t, nil)
 	ctx := context.Background()
 	var reasons []string
-	sc := &e2e.Failover{Warmup: 3 * time.Second, Say: logSay(t), Signal: syscall.SIGSTOP}
+	sc := &devcluster.Failover{Warmup: 3 * time.Second, Say: logSay(t), Signal: syscall.SIGSTOP}
 	var zombieEpoch uint64
 	sc.BeforeKill = func(ctx context.Context) error {
 		b, err := c.GetBroker(ctx, sc.Victim)
@@ -338,7 +338,7 @@ func TestE2EZombieBroker(t *testing.T) {
 // catalogAsOldEpoch asks the catalog, as broker id with the given epoch, to
 // open id's first stream, and returns the refusal's reason ("" if it was
 // accepted).
-func catalogAsOldEpoch(t *testing.T, c *e2e.Cluster, id string, epoch uint64) string {
+func catalogAsOldEpoch(t *testing.T, c *devcluster.Cluster, id string, epoch uint64) string {
 	t.Helper()
 	var catErr error
 	// As the broker itself: its certificate is the one the catalog lets
@@ -361,7 +361,7 @@ func catalogAsOldEpoch(t *testing.T, c *e2e.Cluster, id string, epoch uint64) st
 }
 
 // waldenctlJobs runs `waldenctl jobs -o json` against the cluster.
-func waldenctlJobs(ctx context.Context, c *e2e.Cluster, broker string) ([]map[string]any, error) {
+func waldenctlJobs(ctx context.Context, c *devcluster.Cluster, broker string) ([]map[string]any, error) {
 	flags, err := c.ClientFlags(readerID)
 	if err != nil {
 		return nil, err
@@ -382,7 +382,7 @@ func waldenctlJobs(ctx context.Context, c *e2e.Cluster, broker string) ([]map[st
 	return resp.Jobs, nil
 }
 
-func liveAdmins(c *e2e.Cluster) []string {
+func liveAdmins(c *devcluster.Cluster) []string {
 	var out []string
 	for _, m := range c.Coords {
 		if m.Alive() {
@@ -399,7 +399,7 @@ func liveAdmins(c *e2e.Cluster) []string {
 func TestE2EKillRecoveryExecutor(t *testing.T) {
 	needFull(t)
 	const backlog = 128 << 20
-	c := startCluster(t, func(o *e2e.Options) {
+	c := startCluster(t, func(o *devcluster.Options) {
 		o.BacklogStreams = true
 		o.WALCapacity = 2*backlog + 64<<20
 		o.UploadBytes, o.UploadInterval = o.WALCapacity/2, time.Hour
@@ -409,7 +409,7 @@ func TestE2EKillRecoveryExecutor(t *testing.T) {
 	ctx := context.Background()
 	var killed string
 	var inUpload time.Time
-	sc := &e2e.Failover{Warmup: 2 * time.Second, Backlog: backlog, Say: logSay(t)}
+	sc := &devcluster.Failover{Warmup: 2 * time.Second, Backlog: backlog, Say: logSay(t)}
 	sc.DuringRecovery = func(ctx context.Context, _ *waldenv1.Job) (bool, error) {
 		jobs, err := waldenctlJobs(ctx, c, sc.Victim)
 		if err != nil || len(jobs) == 0 {
@@ -464,9 +464,9 @@ func TestE2EKillLeaderDuringFailover(t *testing.T) {
 	c := startCluster(t, nil)
 	ctx := context.Background()
 	var oldLeader string
-	sc := &e2e.Failover{Warmup: 3 * time.Second, Say: logSay(t)}
+	sc := &devcluster.Failover{Warmup: 3 * time.Second, Say: logSay(t)}
 	sc.AfterKill = func(ctx context.Context) error {
-		err := e2e.Poll(ctx, 30*time.Second, sc.Victim+" suspected", func() error {
+		err := devcluster.Poll(ctx, 30*time.Second, sc.Victim+" suspected", func() error {
 			b, err := c.GetBroker(ctx, sc.Victim)
 			if err != nil {
 				return err
@@ -475,7 +475,7 @@ func TestE2EKillLeaderDuringFailover(t *testing.T) {
 				return fmt.Errorf("state %s", b.GetState())
 			}
 			if b.GetState() != "suspect" {
-				return e2e.Permanent(fmt.Errorf("the broker is %s before the leader could be killed", b.GetState()))
+				return devcluster.Permanent(fmt.Errorf("the broker is %s before the leader could be killed", b.GetState()))
 			}
 			return nil
 		})

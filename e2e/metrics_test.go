@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"walden/deploy"
-	"walden/e2e"
+	"walden/internal/devcluster"
 )
 
 // peaks scrapes every live coordinator and broker until stopped and keeps,
 // per series (name and label pairs), the highest value any of them showed.
 type peaks struct {
-	c      *e2e.Cluster
+	c      *devcluster.Cluster
 	series [][]string // name, label pairs...
 	mu     sync.Mutex
 	max    map[string]float64
@@ -63,9 +63,9 @@ func (p *peaks) peak(s ...string) float64 {
 }
 
 // scrapeAll scrapes every live coordinator (by name).
-func scrapeAll(t *testing.T, c *e2e.Cluster, procs []*e2e.Proc, addr func(*e2e.Proc) string) map[string]e2e.Samples {
+func scrapeAll(t *testing.T, c *devcluster.Cluster, procs []*devcluster.Proc, addr func(*devcluster.Proc) string) map[string]devcluster.Samples {
 	t.Helper()
-	out := map[string]e2e.Samples{}
+	out := map[string]devcluster.Samples{}
 	for _, p := range procs {
 		if !p.Alive() {
 			continue
@@ -79,16 +79,16 @@ func scrapeAll(t *testing.T, c *e2e.Cluster, procs []*e2e.Proc, addr func(*e2e.P
 	return out
 }
 
-func coordHTTP(p *e2e.Proc) string { return p.Metrics } // plain listen.metrics, as Prometheus scrapes
-func agentHTTP(p *e2e.Proc) string { return p.AgentListen }
-func maxOf(all map[string]e2e.Samples, name string, labels ...string) float64 {
+func coordHTTP(p *devcluster.Proc) string { return p.Metrics } // plain listen.metrics, as Prometheus scrapes
+func agentHTTP(p *devcluster.Proc) string { return p.AgentListen }
+func maxOf(all map[string]devcluster.Samples, name string, labels ...string) float64 {
 	m := 0.0
 	for _, s := range all {
 		m = max(m, s.Value(name, labels...))
 	}
 	return m
 }
-func sumOf(all map[string]e2e.Samples, name string, labels ...string) float64 {
+func sumOf(all map[string]devcluster.Samples, name string, labels ...string) float64 {
 	v := 0.0
 	for _, s := range all {
 		v += s.Value(name, labels...)
@@ -103,7 +103,7 @@ func sumOf(all map[string]e2e.Samples, name string, labels ...string) float64 {
 // uploaded, and on the brokers their lease, streams and uploads.
 func TestE2EShortMetricsThroughFailover(t *testing.T) {
 	const backlog = 4 << 20
-	c := startCluster(t, func(o *e2e.Options) {
+	c := startCluster(t, func(o *devcluster.Options) {
 		capacity := int64(2*backlog+64<<20+4095) / 4096 * 4096
 		o.WALCapacity, o.UploadBytes, o.BacklogStreams, o.UploadInterval = capacity, capacity/2, true, time.Hour
 		// A fence plugin that takes two seconds (as stopping a machine
@@ -137,7 +137,7 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); p.run(pctx) }()
-	sc := &e2e.Failover{Warmup: 2 * time.Second, Backlog: backlog, After: time.Second, Say: logSay(t)}
+	sc := &devcluster.Failover{Warmup: 2 * time.Second, Backlog: backlog, After: time.Second, Say: logSay(t)}
 	sum, err := sc.Run(ctx, c)
 	stop()
 	wg.Wait()
@@ -160,8 +160,8 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 
 	// After it: every live member agrees on the replicated counts; the
 	// phases were observed; the assignee measured its steps and uploads.
-	var after map[string]e2e.Samples
-	err = e2e.Poll(ctx, 30*time.Second, "the failover's series", func() error {
+	var after map[string]devcluster.Samples
+	err = devcluster.Poll(ctx, 30*time.Second, "the failover's series", func() error {
 		after = scrapeAll(t, c, c.Coords, coordHTTP)
 		for name, s := range after {
 			b := before[name]
@@ -227,7 +227,7 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	exported := map[string]bool{}
-	for _, all := range []map[string]e2e.Samples{before, after, brokersBefore, brokersAfter} {
+	for _, all := range []map[string]devcluster.Samples{before, after, brokersBefore, brokersAfter} {
 		for _, smp := range all {
 			for name := range smp {
 				exported[name] = true
@@ -267,7 +267,7 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)
 	}
-	err = e2e.Poll(ctx, 60*time.Second, sum.Victim+" registered again", func() error {
+	err = devcluster.Poll(ctx, 60*time.Second, sum.Victim+" registered again", func() error {
 		b, err := c.GetBroker(ctx, sum.Victim)
 		if err != nil {
 			return err
@@ -281,7 +281,7 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim.Kill()
-	err = e2e.Poll(ctx, 60*time.Second, "the cooldown hold in the series", func() error {
+	err = devcluster.Poll(ctx, 60*time.Second, "the cooldown hold in the series", func() error {
 		now := scrapeAll(t, c, c.Coords, coordHTTP)
 		if h, b := sumOf(now, "walden_failover_holds", "gate", "cooldown"), maxOf(now, "walden_brokers_cooldown_blocked"); h != 1 || b != 1 {
 			return fmt.Errorf("walden_failover_holds{gate=cooldown} %v over the members, walden_brokers_cooldown_blocked %v", h, b)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/authz"
-	"walden/e2e"
+	"walden/internal/devcluster"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
@@ -29,7 +29,7 @@ import (
 // and the identity, and nothing changes: b2 keeps its epoch and lease,
 // no term jumps, the leader stays.
 func TestE2EShortSecurity(t *testing.T) {
-	c := startCluster(t, func(o *e2e.Options) { o.Brokers = 2 })
+	c := startCluster(t, func(o *devcluster.Options) { o.Brokers = 2 })
 	if c.PKI == "" {
 		t.Fatal("the cluster runs without TLS")
 	}
@@ -164,7 +164,7 @@ func brokerOf(t *testing.T, bs []*waldenv1.Broker, id string) *waldenv1.Broker {
 }
 
 // coordinatorTerms asks each coordinator for its raft term, as id.
-func coordinatorTerms(ctx context.Context, t *testing.T, c *e2e.Cluster, id authz.Identity, conn func(authz.Identity, string) *grpc.ClientConn) map[string]uint64 {
+func coordinatorTerms(ctx context.Context, t *testing.T, c *devcluster.Cluster, id authz.Identity, conn func(authz.Identity, string) *grpc.ClientConn) map[string]uint64 {
 	t.Helper()
 	out := map[string]uint64{}
 	for _, m := range c.Coords {

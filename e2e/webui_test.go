@@ -14,11 +14,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"walden/e2e"
+	"walden/internal/devcluster"
 	waldenv1 "walden/proto/walden/v1"
 )
 
-var screenshots = flag.String("e2e.screenshots", "", "directory for the web view test's screenshots (default: walden-webui-screenshots under the system's temporary directory)")
+var screenshots = flag.String("devcluster.screenshots", "", "directory for the web view test's screenshots (default: walden-webui-screenshots under the system's temporary directory)")
 
 // chromium returns the path of the headless browser, installed by
 // scripts/install-deps.sh (make deps). Without it the test is skipped,
@@ -42,11 +42,11 @@ func chromium(t *testing.T) string {
 // recovering and recovered (its recent states), the recovery job's
 // progress, and the failover's timeline with every phase up to the reopen
 // of its streams; the event log filters. Screenshots of each stage are
-// saved (-e2e.screenshots).
+// saved (-devcluster.screenshots).
 func TestE2EShortWebView(t *testing.T) {
 	bin := chromium(t)
 	const backlog = 16 << 20
-	c := startCluster(t, func(o *e2e.Options) {
+	c := startCluster(t, func(o *devcluster.Options) {
 		// A backlog of un-uploaded WAL to recover, and a fence plugin that
 		// takes 3 seconds (as stopping a machine does), so that the
 		// recovery runs long enough to be seen between two polls of the
@@ -124,7 +124,7 @@ func TestE2EShortWebView(t *testing.T) {
 	}, 50); true`)
 
 	recoveringShot := false
-	sc := &e2e.Failover{Victim: "b1", Warmup: 2 * time.Second, Backlog: backlog, After: time.Second, Say: logSay(t),
+	sc := &devcluster.Failover{Victim: "b1", Warmup: 2 * time.Second, Backlog: backlog, After: time.Second, Say: logSay(t),
 		DuringRecovery: func(ctx context.Context, j *waldenv1.Job) (bool, error) {
 			if j.GetState() != "running" {
 				return false, nil
@@ -188,7 +188,7 @@ func TestE2EShortWebView(t *testing.T) {
 
 	// The event log filters: only decisions, then only b1's.
 	js(`const k = document.querySelector('#filter-kind'); k.value = 'decision'; k.dispatchEvent(new Event('input')); true`)
-	err = e2e.Poll(ctx, 10*time.Second, "the event log filtered to decisions", func() error {
+	err = devcluster.Poll(ctx, 10*time.Second, "the event log filtered to decisions", func() error {
 		kinds, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#events tbody tr')].map(r => r.dataset.kind)`))
 		if err != nil {
 			return err

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"walden/authz"
-	"walden/e2e"
+	"walden/internal/devcluster"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -137,7 +137,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dev: find own binary: %w", err)
 	}
-	opts := e2e.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval, Insecure: o.insecure}
+	opts := devcluster.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval, Insecure: o.insecure}
 	if o.backlog > 0 {
 		// The WAL holds the backlog and the warm-up without uploading:
 		// upload_bytes at most half the capacity.
@@ -147,7 +147,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			opts.UploadInterval = time.Hour
 		}
 	}
-	c, err := e2e.New(opts)
+	c, err := devcluster.New(opts)
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
@@ -179,7 +179,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			o.policy, p.GetFailureTimeoutMs(), p.GetLeaseTtlMs(), p.GetDriftMarginMs(), quorumText(p.GetSuspicionQuorum())))
 	}
 
-	sc := &e2e.Failover{Rate: o.rate, Payload: o.payload, Warmup: o.warmup, After: o.after, Backlog: o.backlog,
+	sc := &devcluster.Failover{Rate: o.rate, Payload: o.payload, Warmup: o.warmup, After: o.after, Backlog: o.backlog,
 		Timeout: o.timeout, Say: say}
 	sum, err := sc.Run(ctx, c)
 	if err != nil {
@@ -205,7 +205,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	eps := strings.Join(c.AdminAddrs(), ",")
 	var tlsEnv, loadFlags, web, reader string
 	if c.PKI != "" {
-		admin, err := c.TLSOf(e2e.ClientIdentity)
+		admin, err := c.TLSOf(devcluster.ClientIdentity)
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
@@ -243,7 +243,7 @@ func quorumText(q uint32) string {
 	return fmt.Sprint(q)
 }
 
-func devPolicy(ctx context.Context, c *e2e.Cluster) (*waldenv1.Policy, error) {
+func devPolicy(ctx context.Context, c *devcluster.Cluster) (*waldenv1.Policy, error) {
 	var p *waldenv1.Policy
 	err := c.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
 		r, err := waldenv1.NewBrokersClient(cc).GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
@@ -253,16 +253,16 @@ func devPolicy(ctx context.Context, c *e2e.Cluster) (*waldenv1.Policy, error) {
 	return p, err
 }
 
-func devPrintSummary(out io.Writer, s *e2e.Summary, policy string) {
+func devPrintSummary(out io.Writer, s *devcluster.Summary, policy string) {
 	fmt.Fprintf(out, "\nsummary (policy %s): broker %s killed with SIGKILL, owner of %d streams", policy, s.Victim, s.VictimStreams)
 	if s.BacklogBytes > 0 {
-		fmt.Fprintf(out, ", %s of WAL not uploaded", e2e.FormatBytes(s.BacklogBytes))
+		fmt.Fprintf(out, ", %s of WAL not uploaded", devcluster.FormatBytes(s.BacklogBytes))
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  detection (kill -> FAILED committed)\t%d ms\n", s.DetectionMs)
 	fmt.Fprintf(tw, "  recovery (kill -> its streams closed, job %s on %s, attempt %d, %s uploaded)\t%d ms\n",
-		s.JobID, s.JobAssignee, s.JobAttempts, e2e.FormatBytes(s.UploadedBytes), s.RecoveryMs)
+		s.JobID, s.JobAssignee, s.JobAttempts, devcluster.FormatBytes(s.UploadedBytes), s.RecoveryMs)
 	fmt.Fprintf(tw, "  reopen (kill -> its streams open on other brokers)\t%d ms\n", s.ReopenMs)
 	fmt.Fprintf(tw, "  producer-visible unavailability, max / median over streams\t%d ms / %d ms\n", s.MaxUnavailableMs, s.MedianUnavailableMs)
 	fmt.Fprintf(tw, "  records acknowledged / present / lost / gaps / duplicates\t%d / %d / %d / %d / %d\n", s.Acked, s.Present, s.Lost, s.Gaps, s.Duplicates)

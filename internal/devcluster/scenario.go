@@ -1,4 +1,4 @@
-package e2e
+package devcluster
 
 import (
 	"context"
@@ -182,7 +182,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 			// One Append stays well under gRPC's 4 MiB message limit.
 			MaxBatch: max(1, (1<<20)/f.BacklogPayload), DialOptions: c.DialOptions()})
 		if err != nil {
-			return nil, fmt.Errorf("e2e: backlog load: %w", err)
+			return nil, fmt.Errorf("backlog load: %w", err)
 		}
 		f.say("backlog: %d records acknowledged in %d ms", rep.Acked, rep.DurationMs)
 	}
@@ -263,7 +263,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	stopLoad()
 	lr := <-loadDone
 	if lr.err != nil {
-		return nil, fmt.Errorf("e2e: load: %w", lr.err)
+		return nil, fmt.Errorf("load: %w", lr.err)
 	}
 	sum.MaxUnavailableMs, sum.MedianUnavailableMs = lr.rep.MaxUnavailableMs, lr.rep.MedianUnavailableMs
 	sum.DuplicateAcks = lr.rep.DuplicateAcks
@@ -285,7 +285,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	for _, l := range ledgers {
 		v, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: c.AdminAddrs(), Ledger: l, Wait: f.Timeout, DialOptions: c.DialOptions()})
 		if err != nil {
-			return nil, fmt.Errorf("e2e: verify %s: %w", l, err)
+			return nil, fmt.Errorf("verify %s: %w", l, err)
 		}
 		sum.Acked += v.Acked
 		sum.Present += v.Present
@@ -314,7 +314,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("e2e: %w", ctx.Err())
+		return fmt.Errorf("%w", ctx.Err())
 	case <-t.C:
 		return nil
 	}
@@ -515,7 +515,7 @@ func (w *watcher) failoverErr() error {
 		return w.hookErr
 	}
 	if w.job != nil && (w.job.GetState() == "failed" || w.job.GetState() == "cancelled") {
-		return fmt.Errorf("e2e: recovery job %s %s: %s", w.job.GetJobId(), w.job.GetState(), w.job.GetError())
+		return fmt.Errorf("recovery job %s %s: %s", w.job.GetJobId(), w.job.GetState(), w.job.GetError())
 	}
 	return nil
 }

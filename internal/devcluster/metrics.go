@@ -1,4 +1,4 @@
-package e2e
+package devcluster
 
 import (
 	"context"
@@ -32,16 +32,16 @@ func (c *Cluster) Scrape(ctx context.Context, addr string) (Samples, error) {
 	}
 	resp, err := c.HTTPClient(5 * time.Second).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("e2e: scrape %s: %w", addr, err)
+		return nil, fmt.Errorf("scrape %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("e2e: scrape %s: %s", addr, resp.Status)
+		return nil, fmt.Errorf("scrape %s: %s", addr, resp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("e2e: scrape %s: %w", addr, err)
+		return nil, fmt.Errorf("scrape %s: %w", addr, err)
 	}
 	out := Samples{}
 	for name, mf := range families {

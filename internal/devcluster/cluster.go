@@ -1,4 +1,4 @@
-package e2e
+package devcluster
 
 import (
 	"context"
@@ -33,11 +33,11 @@ import (
 var (
 	// ErrTimeout is returned when something awaited did not happen before
 	// its deadline.
-	ErrTimeout = errors.New("e2e: timed out")
+	ErrTimeout = errors.New("timed out")
 	// ErrNoCoordinator is returned when no live coordinator answered.
-	ErrNoCoordinator = errors.New("e2e: no coordinator answered")
+	ErrNoCoordinator = errors.New("no coordinator answered")
 	// ErrInvalid is returned for invalid Options.
-	ErrInvalid = errors.New("e2e: invalid options")
+	ErrInvalid = errors.New("invalid options")
 )
 
 // Options describe the cluster Start builds. Zero values take the defaults
@@ -165,12 +165,12 @@ func (p *Proc) Start() error {
 		select {
 		case <-p.exited:
 		default:
-			return fmt.Errorf("e2e: start %s: already running", p.Name)
+			return fmt.Errorf("start %s: already running", p.Name)
 		}
 	}
 	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("e2e: start %s: %w", p.Name, err)
+		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	var cmd *exec.Cmd
 	if p.command != nil {
@@ -182,7 +182,7 @@ func (p *Proc) Start() error {
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("e2e: start %s: %w", p.Name, err)
+		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -218,10 +218,10 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 	cmd := p.cmd
 	p.mu.Unlock()
 	if !p.Alive() {
-		return fmt.Errorf("e2e: signal %s: not running", p.Name)
+		return fmt.Errorf("signal %s: not running", p.Name)
 	}
 	if err := cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("e2e: signal %s: %w", p.Name, err)
+		return fmt.Errorf("signal %s: %w", p.Name, err)
 	}
 	return nil
 }
@@ -288,7 +288,7 @@ var ClientIdentity = authz.Identity{Name: "admin", Role: authz.RoleAdmin}
 func FreeAddr(host string) (string, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return "", fmt.Errorf("e2e: pick a port: %w", err)
+		return "", fmt.Errorf("pick a port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
@@ -300,7 +300,7 @@ func New(o Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("e2e: %w", err)
+		return nil, err
 	}
 	c := &Cluster{Opts: o, conns: map[string]*grpc.ClientConn{}}
 	// A loopback address of its own (127.0.x.y) keeps the cluster's ports
@@ -403,7 +403,7 @@ func hostOf(addr string) string {
 func (c *Cluster) makePKI() error {
 	c.PKI = filepath.Join(c.Opts.Dir, "pki")
 	if _, err := certs.Init(c.PKI, "walden "+c.Opts.ClusterName+" CA (throwaway)", 0); err != nil {
-		return fmt.Errorf("e2e: %w", err)
+		return err
 	}
 	for _, m := range c.Coords {
 		id := authz.Identity{Name: m.Name, Role: authz.RoleCoordinator}
@@ -436,7 +436,7 @@ func (c *Cluster) issue(id authz.Identity, hosts ...string) (config.TLS, error) 
 		}
 	}
 	if _, err := certs.IssueFiles(c.PKI, "", certs.Request{Identity: id, Hosts: hs}); err != nil {
-		return config.TLS{}, fmt.Errorf("e2e: certificate of %s: %w", id.Name, err)
+		return config.TLS{}, fmt.Errorf("certificate of %s: %w", id.Name, err)
 	}
 	return t, nil
 }
@@ -534,7 +534,7 @@ initial_cluster:
 `, o.ClusterName, m.Name, filepath.Join(o.Dir, m.Name), m.Admin, m.Raft, m.HTTP, m.Metrics, peers.String(),
 			m.Gossip, yamlList(gossipJoin), section("policy", o.Policy), section("recovery", o.Recovery), c.s3YAML(), tlsText, o.LogLevel)
 		if err := os.WriteFile(m.Config, []byte(text), 0o644); err != nil {
-			return fmt.Errorf("e2e: %w", err)
+			return err
 		}
 	}
 	for _, b := range c.Brokers {
@@ -569,7 +569,7 @@ takeover: true
 `, b.Name, o.ClusterName, b.Listen, b.AgentListen, yamlList(c.AdminAddrs()), b.Gossip, yamlList(gossipJoin),
 			filepath.Join(o.Dir, b.Name+".wal"), o.WALCapacity, c.s3YAML(), strings.Join(streams, ", "), upload, tlsText, o.LogLevel)
 		if err := os.WriteFile(b.Config, []byte(text), 0o644); err != nil {
-			return fmt.Errorf("e2e: %w", err)
+			return err
 		}
 	}
 	return nil
@@ -652,7 +652,7 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient(addr, c.DialOptions()...)
 	if err != nil {
-		return nil, fmt.Errorf("e2e: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	c.conns[addr] = cc
 	return cc, nil
@@ -686,7 +686,7 @@ func (c *Cluster) DialOptionsAs(id authz.Identity) ([]grpc.DialOption, error) {
 			return nil, err
 		}
 		if creds, err = mtls.ClientCreds(t); err != nil {
-			return nil, fmt.Errorf("e2e: %w", err)
+			return nil, err
 		}
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
@@ -959,7 +959,7 @@ func Poll(ctx context.Context, timeout time.Duration, what string, f func() erro
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("e2e: waiting for %s: %w", what, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -968,7 +968,7 @@ func Poll(ctx context.Context, timeout time.Duration, what string, f func() erro
 func waitHTTP(ctx context.Context, client *http.Client, endpoint string, p *Proc, timeout time.Duration) error {
 	return Poll(ctx, timeout, p.Name+" answering HTTP", func() error {
 		if !p.Alive() {
-			return Permanent(fmt.Errorf("e2e: %s exited; see %s", p.Name, p.Log))
+			return Permanent(fmt.Errorf("%s exited; see %s", p.Name, p.Log))
 		}
 		resp, err := client.Get(endpoint)
 		if err != nil {
