@@ -16,6 +16,7 @@ import (
 
 	"walden/config"
 	"walden/gossip"
+	"walden/internal/testutil"
 	"walden/lease"
 )
 
@@ -120,7 +121,7 @@ func TestRegistersAndRenews(t *testing.T) {
 	}
 	// Every coordinator renews epoch 1 (one every ttl/3), and nobody
 	// registers twice.
-	eventually(t, 10*time.Second, "renewals by every coordinator", func() error {
+	testutil.Eventually(t, 10*time.Second, "renewals by every coordinator", func() error {
 		for _, fc := range c.coords {
 			if n, _ := fc.count(); n < 4 {
 				return errorf("%s granted %d renewals", fc.id, n)
@@ -148,7 +149,7 @@ func TestDiscoversVoters(t *testing.T) {
 	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
 	a := startAgent(t, testConfig(c.coords[0].addr), Options{})
 	waitRegistered(t, a)
-	eventually(t, 10*time.Second, "renewals by the discovered coordinators", func() error {
+	testutil.Eventually(t, 10*time.Second, "renewals by the discovered coordinators", func() error {
 		for _, fc := range c.coords[1:] {
 			if n, _ := fc.count(); n < 2 {
 				return errorf("%s granted %d renewals", fc.id, n)
@@ -169,7 +170,7 @@ func TestLeaseBoundsOnInjectedClock(t *testing.T) {
 	c := newFakeCluster(t, 3, testTTL, testDrift, clk)
 	a := startAgent(t, testConfig(c.addrs()...), Options{Clock: clk})
 	waitRegistered(t, a)
-	eventually(t, 10*time.Second, "every coordinator granted at t0", func() error {
+	testutil.Eventually(t, 10*time.Second, "every coordinator granted at t0", func() error {
 		if l := a.Lease(); len(a.grants()) != 3 || l.Remaining != testTTL-testMargin {
 			return errorf("lease %+v, grants %v", l, a.grants())
 		}
@@ -203,7 +204,7 @@ func TestLeaseBoundsOnInjectedClock(t *testing.T) {
 	// lease; a second one makes a majority again.
 	clk.set(deadline + time.Second)
 	c.coords[0].setHang(false)
-	eventually(t, 10*time.Second, "a grant from c1", func() error {
+	testutil.Eventually(t, 10*time.Second, "a grant from c1", func() error {
 		if g := a.grants()["c1"]; g != testTTL-testMargin {
 			return errorf("c1's grant has %s", g)
 		}
@@ -213,7 +214,7 @@ func TestLeaseBoundsOnInjectedClock(t *testing.T) {
 		t.Fatalf("valid on one grant of three: %+v", l)
 	}
 	c.coords[1].setHang(false)
-	eventually(t, 10*time.Second, "renewed", func() error {
+	testutil.Eventually(t, 10*time.Second, "renewed", func() error {
 		if l := a.Lease(); !l.Valid || l.Remaining != testTTL-testMargin {
 			return errorf("lease %+v", l)
 		}
@@ -259,14 +260,14 @@ func TestCoordinatorsUnreachableSelfFences(t *testing.T) {
 	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
 	a := startAgent(t, testConfig(c.addrs()...), Options{})
 	waitRegistered(t, a)
-	eventually(t, 10*time.Second, "renewals", func() error {
+	testutil.Eventually(t, 10*time.Second, "renewals", func() error {
 		if s := c.stats(); s.renewals < 6 {
 			return errorf("%d renewals", s.renewals)
 		}
 		return nil
 	})
 	c.setHang(3, true)
-	eventually(t, 10*time.Second, "valid:false", func() error {
+	testutil.Eventually(t, 10*time.Second, "valid:false", func() error {
 		if l := a.Lease(); l.Valid {
 			return errorf("still valid: %+v", l)
 		}
@@ -327,7 +328,7 @@ func TestFencedReregisters(t *testing.T) {
 	}
 
 	c.failover() // epoch 2 fenced, recovery running
-	eventually(t, 10*time.Second, "fenced", func() error {
+	testutil.Eventually(t, 10*time.Second, "fenced", func() error {
 		if l := a.Lease(); !l.Fenced || l.Valid || l.Epoch != 1 {
 			return errorf("lease %+v", l)
 		}
@@ -342,7 +343,7 @@ func TestFencedReregisters(t *testing.T) {
 	}
 	// Registration is refused with RECOVERY_RUNNING and retried.
 	before := c.stats().registers
-	eventually(t, 10*time.Second, "registration retried", func() error {
+	testutil.Eventually(t, 10*time.Second, "registration retried", func() error {
 		if n := c.stats().registers; n < before+2 {
 			return errorf("%d registrations", n)
 		}
@@ -390,7 +391,7 @@ func TestEpochExpiredReregisters(t *testing.T) {
 	c.epoch = 7
 	c.nextEpoch = 8
 	c.mu.Unlock()
-	eventually(t, 10*time.Second, "new epoch", func() error {
+	testutil.Eventually(t, 10*time.Second, "new epoch", func() error {
 		if l := a.Lease(); l.Epoch != 8 || !l.Valid || l.Fenced {
 			return errorf("lease %+v", l)
 		}
@@ -402,7 +403,7 @@ func TestRegistrationWaitsForRecovery(t *testing.T) {
 	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
 	c.recoveryRunning = true
 	a := startAgent(t, testConfig(c.addrs()...), Options{})
-	eventually(t, 10*time.Second, "registration retried", func() error {
+	testutil.Eventually(t, 10*time.Second, "registration retried", func() error {
 		if n := c.stats().registers; n < 3 {
 			return errorf("%d registrations", n)
 		}
@@ -502,7 +503,7 @@ func TestLeaseEndpointJSON(t *testing.T) {
 	}
 	c.finishRecovery(-1)
 	waitRegistered(t, a)
-	eventually(t, 5*time.Second, "valid in JSON", func() error {
+	testutil.Eventually(t, 5*time.Second, "valid in JSON", func() error {
 		body = getLease(t, a)
 		check(body)
 		if body["epoch"] != float64(1) || body["valid"] != true || body["fenced"] != false {
@@ -569,7 +570,7 @@ func TestGossipAndGracefulStop(t *testing.T) {
 		}
 		return gossip.Member{}, false
 	}
-	eventually(t, 5*time.Second, "agent in the pool", func() error {
+	testutil.Eventually(t, 5*time.Second, "agent in the pool", func() error {
 		m, ok := member()
 		if !ok || m.State != gossip.StateAlive {
 			return errorf("member %+v", m)
@@ -583,7 +584,7 @@ func TestGossipAndGracefulStop(t *testing.T) {
 	if err := a.Stop(true); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "agent left", func() error {
+	testutil.Eventually(t, 5*time.Second, "agent left", func() error {
 		if m, ok := member(); !ok || m.State != gossip.StateLeft {
 			return errorf("member %+v", m)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"walden/agent"
 	"walden/config"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/server"
 )
@@ -30,21 +31,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestAgentWithRealCluster runs the agent against three in-process
@@ -104,7 +90,7 @@ func TestAgentWithRealCluster(t *testing.T) {
 		conns[m.id] = c
 	}
 	var leaderID string
-	waitUntil(t, 15*time.Second, "a leader", func() error {
+	testutil.Eventually(t, 15*time.Second, "a leader", func() error {
 		st, err := waldenv1.NewClusterClient(conns["c1"]).Status(context.Background(), &waldenv1.StatusRequest{})
 		if err != nil {
 			return err
@@ -154,7 +140,7 @@ func TestAgentWithRealCluster(t *testing.T) {
 	}
 
 	brokers := waldenv1.NewBrokersClient(conns[leaderID])
-	waitUntil(t, 10*time.Second, "broker in the leader's table with a lease", func() error {
+	testutil.Eventually(t, 10*time.Second, "broker in the leader's table with a lease", func() error {
 		resp, err := brokers.GetBroker(context.Background(), &waldenv1.GetBrokerRequest{BrokerId: "b1"})
 		if err != nil {
 			return err
@@ -173,7 +159,7 @@ func TestAgentWithRealCluster(t *testing.T) {
 	if fo.GetNewEpoch() <= l.Epoch {
 		t.Fatalf("failover epoch %d, lease epoch %d", fo.GetNewEpoch(), l.Epoch)
 	}
-	waitUntil(t, 10*time.Second, "fenced", func() error {
+	testutil.Eventually(t, 10*time.Second, "fenced", func() error {
 		if got := a.Lease(); !got.Fenced || got.Valid || got.Epoch != l.Epoch {
 			return errors.New("lease not fenced yet")
 		}
@@ -195,7 +181,7 @@ func TestAgentWithRealCluster(t *testing.T) {
 	// No executor finishes the recovery job here: the cluster refuses the
 	// registration with RECOVERY_RUNNING, and the broker stays fenced on its
 	// old epoch.
-	waitUntil(t, 10*time.Second, "registration refused while the recovery job runs", func() error {
+	testutil.Eventually(t, 10*time.Second, "registration refused while the recovery job runs", func() error {
 		if !strings.Contains(logs.String(), "registration waits while a recovery job for it is running") {
 			return errors.New("no RECOVERY_RUNNING answer yet")
 		}

@@ -239,21 +239,4 @@ func closedAddr(t testing.TB) string {
 	return addr
 }
 
-// eventually polls cond every few milliseconds until it returns nil or the
-// deadline passes.
-func eventually(t *testing.T, deadline time.Duration, what string, cond func() error) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %s: %v", what, deadline, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

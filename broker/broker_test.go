@@ -19,6 +19,7 @@ import (
 	"walden/broker"
 	"walden/broker/brokertest"
 	"walden/config"
+	"walden/internal/testutil"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/wal"
@@ -83,24 +84,9 @@ func (e *env) start(cfg *config.Broker) *broker.Broker {
 	return b
 }
 
-func waitFor(t testing.TB, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitReady(t testing.TB, b *broker.Broker) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "broker ready", func() error {
+	testutil.Eventually(t, 10*time.Second, "broker ready", func() error {
 		if !b.Ready() {
 			return fmt.Errorf("not ready")
 		}
@@ -181,7 +167,7 @@ func committedEnd(e *env, stream uint64) uint64 {
 
 func waitCommitted(t testing.TB, e *env, stream, end uint64) {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("stream %d committed to %d", stream, end), func() error {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("stream %d committed to %d", stream, end), func() error {
 		if got := committedEnd(e, stream); got != end {
 			return fmt.Errorf("end offset %d", got)
 		}

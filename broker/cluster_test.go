@@ -16,6 +16,7 @@ import (
 
 	"walden/broker"
 	"walden/config"
+	"walden/internal/testutil"
 	"walden/loadgen"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
@@ -72,7 +73,7 @@ func startCoordinator(t testing.TB, s3 objstore.Config) (admin, gossipAddr strin
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	waitFor(t, 15*time.Second, "catalog answers", func() error {
+	testutil.Eventually(t, 15*time.Second, "catalog answers", func() error {
 		_, err := waldenv1.NewCatalogClient(conn).ListStreams(context.Background(), &waldenv1.ListStreamsRequest{})
 		if status.Code(err) == codes.Unimplemented {
 			t.Skip("the coordinator does not serve the Catalog service yet")
@@ -141,7 +142,7 @@ func TestWithRealCoordinator(t *testing.T) {
 	waitReady(t, b2)
 	cl := client(t, b1.Addr())
 	mustAppend(t, cl, 1, "a0", "a1")
-	waitFor(t, 10*time.Second, "stream 1 committed", func() error {
+	testutil.Eventually(t, 10*time.Second, "stream 1 committed", func() error {
 		if end := streamEnd(1); end != 2 {
 			return fmt.Errorf("end %d", end)
 		}
@@ -313,7 +314,7 @@ func TestRetryAfterFailoverOnAnotherBroker(t *testing.T) {
 		recs        []string
 	}{{1, 11, []string{"a0", "a1"}}, {2, 12, []string{"b0"}}} {
 		var r *waldenv1.AppendResponse
-		waitFor(t, 30*time.Second, fmt.Sprintf("the retry on stream %d answered by b2", c.stream), func() error {
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("the retry on stream %d answered by b2", c.stream), func() error {
 			var err error
 			r, err = appendAs(t, cl2, c.stream, c.pid, 0, c.recs...)
 			return err
@@ -354,7 +355,7 @@ func TestTakeoverLearnsFromTheWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl2 := client(t, b2.Addr())
-	waitFor(t, 10*time.Second, "b2 opens stream 4", func() error {
+	testutil.Eventually(t, 10*time.Second, "b2 opens stream 4", func() error {
 		_, err := appendRecs(t, cl2, 4, "b")
 		return err
 	})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/broker"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -49,7 +50,7 @@ func TestLeaseInvalidAcknowledgesNothing(t *testing.T) {
 	mustAppend(t, c, 1, "ok0")
 
 	e.coord.BlockRenewals("b1", true)
-	waitFor(t, 5*time.Second, "lease invalid", func() error {
+	testutil.Eventually(t, 5*time.Second, "lease invalid", func() error {
 		if b.Agent().Lease().Valid {
 			return fmt.Errorf("still valid")
 		}
@@ -62,7 +63,7 @@ func TestLeaseInvalidAcknowledgesNothing(t *testing.T) {
 		}
 	}
 	e.coord.BlockRenewals("b1", false)
-	waitFor(t, 5*time.Second, "lease valid again", func() error {
+	testutil.Eventually(t, 5*time.Second, "lease valid again", func() error {
 		if !b.Agent().Lease().Valid {
 			return fmt.Errorf("not valid")
 		}
@@ -155,7 +156,7 @@ func TestTakeoverOfClosedStream(t *testing.T) {
 	// b2 opens the closed stream with a higher stream epoch and continues
 	// at its end offset.
 	var off uint64
-	waitFor(t, 10*time.Second, "b2 takes stream 5 over", func() error {
+	testutil.Eventually(t, 10*time.Second, "b2 takes stream 5 over", func() error {
 		r, err := appendRecs(t, c2, 5, "r3")
 		if err != nil {
 			return err
@@ -207,7 +208,7 @@ func TestRestartReopensStreamsTakenOver(t *testing.T) {
 	b2 := e.start(cfg)
 	waitReady(t, b2)
 	c := client(t, b2.Addr())
-	waitFor(t, 10*time.Second, "b2 owns stream 7", func() error {
+	testutil.Eventually(t, 10*time.Second, "b2 owns stream 7", func() error {
 		_, err := appendRecs(t, c, 7, "t0")
 		return err
 	})
@@ -256,7 +257,7 @@ func TestFencedBrokerServesAgainAfterReregistering(t *testing.T) {
 	}
 	sawRefusal := false
 	var resp *waldenv1.AppendResponse
-	waitFor(t, 10*time.Second, "b1 serves again", func() error {
+	testutil.Eventually(t, 10*time.Second, "b1 serves again", func() error {
 		r, err := appendRecs(t, c, 1, "r2")
 		if err != nil {
 			sawRefusal = true
@@ -318,7 +319,7 @@ func TestStatusAfterReregisteringIsTruthful(t *testing.T) {
 	if _, err := e.coord.FailOver("b1", -1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "b1 serving with a new epoch", func() error {
+	testutil.Eventually(t, 15*time.Second, "b1 serving with a new epoch", func() error {
 		st, err := c.BrokerStatus(context.Background(), &waldenv1.BrokerStatusRequest{})
 		if err != nil {
 			return err

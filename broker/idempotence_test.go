@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/broker"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -175,7 +176,7 @@ func TestRetryAcrossTakeover(t *testing.T) {
 	}
 	c2 := client(t, b2.Addr())
 	var r *waldenv1.AppendResponse
-	waitFor(t, 10*time.Second, "b2 takes stream 1 over", func() error {
+	testutil.Eventually(t, 10*time.Second, "b2 takes stream 1 over", func() error {
 		var err error
 		r, err = appendAs(t, c2, 1, 7, 0, "a", "b")
 		return err

@@ -20,6 +20,7 @@ import (
 	"walden/broker"
 	"walden/config"
 	"walden/coordclient"
+	"walden/internal/testutil"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -143,7 +144,7 @@ func BenchmarkReopen(b *testing.B) {
 				if err := owner.Stop(true); err != nil {
 					b.Fatal(err)
 				}
-				waitFor(b, 30*time.Second, "the taker opens every stream", func() error {
+				testutil.Eventually(b, 30*time.Second, "the taker opens every stream", func() error {
 					for _, id := range ids {
 						if _, ok := obs.gap(id); !ok {
 							return fmt.Errorf("stream %d not seen closed and reopened", id)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"walden/internal/testutil"
 )
 
 func TestFaultsDecide(t *testing.T) {
@@ -67,7 +69,7 @@ func TestCutLinkIsBridgedByIndirectProbes(t *testing.T) {
 		faults[c.NodeName] = c.Faults
 	})
 	for _, p := range pools {
-		eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
 	}
 	coord, agent := pools[0], pools[1]
 	events := collect(coord)
@@ -93,7 +95,7 @@ func TestCutLinkIsBridgedByIndirectProbes(t *testing.T) {
 	// Now the agent is cut off from everyone: a real failure, seen by both.
 	faults["agent/b1"].Set(AllLinks, Cut())
 	faults["agent/b2"].Set(agent.Addr(), Cut())
-	eventually(t, 20*time.Second, "isolated agent declared dead", func() error {
+	testutil.Eventually(t, 20*time.Second, "isolated agent declared dead", func() error {
 		ev, ok := events.find(func(ev Event) bool { return ev.Kind == EventLeave && ev.Node == "agent/b1" })
 		if !ok {
 			return fmt.Errorf("no leave event")
@@ -124,7 +126,7 @@ func TestDelayShowsInProbeRTT(t *testing.T) {
 	const delay = 30 * time.Millisecond
 	ca.Faults.Set(b.Addr(), LinkFault{Delay: delay, Jitter: 10 * time.Millisecond})
 	start := time.Now()
-	eventually(t, 10*time.Second, "a probe RTT that includes the injected delay", func() error {
+	testutil.Eventually(t, 10*time.Second, "a probe RTT that includes the injected delay", func() error {
 		if _, ok := events.find(func(ev Event) bool {
 			return ev.Kind == EventPing && ev.Node == "agent/b1" && ev.At.After(start) && ev.RTT >= delay
 		}); !ok {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"walden/internal/testutil"
 )
 
 // Fast timings for loopback tests. Suspicion lasts at least
@@ -104,22 +106,6 @@ func (c *collector) find(match func(Event) bool) (Event, bool) {
 	return Event{}, false
 }
 
-// eventually polls cond every 20ms until it holds or the deadline passes.
-func eventually(t *testing.T, deadline time.Duration, what string, cond func() error) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("after %v: %s: %v", deadline, what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // aliveSet returns the names of p's alive members.
 func aliveSet(p *Pool) map[string]Member {
 	out := map[string]Member{}
@@ -207,11 +193,11 @@ func TestPoolsJoinAndSeeEachOther(t *testing.T) {
 		"agent/b2":       withCluster(agentMeta("b2"), "demo"),
 	}
 	for _, p := range []*Pool{a, b, c} {
-		eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })
 	}
 
 	for _, name := range []string{"coordinator/c1", "agent/b1", "agent/b2"} {
-		eventually(t, 10*time.Second, "join event of "+name, func() error {
+		testutil.Eventually(t, 10*time.Second, "join event of "+name, func() error {
 			ev, ok := events.find(func(ev Event) bool { return ev.Kind == EventJoin && ev.Node == name })
 			if !ok {
 				return fmt.Errorf("no join event")
@@ -223,7 +209,7 @@ func TestPoolsJoinAndSeeEachOther(t *testing.T) {
 		})
 	}
 	// Probes report round trips.
-	eventually(t, 10*time.Second, "a ping event with an RTT", func() error {
+	testutil.Eventually(t, 10*time.Second, "a ping event with an RTT", func() error {
 		if _, ok := events.find(func(ev Event) bool { return ev.Kind == EventPing && ev.RTT > 0 && ev.Node != "coordinator/c1" }); !ok {
 			return fmt.Errorf("no ping event")
 		}
@@ -245,8 +231,8 @@ func TestPoolsJoinAndSeeEachOther(t *testing.T) {
 		t.Fatalf("UpdateMeta: %v", err)
 	}
 	want["agent/b1"] = withCluster(upd, "demo")
-	eventually(t, 10*time.Second, "metadata update seen", func() error { return seesAlive(a, want) })
-	eventually(t, 10*time.Second, "update event", func() error {
+	testutil.Eventually(t, 10*time.Second, "metadata update seen", func() error { return seesAlive(a, want) })
+	testutil.Eventually(t, 10*time.Second, "update event", func() error {
 		if _, ok := events.find(func(ev Event) bool {
 			return ev.Kind == EventUpdate && ev.Node == "agent/b1" && ev.Meta.AdminAddr == "127.0.0.1:9999"
 		}); !ok {
@@ -286,7 +272,7 @@ func TestPoolRefusesOtherCluster(t *testing.T) {
 	a := pools[0]
 	events := collect(a)
 	for _, p := range pools {
-		eventually(t, 10*time.Second, "own cluster formed", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "own cluster formed", func() error { return seesAlive(p, want) })
 	}
 
 	// A walden pool of another cluster: both sides refuse the push/pull.
@@ -303,7 +289,7 @@ func TestPoolRefusesOtherCluster(t *testing.T) {
 		t.Logf("bare join: %v (a refused the merge)", err)
 	}
 
-	eventually(t, 10*time.Second, "refusals counted", func() error {
+	testutil.Eventually(t, 10*time.Second, "refusals counted", func() error {
 		if r := a.Stats().Refused; r < 2 {
 			return fmt.Errorf("a refused %d times", r)
 		}
@@ -340,7 +326,7 @@ func TestPoolRefusesOtherCluster(t *testing.T) {
 	}
 	// The demo pool is undisturbed.
 	for _, p := range pools {
-		eventually(t, 10*time.Second, "demo pool intact", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "demo pool intact", func() error { return seesAlive(p, want) })
 	}
 }
 
@@ -374,7 +360,7 @@ func TestPoolEncryption(t *testing.T) {
 		"agent/b1":       withCluster(agentMeta("b1"), "demo"),
 	}
 	for _, p := range []*Pool{a, b} {
-		eventually(t, 10*time.Second, "same-key members see each other", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "same-key members see each other", func() error { return seesAlive(p, want) })
 	}
 	// Several probe and push/pull rounds later, the others are still out.
 	end := time.Now().Add(time.Second)
@@ -399,7 +385,7 @@ func TestPoolKilledMemberProducesLeave(t *testing.T) {
 	h := newHarness(t)
 	pools, want := threePools(t, h, nil)
 	for _, p := range pools {
-		eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
 	}
 	a, b, victim := pools[0], pools[1], pools[2]
 	ea, eb := collect(a), collect(b)
@@ -408,7 +394,7 @@ func TestPoolKilledMemberProducesLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []*collector{ea, eb} {
-		eventually(t, 20*time.Second, "leave event for the killed member", func() error {
+		testutil.Eventually(t, 20*time.Second, "leave event for the killed member", func() error {
 			ev, ok := c.find(func(ev Event) bool { return ev.Kind == EventLeave && ev.Node == "agent/b2" })
 			if !ok {
 				return fmt.Errorf("no leave event")
@@ -433,7 +419,7 @@ func TestPoolKilledMemberProducesLeave(t *testing.T) {
 	// The survivors still see each other.
 	delete(want, "agent/b2")
 	for _, p := range []*Pool{a, b} {
-		eventually(t, 10*time.Second, "survivors alive", func() error {
+		testutil.Eventually(t, 10*time.Second, "survivors alive", func() error {
 			alive := aliveSet(p)
 			if len(alive) != 2 {
 				return fmt.Errorf("%s sees alive %v", p.LocalNode().Name, keys(alive))
@@ -459,7 +445,7 @@ func TestPoolLeaveIsReportedAsLeft(t *testing.T) {
 	h := newHarness(t)
 	pools, want := threePools(t, h, nil)
 	for _, p := range pools {
-		eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
 	}
 	a, leaver := pools[0], pools[1]
 	ea := collect(a)
@@ -478,7 +464,7 @@ func TestPoolLeaveIsReportedAsLeft(t *testing.T) {
 	if err := leaver.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "leave event with state left", func() error {
+	testutil.Eventually(t, 20*time.Second, "leave event with state left", func() error {
 		ev, ok := ea.find(func(ev Event) bool { return ev.Kind == EventLeave && ev.Node == "agent/b1" })
 		if !ok {
 			return fmt.Errorf("no leave event")
@@ -516,8 +502,8 @@ func TestSlowConsumerNeverBlocksMemberlist(t *testing.T) {
 		"agent/b1":       withCluster(meta, "demo"),
 	}
 	// memberlist kept processing: a saw the last update...
-	eventually(t, 10*time.Second, "a sees the latest metadata", func() error { return seesAlive(a, want) })
-	eventually(t, 10*time.Second, "drops counted", func() error {
+	testutil.Eventually(t, 10*time.Second, "a sees the latest metadata", func() error { return seesAlive(a, want) })
+	testutil.Eventually(t, 10*time.Second, "drops counted", func() error {
 		if s := a.Stats(); s.EventsDropped == 0 || s.EventsQueued != queueSize {
 			return fmt.Errorf("stats %+v", s)
 		}
@@ -529,7 +515,7 @@ func TestSlowConsumerNeverBlocksMemberlist(t *testing.T) {
 	c := h.start(cc)
 	want["agent/b2"] = withCluster(agentMeta("b2"), "demo")
 	for _, p := range []*Pool{a, b, c} {
-		eventually(t, 10*time.Second, "new member admitted while a's queue is full", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "new member admitted while a's queue is full", func() error { return seesAlive(p, want) })
 	}
 	if !strings.Contains(h.logs.String(), "event consumer too slow") {
 		t.Error("drops were not logged")
@@ -559,7 +545,7 @@ func TestRestartedMemberRejoinsAtANewAddress(t *testing.T) {
 	h := newHarness(t)
 	pools, want := threePools(t, h, func(c *Config) { c.DeadNodeReclaimTime = 200 * time.Millisecond })
 	for _, p := range pools {
-		eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "cluster formed", func() error { return seesAlive(p, want) })
 	}
 	a, victim := pools[0], pools[2]
 	ea := collect(a)
@@ -567,7 +553,7 @@ func TestRestartedMemberRejoinsAtANewAddress(t *testing.T) {
 	if err := victim.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "killed member dead", func() error {
+	testutil.Eventually(t, 20*time.Second, "killed member dead", func() error {
 		if _, ok := ea.find(func(ev Event) bool { return ev.Kind == EventLeave && ev.Node == "agent/b2" }); !ok {
 			return fmt.Errorf("no leave event")
 		}
@@ -586,9 +572,9 @@ func TestRestartedMemberRejoinsAtANewAddress(t *testing.T) {
 	}
 	want["agent/b2"] = withCluster(meta, "demo")
 	for _, p := range []*Pool{a, pools[1], restarted} {
-		eventually(t, 20*time.Second, "restarted member alive again", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 20*time.Second, "restarted member alive again", func() error { return seesAlive(p, want) })
 	}
-	eventually(t, 10*time.Second, "join event after the leave", func() error {
+	testutil.Eventually(t, 10*time.Second, "join event after the leave", func() error {
 		ev, ok := ea.find(func(ev Event) bool {
 			return ev.Kind == EventJoin && ev.Node == "agent/b2" && ev.Addr == restarted.Addr()
 		})
@@ -643,7 +629,7 @@ func TestAloneMemberRetriesJoin(t *testing.T) {
 		"agent/b1":       withCluster(agentMeta("b1"), "demo"),
 	}
 	for _, p := range []*Pool{agent, coord} {
-		eventually(t, 10*time.Second, "the alone member joined once the seed came up", func() error { return seesAlive(p, want) })
+		testutil.Eventually(t, 10*time.Second, "the alone member joined once the seed came up", func() error { return seesAlive(p, want) })
 	}
 	logs := h.logs.String()
 	for _, want := range []string{"initial join reached no member", "rejoined the pool"} {

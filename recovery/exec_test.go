@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"walden/fsm"
+	"walden/internal/testutil"
 	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
@@ -199,7 +200,7 @@ func TestExecStopKillsTheProcessGroup(t *testing.T) {
 	}
 	// The child is gone (killed with the group; reaped by init, so signal 0
 	// fails or the process is a zombie on its way out).
-	waitFor(t, 5*time.Second, "the action's child gone", func() bool {
+	testutil.EventuallyTrue(t, 5*time.Second, "the action's child gone", func() bool {
 		if syscall.Kill(pid, 0) != nil {
 			return true
 		}

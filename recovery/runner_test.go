@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
 )
@@ -99,24 +100,13 @@ func TestNextAttemptWaitsForThePreviousOne(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	j := c.declare(sc.broker, sc.epoch, "c1")
-	waitFor(t, 10*time.Second, "attempt 1 running", func() bool { return r.Running()[j.GetJobId()] == 1 })
+	testutil.EventuallyTrue(t, 10*time.Second, "attempt 1 running", func() bool { return r.Running()[j.GetJobId()] == 1 })
 	// Attempt 2, on c1 again.
 	c.must(&waldenv1.ReassignJob{JobId: j.GetJobId(), Attempt: 1, LiveMembers: []string{"c1"}, Reason: "test"})
-	waitFor(t, 10*time.Second, "attempt 2 running", func() bool { return r.Running()[j.GetJobId()] == 2 })
+	testutil.EventuallyTrue(t, 10*time.Second, "attempt 2 running", func() bool { return r.Running()[j.GetJobId()] == 2 })
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	if run.most != 1 || run.starts != 2 {
 		t.Fatalf("%d attempts ran at once (%d started: %v)", run.most, run.starts, run.attemptsSeen)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
