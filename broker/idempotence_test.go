@@ -81,7 +81,7 @@ func TestIdempotentAppend(t *testing.T) {
 	// A retry is acknowledged under the conditions of any acknowledgement:
 	// not without a valid lease.
 	e.coord.BlockRenewals("b1", true)
-	waitFor(t, 5*time.Second, "lease invalid", func() error {
+	testutil.Eventually(t, 5*time.Second, "lease invalid", func() error {
 		if b.Agent().Lease().Valid {
 			return fmt.Errorf("still valid")
 		}
@@ -93,7 +93,7 @@ func TestIdempotentAppend(t *testing.T) {
 		t.Fatalf("retry without a lease: %v", err)
 	}
 	e.coord.BlockRenewals("b1", false)
-	waitFor(t, 5*time.Second, "lease valid again", func() error {
+	testutil.Eventually(t, 5*time.Second, "lease valid again", func() error {
 		if !b.Agent().Lease().Valid {
 			return fmt.Errorf("not valid")
 		}
