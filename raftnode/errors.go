@@ -1,0 +1,48 @@
+package raftnode
+
+import "errors"
+
+// Errors of a running member; the storage's are beside DiskStorage.
+var (
+	// ErrNoLeader is returned when this member knows no leader (election in
+	// progress, or cut off from the majority). Retry later or ask another
+	// member.
+	ErrNoLeader = errors.New("raftnode: no leader")
+	// ErrNotLeader is returned by operations that only the leader performs
+	// (TransferLeadership) when called on another member.
+	ErrNotLeader = errors.New("raftnode: not the leader")
+	// ErrStopped is returned once the node has stopped (Stop, removal from
+	// the cluster, or a fatal storage error).
+	ErrStopped = errors.New("raftnode: node stopped")
+	// ErrUnknownMember is returned for a member id that is not in the
+	// current configuration.
+	ErrUnknownMember = errors.New("raftnode: unknown member")
+	// ErrMemberExists is returned when adding a member that is already in the
+	// configuration.
+	ErrMemberExists = errors.New("raftnode: member already exists")
+	// ErrInvalidMember is returned for a member description that cannot be
+	// used (empty id or raft address).
+	ErrInvalidMember = errors.New("raftnode: invalid member")
+	// ErrNotVoter is returned when leadership is to move to a member that
+	// cannot lead (a learner).
+	ErrNotVoter = errors.New("raftnode: member is not a voter")
+	// ErrLastVoter is returned when removing the only voter, which would leave
+	// the cluster unable to decide anything.
+	ErrLastVoter = errors.New("raftnode: cannot remove the last voter")
+	// ErrProposalDropped is returned when raft refused a proposal (for
+	// example while leadership is being transferred); retrying may succeed.
+	ErrProposalDropped = errors.New("raftnode: proposal dropped")
+	// ErrInvalidConfig is wrapped by Config.Validate errors.
+	ErrInvalidConfig = errors.New("raftnode: invalid config")
+	// ErrCorruptEntry stops a member that is about to apply a committed
+	// entry whose command (or membership change) does not decode: applying
+	// anything else than what its peers apply would diverge the state.
+	ErrCorruptEntry = errors.New("raftnode: committed entry does not decode")
+	// ErrLogWentBackwards stops a member whose leader says it had
+	// acknowledged entries beyond the end of its log: its data directory is
+	// an older copy, or was wiped while the member id stayed in the cluster.
+	// Such a member may have voted and acknowledged what it no longer has;
+	// the way back is `waldenctl member remove` and `member add` with an
+	// empty data directory.
+	ErrLogWentBackwards = errors.New("raftnode: this member's raft log went backwards")
+)

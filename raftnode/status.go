@@ -1,0 +1,118 @@
+package raftnode
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"go.etcd.io/raft/v3"
+	"google.golang.org/protobuf/proto"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// Status is a member's view of the cluster.
+type Status struct {
+	ClusterName  string
+	NodeID       string
+	LeaderID     string // empty while no leader is known
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	// RaftState is "leader", "follower", "candidate", "pre-candidate" or
+	// "learner".
+	RaftState string
+	// Members is the current configuration, sorted by id, with role
+	// ("leader", "follower", "learner"), reachable (as seen by this member)
+	// and match_index (only when this member leads).
+	Members []*waldenv1.Member
+}
+
+// Status reports this member's view of the cluster.
+func (n *Node) Status() Status {
+	rs := n.raft.Status()
+	s := Status{
+		ClusterName:  n.cfg.ClusterName,
+		NodeID:       n.cfg.NodeID,
+		Term:         rs.HardState.GetTerm(),
+		CommitIndex:  rs.HardState.GetCommit(),
+		AppliedIndex: n.applied.Load(),
+	}
+	if n.stopped() {
+		s.Term, s.CommitIndex = n.term.Load(), n.commit.Load()
+		rs.Lead = raft.None
+	}
+	if rs.Lead != raft.None {
+		s.LeaderID = n.nameOf(rs.Lead)
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	selfLearner := slices.Contains(n.confState.GetLearners(), n.id)
+	s.RaftState = raftStateName(rs.RaftState, selfLearner)
+	for id, m := range n.members {
+		mm := proto.Clone(m).(*waldenv1.Member)
+		mm.RaftId = id
+		switch {
+		case slices.Contains(n.confState.GetLearners(), id):
+			mm.Role = "learner"
+		case id == rs.Lead:
+			mm.Role = "leader"
+		default:
+			mm.Role = "follower"
+		}
+		mm.Reachable = id == n.id || n.tr.Reachable(id)
+		if pr, ok := rs.Progress[id]; ok {
+			mm.MatchIndex = pr.Match
+		}
+		s.Members = append(s.Members, mm)
+	}
+	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].GetId() < s.Members[j].GetId() })
+	return s
+}
+
+func raftStateName(st raft.StateType, learner bool) string {
+	switch st {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate:
+		return "candidate"
+	case raft.StatePreCandidate:
+		return "pre-candidate"
+	default:
+		if learner {
+			return "learner"
+		}
+		return "follower"
+	}
+}
+
+// LeaderID is the member id of the leader this member knows, or "".
+func (n *Node) LeaderID() string {
+	lead := n.leader.Load()
+	if lead == raft.None {
+		return ""
+	}
+	return n.nameOf(lead)
+}
+
+// IsLeader reports whether this member is the leader.
+func (n *Node) IsLeader() bool { return n.leader.Load() == n.id }
+
+// Ready reports whether the member knows a leader and has applied every
+// entry up to the commit index it found in its storage at start (the
+// bootstrap entries for a new member) — the /readyz condition.
+func (n *Node) Ready() bool {
+	return !n.stopped() && n.leader.Load() != raft.None && n.applied.Load() >= n.readyCommit
+}
+
+func (n *Node) nameOf(id uint64) string {
+	if id == raft.None {
+		return ""
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if name, ok := n.names[id]; ok {
+		return name
+	}
+	return fmt.Sprintf("%x", id)
+}
