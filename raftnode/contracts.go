@@ -30,9 +30,13 @@ import (
 //   - Entries given to Save and returned by Entries may be shared (as
 //     raft.MemoryStorage shares them): neither side changes an entry after
 //     handing it over. Returned snapshots and HardStates are copies.
+//   - IsEmpty reports whether nothing was ever saved (no HardState, no
+//     entry, no snapshot): the member has never run and bootstraps from its
+//     initial cluster.
 //   - Methods are safe for concurrent use (raft reads while the node writes).
 type Storage interface {
 	raft.Storage
+	IsEmpty() bool
 	Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
 	CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error)
 	Compact(compactIndex uint64) error

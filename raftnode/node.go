@@ -125,10 +125,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		n.names[RaftID(m.GetId())] = m.GetId()
 	}
 
-	empty, err := storageIsEmpty(st)
-	if err != nil {
-		return nil, err
-	}
+	empty := st.IsEmpty()
 	hs, cs, err := st.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: read initial state: %w", err)
@@ -241,22 +238,6 @@ func bootstrapPeers(members []*waldenv1.MemberContext) ([]raft.Peer, error) {
 		peers = append(peers, raft.Peer{ID: RaftID(m.GetId()), Context: ctx})
 	}
 	return peers, nil
-}
-
-// storageIsEmpty reports whether st holds no raft state (a new member).
-func storageIsEmpty(st Storage) (bool, error) {
-	if e, ok := st.(interface{ IsEmpty() bool }); ok {
-		return e.IsEmpty(), nil
-	}
-	hs, _, err := st.InitialState()
-	if err != nil {
-		return false, fmt.Errorf("raftnode: read initial state: %w", err)
-	}
-	last, err := st.LastIndex()
-	if err != nil {
-		return false, fmt.Errorf("raftnode: read last index: %w", err)
-	}
-	return raft.IsEmptyHardState(hs) && last == 0, nil
 }
 
 // run is the goroutine that owns the raft.Node.

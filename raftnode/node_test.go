@@ -56,6 +56,14 @@ func (s *memStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 
 func (s *memStorage) Close() error { return nil }
 
+// IsEmpty is true until a HardState, an entry or a snapshot was saved.
+func (s *memStorage) IsEmpty() bool {
+	hs, _, _ := s.InitialState()
+	last, _ := s.LastIndex()
+	snap, _ := s.Snapshot()
+	return raft.IsEmptyHardState(hs) && last == 0 && raft.IsEmptySnap(snap)
+}
+
 // errRefused is what testSM returns for a Noop whose payload is "refuse".
 var errRefused = errors.New("test: command refused")
 

@@ -40,11 +40,7 @@ const restoredTerm = 1
 // member of the new cluster writes the same from the same backup, so their
 // logs agree; they elect a leader among themselves when they start.
 func WriteRestoredState(st Storage, index uint64, members []*waldenv1.MemberContext, data []byte) error {
-	empty, err := storageIsEmpty(st)
-	if err != nil {
-		return err
-	}
-	if !empty {
+	if !st.IsEmpty() {
 		return ErrStorageNotEmpty
 	}
 	if index == 0 {

@@ -95,6 +95,17 @@ func (n *Node) LeaderID() string {
 	return n.nameOf(lead)
 }
 
+// Stopped reports whether the member has stopped: Done is closed (after
+// Stop, its own removal or a fatal storage fault; Err says which fault).
+func (n *Node) Stopped() bool {
+	select {
+	case <-n.donec:
+		return true
+	default:
+		return false
+	}
+}
+
 // IsLeader reports whether this member is the leader.
 func (n *Node) IsLeader() bool { return n.leader.Load() == n.id }
 
