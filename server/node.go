@@ -4,10 +4,11 @@ import (
 	"context"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
 )
 
 // ClusterNode is what the admin API needs from the raft node of this member.
-// *raftnode.Node satisfies it through raftNode.
+// *raftnode.Node satisfies it.
 type ClusterNode interface {
 	// Status is this member's current view of the group.
 	Status() NodeStatus
@@ -28,17 +29,6 @@ type ClusterNode interface {
 	TransferLeadership(ctx context.Context, id string) error
 }
 
-// NodeStatus is one member's view of the raft group.
-type NodeStatus struct {
-	ClusterName  string
-	NodeID       string
-	LeaderID     string
-	Term         uint64
-	CommitIndex  uint64
-	AppliedIndex uint64
-	// RaftState is "leader", "follower", "candidate", "pre-candidate" or
-	// "learner".
-	RaftState string
-	// Members have role, reachable and match_index filled.
-	Members []*waldenv1.Member
-}
+// NodeStatus is one member's view of the raft group: raftnode's Status
+// (members with role, reachable and match_index filled).
+type NodeStatus = raftnode.Status

@@ -160,7 +160,7 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 		}
 	}()
 
-	node := raftNode{s.node}
+	node := s.node
 	s.health = health.NewServer()
 	s.admin = newAdminService(node, cfg.NodeID, tlsCfg.clientCreds(), logger.With("component", "admin"))
 	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, tlsCfg.serverCreds(), az, reg, logger.With("component", "grpc")); err != nil {
@@ -278,7 +278,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go watchLeader(wctx, raftNode{s.node}, s.health, s.cfg.Raft.TickInterval, s.logger)
+	go watchLeader(wctx, s.node, s.health, s.cfg.Raft.TickInterval, s.logger)
 	s.detector.run(wctx)
 	go newMaintenanceExpiry(s.detector.d).run(wctx, time.Second)
 	go s.metrics.failovers.Run(wctx)
@@ -352,32 +352,5 @@ func (s *Server) closeListeners() {
 		if l != nil {
 			_ = l.Close()
 		}
-	}
-}
-
-// raftNode adapts *raftnode.Node to ClusterNode.
-type raftNode struct{ *raftnode.Node }
-
-// Stopped reports whether the raft node has stopped (liveness).
-func (n raftNode) Stopped() bool {
-	select {
-	case <-n.Done():
-		return true
-	default:
-		return false
-	}
-}
-
-func (n raftNode) Status() NodeStatus {
-	st := n.Node.Status()
-	return NodeStatus{
-		ClusterName:  st.ClusterName,
-		NodeID:       st.NodeID,
-		LeaderID:     st.LeaderID,
-		Term:         st.Term,
-		CommitIndex:  st.CommitIndex,
-		AppliedIndex: st.AppliedIndex,
-		RaftState:    st.RaftState,
-		Members:      st.Members,
 	}
 }
