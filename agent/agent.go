@@ -22,6 +22,7 @@ import (
 	"walden/lease"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // Options are the parts of an Agent that are not configuration.
@@ -532,7 +533,7 @@ func (a *Agent) renew(ctx context.Context, epoch uint64, ttl time.Duration) {
 }
 
 type refusalOf struct {
-	reason string
+	reason refusal.Reason
 	err    error
 }
 
@@ -682,7 +683,7 @@ func (a *Agent) noteValidity() {
 // refused records that the cluster refused epoch: the lease is void at once.
 // NODE_FENCED and EPOCH_EXPIRED mean a failover happened (fenced); an
 // unknown broker only needs to register again.
-func (a *Agent) refused(epoch uint64, reason string, err error) {
+func (a *Agent) refused(epoch uint64, reason refusal.Reason, err error) {
 	a.mu.Lock()
 	if a.st.epoch == epoch {
 		a.st.holder.Revoke()

@@ -12,28 +12,29 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/coordclient"
-	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
-// Refusal reasons the agent acts on (package fencing's reasons).
-var (
-	reasonNodeFenced      = fencing.Reason(fencing.ErrNodeFenced)
-	reasonEpochExpired    = fencing.Reason(fencing.ErrEpochExpired)
-	reasonRecoveryRunning = fencing.Reason(fencing.ErrRecoveryRunning)
-	reasonUnknownNode     = fencing.Reason(fencing.ErrUnknownNode)
+// Refusal reasons the agent acts on.
+const (
+	reasonNodeFenced      = refusal.NodeFenced
+	reasonEpochExpired    = refusal.EpochExpired
+	reasonRecoveryRunning = refusal.RecoveryRunning
+	reasonUnknownNode     = refusal.UnknownNode
 	// A coordinator that attested the lease expired, or whose broker's
 	// failover was requested, grants nothing more for the epoch.
-	reasonLeaseAttested     = fencing.Reason(fencing.ErrLeaseAttested)
-	reasonFailoverRequested = fencing.Reason(fencing.ErrFailoverRequested)
+	reasonLeaseAttested     = refusal.LeaseAttested
+	reasonFailoverRequested = refusal.FailoverRequested
 )
 
 // refusalReason returns the walden reason of a gRPC error (the reason of
-// its ErrorInfo detail of domain "walden", as fencing.GRPCStatus writes it),
-// or else of a message that starts with an upper-case REASON followed by
-// ':'. "" when it has none.
-func refusalReason(err error) string {
-	if r := fencing.ReasonFromStatus(err); r != "" {
+// its ErrorInfo detail, as rpcerr.Status writes it), or else of a message
+// that starts with an upper-case REASON followed by ':'. "" when it has
+// none.
+func refusalReason(err error) refusal.Reason {
+	if r := rpcerr.Reason(err); r != "" {
 		return r
 	}
 	s, ok := status.FromError(err)
@@ -41,7 +42,7 @@ func refusalReason(err error) string {
 		return ""
 	}
 	if r, _, ok := strings.Cut(s.Message(), ":"); ok && r != "" && strings.Trim(r, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == "" {
-		return r
+		return refusal.Reason(r)
 	}
 	return ""
 }

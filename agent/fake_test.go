@@ -14,9 +14,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"walden/fencing"
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // fakeCluster is an in-test coordinator cluster with the semantics the
@@ -84,9 +85,10 @@ func (c *fakeCluster) addrs() []string {
 	return out
 }
 
-// refusal is the status a coordinator answers for a fencing refusal.
-func refusal(reason string) error {
-	return fencing.GRPCStatus(fencing.FromReason(reason)).Err()
+// refusedWith is the status a coordinator answers for a refusal of the
+// replicated state.
+func refusedWith(reason refusal.Reason) error {
+	return rpcerr.Err(refusal.Sentinel(reason))
 }
 
 func (f *fakeCoord) Register(ctx context.Context, req *waldenv1.RegisterRequest) (*waldenv1.RegisterResponse, error) {
@@ -113,7 +115,7 @@ func (f *fakeCoord) Register(ctx context.Context, req *waldenv1.RegisterRequest)
 		return nil, status.Error(codes.InvalidArgument, "cluster_name: wrong cluster")
 	}
 	if c.recoveryRunning {
-		return nil, refusal(reasonRecoveryRunning)
+		return nil, refusedWith(reasonRecoveryRunning)
 	}
 	c.epoch = c.nextEpoch
 	c.nextEpoch++
@@ -134,11 +136,11 @@ func (f *fakeCoord) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequ
 	defer c.mu.Unlock()
 	switch {
 	case c.epoch == 0:
-		return nil, refusal(reasonUnknownNode)
+		return nil, refusedWith(reasonUnknownNode)
 	case c.fenced:
-		return nil, refusal(reasonNodeFenced)
+		return nil, refusedWith(reasonNodeFenced)
 	case req.GetEpoch() != c.epoch:
-		return nil, refusal(reasonEpochExpired)
+		return nil, refusedWith(reasonEpochExpired)
 	}
 	f.mu.Lock()
 	f.lastRecv = f.clock.Now()

@@ -7,24 +7,15 @@ import (
 	"log/slog"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
-
-// ReasonPermissionDenied is the errdetails.ErrorInfo reason of a refusal;
-// its metadata holds method, identity, role, and broker_id and via when
-// set.
-const ReasonPermissionDenied = "PERMISSION_DENIED"
-
-// errorDomain is the ErrorInfo domain of the admin API.
-const errorDomain = "walden.v1"
 
 // The metadata a coordinator sets when it forwards a call to the leader:
 // who the original caller is. Only a coordinator peer is believed.
@@ -104,9 +95,9 @@ func (a *Authorizer) refuse(ctx context.Context, id Identity, method, msg string
 }
 
 func permissionDenied(id Identity, method, msg string) error {
-	code := codes.PermissionDenied
+	reason := refusal.PermissionDenied
 	if id.Name == "" {
-		code = codes.Unauthenticated // no certificate at all
+		reason = refusal.Unauthenticated // no certificate at all
 	}
 	md := map[string]string{"method": method, "identity": id.Name, "role": string(id.Role)}
 	if id.BrokerID != "" {
@@ -115,11 +106,7 @@ func permissionDenied(id Identity, method, msg string) error {
 	if id.Via != "" {
 		md["via"] = id.Via
 	}
-	s := status.New(code, "permission denied: "+msg)
-	if d, err := s.WithDetails(&errdetails.ErrorInfo{Reason: ReasonPermissionDenied, Domain: errorDomain, Metadata: md}); err == nil {
-		s = d
-	}
-	return s.Err()
+	return rpcerr.NewPlain(reason, "permission denied: "+msg, md)
 }
 
 func roleList(roles []Role) string {

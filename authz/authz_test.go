@@ -22,6 +22,7 @@ import (
 	"walden/authz"
 	"walden/certs"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 var testCA = func() *certs.CA {
@@ -115,7 +116,7 @@ func denied(t *testing.T, err error, code codes.Code, parts ...string) {
 				info = i
 			}
 		}
-		if info == nil || info.GetReason() != authz.ReasonPermissionDenied || info.GetMetadata()["method"] == "" {
+		if info == nil || info.GetReason() != string(refusal.PermissionDenied) || info.GetMetadata()["method"] == "" {
 			t.Fatalf("details %v", s.Details())
 		}
 	}

@@ -8,14 +8,14 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"walden/agent"
-	"walden/fencing"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 	"walden/wal"
 )
 
@@ -52,16 +52,6 @@ type ownerHint struct {
 	at       time.Time
 }
 
-// refusal builds a gRPC error whose message starts with the reason and that
-// carries a google.rpc.ErrorInfo detail (domain "walden").
-func refusal(code codes.Code, reason, msg string, md map[string]string) error {
-	st := status.New(code, reason+": "+msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: fencing.Domain, Metadata: md}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
-
 // checkLease returns nil when the agent confirms the lease of the
 // incarnation's epoch now, else the API's refusal. A lease of another epoch
 // (the agent registered again after a failover) is no lease for inc.
@@ -69,19 +59,19 @@ func (b *Broker) checkLease(inc *incarnation) error {
 	if err := b.agent.Check(); err != nil {
 		switch {
 		case errors.Is(err, agent.ErrFenced):
-			return refusal(codes.FailedPrecondition, ReasonNodeFenced, err.Error(), nil)
+			return rpcerr.New(refusal.NodeFenced, err.Error(), nil)
 		case errors.Is(err, agent.ErrStopped):
-			return refusal(codes.Unavailable, ReasonShuttingDown, err.Error(), nil)
+			return rpcerr.New(refusal.ShuttingDown, err.Error(), nil)
 		default:
-			return refusal(codes.FailedPrecondition, ReasonLeaseInvalid, err.Error(), nil)
+			return rpcerr.New(refusal.LeaseInvalid, err.Error(), nil)
 		}
 	}
 	if l := b.agent.Lease(); l.Epoch != inc.epoch || !l.Valid {
 		if l.Epoch != inc.epoch {
-			return refusal(codes.FailedPrecondition, ReasonNodeFenced,
+			return rpcerr.New(refusal.NodeFenced,
 				fmt.Sprintf("epoch %d was failed over; the broker registered again with epoch %d and is recovering", inc.epoch, l.Epoch), nil)
 		}
-		return refusal(codes.FailedPrecondition, ReasonLeaseInvalid, fmt.Sprintf("lease of epoch %d not confirmed", inc.epoch), nil)
+		return rpcerr.New(refusal.LeaseInvalid, fmt.Sprintf("lease of epoch %d not confirmed", inc.epoch), nil)
 	}
 	return nil
 }
@@ -101,12 +91,12 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	b.mu.Unlock()
 	switch {
 	case draining:
-		return nil, refusal(codes.Unavailable, ReasonShuttingDown, "the broker is stopping", nil)
+		return nil, rpcerr.New(refusal.ShuttingDown, "the broker is stopping", nil)
 	case inc == nil:
 		if l := b.agent.Lease(); l.Fenced {
-			return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over; it serves again after it has registered and recovered", nil)
+			return nil, rpcerr.New(refusal.NodeFenced, "the broker was failed over; it serves again after it has registered and recovered", nil)
 		}
-		return nil, refusal(codes.Unavailable, ReasonNotReady, "the broker is registering or recovering", nil)
+		return nil, rpcerr.New(refusal.NotReady, "the broker is registering or recovering", nil)
 	}
 	if err := b.checkLease(inc); err != nil {
 		return nil, err
@@ -125,7 +115,7 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	if st.lost {
 		st.mu.Unlock()
 		b.walMu.RUnlock()
-		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
+		return nil, rpcerr.New(refusal.NodeFenced, "the broker was failed over", nil)
 	}
 	count := uint32(len(req.GetRecords()))
 	pid, seq := req.GetProducerId(), req.GetSequence()
@@ -153,7 +143,7 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 		switch {
 		case errors.Is(err, wal.ErrFull):
 			b.kickUpload()
-			return nil, refusal(codes.Unavailable, ReasonWALFull, "the WAL is full until the next upload", nil)
+			return nil, rpcerr.New(refusal.WALFull, "the WAL is full until the next upload", nil)
 		case errors.Is(err, wal.ErrTooLarge):
 			return nil, status.Errorf(codes.InvalidArgument, "records: batch too large for the WAL: %v", err)
 		}
@@ -189,10 +179,10 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	}
 	// The records are durable; acknowledge only if the lease still holds.
 	if fenced {
-		return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
+		return nil, rpcerr.New(refusal.NodeFenced, "the broker was failed over", nil)
 	}
 	if draining {
-		return nil, refusal(codes.Unavailable, ReasonShuttingDown, "the broker is stopping", nil)
+		return nil, rpcerr.New(refusal.ShuttingDown, "the broker is stopping", nil)
 	}
 	if err := b.checkLease(inc); err != nil {
 		return nil, err
@@ -213,9 +203,9 @@ func (b *Broker) answerProducer(inc *incarnation, st *ownedStream, v producer.Ve
 		b.mu.Unlock()
 		switch {
 		case fenced:
-			return nil, refusal(codes.FailedPrecondition, ReasonNodeFenced, "the broker was failed over", nil)
+			return nil, rpcerr.New(refusal.NodeFenced, "the broker was failed over", nil)
 		case draining:
-			return nil, refusal(codes.Unavailable, ReasonShuttingDown, "the broker is stopping", nil)
+			return nil, rpcerr.New(refusal.ShuttingDown, "the broker is stopping", nil)
 		}
 		if err := b.checkLease(inc); err != nil {
 			return nil, err
@@ -223,12 +213,12 @@ func (b *Broker) answerProducer(inc *incarnation, st *ownedStream, v producer.Ve
 		return &waldenv1.AppendResponse{BaseOffset: last.GetOffset(), Count: last.GetCount(), StreamEpoch: st.epoch,
 			BrokerEpoch: inc.epoch, Duplicate: true}, nil
 	case producer.Unknown:
-		return nil, refusal(codes.FailedPrecondition, ReasonUnknownProducer, fmt.Sprintf(
+		return nil, rpcerr.New(refusal.UnknownProducer, fmt.Sprintf(
 			"stream %d does not know producer %d, whose append starts at sequence %d (a producer's first batch starts at 0); "+
 				"start again with a new producer id", st.id, pid, seq), nil)
 	}
 	next := last.GetSequence() + uint64(last.GetCount())
-	return nil, refusal(codes.FailedPrecondition, ReasonOutOfOrderSequence, fmt.Sprintf(
+	return nil, rpcerr.New(refusal.OutOfOrderSequence, fmt.Sprintf(
 		"producer %d on stream %d: sequence %d (%d records) is neither the next one (%d) nor a retry of the last batch (sequence %d, %d records)",
 		pid, st.id, seq, count, next, last.GetSequence(), last.GetCount()),
 		map[string]string{MetaExpectedSequence: fmt.Sprint(next)})
@@ -266,7 +256,7 @@ func (s *apiServer) notOwner(ctx context.Context, streamID uint64) error {
 	if id != "" {
 		msg += "; owner " + id
 	}
-	return refusal(codes.FailedPrecondition, ReasonNotOwner, msg, md)
+	return rpcerr.New(refusal.NotOwner, msg, md)
 }
 
 func (s *apiServer) owner(ctx context.Context, streamID uint64) (id, addr string) {

@@ -19,11 +19,11 @@ import (
 	"walden/agent"
 	"walden/authz"
 	"walden/config"
-	"walden/fencing"
 	"walden/mtls"
 	"walden/objstore"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/rpcerr"
 	"walden/wal"
 )
 
@@ -512,7 +512,7 @@ func (b *Broker) openStream(ctx context.Context, inc *incarnation, id uint64, lo
 		return err
 	})
 	if err != nil {
-		switch fencing.ReasonFromStatus(err) {
+		switch rpcerr.Reason(err) {
 		case "NODE_FENCED", "EPOCH_EXPIRED":
 			b.mu.Lock()
 			inc.fenced = true

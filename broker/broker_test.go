@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,6 +21,8 @@ import (
 	"walden/internal/testutil"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 	"walden/wal"
 )
 
@@ -150,14 +151,8 @@ func readAll(t testing.TB, c waldenv1.BrokerAPIClient, stream uint64) []string {
 	}
 }
 
-func reasonOf(err error) (string, map[string]string) {
-	s, _ := status.FromError(err)
-	for _, d := range s.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason(), info.GetMetadata()
-		}
-	}
-	return "", nil
+func reasonOf(err error) (refusal.Reason, map[string]string) {
+	return rpcerr.Reason(err), rpcerr.Metadata(err)
 }
 
 func committedEnd(e *env, stream uint64) uint64 {

@@ -2,32 +2,10 @@ package broker
 
 import "errors"
 
-// Refusal reasons of the data API (google.rpc.ErrorInfo reason, domain
-// "walden"). NOT_OWNER and NODE_FENCED are package fencing's reasons.
+// ErrorInfo metadata keys of the data API's refusals (the reasons are
+// package refusal's: NOT_OWNER, LEASE_INVALID, NODE_FENCED, NOT_READY,
+// SHUTTING_DOWN, WAL_FULL, OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER).
 const (
-	// ReasonNotOwner: the broker does not own the stream; ErrorInfo
-	// metadata "owner_addr" names the owner's address when known.
-	ReasonNotOwner = "NOT_OWNER"
-	// ReasonLeaseInvalid: the agent does not confirm the lease now.
-	ReasonLeaseInvalid = "LEASE_INVALID"
-	// ReasonNodeFenced: the cluster failed the broker over.
-	ReasonNodeFenced = "NODE_FENCED"
-	// ReasonNotReady: the broker is registering or recovering.
-	ReasonNotReady = "NOT_READY"
-	// ReasonShuttingDown: the broker is stopping.
-	ReasonShuttingDown = "SHUTTING_DOWN"
-	// ReasonWALFull: the WAL has no room until the next upload trims it.
-	ReasonWALFull = "WAL_FULL"
-	// ReasonOutOfOrderSequence: an idempotent append whose sequence is
-	// neither its producer's next one nor a retry of its last batch;
-	// ErrorInfo metadata "expected_sequence" holds the next one.
-	ReasonOutOfOrderSequence = "OUT_OF_ORDER_SEQUENCE"
-	// ReasonUnknownProducer: an idempotent append with a sequence other
-	// than 0 from a producer the stream does not know (never seen, or
-	// forgotten beyond producer.MaxPerStream); the producer starts again
-	// with a new producer id.
-	ReasonUnknownProducer = "UNKNOWN_PRODUCER"
-
 	// MetaOwnerAddr is the ErrorInfo metadata key of the owner's address.
 	MetaOwnerAddr = "owner_addr"
 	// MetaOwnerBrokerID is the ErrorInfo metadata key of the owner's id.

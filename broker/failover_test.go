@@ -14,6 +14,7 @@ import (
 	"walden/broker"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 func TestNotOwnerNamesTheOwner(t *testing.T) {
@@ -329,7 +330,7 @@ func TestStatusAfterReregisteringIsTruthful(t *testing.T) {
 		}
 		// Serving is the truth: an append now is accepted.
 		r, err := appendRecs(t, c, 1, "r1")
-		if reason, _ := reasonOf(err); reason == broker.ReasonNodeFenced {
+		if reason, _ := reasonOf(err); reason == refusal.NodeFenced {
 			t.Fatalf("status says serving with epoch %d, the append right after is refused: %v", st.GetBrokerEpoch(), err)
 		} else if err != nil {
 			return err

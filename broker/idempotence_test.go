@@ -12,6 +12,7 @@ import (
 	"walden/broker"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // appendAs appends recs as producer pid's batch starting at sequence seq.
@@ -63,18 +64,18 @@ func TestIdempotentAppend(t *testing.T) {
 	for name, c2 := range map[string]struct {
 		pid, seq uint64
 		recs     []string
-		reason   string
+		reason   refusal.Reason
 	}{
-		"gap":                     {7, 9, []string{"x"}, broker.ReasonOutOfOrderSequence},
-		"older batch":             {7, 0, []string{"a", "b"}, broker.ReasonOutOfOrderSequence},
-		"retry with other count":  {7, 2, []string{"c", "d"}, broker.ReasonOutOfOrderSequence},
-		"unknown producer at 5":   {8, 5, []string{"x"}, broker.ReasonUnknownProducer},
-		"unknown producer at 5 b": {9, 5, []string{"y"}, broker.ReasonUnknownProducer},
+		"gap":                     {7, 9, []string{"x"}, refusal.OutOfOrderSequence},
+		"older batch":             {7, 0, []string{"a", "b"}, refusal.OutOfOrderSequence},
+		"retry with other count":  {7, 2, []string{"c", "d"}, refusal.OutOfOrderSequence},
+		"unknown producer at 5":   {8, 5, []string{"x"}, refusal.UnknownProducer},
+		"unknown producer at 5 b": {9, 5, []string{"y"}, refusal.UnknownProducer},
 	} {
 		_, err := appendAs(t, c, 1, c2.pid, c2.seq, c2.recs...)
 		if reason, md := reasonOf(err); status.Code(err) != codes.FailedPrecondition || reason != c2.reason {
 			t.Fatalf("%s: %v (reason %q)", name, err, reason)
-		} else if reason == broker.ReasonOutOfOrderSequence && md[broker.MetaExpectedSequence] != "3" {
+		} else if reason == refusal.OutOfOrderSequence && md[broker.MetaExpectedSequence] != "3" {
 			t.Fatalf("%s: metadata %v", name, md)
 		}
 	}
@@ -89,7 +90,7 @@ func TestIdempotentAppend(t *testing.T) {
 	})
 	if _, err := appendAs(t, c, 1, 7, 2, "c"); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("retry without a lease: %v", err)
-	} else if reason, _ := reasonOf(err); reason != broker.ReasonLeaseInvalid {
+	} else if reason, _ := reasonOf(err); reason != refusal.LeaseInvalid {
 		t.Fatalf("retry without a lease: %v", err)
 	}
 	e.coord.BlockRenewals("b1", false)

@@ -9,10 +9,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"walden/fencing"
 	"walden/objformat"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/rpcerr"
 )
 
 // indexCache keeps the indexes of committed objects (they never change).
@@ -77,7 +77,7 @@ func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 
 	d, err := b.coords.DescribeStream(ctx, req.GetStreamId(), math.MaxUint64, 1)
 	if err != nil {
-		if fencing.ReasonFromStatus(err) == "STREAM_NOT_FOUND" {
+		if rpcerr.Reason(err) == "STREAM_NOT_FOUND" {
 			return nil, status.Errorf(codes.NotFound, "stream_id: stream %d not found", req.GetStreamId())
 		}
 		return nil, status.Errorf(codes.Unavailable, "describe stream %d: %v", req.GetStreamId(), err)

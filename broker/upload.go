@@ -12,10 +12,10 @@ import (
 
 	"google.golang.org/grpc"
 
-	"walden/fencing"
 	"walden/objformat"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/rpcerr"
 	"walden/wal"
 )
 
@@ -97,7 +97,7 @@ func (b *Broker) commit(ctx context.Context, epoch uint64, obj *builtObject) (*w
 		return err
 	})
 	if err != nil {
-		switch fencing.ReasonFromStatus(err) {
+		switch rpcerr.Reason(err) {
 		case "NODE_FENCED", "EPOCH_EXPIRED":
 			return nil, fmt.Errorf("%w: commit %s: %w", ErrFenced, obj.id, err)
 		}

@@ -15,7 +15,7 @@ import (
 )
 
 func TestLeaderHintRoundTrip(t *testing.T) {
-	err := NotLeader(context.Background(), "walden.v1", "c2", "127.0.0.2:7001")
+	err := NotLeader(context.Background(), "c2", "127.0.0.2:7001")
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("code = %v, want Unavailable", status.Code(err))
 	}
@@ -45,7 +45,7 @@ func TestDoFollowsHintAndPrefers(t *testing.T) {
 		if conn.Target() == "127.0.0.1:3" {
 			return nil
 		}
-		return NotLeader(ctx, "walden.v1", "c3", "127.0.0.1:3")
+		return NotLeader(ctx, "c3", "127.0.0.1:3")
 	}
 	if err := c.Do(context.Background(), Policy{PerTry: time.Second}, fn); err != nil {
 		t.Fatal(err)

@@ -7,32 +7,20 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
-// ReasonCompacted is the errdetails.ErrorInfo reason of a watch from a
-// revision the member no longer keeps changes of (code OutOfRange; its
-// metadata holds compact_revision).
-const ReasonCompacted = "COMPACTED"
-
 // Compacted reports whether err is the answer to a watch from a revision
-// the member no longer keeps.
+// the member no longer keeps (reason COMPACTED; its metadata holds
+// compact_revision).
 func Compacted(err error) bool {
-	s, ok := status.FromError(err)
-	if !ok || s.Code() != codes.OutOfRange {
-		return false
-	}
-	for _, d := range s.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonCompacted {
-			return true
-		}
-	}
-	return false
+	return rpcerr.Reason(err) == refusal.Compacted
 }
 
 // watchFinal lists the codes after which a watch is not tried again: the

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"walden/fencing"
 	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // Cluster is the decider's view of the raft group on this member.
@@ -224,7 +224,7 @@ func (d *Decider) Tick(ctx context.Context) {
 			reason = "manual"
 		}
 		if err != nil {
-			if fencing.Reason(err) != "" {
+			if refusal.Of(err) != "" {
 				d.cfg.Metrics.Decided("refused", reason)
 			}
 			continue

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"walden/fencing"
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // RenewalState is what a coordinator reads of its applied state to grant a
@@ -52,7 +52,7 @@ func Grant(st RenewalState, g *lease.Grantor, nodeID, broker string, epoch uint6
 	}
 	b, _ := st.Broker(broker)
 	if fr := b.GetFailoverRequested(); fr != nil && fr.GetEpoch() == epoch {
-		return nil, fmt.Errorf("lease of broker %q at epoch %d not renewed: %w", broker, epoch, fencing.ErrFailoverRequested)
+		return nil, fmt.Errorf("lease of broker %q at epoch %d not renewed: %w", broker, epoch, refusal.ErrFailoverRequested)
 	}
 	ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond
 	drift := time.Duration(p.GetDriftMarginMs()) * time.Millisecond

@@ -20,11 +20,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/authz"
-	"walden/broker"
-	"walden/fencing"
 	"walden/internal/devcluster"
 	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // full runs every scenario; without it only TestE2EShort* runs (the form
@@ -241,7 +241,7 @@ func TestE2EShortKillBrokerAndRestart(t *testing.T) {
 	// Its old stream belongs to another broker now: an append is refused
 	// with NOT_OWNER naming the owner, never acknowledged.
 	_, err = waldenv1.NewBrokerAPIClient(cc).Append(ctx, &waldenv1.AppendRequest{StreamId: stream, Records: [][]byte{[]byte("x")}})
-	if reason := fencing.ReasonFromStatus(err); reason != broker.ReasonNotOwner {
+	if reason := rpcerr.Reason(err); reason != refusal.NotOwner {
 		t.Fatalf("append to stream %d on the restarted %s: %v (reason %q)", stream, sum.Victim, err, reason)
 	}
 }
@@ -299,7 +299,7 @@ func TestE2EZombieBroker(t *testing.T) {
 					acked = append(acked, fmt.Sprintf("stream %d offset %d epoch %d", id, r.GetBaseOffset(), r.GetBrokerEpoch()))
 					return
 				}
-				reasons = append(reasons, fmt.Sprintf("%s/%s", status.Code(err), fencing.ReasonFromStatus(err)))
+				reasons = append(reasons, fmt.Sprintf("%s/%s", status.Code(err), rpcerr.Reason(err)))
 			}()
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -321,7 +321,7 @@ func TestE2EZombieBroker(t *testing.T) {
 	checkReopenedElsewhere(t, c, sum.Victim)
 	sawFence := false
 	for _, r := range reasons {
-		if strings.HasSuffix(r, "/"+broker.ReasonLeaseInvalid) || strings.HasSuffix(r, "/"+broker.ReasonNodeFenced) {
+		if strings.HasSuffix(r, "/"+string(refusal.LeaseInvalid)) || strings.HasSuffix(r, "/"+string(refusal.NodeFenced)) {
 			sawFence = true
 		}
 	}
@@ -355,9 +355,9 @@ func catalogAsOldEpoch(t *testing.T, c *devcluster.Cluster, id string, epoch uin
 	if err != nil {
 		t.Fatal(err)
 	}
-	reason := fencing.ReasonFromStatus(catErr)
+	reason := rpcerr.Reason(catErr)
 	t.Logf("catalog OpenStream as %s epoch %d: %v (reason %q)", id, epoch, catErr, reason)
-	return reason
+	return string(reason)
 }
 
 // waldenctlJobs runs `waldenctl jobs -o json` against the cluster.

@@ -3,6 +3,8 @@ package fencing
 import (
 	"fmt"
 	"sync"
+
+	"walden/refusal"
 )
 
 // Token is a fencing token: a broker epoch. Tokens are issued only by the
@@ -12,14 +14,14 @@ type Token uint64
 
 // Check applies the broker-epoch rule to a request that presents token
 // presented for a broker whose current token is current: a fenced broker is
-// refused with ErrNodeFenced, a token other than the current one with
+// refused with refusal.ErrNodeFenced, a token other than the current one with
 // ErrEpochExpired.
 func Check(current Token, fenced bool, presented Token) error {
 	if fenced {
-		return fmt.Errorf("fencing: epoch %d presented, broker fenced at epoch %d: %w", presented, current, ErrNodeFenced)
+		return fmt.Errorf("epoch %d presented, broker fenced at epoch %d: %w", presented, current, refusal.ErrNodeFenced)
 	}
 	if presented != current {
-		return fmt.Errorf("fencing: epoch %d presented, current epoch is %d: %w", presented, current, ErrEpochExpired)
+		return fmt.Errorf("epoch %d presented, current epoch is %d: %w", presented, current, refusal.ErrEpochExpired)
 	}
 	return nil
 }
@@ -33,12 +35,12 @@ type Guard struct {
 }
 
 // Check accepts t for resource if no higher token was seen for it, and then
-// remembers t; a lower token is refused with ErrEpochExpired.
+// remembers t; a lower token is refused with refusal.ErrEpochExpired.
 func (g *Guard) Check(resource string, t Token) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if h, ok := g.highest[resource]; ok && t < h {
-		return fmt.Errorf("fencing: %s: token %d, highest seen %d: %w", resource, t, h, ErrEpochExpired)
+		return fmt.Errorf("%s: token %d, highest seen %d: %w", resource, t, h, refusal.ErrEpochExpired)
 	}
 	if g.highest == nil {
 		g.highest = map[string]Token{}

@@ -2,15 +2,11 @@ package fencing_test
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"walden/fencing"
+	"walden/refusal"
 )
 
 func TestCheck(t *testing.T) {
@@ -22,10 +18,10 @@ func TestCheck(t *testing.T) {
 		want      error
 	}{
 		{"current epoch", 7, false, 7, nil},
-		{"older epoch", 7, false, 6, fencing.ErrEpochExpired},
-		{"newer epoch than issued", 7, false, 8, fencing.ErrEpochExpired},
-		{"fenced, old epoch", 8, true, 7, fencing.ErrNodeFenced},
-		{"fenced, current epoch", 8, true, 8, fencing.ErrNodeFenced},
+		{"older epoch", 7, false, 6, refusal.ErrEpochExpired},
+		{"newer epoch than issued", 7, false, 8, refusal.ErrEpochExpired},
+		{"fenced, old epoch", 8, true, 7, refusal.ErrNodeFenced},
+		{"fenced, current epoch", 8, true, 8, refusal.ErrNodeFenced},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,8 +49,8 @@ func TestGuard(t *testing.T) {
 		tok  fencing.Token
 		want error
 	}{
-		{"a", 3, nil}, {"a", 3, nil}, {"a", 5, nil}, {"a", 4, fencing.ErrEpochExpired},
-		{"b", 1, nil}, {"a", 5, nil}, {"b", 0, fencing.ErrEpochExpired},
+		{"a", 3, nil}, {"a", 3, nil}, {"a", 5, nil}, {"a", 4, refusal.ErrEpochExpired},
+		{"b", 1, nil}, {"a", 5, nil}, {"b", 0, refusal.ErrEpochExpired},
 	} {
 		err := g.Check(step.res, step.tok)
 		if (step.want == nil) != (err == nil) || (step.want != nil && !errors.Is(err, step.want)) {
@@ -97,78 +93,7 @@ func TestGuardConcurrent(t *testing.T) {
 			}
 		}
 	}
-	if err := g.Check("r", top-1); !errors.Is(err, fencing.ErrEpochExpired) {
+	if err := g.Check("r", top-1); !errors.Is(err, refusal.ErrEpochExpired) {
 		t.Fatalf("Check below highest = %v", err)
-	}
-}
-
-func TestGRPCStatus(t *testing.T) {
-	cases := []struct {
-		err    error
-		code   codes.Code
-		reason string
-	}{
-		{fencing.ErrEpochExpired, codes.FailedPrecondition, "EPOCH_EXPIRED"},
-		{fencing.ErrNodeFenced, codes.FailedPrecondition, "NODE_FENCED"},
-		{fencing.ErrUnknownNode, codes.NotFound, "UNKNOWN_NODE"},
-		{fencing.ErrStreamNotClosed, codes.FailedPrecondition, "STREAM_NOT_CLOSED"},
-		{fencing.ErrStreamNotOpened, codes.FailedPrecondition, "STREAM_NOT_OPENED"},
-		{fencing.ErrOffsetMismatch, codes.FailedPrecondition, "OFFSET_MISMATCH"},
-		{fencing.ErrNotOwner, codes.FailedPrecondition, "NOT_OWNER"},
-		{fencing.ErrStaleAttempt, codes.FailedPrecondition, "STALE_ATTEMPT"},
-		{fencing.ErrJobNotRunning, codes.FailedPrecondition, "JOB_NOT_RUNNING"},
-		{fencing.ErrRecoveryRunning, codes.FailedPrecondition, "RECOVERY_RUNNING"},
-		{fencing.ErrUnknownStream, codes.NotFound, "STREAM_NOT_FOUND"},
-		{fencing.ErrUnknownJob, codes.NotFound, "JOB_NOT_FOUND"},
-		{fencing.ErrMaintenance, codes.FailedPrecondition, "MAINTENANCE"},
-		{fencing.ErrInvalidArgument, codes.InvalidArgument, "INVALID_ARGUMENT"},
-	}
-	for _, c := range cases {
-		t.Run(c.reason, func(t *testing.T) {
-			wrapped := fmt.Errorf("fsm: commit object o1: %w", c.err)
-			if got := fencing.Reason(wrapped); got != c.reason {
-				t.Fatalf("Reason = %q, want %q", got, c.reason)
-			}
-			if got := fencing.FromReason(c.reason); !errors.Is(got, c.err) {
-				t.Fatalf("FromReason(%q) = %v", c.reason, got)
-			}
-			st := fencing.GRPCStatus(fencing.WithMetadata(wrapped, map[string]string{"broker_id": "b1"}))
-			if st.Code() != c.code {
-				t.Fatalf("code = %v, want %v", st.Code(), c.code)
-			}
-			if want := c.reason + ": "; len(st.Message()) < len(want) || st.Message()[:len(want)] != want {
-				t.Fatalf("message %q does not start with %q", st.Message(), want)
-			}
-			var info *errdetails.ErrorInfo
-			for _, d := range st.Details() {
-				if i, ok := d.(*errdetails.ErrorInfo); ok {
-					info = i
-				}
-			}
-			if info == nil || info.GetReason() != c.reason || info.GetDomain() != "walden" || info.GetMetadata()["broker_id"] != "b1" {
-				t.Fatalf("ErrorInfo = %v", info)
-			}
-			if got := fencing.ReasonFromStatus(st.Err()); got != c.reason {
-				t.Fatalf("ReasonFromStatus = %q, want %q", got, c.reason)
-			}
-		})
-	}
-	if fencing.GRPCStatus(nil) != nil {
-		t.Fatal("GRPCStatus(nil) != nil")
-	}
-	if st := fencing.GRPCStatus(errors.New("disk on fire")); st.Code() != codes.Unknown {
-		t.Fatalf("plain error code = %v", st.Code())
-	}
-	if st := fencing.GRPCStatus(status.Error(codes.Unavailable, "not leader")); st.Code() != codes.Unavailable {
-		t.Fatalf("status error code = %v", st.Code())
-	}
-	if got := fencing.Reason(errors.New("x")); got != "" {
-		t.Fatalf("Reason of a plain error = %q", got)
-	}
-	if got := fencing.ReasonFromStatus(status.Error(codes.Internal, "x")); got != "" {
-		t.Fatalf("ReasonFromStatus without detail = %q", got)
-	}
-	if fencing.FromReason("NOPE") != nil {
-		t.Fatal("FromReason of an unknown reason")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // Broker states, as spelled in the API and the CLI.
@@ -31,12 +32,12 @@ const (
 
 // invalid returns a refusal of a malformed command naming the field.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("fsm: "+format+": %w", append(args, fencing.ErrInvalidArgument)...)
+	return fmt.Errorf(format+": %w", append(args, refusal.ErrInvalidArgument)...)
 }
 
 // unknownBroker returns the refusal for a broker id that is not registered.
 func unknownBroker(op, id string) error {
-	return fmt.Errorf("fsm: %s: broker %q: %w", op, id, fencing.ErrUnknownNode)
+	return fmt.Errorf("%s: broker %q: %w", op, id, refusal.ErrUnknownNode)
 }
 
 // applyRegisterBroker registers a broker (again): a new epoch, unfenced,
@@ -48,7 +49,7 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 		return nil, invalid("register broker: broker_id is empty")
 	}
 	if j := s.activeJobOf(id); j != nil {
-		return nil, fmt.Errorf("fsm: register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), fencing.ErrRecoveryRunning)
+		return nil, fmt.Errorf("register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), refusal.ErrRecoveryRunning)
 	}
 	b, ok := s.brokers[id]
 	if !ok {
@@ -100,7 +101,7 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 		return nil, unknownBroker("observe", op.GetBrokerId())
 	}
 	if err := fencing.Check(fencing.Token(b.GetEpoch()), b.GetFenced(), fencing.Token(op.GetEpoch())); err != nil {
-		return nil, fmt.Errorf("fsm: observe broker %q at epoch %d: %w", b.GetBrokerId(), op.GetEpoch(), err)
+		return nil, fmt.Errorf("observe broker %q at epoch %d: %w", b.GetBrokerId(), op.GetEpoch(), err)
 	}
 	var cur *waldenv1.Observation
 	for _, o := range b.Observations {
@@ -109,8 +110,8 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 		}
 	}
 	if cur.GetIndex() != op.GetExpectedIndex() {
-		return nil, fmt.Errorf("fsm: observe broker %q: %s's observation is at index %d, the proposal replaces index %d: %w",
-			b.GetBrokerId(), op.GetObserverId(), cur.GetIndex(), op.GetExpectedIndex(), fencing.ErrStaleObservation)
+		return nil, fmt.Errorf("observe broker %q: %s's observation is at index %d, the proposal replaces index %d: %w",
+			b.GetBrokerId(), op.GetObserverId(), cur.GetIndex(), op.GetExpectedIndex(), refusal.ErrStaleObservation)
 	}
 	if cur != nil && cur.GetState() == op.GetState() && cur.GetLeaseExpired() == op.GetLeaseExpired() {
 		cur.Reason = op.GetReason()
@@ -171,22 +172,22 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 		return nil, unknownBroker("declare failed", op.GetBrokerId())
 	}
 	if b.GetFenced() || b.GetEpoch() != op.GetEpoch() {
-		return nil, fmt.Errorf("fsm: declare broker %q failed at epoch %d: broker epoch %d, fenced %t: %w",
-			b.GetBrokerId(), op.GetEpoch(), b.GetEpoch(), b.GetFenced(), fencing.ErrEpochExpired)
+		return nil, fmt.Errorf("declare broker %q failed at epoch %d: broker epoch %d, fenced %t: %w",
+			b.GetBrokerId(), op.GetEpoch(), b.GetEpoch(), b.GetFenced(), refusal.ErrEpochExpired)
 	}
 	if b.GetMaintenance() && !op.GetEvidence().GetManual() {
-		return nil, fmt.Errorf("fsm: declare broker %q failed: %w", b.GetBrokerId(), fencing.ErrMaintenance)
+		return nil, fmt.Errorf("declare broker %q failed: %w", b.GetBrokerId(), refusal.ErrMaintenance)
 	}
 	if op.GetTerm() != 0 && op.GetTerm() != term {
-		return nil, fmt.Errorf("fsm: declare broker %q failed: decided in term %d, appended in term %d: %w",
-			b.GetBrokerId(), op.GetTerm(), term, fencing.ErrDecidedInAnotherTerm)
+		return nil, fmt.Errorf("declare broker %q failed: decided in term %d, appended in term %d: %w",
+			b.GetBrokerId(), op.GetTerm(), term, refusal.ErrDecidedInAnotherTerm)
 	}
 	if op.GetTerm() != 0 && !op.GetDryRun() {
 		voters := s.votersLocked()
 		attested := attestations(b, voters)
 		if need := len(voters)/2 + 1; len(attested) < need {
-			return nil, fmt.Errorf("fsm: declare broker %q failed at epoch %d: %d of %d voters attest its lease expired (%v), %d needed: %w",
-				b.GetBrokerId(), op.GetEpoch(), len(attested), len(voters), attested, need, fencing.ErrLeaseNotExpired)
+			return nil, fmt.Errorf("declare broker %q failed at epoch %d: %d of %d voters attest its lease expired (%v), %d needed: %w",
+				b.GetBrokerId(), op.GetEpoch(), len(attested), len(voters), attested, need, refusal.ErrLeaseNotExpired)
 		}
 	}
 	actor := op.GetEvidence().GetRequestedBy() // the identity of a manual failover
@@ -256,12 +257,12 @@ func (s *State) applyRequestFailover(index uint64, cmd *waldenv1.Command, op *wa
 		return nil, unknownBroker("request failover", op.GetBrokerId())
 	}
 	if b.GetFenced() {
-		return nil, fmt.Errorf("fsm: request failover of broker %q: it was already failed over (epoch %d fenced): %w",
-			b.GetBrokerId(), b.GetEpoch(), fencing.ErrNodeFenced)
+		return nil, fmt.Errorf("request failover of broker %q: it was already failed over (epoch %d fenced): %w",
+			b.GetBrokerId(), b.GetEpoch(), refusal.ErrNodeFenced)
 	}
 	if b.GetEpoch() != op.GetEpoch() {
-		return nil, fmt.Errorf("fsm: request failover of broker %q at epoch %d: its epoch is %d: %w",
-			b.GetBrokerId(), op.GetEpoch(), b.GetEpoch(), fencing.ErrEpochExpired)
+		return nil, fmt.Errorf("request failover of broker %q at epoch %d: its epoch is %d: %w",
+			b.GetBrokerId(), op.GetEpoch(), b.GetEpoch(), refusal.ErrEpochExpired)
 	}
 	if b.GetFailoverRequested() == nil {
 		b.FailoverRequested = &waldenv1.FailoverRequested{Epoch: op.GetEpoch(), Reason: op.GetReason(),
@@ -315,7 +316,7 @@ func (s *State) applyRemoveBroker(index uint64, cmd *waldenv1.Command, op *walde
 		return nil, unknownBroker("remove broker", id)
 	}
 	if j := s.activeJobOf(id); j != nil {
-		return nil, fmt.Errorf("fsm: remove broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), fencing.ErrRecoveryRunning)
+		return nil, fmt.Errorf("remove broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), refusal.ErrRecoveryRunning)
 	}
 	var open []string
 	for _, sid := range sortedKeys(s.streams) {
@@ -324,8 +325,8 @@ func (s *State) applyRemoveBroker(index uint64, cmd *waldenv1.Command, op *walde
 		}
 	}
 	if len(open) > 0 {
-		return nil, fencing.WithMetadata(fmt.Errorf("fsm: remove broker %q: it owns opened streams %s (fail it over, or stop it gracefully, first): %w",
-			id, strings.Join(open, ", "), fencing.ErrStreamNotClosed), map[string]string{"streams": strings.Join(open, ",")})
+		return nil, refusal.WithMetadata(fmt.Errorf("remove broker %q: it owns opened streams %s (fail it over, or stop it gracefully, first): %w",
+			id, strings.Join(open, ", "), refusal.ErrStreamNotClosed), map[string]string{"streams": strings.Join(open, ",")})
 	}
 	delete(s.brokers, id)
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "remove", BrokerId: id,
@@ -442,24 +443,24 @@ func (s *State) checkBroker(brokerID string, epoch uint64, fo *waldenv1.Failover
 	}
 	if fo.GetJobId() == "" {
 		if err := fencing.Check(fencing.Token(b.GetEpoch()), b.GetFenced(), fencing.Token(epoch)); err != nil {
-			return nil, fmt.Errorf("fsm: broker %q: %w", brokerID, err)
+			return nil, fmt.Errorf("broker %q: %w", brokerID, err)
 		}
 		return nil, nil
 	}
 	j, ok := s.jobs[fo.GetJobId()]
 	if !ok || j.GetBrokerId() != brokerID {
-		return nil, fmt.Errorf("fsm: broker %q: job %q: %w", brokerID, fo.GetJobId(), fencing.ErrUnknownJob)
+		return nil, fmt.Errorf("broker %q: job %q: %w", brokerID, fo.GetJobId(), refusal.ErrUnknownJob)
 	}
 	if !jobActive(j) {
-		return nil, fmt.Errorf("fsm: broker %q: job %s is %s: %w", brokerID, j.GetJobId(), j.GetState(), fencing.ErrJobNotRunning)
+		return nil, fmt.Errorf("broker %q: job %s is %s: %w", brokerID, j.GetJobId(), j.GetState(), refusal.ErrJobNotRunning)
 	}
 	if fo.GetAttempt() != j.GetAttempt() {
-		return nil, fmt.Errorf("fsm: broker %q: job %s attempt %d, current attempt %d: %w",
-			brokerID, j.GetJobId(), fo.GetAttempt(), j.GetAttempt(), fencing.ErrStaleAttempt)
+		return nil, fmt.Errorf("broker %q: job %s attempt %d, current attempt %d: %w",
+			brokerID, j.GetJobId(), fo.GetAttempt(), j.GetAttempt(), refusal.ErrStaleAttempt)
 	}
 	if fo.GetToken() != j.GetToken() || j.GetToken() != b.GetEpoch() || !b.GetFenced() {
-		return nil, fmt.Errorf("fsm: broker %q: job %s token %d, job token %d, broker epoch %d, fenced %t: %w",
-			brokerID, j.GetJobId(), fo.GetToken(), j.GetToken(), b.GetEpoch(), b.GetFenced(), fencing.ErrEpochExpired)
+		return nil, fmt.Errorf("broker %q: job %s token %d, job token %d, broker epoch %d, fenced %t: %w",
+			brokerID, j.GetJobId(), fo.GetToken(), j.GetToken(), b.GetEpoch(), b.GetFenced(), refusal.ErrEpochExpired)
 	}
 	return j, nil
 }

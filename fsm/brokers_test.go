@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 func TestRegisterBroker(t *testing.T) {
@@ -30,7 +30,7 @@ func TestRegisterBroker(t *testing.T) {
 	if h.s.NextEpoch() != 4 {
 		t.Fatalf("NextEpoch = %d", h.s.NextEpoch())
 	}
-	h.refuse(&waldenv1.RegisterBroker{}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.RegisterBroker{}, refusal.ErrInvalidArgument)
 
 	// Maintenance survives a registration.
 	h.ok(&waldenv1.SetMaintenance{BrokerId: "b2", On: true})
@@ -41,7 +41,7 @@ func TestRegisterBroker(t *testing.T) {
 
 	// Refused while a recovery job is pending or running.
 	h.declare("b1")
-	h.refuse(&waldenv1.RegisterBroker{BrokerId: "b1"}, fencing.ErrRecoveryRunning)
+	h.refuse(&waldenv1.RegisterBroker{BrokerId: "b1"}, refusal.ErrRecoveryRunning)
 }
 
 func TestObserveBroker(t *testing.T) {
@@ -57,9 +57,9 @@ func TestObserveBroker(t *testing.T) {
 		{"c2 sees it dead", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "dead"}, nil, "suspect"},
 		{"c1 sees it alive again", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "alive"}, nil, "suspect"},
 		{"c2 sees it alive", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "alive"}, nil, "alive"},
-		{"unknown state", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "zombie"}, fencing.ErrInvalidArgument, ""},
-		{"observer not a member", &waldenv1.ObserveBroker{ObserverId: "c9", BrokerId: "b1", State: "dead"}, fencing.ErrInvalidArgument, ""},
-		{"unknown broker", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b9", State: "dead"}, fencing.ErrUnknownNode, ""},
+		{"unknown state", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "zombie"}, refusal.ErrInvalidArgument, ""},
+		{"observer not a member", &waldenv1.ObserveBroker{ObserverId: "c9", BrokerId: "b1", State: "dead"}, refusal.ErrInvalidArgument, ""},
+		{"unknown broker", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b9", State: "dead"}, refusal.ErrUnknownNode, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -97,8 +97,8 @@ func TestDeclareFailed(t *testing.T) {
 	h.register("b2")
 	ev := &waldenv1.Evidence{Reason: "quorum suspects for 5s", DecidedBy: "c2", SuspectForMs: 5200}
 
-	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b9", Epoch: 1}, fencing.ErrUnknownNode)
-	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1 + 5}, fencing.ErrEpochExpired)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b9", Epoch: 1}, refusal.ErrUnknownNode)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1 + 5}, refusal.ErrEpochExpired)
 
 	// Dry run: an event, nothing fenced.
 	res := h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1, Evidence: ev, DryRun: true}).GetDeclareFailed()
@@ -111,7 +111,7 @@ func TestDeclareFailed(t *testing.T) {
 
 	// Maintenance blocks an automatic decision, not a manual one.
 	h.ok(&waldenv1.SetMaintenance{BrokerId: "b2", On: true})
-	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: ev}, fencing.ErrMaintenance)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: ev}, refusal.ErrMaintenance)
 	res = h.ok(&waldenv1.DeclareFailed{BrokerId: "b2", Epoch: 2, Evidence: &waldenv1.Evidence{Manual: true, LeaseWaitMs: 2500}, LiveMembers: []string{"c1"}}).GetDeclareFailed()
 	if res.GetNewEpoch() != 3 || res.GetJobId() != "job-b2-3" {
 		t.Fatalf("manual decision = %v", res)
@@ -144,8 +144,8 @@ func TestDeclareFailed(t *testing.T) {
 
 	// At most once per epoch: the same decision proposed again (a new
 	// leader) is refused; so is one at the new epoch while fenced.
-	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1, Evidence: ev, LiveMembers: []string{"c1"}}, fencing.ErrEpochExpired)
-	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 4, Evidence: ev, LiveMembers: []string{"c1"}}, fencing.ErrEpochExpired)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e1, Evidence: ev, LiveMembers: []string{"c1"}}, refusal.ErrEpochExpired)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 4, Evidence: ev, LiveMembers: []string{"c1"}}, refusal.ErrEpochExpired)
 
 	// No live member: the job is created unassigned.
 	h.register("b3")
@@ -158,11 +158,11 @@ func TestDeclareFailed(t *testing.T) {
 func TestAckMaintenanceRecordEvent(t *testing.T) {
 	h := newHarness(t)
 	h.register("b1")
-	h.refuse(&waldenv1.AckBroker{BrokerId: "b9"}, fencing.ErrUnknownNode)
-	h.refuse(&waldenv1.SetMaintenance{BrokerId: "b9", On: true}, fencing.ErrUnknownNode)
-	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{}}, fencing.ErrInvalidArgument)
-	h.refuse(&waldenv1.RecordEvent{}, fencing.ErrInvalidArgument)
-	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "cooldown", BrokerId: "b9"}}, fencing.ErrUnknownNode)
+	h.refuse(&waldenv1.AckBroker{BrokerId: "b9"}, refusal.ErrUnknownNode)
+	h.refuse(&waldenv1.SetMaintenance{BrokerId: "b9", On: true}, refusal.ErrUnknownNode)
+	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{}}, refusal.ErrInvalidArgument)
+	h.refuse(&waldenv1.RecordEvent{}, refusal.ErrInvalidArgument)
+	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "cooldown", BrokerId: "b9"}}, refusal.ErrUnknownNode)
 
 	e := h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "cooldown", BrokerId: "b1", Message: "flapping"}}).GetEvent()
 	if e.GetIndex() != h.index || e.GetUnixMs() != h.nowMs || e.GetActor() != "c1" || !h.broker("b1").GetCooldownBlocked() {
@@ -199,12 +199,12 @@ func TestSetPolicy(t *testing.T) {
 	if res.GetValues()["failure_timeout"] != "7s" || res.GetValues()["dry_run"] != "true" || res.GetSetIndex()["dry_run"] != h.index {
 		t.Fatalf("overrides = %v", res)
 	}
-	h.refuse(&waldenv1.SetPolicy{}, fencing.ErrInvalidArgument)
-	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"failure_timeout": "soon"}}, fencing.ErrInvalidArgument)
-	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"lease_ttl": "10ms"}}, fencing.ErrInvalidArgument)
-	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "1m", "nope": "1"}}, fencing.ErrInvalidArgument)
-	h.refuse(&waldenv1.SetPolicy{Unset: []string{"nope"}}, fencing.ErrInvalidArgument)
-	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "1m"}, Unset: []string{"cooldown"}}, fencing.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{}, refusal.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"failure_timeout": "soon"}}, refusal.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"lease_ttl": "10ms"}}, refusal.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "1m", "nope": "1"}}, refusal.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Unset: []string{"nope"}}, refusal.ErrInvalidArgument)
+	h.refuse(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "1m"}, Unset: []string{"cooldown"}}, refusal.ErrInvalidArgument)
 	h.ok(&waldenv1.SetPolicy{Unset: []string{"dry_run"}, Set: map[string]string{"cooldown": "60s"}})
 	ov := h.s.PolicyOverrides()
 	if len(ov.GetValues()) != 2 || ov.GetValues()["cooldown"] != "1m" || ov.GetSetIndex()["dry_run"] != 0 {
@@ -251,7 +251,7 @@ func TestRemovedMemberObservationsDropped(t *testing.T) {
 		t.Fatalf("observations after c3 left: %v", b.GetObservations())
 	}
 	// Voters c1, c2: c2 alone is not a majority of two.
-	if _, err := h.apply(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 1, Term: 1, LiveMembers: []string{"c1"}}); !errors.Is(err, fencing.ErrLeaseNotExpired) {
+	if _, err := h.apply(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 1, Term: 1, LiveMembers: []string{"c1"}}); !errors.Is(err, refusal.ErrLeaseNotExpired) {
 		t.Fatalf("decision with c3's attestation gone: %v", err)
 	}
 	if got := h.s.ConfIndex(); got != confIndex {
@@ -265,7 +265,7 @@ func TestReassignJobRefusedInAnotherTerm(t *testing.T) {
 	r := h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: 1, LiveMembers: []string{"c1"}})
 	job := r.GetDeclareFailed().GetJobId()
 	h.term = 3
-	if _, err := h.apply(&waldenv1.ReassignJob{JobId: job, Attempt: 1, LiveMembers: []string{"c2"}, Term: 2}); !errors.Is(err, fencing.ErrDecidedInAnotherTerm) {
+	if _, err := h.apply(&waldenv1.ReassignJob{JobId: job, Attempt: 1, LiveMembers: []string{"c2"}, Term: 2}); !errors.Is(err, refusal.ErrDecidedInAnotherTerm) {
 		t.Fatalf("reassign decided in term 2 applied in term 3: %v", err)
 	}
 	if _, err := h.apply(&waldenv1.ReassignJob{JobId: job, Attempt: 1, LiveMembers: []string{"c2"}, Term: 3}); err != nil {

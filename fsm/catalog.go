@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"sort"
 
-	"walden/fencing"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // Stream states, as spelled in the API.
@@ -22,7 +22,7 @@ const (
 // opened stream is STREAM_NOT_CLOSED.
 func (s *State) applyOpenStream(index uint64, op *waldenv1.OpenStreamRequest) (*waldenv1.Result, error) {
 	if _, err := s.checkBroker(op.GetBrokerId(), op.GetBrokerEpoch(), nil); err != nil {
-		return nil, fmt.Errorf("fsm: open stream %d: %w", op.GetStreamId(), err)
+		return nil, fmt.Errorf("open stream %d: %w", op.GetStreamId(), err)
 	}
 	st, ok := s.streams[op.GetStreamId()]
 	switch {
@@ -34,8 +34,8 @@ func (s *State) applyOpenStream(index uint64, op *waldenv1.OpenStreamRequest) (*
 		return s.openResult(st), nil
 	case st.GetOwnerBrokerId() == op.GetBrokerId() && st.GetOwnerEpoch() < op.GetBrokerEpoch():
 	default:
-		return nil, fencing.WithMetadata(fmt.Errorf("fsm: open stream %d: opened by %q at epoch %d: %w",
-			st.GetStreamId(), st.GetOwnerBrokerId(), st.GetOwnerEpoch(), fencing.ErrStreamNotClosed),
+		return nil, refusal.WithMetadata(fmt.Errorf("open stream %d: opened by %q at epoch %d: %w",
+			st.GetStreamId(), st.GetOwnerBrokerId(), st.GetOwnerEpoch(), refusal.ErrStreamNotClosed),
 			map[string]string{"owner_broker_id": st.GetOwnerBrokerId()})
 	}
 	if st.GetState() == StreamClosed {
@@ -63,13 +63,13 @@ func (s *State) openResult(st *waldenv1.Stream) *waldenv1.Result {
 // failover mode) that does not own it at streamEpoch.
 func checkOwner(st *waldenv1.Stream, brokerID string, epoch, streamEpoch uint64, failover bool) error {
 	if st.GetOwnerBrokerId() != brokerID || (!failover && st.GetOwnerEpoch() != epoch) {
-		return fencing.WithMetadata(fmt.Errorf("stream %d owned by %q at epoch %d: %w",
-			st.GetStreamId(), st.GetOwnerBrokerId(), st.GetOwnerEpoch(), fencing.ErrNotOwner),
+		return refusal.WithMetadata(fmt.Errorf("stream %d owned by %q at epoch %d: %w",
+			st.GetStreamId(), st.GetOwnerBrokerId(), st.GetOwnerEpoch(), refusal.ErrNotOwner),
 			map[string]string{"owner_broker_id": st.GetOwnerBrokerId()})
 	}
 	if streamEpoch != st.GetEpoch() {
 		return fmt.Errorf("stream %d epoch %d, current stream epoch %d: %w",
-			st.GetStreamId(), streamEpoch, st.GetEpoch(), fencing.ErrEpochExpired)
+			st.GetStreamId(), streamEpoch, st.GetEpoch(), refusal.ErrEpochExpired)
 	}
 	return nil
 }
@@ -94,7 +94,7 @@ func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest
 	}
 	job, err := s.checkBroker(op.GetBrokerId(), op.GetBrokerEpoch(), op.GetFailover())
 	if err != nil {
-		return nil, fmt.Errorf("fsm: commit object %s: %w", obj.GetObjectId(), err)
+		return nil, fmt.Errorf("commit object %s: %w", obj.GetObjectId(), err)
 	}
 	seen := map[uint64]bool{}
 	for i, r := range obj.GetRanges() {
@@ -108,17 +108,17 @@ func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest
 		}
 		st, ok := s.streams[r.GetStreamId()]
 		if !ok {
-			return nil, fmt.Errorf("fsm: commit object %s: stream %d: %w", obj.GetObjectId(), r.GetStreamId(), fencing.ErrUnknownStream)
+			return nil, fmt.Errorf("commit object %s: stream %d: %w", obj.GetObjectId(), r.GetStreamId(), refusal.ErrUnknownStream)
 		}
 		if st.GetState() != StreamOpened {
-			return nil, fmt.Errorf("fsm: commit object %s: stream %d is closed: %w", obj.GetObjectId(), r.GetStreamId(), fencing.ErrStreamNotOpened)
+			return nil, fmt.Errorf("commit object %s: stream %d is closed: %w", obj.GetObjectId(), r.GetStreamId(), refusal.ErrStreamNotOpened)
 		}
 		if err := checkOwner(st, op.GetBrokerId(), op.GetBrokerEpoch(), r.GetStreamEpoch(), job != nil); err != nil {
-			return nil, fmt.Errorf("fsm: commit object %s: %w", obj.GetObjectId(), err)
+			return nil, fmt.Errorf("commit object %s: %w", obj.GetObjectId(), err)
 		}
 		if r.GetStartOffset() != st.GetEndOffset() {
-			return nil, fencing.WithMetadata(fmt.Errorf("fsm: commit object %s: stream %d range starts at %d, end offset is %d: %w",
-				obj.GetObjectId(), r.GetStreamId(), r.GetStartOffset(), st.GetEndOffset(), fencing.ErrOffsetMismatch),
+			return nil, refusal.WithMetadata(fmt.Errorf("commit object %s: stream %d range starts at %d, end offset is %d: %w",
+				obj.GetObjectId(), r.GetStreamId(), r.GetStartOffset(), st.GetEndOffset(), refusal.ErrOffsetMismatch),
 				map[string]string{"stream_id": fmt.Sprint(st.GetStreamId()), "end_offset": fmt.Sprint(st.GetEndOffset())})
 		}
 	}
@@ -226,17 +226,17 @@ func (s *State) commitResult(o *waldenv1.Object, redundant bool) *waldenv1.Resul
 func (s *State) applyCloseStream(index uint64, op *waldenv1.CloseStreamRequest) (*waldenv1.Result, error) {
 	st, ok := s.streams[op.GetStreamId()]
 	if !ok {
-		return nil, fmt.Errorf("fsm: close stream %d: %w", op.GetStreamId(), fencing.ErrUnknownStream)
+		return nil, fmt.Errorf("close stream %d: %w", op.GetStreamId(), refusal.ErrUnknownStream)
 	}
 	if st.GetState() == StreamClosed {
 		return closeResult(st), nil
 	}
 	job, err := s.checkBroker(op.GetBrokerId(), op.GetBrokerEpoch(), op.GetFailover())
 	if err != nil {
-		return nil, fmt.Errorf("fsm: close stream %d: %w", op.GetStreamId(), err)
+		return nil, fmt.Errorf("close stream %d: %w", op.GetStreamId(), err)
 	}
 	if err := checkOwner(st, op.GetBrokerId(), op.GetBrokerEpoch(), op.GetStreamEpoch(), job != nil); err != nil {
-		return nil, fmt.Errorf("fsm: close stream %d: %w", op.GetStreamId(), err)
+		return nil, fmt.Errorf("close stream %d: %w", op.GetStreamId(), err)
 	}
 	st.State = StreamClosed
 	st.UpdatedUnixMs = s.now()

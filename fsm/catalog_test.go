@@ -5,9 +5,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 func TestOpenStream(t *testing.T) {
@@ -25,10 +25,10 @@ func TestOpenStream(t *testing.T) {
 	if st := h.ok(open("b1", e1, 10)).GetOpenStream().GetStream(); st.GetEpoch() != 1 {
 		t.Fatalf("retried open = %v", st)
 	}
-	h.refuse(open("b2", e2, 10), fencing.ErrStreamNotClosed)
-	h.refuse(open("b9", 1, 10), fencing.ErrUnknownNode)
-	h.refuse(open("b1", e1+1, 11), fencing.ErrEpochExpired)
-	h.refuse(open("b1", 0, 11), fencing.ErrEpochExpired)
+	h.refuse(open("b2", e2, 10), refusal.ErrStreamNotClosed)
+	h.refuse(open("b9", 1, 10), refusal.ErrUnknownNode)
+	h.refuse(open("b1", e1+1, 11), refusal.ErrEpochExpired)
+	h.refuse(open("b1", 0, 11), refusal.ErrEpochExpired)
 
 	// A restarted owner takes its stream back with a newer epoch.
 	e1b := h.register("b1")
@@ -44,7 +44,7 @@ func TestOpenStream(t *testing.T) {
 	}
 	// A fenced broker's open is NODE_FENCED.
 	h.declare("b2")
-	h.refuse(open("b2", e2, 12), fencing.ErrNodeFenced)
+	h.refuse(open("b2", e2, 12), refusal.ErrNodeFenced)
 }
 
 func TestCommitObject(t *testing.T) {
@@ -74,20 +74,20 @@ func TestCommitObject(t *testing.T) {
 		op   *waldenv1.CommitObjectRequest
 		want error
 	}{
-		{"no object id", commit("b1", e1, obj("", rng(1, 1, 10, 20))), fencing.ErrInvalidArgument},
-		{"no ranges", commit("b1", e1, obj("o2")), fencing.ErrInvalidArgument},
-		{"empty range", commit("b1", e1, obj("o2", rng(1, 1, 10, 10))), fencing.ErrInvalidArgument},
-		{"stream twice", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(1, 1, 20, 30))), fencing.ErrInvalidArgument},
-		{"unknown broker", commit("b9", 1, obj("o2", rng(1, 1, 10, 20))), fencing.ErrUnknownNode},
-		{"epoch never issued", commit("b1", 100, obj("o2", rng(1, 1, 10, 20))), fencing.ErrEpochExpired},
-		{"unknown stream", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(9, 1, 0, 1))), fencing.ErrUnknownStream},
-		{"closed stream", commit("b1", e1, obj("o2", rng(4, 1, 0, 1))), fencing.ErrStreamNotOpened},
-		{"other owner's stream", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(3, 1, 0, 1))), fencing.ErrNotOwner},
-		{"old stream epoch", commit("b1", e1, obj("o2", rng(1, 0, 10, 20))), fencing.ErrEpochExpired},
-		{"gap", commit("b1", e1, obj("o2", rng(1, 1, 11, 20))), fencing.ErrOffsetMismatch},
-		{"overlap, second range bad (all or nothing)", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(2, 1, 4, 9))), fencing.ErrOffsetMismatch},
+		{"no object id", commit("b1", e1, obj("", rng(1, 1, 10, 20))), refusal.ErrInvalidArgument},
+		{"no ranges", commit("b1", e1, obj("o2")), refusal.ErrInvalidArgument},
+		{"empty range", commit("b1", e1, obj("o2", rng(1, 1, 10, 10))), refusal.ErrInvalidArgument},
+		{"stream twice", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(1, 1, 20, 30))), refusal.ErrInvalidArgument},
+		{"unknown broker", commit("b9", 1, obj("o2", rng(1, 1, 10, 20))), refusal.ErrUnknownNode},
+		{"epoch never issued", commit("b1", 100, obj("o2", rng(1, 1, 10, 20))), refusal.ErrEpochExpired},
+		{"unknown stream", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(9, 1, 0, 1))), refusal.ErrUnknownStream},
+		{"closed stream", commit("b1", e1, obj("o2", rng(4, 1, 0, 1))), refusal.ErrStreamNotOpened},
+		{"other owner's stream", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(3, 1, 0, 1))), refusal.ErrNotOwner},
+		{"old stream epoch", commit("b1", e1, obj("o2", rng(1, 0, 10, 20))), refusal.ErrEpochExpired},
+		{"gap", commit("b1", e1, obj("o2", rng(1, 1, 11, 20))), refusal.ErrOffsetMismatch},
+		{"overlap, second range bad (all or nothing)", commit("b1", e1, obj("o2", rng(1, 1, 10, 20), rng(2, 1, 4, 9))), refusal.ErrOffsetMismatch},
 		{"failover context of no job", &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: e1, Object: obj("o2", rng(1, 1, 10, 20)),
-			Failover: &waldenv1.FailoverContext{JobId: "job-b1-9", Attempt: 1, Token: 9}}, fencing.ErrUnknownJob},
+			Failover: &waldenv1.FailoverContext{JobId: "job-b1-9", Attempt: 1, Token: 9}}, refusal.ErrUnknownJob},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -130,8 +130,8 @@ func TestCommitObject(t *testing.T) {
 
 	// A restarted broker must take its streams back before committing.
 	e1b := h.register("b1")
-	h.refuse(commit("b1", e1b, obj("o4", rng(1, 1, 25, 30))), fencing.ErrNotOwner)
-	h.refuse(commit("b1", e1, obj("o4", rng(1, 1, 25, 30))), fencing.ErrEpochExpired)
+	h.refuse(commit("b1", e1b, obj("o4", rng(1, 1, 25, 30))), refusal.ErrNotOwner)
+	h.refuse(commit("b1", e1, obj("o4", rng(1, 1, 25, 30))), refusal.ErrEpochExpired)
 }
 
 func TestCloseStream(t *testing.T) {
@@ -143,11 +143,11 @@ func TestCloseStream(t *testing.T) {
 	closeReq := func(b string, e, id, se uint64) *waldenv1.CloseStreamRequest {
 		return &waldenv1.CloseStreamRequest{BrokerId: b, BrokerEpoch: e, StreamId: id, StreamEpoch: se}
 	}
-	h.refuse(closeReq("b1", e1, 9, 1), fencing.ErrUnknownStream)
-	h.refuse(closeReq("b2", e2, 1, 1), fencing.ErrNotOwner)
-	h.refuse(closeReq("b1", e1, 1, 2), fencing.ErrEpochExpired)
-	h.refuse(closeReq("b1", e1+7, 1, 1), fencing.ErrEpochExpired)
-	h.refuse(closeReq("b9", 1, 1, 1), fencing.ErrUnknownNode)
+	h.refuse(closeReq("b1", e1, 9, 1), refusal.ErrUnknownStream)
+	h.refuse(closeReq("b2", e2, 1, 1), refusal.ErrNotOwner)
+	h.refuse(closeReq("b1", e1, 1, 2), refusal.ErrEpochExpired)
+	h.refuse(closeReq("b1", e1+7, 1, 1), refusal.ErrEpochExpired)
+	h.refuse(closeReq("b9", 1, 1, 1), refusal.ErrUnknownNode)
 	st := h.ok(closeReq("b1", e1, 1, 1)).GetCloseStream().GetStream()
 	if st.GetState() != fsm.StreamClosed {
 		t.Fatalf("closed = %v", st)
@@ -166,7 +166,7 @@ func TestCloseStream(t *testing.T) {
 	}
 	// A fenced broker closes only in failover mode.
 	h.declare("b1")
-	h.refuse(closeReq("b1", e1, 2, 1), fencing.ErrNodeFenced)
+	h.refuse(closeReq("b1", e1, 2, 1), refusal.ErrNodeFenced)
 }
 
 func TestCheckBroker(t *testing.T) {
@@ -185,13 +185,13 @@ func TestCheckBroker(t *testing.T) {
 		fo     *waldenv1.FailoverContext
 		want   error
 	}{
-		{"zombie", "b1", e1, nil, fencing.ErrNodeFenced},
-		{"zombie with the new epoch", "b1", j.GetToken(), nil, fencing.ErrNodeFenced},
-		{"unknown broker", "b9", 1, nil, fencing.ErrUnknownNode},
+		{"zombie", "b1", e1, nil, refusal.ErrNodeFenced},
+		{"zombie with the new epoch", "b1", j.GetToken(), nil, refusal.ErrNodeFenced},
+		{"unknown broker", "b9", 1, nil, refusal.ErrUnknownNode},
 		{"failover", "b1", e1, fo(j), nil},
-		{"job of another broker", "b2", 2, fo(j), fencing.ErrUnknownJob},
-		{"stale attempt", "b1", e1, &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 2, Token: j.GetToken()}, fencing.ErrStaleAttempt},
-		{"old token", "b1", e1, &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: e1}, fencing.ErrEpochExpired},
+		{"job of another broker", "b2", 2, fo(j), refusal.ErrUnknownJob},
+		{"stale attempt", "b1", e1, &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 2, Token: j.GetToken()}, refusal.ErrStaleAttempt},
+		{"old token", "b1", e1, &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: e1}, refusal.ErrEpochExpired},
 	}
 	for _, c := range cases {
 		err := h.s.CheckBroker(c.broker, c.epoch, c.fo)
@@ -200,7 +200,7 @@ func TestCheckBroker(t *testing.T) {
 		}
 	}
 	h.ok(&waldenv1.CancelJob{JobId: j.GetJobId()})
-	if err := h.s.CheckBroker("b1", e1, fo(j)); !errorsIs(err, fencing.ErrJobNotRunning) {
+	if err := h.s.CheckBroker("b1", e1, fo(j)); !errorsIs(err, refusal.ErrJobNotRunning) {
 		t.Fatalf("CheckBroker after cancel = %v", err)
 	}
 }
@@ -229,7 +229,7 @@ func TestProducerTables(t *testing.T) {
 		"producer twice": commit("o3", rng(1, 1, 12, 14), &waldenv1.StreamProducers{StreamId: 1,
 			Producers: []*waldenv1.ProducerState{ps(5, 6, 1, 12), ps(5, 7, 1, 13)}}),
 	} {
-		t.Run(name, func(t *testing.T) { h.refuse(op, fencing.ErrInvalidArgument) })
+		t.Run(name, func(t *testing.T) { h.refuse(op, refusal.ErrInvalidArgument) })
 	}
 	// The recovery's commit of a fenced broker's tail carries its
 	// producers too.

@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // harness drives one State through commands with consecutive indexes and a
@@ -199,6 +199,6 @@ func protoEqual(a, b *waldenv1.StateSnapshot) bool { return proto.Equal(a, b) }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
-var errUnknownNode = fencing.ErrUnknownNode
+var errUnknownNode = refusal.ErrUnknownNode
 
 func bytesContains(s, sub string) bool { return strings.Contains(s, sub) }

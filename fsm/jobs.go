@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sort"
 
-	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // Job states, as spelled in the API.
@@ -99,7 +99,7 @@ func (s *State) pickAssignee(live []string, exclude string) string {
 func (s *State) job(op, id string) (*waldenv1.Job, error) {
 	j, ok := s.jobs[id]
 	if !ok {
-		return nil, fmt.Errorf("fsm: %s: job %q: %w", op, id, fencing.ErrUnknownJob)
+		return nil, fmt.Errorf("%s: job %q: %w", op, id, refusal.ErrUnknownJob)
 	}
 	return j, nil
 }
@@ -108,11 +108,11 @@ func (s *State) job(op, id string) (*waldenv1.Job, error) {
 // (JOB_NOT_RUNNING) or not of its current attempt (STALE_ATTEMPT).
 func currentAttempt(op string, j *waldenv1.Job, attempt uint32) error {
 	if !jobActive(j) {
-		return fmt.Errorf("fsm: %s: job %s is %s: %w", op, j.GetJobId(), j.GetState(), fencing.ErrJobNotRunning)
+		return fmt.Errorf("%s: job %s is %s: %w", op, j.GetJobId(), j.GetState(), refusal.ErrJobNotRunning)
 	}
 	if attempt != j.GetAttempt() {
-		return fmt.Errorf("fsm: %s: job %s attempt %d, current attempt %d: %w",
-			op, j.GetJobId(), attempt, j.GetAttempt(), fencing.ErrStaleAttempt)
+		return fmt.Errorf("%s: job %s attempt %d, current attempt %d: %w",
+			op, j.GetJobId(), attempt, j.GetAttempt(), refusal.ErrStaleAttempt)
 	}
 	return nil
 }
@@ -147,8 +147,8 @@ func (s *State) applyRenewJobLease(index uint64, cmd *waldenv1.Command, op *wald
 		return nil, err
 	}
 	if op.GetAssigneeId() != j.GetAssigneeId() {
-		return nil, fmt.Errorf("fsm: renew job lease: job %s is assigned to %q, not %q: %w",
-			j.GetJobId(), j.GetAssigneeId(), op.GetAssigneeId(), fencing.ErrStaleAttempt)
+		return nil, fmt.Errorf("renew job lease: job %s is assigned to %q, not %q: %w",
+			j.GetJobId(), j.GetAssigneeId(), op.GetAssigneeId(), refusal.ErrStaleAttempt)
 	}
 	j.LeaseRenewedUnixMs = s.now()
 	j.UpdatedUnixMs = s.now()
@@ -168,8 +168,8 @@ func (s *State) applyReassignJob(index, term uint64, cmd *waldenv1.Command, op *
 		return nil, err
 	}
 	if op.GetTerm() != 0 && op.GetTerm() != term {
-		return nil, fmt.Errorf("fsm: reassign job %s: decided in term %d, appended in term %d: %w",
-			j.GetJobId(), op.GetTerm(), term, fencing.ErrDecidedInAnotherTerm)
+		return nil, fmt.Errorf("reassign job %s: decided in term %d, appended in term %d: %w",
+			j.GetJobId(), op.GetTerm(), term, refusal.ErrDecidedInAnotherTerm)
 	}
 	if err := currentAttempt("reassign job", j, op.GetAttempt()); err != nil {
 		return nil, err
@@ -259,8 +259,8 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 	case JobSucceeded:
 		for _, id := range sortedKeys(s.streams) {
 			if st := s.streams[id]; st.GetOwnerBrokerId() == j.GetBrokerId() && st.GetState() == StreamOpened {
-				return nil, fmt.Errorf("fsm: finish job %s: stream %d of broker %q is still opened: %w",
-					j.GetJobId(), id, j.GetBrokerId(), fencing.ErrStreamNotClosed)
+				return nil, fmt.Errorf("finish job %s: stream %d of broker %q is still opened: %w",
+					j.GetJobId(), id, j.GetBrokerId(), refusal.ErrStreamNotClosed)
 			}
 		}
 	case JobFailed:
@@ -291,7 +291,7 @@ func (s *State) applyCancelJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 		return nil, err
 	}
 	if !jobActive(j) {
-		return nil, fmt.Errorf("fsm: cancel job: job %s is %s: %w", j.GetJobId(), j.GetState(), fencing.ErrJobNotRunning)
+		return nil, fmt.Errorf("cancel job: job %s is %s: %w", j.GetJobId(), j.GetState(), refusal.ErrJobNotRunning)
 	}
 	j.State = JobCancelled
 	j.FinishedUnixMs = s.now()
@@ -311,13 +311,13 @@ func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 	switch j.GetState() {
 	case JobFailed, JobCancelled:
 	case JobPending, JobRunning:
-		return nil, fmt.Errorf("fsm: retry job: job %s is %s: %w", j.GetJobId(), j.GetState(), fencing.ErrRecoveryRunning)
+		return nil, fmt.Errorf("retry job: job %s is %s: %w", j.GetJobId(), j.GetState(), refusal.ErrRecoveryRunning)
 	default:
 		return nil, invalid("retry job: job %s already succeeded", j.GetJobId())
 	}
 	if b, ok := s.brokers[j.GetBrokerId()]; !ok || !b.GetFenced() || b.GetEpoch() != j.GetToken() {
-		return nil, fmt.Errorf("fsm: retry job: job %s token %d: broker %q registered again since: %w",
-			j.GetJobId(), j.GetToken(), j.GetBrokerId(), fencing.ErrEpochExpired)
+		return nil, fmt.Errorf("retry job: job %s token %d: broker %q registered again since: %w",
+			j.GetJobId(), j.GetToken(), j.GetBrokerId(), refusal.ErrEpochExpired)
 	}
 	next := s.pickAssignee(op.GetLiveMembers(), "")
 	j.State = JobPending

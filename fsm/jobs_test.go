@@ -3,9 +3,9 @@ package fsm_test
 import (
 	"testing"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // jobHarness returns a harness with broker b1 failed over: job-b1-2,
@@ -25,29 +25,29 @@ func TestJobCommandsRefused(t *testing.T) {
 		op    func(id string) any
 		want  error
 	}{
-		{"renew unknown job", nil, func(string) any { return &waldenv1.RenewJobLease{JobId: "nope", Attempt: 1, AssigneeId: "c1"} }, fencing.ErrUnknownJob},
-		{"renew stale attempt", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 2, AssigneeId: "c1"} }, fencing.ErrStaleAttempt},
-		{"renew by another member", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c2"} }, fencing.ErrStaleAttempt},
+		{"renew unknown job", nil, func(string) any { return &waldenv1.RenewJobLease{JobId: "nope", Attempt: 1, AssigneeId: "c1"} }, refusal.ErrUnknownJob},
+		{"renew stale attempt", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 2, AssigneeId: "c1"} }, refusal.ErrStaleAttempt},
+		{"renew by another member", nil, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c2"} }, refusal.ErrStaleAttempt},
 		{"renew without assignee", func(h *harness, id string) {
 			h.ok(&waldenv1.ReassignJob{JobId: id, Attempt: 1, LiveMembers: []string{"c9"}})
-		}, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 2} }, fencing.ErrInvalidArgument},
-		{"renew cancelled", cancelJob, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c1"} }, fencing.ErrJobNotRunning},
-		{"reassign unknown", nil, func(string) any { return &waldenv1.ReassignJob{JobId: "nope", Attempt: 1} }, fencing.ErrUnknownJob},
-		{"reassign stale", nil, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 0} }, fencing.ErrStaleAttempt},
-		{"reassign cancelled", cancelJob, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 1} }, fencing.ErrJobNotRunning},
-		{"checkpoint unknown", nil, func(string) any { return &waldenv1.CheckpointJob{JobId: "nope", Attempt: 1} }, fencing.ErrUnknownJob},
-		{"checkpoint stale", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 3, Step: "read"} }, fencing.ErrStaleAttempt},
-		{"checkpoint unknown step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "fly"} }, fencing.ErrInvalidArgument},
-		{"checkpoint done without step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, StepDone: true} }, fencing.ErrInvalidArgument},
-		{"checkpoint cancelled", cancelJob, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "read"} }, fencing.ErrJobNotRunning},
-		{"finish unknown", nil, func(string) any { return &waldenv1.FinishJob{JobId: "nope", Attempt: 1, State: "failed"} }, fencing.ErrUnknownJob},
-		{"finish stale", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 2, State: "failed"} }, fencing.ErrStaleAttempt},
-		{"finish bad state", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "cancelled"} }, fencing.ErrInvalidArgument},
-		{"finish with opened streams", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "succeeded"} }, fencing.ErrStreamNotClosed},
-		{"cancel unknown", nil, func(string) any { return &waldenv1.CancelJob{JobId: "nope"} }, fencing.ErrUnknownJob},
-		{"cancel twice", cancelJob, func(id string) any { return &waldenv1.CancelJob{JobId: id} }, fencing.ErrJobNotRunning},
-		{"retry unknown", nil, func(string) any { return &waldenv1.RetryJob{JobId: "nope"} }, fencing.ErrUnknownJob},
-		{"retry pending", nil, func(id string) any { return &waldenv1.RetryJob{JobId: id} }, fencing.ErrRecoveryRunning},
+		}, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 2} }, refusal.ErrInvalidArgument},
+		{"renew cancelled", cancelJob, func(id string) any { return &waldenv1.RenewJobLease{JobId: id, Attempt: 1, AssigneeId: "c1"} }, refusal.ErrJobNotRunning},
+		{"reassign unknown", nil, func(string) any { return &waldenv1.ReassignJob{JobId: "nope", Attempt: 1} }, refusal.ErrUnknownJob},
+		{"reassign stale", nil, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 0} }, refusal.ErrStaleAttempt},
+		{"reassign cancelled", cancelJob, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 1} }, refusal.ErrJobNotRunning},
+		{"checkpoint unknown", nil, func(string) any { return &waldenv1.CheckpointJob{JobId: "nope", Attempt: 1} }, refusal.ErrUnknownJob},
+		{"checkpoint stale", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 3, Step: "read"} }, refusal.ErrStaleAttempt},
+		{"checkpoint unknown step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "fly"} }, refusal.ErrInvalidArgument},
+		{"checkpoint done without step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, StepDone: true} }, refusal.ErrInvalidArgument},
+		{"checkpoint cancelled", cancelJob, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "read"} }, refusal.ErrJobNotRunning},
+		{"finish unknown", nil, func(string) any { return &waldenv1.FinishJob{JobId: "nope", Attempt: 1, State: "failed"} }, refusal.ErrUnknownJob},
+		{"finish stale", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 2, State: "failed"} }, refusal.ErrStaleAttempt},
+		{"finish bad state", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "cancelled"} }, refusal.ErrInvalidArgument},
+		{"finish with opened streams", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "succeeded"} }, refusal.ErrStreamNotClosed},
+		{"cancel unknown", nil, func(string) any { return &waldenv1.CancelJob{JobId: "nope"} }, refusal.ErrUnknownJob},
+		{"cancel twice", cancelJob, func(id string) any { return &waldenv1.CancelJob{JobId: id} }, refusal.ErrJobNotRunning},
+		{"retry unknown", nil, func(string) any { return &waldenv1.RetryJob{JobId: "nope"} }, refusal.ErrUnknownJob},
+		{"retry pending", nil, func(id string) any { return &waldenv1.RetryJob{JobId: id} }, refusal.ErrRecoveryRunning},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

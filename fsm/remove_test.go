@@ -3,9 +3,9 @@ package fsm_test
 import (
 	"testing"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // TestRemoveBroker: a registration goes only when nothing depends on it:
@@ -14,7 +14,7 @@ import (
 // naming the actor otherwise; the id registers again with a new epoch.
 func TestRemoveBroker(t *testing.T) {
 	h := newHarness(t)
-	h.refuse(&waldenv1.RemoveBroker{BrokerId: "nobody"}, fencing.ErrUnknownNode)
+	h.refuse(&waldenv1.RemoveBroker{BrokerId: "nobody"}, refusal.ErrUnknownNode)
 
 	// A bogus registration with nothing attached goes.
 	ghost := h.register("b9")
@@ -33,20 +33,20 @@ func TestRemoveBroker(t *testing.T) {
 	// A broker that owns an opened stream stays.
 	epoch := h.register("b1")
 	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 7})
-	err := h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, fencing.ErrStreamNotClosed)
-	if fencing.Reason(err) != "STREAM_NOT_CLOSED" || !bytesContains(err.Error(), "opened streams 7") {
+	err := h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, refusal.ErrStreamNotClosed)
+	if refusal.Of(err) != "STREAM_NOT_CLOSED" || !bytesContains(err.Error(), "opened streams 7") {
 		t.Fatalf("refusal %v", err)
 	}
 
 	// Failed over: its recovery job is pending, then running; it stays.
 	d := h.declare("b1")
-	h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, fencing.ErrRecoveryRunning)
+	h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, refusal.ErrRecoveryRunning)
 	j := h.job(d.GetJobId())
 	h.ok(&waldenv1.RenewJobLease{JobId: j.GetJobId(), Attempt: j.GetAttempt(), AssigneeId: j.GetAssigneeId()})
 	if h.job(d.GetJobId()).GetState() != fsm.JobRunning {
 		t.Fatalf("job %v", h.job(d.GetJobId()))
 	}
-	h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, fencing.ErrRecoveryRunning)
+	h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, refusal.ErrRecoveryRunning)
 	// The job closes the stream and finishes: now the registration may go.
 	j = h.job(d.GetJobId())
 	h.ok(&waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 7, StreamEpoch: 1, Failover: fo(j)})

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"walden/fencing"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/scenarios")
@@ -239,7 +239,7 @@ func runCommand(t *testing.T, h *harness, line string) string {
 		if !protoEqual(before, domainSnapshot(t, h.s)) {
 			t.Fatalf("refused %q changed the state", line)
 		}
-		return "error: " + fencing.Reason(err)
+		return "error: " + string(refusal.Of(err))
 	}
 	return renderResult(res)
 }

@@ -136,7 +136,7 @@ func (s *State) notifyLocked() {
 // applied by a function of its own; an error is the proposer's result.
 //
 // A refused command (an error wrapping a fencing sentinel, e.g.
-// fencing.ErrNodeFenced or fencing.ErrInvalidArgument) changes nothing but
+// refusal.ErrNodeFenced or refusal.ErrInvalidArgument) changes nothing but
 // the applied index and the state machine's time: every apply function
 // validates fully before it mutates.
 func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {

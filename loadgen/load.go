@@ -17,14 +17,14 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"walden/broker"
 	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // ErrInvalid wraps an invalid Load or Verify configuration; the message
@@ -359,17 +359,8 @@ func newProducerID() uint64 {
 // producerForgotten reports a refusal saying the stream does not know the
 // producer's state (any more).
 func producerForgotten(err error) bool {
-	s, ok := status.FromError(err)
-	if !ok {
-		return false
-	}
-	for _, d := range s.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			r := info.GetReason()
-			return r == broker.ReasonUnknownProducer || r == broker.ReasonOutOfOrderSequence
-		}
-	}
-	return false
+	r := rpcerr.Reason(err)
+	return r == refusal.UnknownProducer || r == refusal.OutOfOrderSequence
 }
 
 func (p *producer) run(ctx context.Context, start time.Time) StreamLoad {
@@ -516,16 +507,10 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // ownerAddrHint reads the owner's address from a NOT_OWNER refusal.
 func ownerAddrHint(err error) string {
-	s, ok := status.FromError(err)
-	if !ok {
+	if rpcerr.Reason(err) != refusal.NotOwner {
 		return ""
 	}
-	for _, d := range s.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == broker.ReasonNotOwner {
-			return info.GetMetadata()[broker.MetaOwnerAddr]
-		}
-	}
-	return ""
+	return rpcerr.Metadata(err)[broker.MetaOwnerAddr]
 }
 
 // resolver finds stream owners' addresses and keeps one connection per

@@ -3,7 +3,7 @@ package recovery
 import (
 	"errors"
 
-	"walden/fencing"
+	"walden/refusal"
 )
 
 // Errors of the package; test for them with errors.Is.
@@ -27,7 +27,7 @@ var (
 
 // Refusals of the state machine that mean an attempt is over.
 var (
-	fencingStale      = fencing.ErrStaleAttempt
-	fencingNotRunning = fencing.ErrJobNotRunning
-	fencingUnknownJob = fencing.ErrUnknownJob
+	fencingStale      = refusal.ErrStaleAttempt
+	fencingNotRunning = refusal.ErrJobNotRunning
+	fencingUnknownJob = refusal.ErrUnknownJob
 )

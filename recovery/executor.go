@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // State is the committed state the executor and the runner read (package
@@ -176,7 +176,7 @@ func (a *attempt) propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1
 	pctx, cancel := context.WithTimeout(ctx, a.e.proposeTimeout)
 	defer cancel()
 	res, err := a.e.cluster.Propose(pctx, cmd)
-	if err != nil && (errors.Is(err, fencing.ErrStaleAttempt) || errors.Is(err, fencing.ErrJobNotRunning) || errors.Is(err, fencing.ErrUnknownJob)) {
+	if err != nil && (errors.Is(err, refusal.ErrStaleAttempt) || errors.Is(err, refusal.ErrJobNotRunning) || errors.Is(err, refusal.ErrUnknownJob)) {
 		return nil, fmt.Errorf("recovery: job %s attempt %d: %w: %w", a.jobID, a.attempt, ErrStale, err)
 	}
 	return res, err

@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"walden/fencing"
 	"walden/fsm"
 	"walden/objformat"
 	"walden/objstore"
 	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
+	"walden/refusal"
 )
 
 // TestRecoverCommitsEachRecordOnce runs a whole recovery on one member:
@@ -97,18 +97,18 @@ func TestFencedBrokerRefused(t *testing.T) {
 	j := c.declare(sc.broker, sc.epoch, "c1")
 	_, err := c.apply("c1", op(&waldenv1.CommitObjectRequest{BrokerId: sc.broker, BrokerEpoch: sc.epoch, Object: &waldenv1.Object{
 		ObjectId: "late", Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 1}}}}))
-	if fencing.Reason(err) != "NODE_FENCED" {
+	if refusal.Of(err) != "NODE_FENCED" {
 		t.Fatalf("fenced commit: %v, want NODE_FENCED", err)
 	}
 	_, err = c.apply("c1", op(&waldenv1.OpenStreamRequest{BrokerId: sc.broker, BrokerEpoch: sc.epoch, StreamId: 9}))
-	if fencing.Reason(err) != "NODE_FENCED" {
+	if refusal.Of(err) != "NODE_FENCED" {
 		t.Fatalf("fenced open: %v, want NODE_FENCED", err)
 	}
 	c.must(&waldenv1.ReassignJob{JobId: j.GetJobId(), Attempt: 1, LiveMembers: []string{"c2"}})
 	_, err = c.apply("c1", op(&waldenv1.CommitObjectRequest{BrokerId: sc.broker, BrokerEpoch: j.GetToken(),
 		Failover: &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: j.GetToken()},
 		Object:   &waldenv1.Object{ObjectId: "stale", Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3}}}}))
-	if fencing.Reason(err) != "STALE_ATTEMPT" {
+	if refusal.Of(err) != "STALE_ATTEMPT" {
 		t.Fatalf("stale attempt commit: %v, want STALE_ATTEMPT", err)
 	}
 	// An executor of the stale attempt stops at once, without side effects.
@@ -212,7 +212,7 @@ func TestReassignAfterAssigneeKilledMidUpload(t *testing.T) {
 		Failover: &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: j.GetToken()},
 		Object: &waldenv1.Object{ObjectId: objformat.ObjectID(sc.broker, j.GetToken(), 1, 2),
 			Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3}}}}))
-	if !errors.Is(err, fencing.ErrStaleAttempt) && !errors.Is(err, fencing.ErrJobNotRunning) {
+	if !errors.Is(err, refusal.ErrStaleAttempt) && !errors.Is(err, refusal.ErrJobNotRunning) {
 		t.Fatalf("stale attempt's commit: %v, want refused", err)
 	}
 	ups, err := stores["c2"].ListIncompleteUploads(context.Background(), recovery.JobPrefix("", sc.broker, j.GetToken()))

@@ -18,6 +18,8 @@ import (
 	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // Metadata keys of the admin API.
@@ -31,9 +33,6 @@ const (
 	// headerForwardedBy marks a request one member forwarded to the leader,
 	// so that the receiver answers with a hint instead of forwarding again.
 	headerForwardedBy = "walden-forwarded-by"
-	// ReasonNotLeader is the ErrorInfo reason of a not-leader answer.
-	ReasonNotLeader = coordclient.ReasonNotLeader
-	errorDomain     = "walden.v1"
 )
 
 // adminService implements walden.v1.Cluster over a ClusterNode.
@@ -202,7 +201,7 @@ func adminAddrOf(st NodeStatus, id string) string {
 // notLeader is the Unavailable answer naming the leader, with the hint in a
 // status detail and in trailers.
 func (a *adminService) notLeader(ctx context.Context, leaderID, addr string) error {
-	return coordclient.NotLeader(ctx, errorDomain, leaderID, addr)
+	return coordclient.NotLeader(ctx, leaderID, addr)
 }
 
 func hasLeaderHint(s *status.Status) bool {
@@ -223,20 +222,6 @@ func LeaderHint(s *status.Status) (id, addr string) {
 	return coordclient.LeaderHint(s)
 }
 
-// Reasons (errdetails.ErrorInfo, domain walden.v1) of the cluster's
-// membership and leadership refusals, so that clients can tell them apart
-// without reading the message.
-const (
-	ReasonNoLeader        = "NO_LEADER"
-	ReasonStopping        = "STOPPING"
-	ReasonMemberNotFound  = "MEMBER_NOT_FOUND"
-	ReasonMemberExists    = "MEMBER_EXISTS"
-	ReasonInvalidMember   = "INVALID_MEMBER"
-	ReasonNotVoter        = "NOT_VOTER"
-	ReasonLastVoter       = "LAST_VOTER"
-	ReasonProposalDropped = "PROPOSAL_DROPPED"
-)
-
 // toStatus maps a node error to a gRPC status error.
 func (a *adminService) toStatus(ctx context.Context, err error) error {
 	if _, ok := status.FromError(err); ok && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -246,40 +231,31 @@ func (a *adminService) toStatus(ctx context.Context, err error) error {
 	case errors.Is(err, raftnode.ErrNotLeader):
 		st := a.node.Status()
 		if st.LeaderID == "" || st.LeaderID == st.NodeID {
-			return withReason(codes.Unavailable, ReasonNoLeader, "no leader")
+			return rpcerr.NewPlain(refusal.NoLeader, "no leader", nil)
 		}
 		return a.notLeader(ctx, st.LeaderID, adminAddrOf(st, st.LeaderID))
 	case errors.Is(err, raftnode.ErrNoLeader):
-		return withReason(codes.Unavailable, ReasonNoLeader, "no leader")
+		return rpcerr.NewPlain(refusal.NoLeader, "no leader", nil)
 	case errors.Is(err, raftnode.ErrStopped):
-		return withReason(codes.Unavailable, ReasonStopping, "member is stopping")
+		return rpcerr.NewPlain(refusal.Stopping, "member is stopping", nil)
 	case errors.Is(err, raftnode.ErrUnknownMember):
-		return withReason(codes.NotFound, ReasonMemberNotFound, err.Error())
+		return rpcerr.NewPlain(refusal.MemberNotFound, err.Error(), nil)
 	case errors.Is(err, raftnode.ErrMemberExists):
-		return withReason(codes.AlreadyExists, ReasonMemberExists, err.Error())
+		return rpcerr.NewPlain(refusal.MemberExists, err.Error(), nil)
 	case errors.Is(err, raftnode.ErrInvalidMember):
 		return invalidArg("id", err.Error())
 	case errors.Is(err, raftnode.ErrNotVoter):
-		return withReason(codes.FailedPrecondition, ReasonNotVoter, err.Error())
+		return rpcerr.NewPlain(refusal.NotVoter, err.Error(), nil)
 	case errors.Is(err, raftnode.ErrLastVoter):
-		return withReason(codes.FailedPrecondition, ReasonLastVoter, err.Error())
+		return rpcerr.NewPlain(refusal.LastVoter, err.Error(), nil)
 	case errors.Is(err, raftnode.ErrProposalDropped):
-		return withReason(codes.Unavailable, ReasonProposalDropped, err.Error())
+		return rpcerr.NewPlain(refusal.ProposalDropped, err.Error(), nil)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
-}
-
-// withReason is a status error with an ErrorInfo detail naming reason.
-func withReason(code codes.Code, reason, msg string) error {
-	s := status.New(code, msg)
-	if d, err := s.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
-		s = d
-	}
-	return s.Err()
 }
 
 func invalidArg(field, reason string) error {

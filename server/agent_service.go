@@ -18,12 +18,13 @@ import (
 	"walden/authz"
 	"walden/config"
 	"walden/detect"
-	"walden/fencing"
 	"walden/gossip"
 	"walden/lease"
 	"walden/metrics"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // brokerState is what the Agent and Brokers services read from the
@@ -163,8 +164,8 @@ func (a *adminService) conn(addr string) (*grpc.ClientConn, error) {
 // keeps its reason (FailedPrecondition / NotFound with ErrorInfo), anything
 // else goes through the admin mapping.
 func (d *detection) stateErr(ctx context.Context, err error) error {
-	if fencing.Reason(err) != "" {
-		return fencing.GRPCStatus(err).Err()
+	if refusal.Of(err) != "" {
+		return rpcerr.Status(err).Err()
 	}
 	return d.admin.toStatus(ctx, err)
 }
@@ -214,7 +215,7 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 	if err != nil {
 		// The agent retries while its broker's recovery runs: routine.
 		lvl := slog.LevelInfo
-		if errors.Is(err, fencing.ErrRecoveryRunning) {
+		if errors.Is(err, refusal.ErrRecoveryRunning) {
 			lvl = slog.LevelDebug
 		}
 		d.logger.Log(ctx, lvl, "register refused", "broker_id", req.GetBrokerId(), "term", st.Term, "err", err)
@@ -259,8 +260,8 @@ func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseR
 	case errors.Is(err, detect.ErrNotVoter):
 		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s is not a voting member", d.nodeID)
 	case errors.Is(err, lease.ErrPromised):
-		return nil, fencing.GRPCStatus(fmt.Errorf("lease of broker %q at epoch %d not renewed by %s: it attested the lease expired; it renews again once the attestation is withdrawn: %w",
-			req.GetBrokerId(), req.GetEpoch(), d.nodeID, fencing.ErrLeaseAttested)).Err()
+		return nil, rpcerr.Status(fmt.Errorf("lease of broker %q at epoch %d not renewed by %s: it attested the lease expired; it renews again once the attestation is withdrawn: %w",
+			req.GetBrokerId(), req.GetEpoch(), d.nodeID, refusal.ErrLeaseAttested)).Err()
 	case errors.Is(err, lease.ErrQuiet):
 		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s started less than a lease ago and waits out the leases it may have granted before (%v)", d.nodeID, err)
 	case errors.Is(err, lease.ErrStore):
@@ -278,8 +279,8 @@ func countRenewal(m *metrics.Decisions, err error) {
 		m.RenewalGranted()
 		return
 	}
-	if r := fencing.ReasonFromStatus(err); r != "" {
-		m.RenewalRefused(strings.ToLower(r)) // NODE_FENCED: node_fenced
+	if r := rpcerr.Reason(err); r != "" {
+		m.RenewalRefused(strings.ToLower(string(r))) // NODE_FENCED: node_fenced
 		return
 	}
 	switch status.Code(err) {

@@ -13,10 +13,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/authz"
-	"walden/fencing"
 	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // brokersService implements walden.v1.Brokers, the operator's view of the
@@ -133,8 +134,8 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 		return s.previewFailover(ctx, b, s.d.node.Status())
 	}
 	if b.GetFenced() {
-		return nil, fencing.GRPCStatus(fmt.Errorf("broker %q was already failed over (epoch %d is fenced; job %s): %w",
-			b.GetBrokerId(), b.GetEpoch(), b.GetLastJobId(), fencing.ErrNodeFenced)).Err()
+		return nil, rpcerr.Status(fmt.Errorf("broker %q was already failed over (epoch %d is fenced; job %s): %w",
+			b.GetBrokerId(), b.GetEpoch(), b.GetLastJobId(), refusal.ErrNodeFenced)).Err()
 	}
 	p := s.d.policy()
 	st := s.d.node.Status()

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"math"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // catalogState is what the Catalog service reads (*fsm.State).
@@ -223,7 +224,7 @@ func (s *catalogService) DescribeStream(ctx context.Context, req *waldenv1.Descr
 	}
 	st, ok := s.state.Stream(req.GetStreamId())
 	if !ok {
-		return nil, fencing.GRPCStatus(fmt.Errorf("stream %d: %w", req.GetStreamId(), fencing.ErrUnknownStream)).Err()
+		return nil, rpcerr.Status(fmt.Errorf("stream %d: %w", req.GetStreamId(), refusal.ErrUnknownStream)).Err()
 	}
 	return &waldenv1.DescribeStreamResponse{Stream: st, Objects: s.state.StreamObjects(req.GetStreamId(), req.GetFromOffset(), int(req.GetMaxObjects()))}, nil
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 
 	"walden/detect"
-	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // previewFailover answers `waldenctl failover BROKER --dry-run` on the
@@ -18,8 +19,8 @@ import (
 func (s *brokersService) previewFailover(ctx context.Context, b *waldenv1.Broker, st NodeStatus) (*waldenv1.FailoverResponse, error) {
 	if b.GetFenced() {
 		// What the failover itself would answer.
-		return nil, fencing.GRPCStatus(fmt.Errorf("broker %q was already failed over (epoch %d is fenced; job %s): %w",
-			b.GetBrokerId(), b.GetEpoch(), b.GetLastJobId(), fencing.ErrNodeFenced)).Err()
+		return nil, rpcerr.Status(fmt.Errorf("broker %q was already failed over (epoch %d is fenced; job %s): %w",
+			b.GetBrokerId(), b.GetEpoch(), b.GetLastJobId(), refusal.ErrNodeFenced)).Err()
 	}
 	p := s.d.policy()
 	live := s.liveMembers()

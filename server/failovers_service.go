@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 	"walden/timeline"
 )
 
@@ -50,7 +51,7 @@ func (s *failoversService) failover(id string) (*waldenv1.Failover, error) {
 		}
 	}
 	if !ok {
-		return nil, fencing.GRPCStatus(fmt.Errorf("failover %q: %w", id, fencing.ErrUnknownJob)).Err()
+		return nil, rpcerr.Status(fmt.Errorf("failover %q: %w", id, refusal.ErrUnknownJob)).Err()
 	}
 	return timeline.Build(j, s.state.Events(j.GetBrokerId(), 0)), nil
 }

@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/rpcerr"
 )
 
 type fakeFailoverState struct {
@@ -83,8 +83,8 @@ func TestFailoversService(t *testing.T) {
 		if status.Code(err) != code {
 			t.Errorf("get %q: %v, want %s", id, err, code)
 		}
-		if code == codes.NotFound && fencing.ReasonFromStatus(err) != "JOB_NOT_FOUND" {
-			t.Errorf("get %q: reason %q", id, fencing.ReasonFromStatus(err))
+		if code == codes.NotFound && rpcerr.Reason(err) != "JOB_NOT_FOUND" {
+			t.Errorf("get %q: reason %q", id, rpcerr.Reason(err))
 		}
 	}
 }

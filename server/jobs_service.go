@@ -11,12 +11,13 @@ import (
 
 	"walden/authz"
 	"walden/config"
-	"walden/fencing"
 	"walden/fsm"
 	"walden/metrics"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // jobsState is what the Jobs service reads (*fsm.State).
@@ -64,7 +65,7 @@ func (s *jobsService) GetJob(ctx context.Context, req *waldenv1.GetJobRequest) (
 	}
 	j, ok := s.state.Job(req.GetJobId())
 	if !ok {
-		return nil, fencing.GRPCStatus(fmt.Errorf("job %q: %w", req.GetJobId(), fencing.ErrUnknownJob)).Err()
+		return nil, rpcerr.Status(fmt.Errorf("job %q: %w", req.GetJobId(), refusal.ErrUnknownJob)).Err()
 	}
 	return &waldenv1.GetJobResponse{Job: j}, nil
 }
@@ -78,7 +79,7 @@ func (s *jobsService) WatchJobs(req *waldenv1.WatchJobsRequest, stream grpc.Serv
 			return s.d.stateErr(ctx, err)
 		}
 		if _, ok := s.state.Job(req.GetJobId()); !ok {
-			return fencing.GRPCStatus(fmt.Errorf("job %q: %w", req.GetJobId(), fencing.ErrUnknownJob)).Err()
+			return rpcerr.Status(fmt.Errorf("job %q: %w", req.GetJobId(), refusal.ErrUnknownJob)).Err()
 		}
 	}
 	var last *waldenv1.ListJobsResponse

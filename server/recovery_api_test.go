@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"walden/fencing"
 	"walden/fsm"
 	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/rpcerr"
 	"walden/wal"
 )
 
@@ -116,11 +116,11 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 	// The fenced broker's own writes are refused.
 	_, err = catalog.CommitObject(ctx, &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: epoch, Object: &waldenv1.Object{
 		ObjectId: "o2", Key: "k/o2", Size: 4, Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 1, StartOffset: 5, EndOffset: 7, Length: 4}}}})
-	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || fencing.ReasonFromStatus(err) != "NODE_FENCED" {
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || rpcerr.Reason(err) != "NODE_FENCED" {
 		t.Fatalf("fenced commit: %v", err)
 	}
 	_, err = catalog.OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 3})
-	if fencing.ReasonFromStatus(err) != "NODE_FENCED" {
+	if rpcerr.Reason(err) != "NODE_FENCED" {
 		t.Fatalf("fenced open: %v", err)
 	}
 	var last *waldenv1.Job
@@ -146,7 +146,7 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 		t.Fatalf("unknown stream: %v", err)
 	}
 	// Cancelling a finished job is refused; listing shows it.
-	if _, err := jobs.CancelJob(ctx, &waldenv1.CancelJobRequest{JobId: fo.GetJobId()}); fencing.ReasonFromStatus(err) != "JOB_NOT_RUNNING" {
+	if _, err := jobs.CancelJob(ctx, &waldenv1.CancelJobRequest{JobId: fo.GetJobId()}); rpcerr.Reason(err) != "JOB_NOT_RUNNING" {
 		t.Fatalf("cancel of a finished job: %v", err)
 	}
 	lj, err := jobs.ListJobs(ctx, &waldenv1.ListJobsRequest{State: fsm.JobSucceeded})
@@ -155,7 +155,7 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 	}
 	// The recovering member answers GetOpeningStreams in failover mode: none left.
 	op, err := catalog.GetOpeningStreams(ctx, &waldenv1.GetOpeningStreamsRequest{BrokerId: "b1", BrokerEpoch: epoch})
-	if fencing.ReasonFromStatus(err) != "NODE_FENCED" {
+	if rpcerr.Reason(err) != "NODE_FENCED" {
 		t.Fatalf("opening streams of the fenced broker without failover: %v %v", op, err)
 	}
 }

@@ -6,15 +6,13 @@ import (
 	"strconv"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"walden/coordclient"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // Watch limits.
@@ -27,9 +25,6 @@ const (
 	// watchMaxResponseBytes splits a larger batch of changes (a snapshot of
 	// a big cluster) into fragments, below gRPC's 4 MiB default.
 	watchMaxResponseBytes = 1 << 20
-	// reasonCompacted is the ErrorInfo reason of a watch from a revision
-	// the member no longer keeps.
-	reasonCompacted = coordclient.ReasonCompacted
 )
 
 // watchState is what the Watch service reads (*fsm.State).
@@ -168,11 +163,7 @@ func (s *watchService) Watch(req *waldenv1.WatchRequest, stream grpc.ServerStrea
 // compactedErr is the answer to a watch from a revision the member no
 // longer keeps changes of.
 func compactedErr(nodeID string, from, compacted uint64) error {
-	st := status.New(codes.OutOfRange, fmt.Sprintf("%s: revision %d is compacted: coordinator %s keeps the changes after revision %d "+
-		"(%d at most, since it started); list again by watching from revision 0", reasonCompacted, from, nodeID, compacted, fsm.MaxChanges))
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reasonCompacted, Domain: errorDomain,
-		Metadata: map[string]string{"compact_revision": strconv.FormatUint(compacted, 10)}}); err == nil {
-		st = d
-	}
-	return st.Err()
+	return rpcerr.New(refusal.Compacted, fmt.Sprintf("revision %d is compacted: coordinator %s keeps the changes after revision %d "+
+		"(%d at most, since it started); list again by watching from revision 0", from, nodeID, compacted, fsm.MaxChanges),
+		map[string]string{"compact_revision": strconv.FormatUint(compacted, 10)})
 }

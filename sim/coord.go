@@ -9,10 +9,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"walden/detect"
-	"walden/fencing"
 	"walden/fsm"
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // Coord is one simulated coordinator running the project's own code: the
@@ -358,8 +358,8 @@ func (c *Coord) deciderTick() {
 		df := df
 		w.onHost(c.idx, time.Duration(w.rng.Int64N(int64(20*time.Millisecond))), func() {
 			id := c.propose(df, 2*time.Second, func(res *waldenv1.Result, err error) {
-				if err != nil && fencing.Reason(err) != "" {
-					w.tracef("%s: decision on %s refused: %s", c.name, df.GetBrokerId(), fencing.Reason(err))
+				if err != nil && refusal.Of(err) != "" {
+					w.tracef("%s: decision on %s refused: %s", c.name, df.GetBrokerId(), refusal.Of(err))
 				}
 			})
 			w.raft.decidedTerm[id] = term
@@ -428,8 +428,8 @@ func reasonOf(err error) string {
 	if errors.Is(err, lease.ErrPromised) {
 		return "LEASE_ATTESTED"
 	}
-	if r := fencing.Reason(err); r != "" {
-		return r
+	if r := refusal.Of(err); r != "" {
+		return string(r)
 	}
 	return "UNAVAILABLE"
 }

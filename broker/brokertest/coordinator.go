@@ -19,9 +19,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"walden/fencing"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // Coordinator is the stand-in. Its methods are safe for concurrent use.
@@ -93,7 +94,7 @@ func rpcErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	return fencing.GRPCStatus(err).Err()
+	return rpcerr.Status(err).Err()
 }
 
 // BlockRenewals makes renewals of broker fail (Unavailable) while on, so
@@ -209,7 +210,7 @@ func (s catalogSvc) ListStreams(_ context.Context, req *waldenv1.ListStreamsRequ
 func (s catalogSvc) DescribeStream(_ context.Context, req *waldenv1.DescribeStreamRequest) (*waldenv1.DescribeStreamResponse, error) {
 	st, ok := s.c.st.Stream(req.GetStreamId())
 	if !ok {
-		return nil, rpcErr(fmt.Errorf("stream %d: %w", req.GetStreamId(), fencing.ErrUnknownStream))
+		return nil, rpcErr(fmt.Errorf("stream %d: %w", req.GetStreamId(), refusal.ErrUnknownStream))
 	}
 	return &waldenv1.DescribeStreamResponse{Stream: st, Objects: s.c.st.StreamObjects(req.GetStreamId(), req.GetFromOffset(), int(req.GetMaxObjects()))}, nil
 }
@@ -222,7 +223,7 @@ type brokersSvc struct {
 func (s brokersSvc) GetBroker(_ context.Context, req *waldenv1.GetBrokerRequest) (*waldenv1.GetBrokerResponse, error) {
 	b, ok := s.c.st.Broker(req.GetBrokerId())
 	if !ok {
-		return nil, rpcErr(fmt.Errorf("broker %s: %w", req.GetBrokerId(), fencing.ErrUnknownNode))
+		return nil, rpcErr(fmt.Errorf("broker %s: %w", req.GetBrokerId(), refusal.ErrUnknownNode))
 	}
 	return &waldenv1.GetBrokerResponse{Broker: b}, nil
 }

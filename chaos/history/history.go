@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"walden/broker"
-	"walden/fencing"
 	"walden/loadgen"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // Kinds of operations.
@@ -191,13 +191,13 @@ func appendOp(q *waldenv1.AppendRequest, resp *waldenv1.AppendResponse, err erro
 // classify sorts a failed append: refused before any write, refused after
 // a possible write, or unanswered.
 func classify(err error) (outcome, reason string) {
-	if reason := fencing.ReasonFromStatus(err); reason != "" {
+	if reason := rpcerr.Reason(err); reason != "" {
 		switch reason {
-		case broker.ReasonNotOwner, broker.ReasonNotReady, broker.ReasonWALFull,
-			broker.ReasonUnknownProducer, broker.ReasonOutOfOrderSequence:
-			return Refused, reason
+		case refusal.NotOwner, refusal.NotReady, refusal.WALFull,
+			refusal.UnknownProducer, refusal.OutOfOrderSequence:
+			return Refused, string(reason)
 		}
-		return Maybe, reason
+		return Maybe, string(reason)
 	}
 	st, _ := status.FromError(err)
 	switch {

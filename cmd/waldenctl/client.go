@@ -28,6 +28,7 @@ import (
 
 	"walden/coordclient"
 	"walden/mtls"
+	"walden/refusal"
 )
 
 // Names shared with the server's admin API.
@@ -35,7 +36,7 @@ const (
 	envEndpoints    = "WALDENCTL_ENDPOINTS"
 	envPrefix       = "WALDENCTL_"
 	defaultEndpoint = "127.0.0.1:7001"
-	reasonNotLeader = coordclient.ReasonNotLeader
+	reasonNotLeader = string(refusal.NotLeader)
 	// The read consistency header and the trailers of a serializable read
 	// (the server's HeaderConsistency, TrailerAnsweredBy,
 	// TrailerAppliedIndex).

@@ -133,13 +133,13 @@ func serveRefusing(t *testing.T, r *refusing) string {
 	return l.Addr().String()
 }
 
-func refusal(code codes.Code, reason, msg string, md map[string]string) error {
+func refusedWith(code codes.Code, reason, msg string, md map[string]string) error {
 	s, _ := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "walden", Metadata: md})
 	return s.Err()
 }
 
 func TestRefusalsReadAsSentences(t *testing.T) {
-	r := &refusing{err: refusal(codes.FailedPrecondition, "EPOCH_EXPIRED",
+	r := &refusing{err: refusedWith(codes.FailedPrecondition, "EPOCH_EXPIRED",
 		`EPOCH_EXPIRED: fsm: declare broker "b1" failed at epoch 4: broker epoch 5, fenced true: fencing: epoch expired`, nil)}
 	r.brokers = sampleBrokers()
 	addr := serveRefusing(t, r)
@@ -173,7 +173,7 @@ func TestNoPackagePrefixes(t *testing.T) {
 		}
 	}
 	f := &fakeCluster{status: sampleStatus(), transfer: func(r *waldenv1.LeaderTransferRequest) (*waldenv1.LeaderTransferResponse, error) {
-		return nil, refusal(codes.NotFound, "MEMBER_NOT_FOUND", `raftnode: transfer leadership to "c9": raftnode: unknown member`, nil)
+		return nil, refusedWith(codes.NotFound, "MEMBER_NOT_FOUND", `raftnode: transfer leadership to "c9": raftnode: unknown member`, nil)
 	}}
 	addr := serveFake(t, f)
 	code, _, errOut := runCtl(t, "--endpoints", addr, "leader", "transfer", "c9")

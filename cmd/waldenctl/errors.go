@@ -12,11 +12,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/coordclient"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // This file is the one place where waldenctl turns what the coordinators
 // answer into sentences for people: the refusal reasons of the state machine
-// (fencing.Err*), of the membership API and of gRPC itself. The code, the
+// (refusal.Err*), of the membership API and of gRPC itself. The code, the
 // reason and the server's own message stay available in -o json.
 
 // op says what a call was about, so that a refusal can be told in the
@@ -63,10 +65,11 @@ func (e *callError) Error() string { return e.Message }
 // explain turns the status of a refused call about o into a callError.
 func explain(o op, s *status.Status, timeout time.Duration) *callError {
 	e := &callError{Code: s.Code().String(), Detail: s.Message()}
+	if info := rpcerr.InfoOf(s); info != nil {
+		e.Reason, e.Metadata = info.GetReason(), info.GetMetadata()
+	}
 	for _, d := range s.Details() {
 		switch d := d.(type) {
-		case *errdetails.ErrorInfo:
-			e.Reason, e.Metadata = d.GetReason(), d.GetMetadata()
 		case *errdetails.BadRequest:
 			if v := d.GetFieldViolations(); len(v) > 0 {
 				e.Field = v[0].GetField()
@@ -133,7 +136,7 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 		return fmt.Sprintf("member %s is a learner, not a voter: it cannot lead until it is promoted", o.id)
 	case "LAST_VOTER":
 		return fmt.Sprintf("member %s is the last voter: the cluster cannot remove it", o.id)
-	case "NO_LEADER", coordclient.ReasonNotLeader:
+	case string(refusal.NoLeader), string(refusal.NotLeader):
 		return "the cluster has no leader right now (a majority of coordinators must be up and in touch); try again"
 	case "STOPPING":
 		return "the coordinator is shutting down; try another endpoint"

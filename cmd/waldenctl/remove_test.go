@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"walden/fencing"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // removingBrokers answers RemoveBroker: b9 goes, b1 owns opened streams.
@@ -16,9 +17,9 @@ type removingBrokers struct{ fakeBrokers }
 func (f *removingBrokers) RemoveBroker(_ context.Context, r *waldenv1.RemoveBrokerRequest) (*waldenv1.RemoveBrokerResponse, error) {
 	f.got = append(f.got, r)
 	if r.GetBrokerId() == "b1" {
-		err := fencing.WithMetadata(fmt.Errorf("fsm: remove broker \"b1\": it owns opened streams 101, 102: %w", fencing.ErrStreamNotClosed),
+		err := refusal.WithMetadata(fmt.Errorf("fsm: remove broker \"b1\": it owns opened streams 101, 102: %w", refusal.ErrStreamNotClosed),
 			map[string]string{"streams": "101,102"})
-		return nil, fencing.GRPCStatus(err).Err()
+		return nil, rpcerr.Status(err).Err()
 	}
 	return &waldenv1.RemoveBrokerResponse{Broker: &waldenv1.Broker{BrokerId: r.GetBrokerId(), Epoch: 4, State: "alive"}}, nil
 }
