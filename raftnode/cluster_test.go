@@ -1,4 +1,4 @@
-package raftnode
+package raftnode_test
 
 import (
 	"bytes"
@@ -21,6 +21,8 @@ import (
 
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
+	"walden/raftnode/raftnodetest"
 )
 
 // Timings of the in-process clusters: 10ms ticks, 100ms election timeout.
@@ -34,7 +36,7 @@ const (
 // payload of every applied command, in order, to compare members.
 type recordingSM struct {
 	mu      sync.Mutex
-	inner   StateMachine
+	inner   raftnode.StateMachine
 	applied []appliedCommand
 }
 
@@ -91,9 +93,9 @@ func (r *recordingSM) commands() []appliedCommand {
 type testCluster struct {
 	t       *testing.T
 	name    string
-	net     *Network
+	net     *raftnodetest.Network
 	initial []*waldenv1.MemberContext
-	tune    func(*Config)
+	tune    func(*raftnode.Config)
 	mu      sync.Mutex
 	members map[string]*testMember
 	// joining lists members that start as a joining member would
@@ -105,13 +107,13 @@ type testCluster struct {
 type testMember struct {
 	id   string
 	dir  string
-	node *Node
+	node *raftnode.Node
 	sm   *recordingSM
-	st   *DiskStorage
+	st   *raftnode.DiskStorage
 }
 
 // newTestCluster defines a cluster of the members ids and starts them all.
-func newTestCluster(t *testing.T, tune func(*Config), ids ...string) *testCluster {
+func newTestCluster(t *testing.T, tune func(*raftnode.Config), ids ...string) *testCluster {
 	t.Helper()
 	c := defineTestCluster(t, tune, ids...)
 	for _, id := range ids {
@@ -122,8 +124,8 @@ func newTestCluster(t *testing.T, tune func(*Config), ids ...string) *testCluste
 
 // defineTestCluster defines a cluster of the members ids; start them with
 // start.
-func defineTestCluster(t *testing.T, tune func(*Config), ids ...string) *testCluster {
-	c := &testCluster{t: t, name: "demo", net: NewNetwork(42), tune: tune, members: make(map[string]*testMember)}
+func defineTestCluster(t *testing.T, tune func(*raftnode.Config), ids ...string) *testCluster {
+	c := &testCluster{t: t, name: "demo", net: raftnodetest.NewNetwork(42), tune: tune, members: make(map[string]*testMember)}
 	for _, id := range ids {
 		c.initial = append(c.initial, &waldenv1.MemberContext{Id: id, RaftAddr: "mem://" + id, AdminAddr: "admin://" + id})
 	}
@@ -141,11 +143,11 @@ func (c *testCluster) start(id string) *testMember {
 		c.members[id] = m
 	}
 	c.mu.Unlock()
-	st, err := OpenStorage(m.dir, c.name, id, testLogger(c.t))
+	st, err := raftnode.OpenStorage(m.dir, c.name, id, testLogger(c.t))
 	if err != nil {
 		c.t.Fatalf("open storage of %s: %v", id, err)
 	}
-	cfg := Config{
+	cfg := raftnode.Config{
 		ClusterName: c.name, NodeID: id, InitialCluster: c.initial,
 		TickInterval: testTick, ElectionTicks: 10, HeartbeatTicks: 1,
 		DataDir: m.dir, Logger: testLogger(c.t),
@@ -159,7 +161,7 @@ func (c *testCluster) start(id string) *testMember {
 		c.tune(&cfg)
 	}
 	sm := &recordingSM{inner: fsm.New(c.name)}
-	n, err := NewNode(cfg, sm, st, c.net.Transport(id))
+	n, err := raftnode.NewNode(cfg, sm, st, c.net.Transport(id))
 	if err != nil {
 		_ = st.Close()
 		c.t.Fatalf("start %s: %v", id, err)
@@ -204,7 +206,7 @@ func (c *testCluster) ids() []string {
 	return ids
 }
 
-func (c *testCluster) node(id string) *Node {
+func (c *testCluster) node(id string) *raftnode.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m := c.members[id]; m != nil {
@@ -282,7 +284,7 @@ func (c *testCluster) converged(ids ...string) {
 			if s.AppliedIndex != s.CommitIndex {
 				return false
 			}
-			data, err := m.node.snapshotForTest()
+			data, err := m.node.SnapshotForTest()
 			if err != nil {
 				return false
 			}
@@ -296,12 +298,6 @@ func (c *testCluster) converged(ids ...string) {
 		}
 		return true
 	})
-}
-
-// snapshotForTest serializes the member's state machine; recordingSM
-// serializes it with the apply path.
-func (n *Node) snapshotForTest() ([]byte, error) {
-	return n.sm.Snapshot()
 }
 
 func payloads(cmds []appliedCommand) []string {
@@ -341,7 +337,7 @@ func TestClusterElectsOneLeader(t *testing.T) {
 		return true
 	})
 	for _, m := range c.node(leader).Status().Members {
-		if !m.GetReachable() || m.GetRaftId() != RaftID(m.GetId()) || m.GetRaftAddr() != "mem://"+m.GetId() || m.GetAdminAddr() != "admin://"+m.GetId() {
+		if !m.GetReachable() || m.GetRaftId() != raftnode.RaftID(m.GetId()) || m.GetRaftAddr() != "mem://"+m.GetId() || m.GetAdminAddr() != "admin://"+m.GetId() {
 			t.Fatalf("leader's view of %s: %v", m.GetId(), m)
 		}
 	}
@@ -409,7 +405,7 @@ func TestClusterLeaderPartitionedAwayStepsDown(t *testing.T) {
 }
 
 func TestClusterSnapshotCatchUp(t *testing.T) {
-	c := newTestCluster(t, func(cfg *Config) {
+	c := newTestCluster(t, func(cfg *raftnode.Config) {
 		cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 20, 5
 	}, "c1", "c2", "c3")
 	leader := c.leaderAmong("c1", "c2", "c3")
@@ -433,7 +429,7 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	}
 	c.start(lagging)
 	c.converged(c.ids()...)
-	if got := c.net.SnapshotsReceived(lagging); got == 0 || c.node(lagging).snapshotsApplied.Load() == 0 {
+	if got := c.net.SnapshotsReceived(lagging); got == 0 || c.node(lagging).SnapshotsApplied() == 0 {
 		t.Fatalf("%s caught up without a snapshot (%d delivered)", lagging, got)
 	}
 	// After the snapshot the member applies new entries normally.
@@ -443,7 +439,7 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 
 // lastIndexOnDisk reads the last log index of a stopped member.
 func (c *testCluster) lastIndexOnDisk(id string) (uint64, error) {
-	st, err := OpenStorage(c.member(id).dir, c.name, id, testLogger(c.t))
+	st, err := raftnode.OpenStorage(c.member(id).dir, c.name, id, testLogger(c.t))
 	if err != nil {
 		return 0, err
 	}
@@ -465,7 +461,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	if err := c.node(leader).AddMember(ctx, &waldenv1.MemberContext{Id: "c4", RaftAddr: "mem://c4", AdminAddr: "admin://c4"}); err != nil {
 		t.Fatalf("add c4: %v", err)
 	}
-	if err := c.node(leader).AddMember(ctx, &waldenv1.MemberContext{Id: "c4", RaftAddr: "mem://c4"}); !errors.Is(err, ErrMemberExists) {
+	if err := c.node(leader).AddMember(ctx, &waldenv1.MemberContext{Id: "c4", RaftAddr: "mem://c4"}); !errors.Is(err, raftnode.ErrMemberExists) {
 		t.Fatalf("adding c4 twice: %v", err)
 	}
 	// Until c4 runs and catches up it stays a learner.
@@ -480,7 +476,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	}
 	c.start("c4")
 	waitFor(t, testDeadline, "c4 promoted to voter", func() bool {
-		voter, learner := c.node(leader).role(RaftID("c4"))
+		voter, learner := c.node(leader).Role(raftnode.RaftID("c4"))
 		return voter && !learner
 	})
 	c.converged("c1", "c2", "c3", "c4")
@@ -495,7 +491,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	}
 
 	// Remove the leader itself: it stops, the others elect a new leader.
-	if err := c.node(leader).RemoveMember(ctx, leader); err != nil && !errors.Is(err, ErrStopped) {
+	if err := c.node(leader).RemoveMember(ctx, leader); err != nil && !errors.Is(err, raftnode.ErrStopped) {
 		t.Fatalf("remove %s: %v", leader, err)
 	}
 	select {
@@ -516,7 +512,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	if s := c.node(newLeader).Status(); len(s.Members) != 3 {
 		t.Fatalf("members after removal: %v", s.Members)
 	}
-	if err := c.node(newLeader).RemoveMember(ctx, leader); !errors.Is(err, ErrUnknownMember) {
+	if err := c.node(newLeader).RemoveMember(ctx, leader); !errors.Is(err, raftnode.ErrUnknownMember) {
 		t.Fatalf("removing %s twice: %v", leader, err)
 	}
 
@@ -547,7 +543,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 }
 
 func TestClusterRestartAllFromDisk(t *testing.T) {
-	c := newTestCluster(t, func(cfg *Config) {
+	c := newTestCluster(t, func(cfg *raftnode.Config) {
 		cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 15, 5
 	}, "c1", "c2", "c3")
 	leader := c.leaderAmong("c1", "c2", "c3")
@@ -555,7 +551,7 @@ func TestClusterRestartAllFromDisk(t *testing.T) {
 		c.mustPropose(leader, fmt.Sprintf("p%d", i))
 	}
 	c.converged(c.ids()...)
-	before, err := c.node(leader).snapshotForTest()
+	before, err := c.node(leader).SnapshotForTest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +572,7 @@ func TestClusterRestartAllFromDisk(t *testing.T) {
 	})
 	got := new(waldenv1.StateSnapshot)
 	want := new(waldenv1.StateSnapshot)
-	data, _ := c.node("c1").snapshotForTest()
+	data, _ := c.node("c1").SnapshotForTest()
 	if err := proto.Unmarshal(data, got); err != nil {
 		t.Fatal(err)
 	}
@@ -671,10 +667,10 @@ func TestProposeWithoutLeaderFailsFast(t *testing.T) {
 	time.Sleep(30 * testTick)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := n.Propose(ctx, noop("x")); !errors.Is(err, ErrNoLeader) {
+	if _, err := n.Propose(ctx, noop("x")); !errors.Is(err, raftnode.ErrNoLeader) {
 		t.Fatalf("Propose without leader: %v, want ErrNoLeader", err)
 	}
-	if err := n.LinearizableRead(ctx); !errors.Is(err, ErrNoLeader) {
+	if err := n.LinearizableRead(ctx); !errors.Is(err, raftnode.ErrNoLeader) {
 		t.Fatalf("LinearizableRead without leader: %v, want ErrNoLeader", err)
 	}
 	if n.Ready() {
@@ -709,7 +705,7 @@ func TestClusterLinearizableReadAndTransfer(t *testing.T) {
 	}
 	c.net.Heal()
 
-	if err := c.node(follower).TransferLeadership(ctx, follower); !errors.Is(err, ErrNotLeader) {
+	if err := c.node(follower).TransferLeadership(ctx, follower); !errors.Is(err, raftnode.ErrNotLeader) {
 		t.Fatalf("transfer on a follower: %v, want ErrNotLeader", err)
 	}
 	if err := c.node(leader).TransferLeadership(ctx, follower); err != nil {
@@ -735,17 +731,17 @@ func TestGRPCTransportCluster(t *testing.T) {
 		listeners[id] = lis
 		initial = append(initial, &waldenv1.MemberContext{Id: id, RaftAddr: lis.Addr().String()})
 	}
-	nodes := make(map[string]*Node)
+	nodes := make(map[string]*raftnode.Node)
 	for _, id := range ids {
-		tr := NewGRPCTransport(GRPCTransportConfig{ClusterName: "demo", NodeID: id, Logger: testLogger(t)})
-		srv := grpc.NewServer(ServerOptions()...)
+		tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{ClusterName: "demo", NodeID: id, Logger: testLogger(t)})
+		srv := grpc.NewServer(raftnode.ServerOptions()...)
 		tr.Register(srv)
 		go func() { _ = srv.Serve(listeners[id]) }()
-		st, err := OpenStorage(filepath.Join(t.TempDir(), id), "demo", id, testLogger(t))
+		st, err := raftnode.OpenStorage(filepath.Join(t.TempDir(), id), "demo", id, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := NewNode(Config{
+		n, err := raftnode.NewNode(raftnode.Config{
 			ClusterName: "demo", NodeID: id, InitialCluster: initial,
 			TickInterval: testTick, Logger: testLogger(t),
 		}, fsm.New("demo"), st, tr)
@@ -819,7 +815,7 @@ func TestGRPCTransportCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, _ := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(RaftID("x9")), To: new(RaftID("g1"))})
+	msg, _ := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(raftnode.RaftID("x9")), To: new(raftnode.RaftID("g1"))})
 	_ = stream.Send(&waldenv1.RaftFrame{ClusterName: "other", FromId: "x9", Message: msg})
 	if _, err := stream.CloseAndRecv(); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("frame of another cluster: %v, want PermissionDenied", err)

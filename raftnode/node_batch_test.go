@@ -1,4 +1,4 @@
-package raftnode
+package raftnode_test
 
 import (
 	"fmt"

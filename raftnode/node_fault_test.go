@@ -1,4 +1,4 @@
-package raftnode
+package raftnode_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
 )
 
 // waitStopped waits until member id stopped on its own and returns the
@@ -43,11 +44,11 @@ func TestUndecodableEntryStopsTheMember(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	index := c.node(leader).Status().CommitIndex + 1
-	if err := c.node(leader).raft.Propose(ctx, []byte{0xff, 0xff, 0xff}); err != nil {
+	if err := c.node(leader).RaftProposeForTest(ctx, []byte{0xff, 0xff, 0xff}); err != nil {
 		t.Fatal(err)
 	}
 	err := c.waitStopped(leader)
-	if !errors.Is(err, ErrCorruptEntry) {
+	if !errors.Is(err, raftnode.ErrCorruptEntry) {
 		t.Fatalf("%s stopped with %v, want ErrCorruptEntry", leader, err)
 	}
 	for _, want := range []string{fmt.Sprintf("raft entry %d ", index), c.member(leader).dir, "member remove " + leader} {
@@ -59,7 +60,7 @@ func TestUndecodableEntryStopsTheMember(t *testing.T) {
 		if got := c.member(id).sm.AppliedIndex(); got >= index {
 			t.Errorf("%s applied index %d, at or beyond the undecodable entry %d", id, got, index)
 		}
-		if err := c.node(id).Err(); err != nil && !errors.Is(err, ErrCorruptEntry) {
+		if err := c.node(id).Err(); err != nil && !errors.Is(err, raftnode.ErrCorruptEntry) {
 			t.Errorf("%s stopped with %v", id, err)
 		}
 	}
@@ -93,7 +94,7 @@ func replaceDir(t *testing.T, dir, from string) {
 func TestLogWentBackwardsIsRefused(t *testing.T) {
 	// The leader must keep what the follower acknowledged: a slow election
 	// timeout (1 s) keeps a loaded machine from changing leaders meanwhile.
-	c := newTestCluster(t, func(cfg *Config) { cfg.ElectionTicks = 100 }, "c1", "c2", "c3")
+	c := newTestCluster(t, func(cfg *raftnode.Config) { cfg.ElectionTicks = 100 }, "c1", "c2", "c3")
 	leader := c.leaderAmong("c1", "c2", "c3")
 	follower := "c3"
 	if leader == follower {
@@ -117,7 +118,7 @@ func TestLogWentBackwardsIsRefused(t *testing.T) {
 		replaceDir(t, c.member(follower).dir, tc.from)
 		c.start(follower)
 		err := c.waitStopped(follower)
-		if !errors.Is(err, ErrLogWentBackwards) {
+		if !errors.Is(err, raftnode.ErrLogWentBackwards) {
 			t.Fatalf("%s: %s stopped with %v, want ErrLogWentBackwards", tc.name, follower, err)
 		}
 		for _, want := range []string{c.member(follower).dir, "member remove " + follower, "member add " + follower} {

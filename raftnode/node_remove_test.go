@@ -1,10 +1,11 @@
-package raftnode
+package raftnode_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+	"walden/raftnode"
 )
 
 // The leader of a two-voter cluster removes itself. The removal is
@@ -22,7 +23,7 @@ func TestClusterLeaderRemovesItselfFromTwoVoters(t *testing.T) {
 			survivor = "c2"
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := c.node(leader).RemoveMember(ctx, leader); err != nil && !errors.Is(err, ErrStopped) {
+		if err := c.node(leader).RemoveMember(ctx, leader); err != nil && !errors.Is(err, raftnode.ErrStopped) {
 			cancel()
 			t.Fatalf("round %d: remove %s: %v", round, leader, err)
 		}
@@ -37,7 +38,7 @@ func TestClusterLeaderRemovesItselfFromTwoVoters(t *testing.T) {
 			t.Fatalf("round %d: leader %q, want %q", round, got, survivor)
 		}
 		c.mustPropose(survivor, "after")
-		if voter, _ := c.node(survivor).role(RaftID(leader)); voter {
+		if voter, _ := c.node(survivor).Role(raftnode.RaftID(leader)); voter {
 			t.Fatalf("round %d: %s still a voter on %s", round, leader, survivor)
 		}
 		c.stopAll()

@@ -1,4 +1,4 @@
-package raftnode
+package raftnode_test
 
 import (
 	"context"
@@ -13,11 +13,13 @@ import (
 
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
+	"walden/raftnode/raftnodetest"
 )
 
-func noopCount(t *testing.T, n *Node) uint64 {
+func noopCount(t *testing.T, n *raftnode.Node) uint64 {
 	t.Helper()
-	data, err := n.snapshotForTest()
+	data, err := n.SnapshotForTest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func noopCount(t *testing.T, n *Node) uint64 {
 // itself, keeps every entry it had (the uncommitted tail included), serves
 // writes, and takes a new member again.
 func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
-	c := newTestCluster(t, func(cfg *Config) { cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 15, 5 }, "c1", "c2", "c3")
+	c := newTestCluster(t, func(cfg *raftnode.Config) { cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 15, 5 }, "c1", "c2", "c3")
 	leader := c.leaderAmong("c1", "c2", "c3")
 	for i := range 40 {
 		c.mustPropose(leader, fmt.Sprintf("p%d", i))
@@ -42,11 +44,11 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 	c.stopAll()
 
 	dir := c.member("c2").dir
-	st, err := OpenStorage(dir, c.name, "c2", testLogger(t))
+	st, err := raftnode.OpenStorage(dir, c.name, "c2", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed, err := ForceNewCluster(st, "c2")
+	removed, err := raftnode.ForceNewCluster(st, "c2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 		t.Fatalf("removed %x, want c1 and c3", removed)
 	}
 	// A second run finds the member alone and changes nothing.
-	if again, err := ForceNewCluster(st, "c2"); err != nil || len(again) != 0 {
+	if again, err := raftnode.ForceNewCluster(st, "c2"); err != nil || len(again) != 0 {
 		t.Fatalf("second run: %x %v", again, err)
 	}
 	if err := st.Close(); err != nil {
@@ -82,7 +84,7 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 // TestForceNewClusterRefusesANonVoter: a member that is not a voter of its
 // log (here: an empty log) cannot become the only one.
 func TestForceNewClusterRefusesANonVoter(t *testing.T) {
-	if _, err := ForceNewCluster(newMemStorage(), "c1"); !errors.Is(err, ErrNotVoterInLog) {
+	if _, err := raftnode.ForceNewCluster(raftnodetest.NewMemStorage(), "c1"); !errors.Is(err, raftnode.ErrNotVoterInLog) {
 		t.Fatalf("empty log: %v, want ErrNotVoterInLog", err)
 	}
 }
@@ -96,7 +98,7 @@ func TestWriteRestoredState(t *testing.T) {
 	for i := range 7 {
 		src.mustPropose("a1", fmt.Sprintf("p%d", i))
 	}
-	data, err := src.node("a1").snapshotForTest()
+	data, err := src.node("a1").SnapshotForTest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func TestWriteRestoredState(t *testing.T) {
 	snap.ClusterName = c.name
 	snap.Members = nil
 	for _, m := range c.initial {
-		snap.Members = append(snap.Members, &waldenv1.Member{Id: m.GetId(), RaftId: RaftID(m.GetId()), RaftAddr: m.GetRaftAddr(), AdminAddr: m.GetAdminAddr()})
+		snap.Members = append(snap.Members, &waldenv1.Member{Id: m.GetId(), RaftId: raftnode.RaftID(m.GetId()), RaftAddr: m.GetRaftAddr(), AdminAddr: m.GetAdminAddr()})
 	}
 	data, err = proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {
@@ -124,14 +126,14 @@ func TestWriteRestoredState(t *testing.T) {
 	}
 	for _, id := range []string{"c1", "c2", "c3"} {
 		dir := filepath.Join(t.TempDir(), id)
-		st, err := OpenStorage(dir, c.name, id, testLogger(t))
+		st, err := raftnode.OpenStorage(dir, c.name, id, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteRestoredState(st, index, c.initial, data); err != nil {
+		if err := raftnode.WriteRestoredState(st, index, c.initial, data); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteRestoredState(st, index, c.initial, data); !errors.Is(err, ErrStorageNotEmpty) {
+		if err := raftnode.WriteRestoredState(st, index, c.initial, data); !errors.Is(err, raftnode.ErrStorageNotEmpty) {
 			t.Fatalf("second restore into the same storage: %v", err)
 		}
 		if err := st.Close(); err != nil {
@@ -189,7 +191,7 @@ func TestReaddedMemberKeepsRunning(t *testing.T) {
 	c.mu.Unlock()
 	c.start(other)
 	waitFor(t, testDeadline, other+" promoted to voter", func() bool {
-		voter, _ := c.node(leader).role(RaftID(other))
+		voter, _ := c.node(leader).Role(raftnode.RaftID(other))
 		return voter
 	})
 	// A member that applied its own removal stops two election timeouts
@@ -197,7 +199,7 @@ func TestReaddedMemberKeepsRunning(t *testing.T) {
 	select {
 	case <-c.node(other).Done():
 		t.Fatalf("%s stopped after it was added again", other)
-	case <-time.After(4 * c.node(other).electionTimeout()):
+	case <-time.After(4 * c.node(other).ElectionTimeout()):
 	}
 	c.mustPropose(leader, "after")
 	c.converged(c.ids()...)

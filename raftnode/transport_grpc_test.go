@@ -1,4 +1,4 @@
-package raftnode
+package raftnode_test
 
 import (
 	"context"
@@ -20,14 +20,16 @@ import (
 
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
+	"walden/raftnode/raftnodetest"
 )
 
 // grpcEndpoint is one transport served on a loopback port.
 type grpcEndpoint struct {
 	addr string
-	tr   *GRPCTransport
+	tr   *raftnode.GRPCTransport
 	srv  *grpc.Server
-	h    *recordingHandler
+	h    *raftnodetest.RecordingHandler
 }
 
 func serveTransport(t *testing.T, cluster, id, addr string) *grpcEndpoint {
@@ -41,9 +43,9 @@ func serveTransport(t *testing.T, cluster, id, addr string) *grpcEndpoint {
 	}
 	e := &grpcEndpoint{
 		addr: lis.Addr().String(),
-		tr:   NewGRPCTransport(GRPCTransportConfig{ClusterName: cluster, NodeID: id, Logger: testLogger(t), MaxBackoff: 50 * time.Millisecond}),
-		srv:  grpc.NewServer(ServerOptions()...),
-		h:    newRecordingHandler(),
+		tr:   raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{ClusterName: cluster, NodeID: id, Logger: testLogger(t), MaxBackoff: 50 * time.Millisecond}),
+		srv:  grpc.NewServer(raftnode.ServerOptions()...),
+		h:    raftnodetest.NewRecordingHandler(),
 	}
 	e.tr.Register(e.srv)
 	if err := e.tr.Start(e.h); err != nil {
@@ -60,63 +62,63 @@ func (e *grpcEndpoint) stop() {
 }
 
 func appFrom(from, to string, index uint64) *raftpb.Message {
-	return &raftpb.Message{Type: raftpb.MsgApp.Enum(), From: new(RaftID(from)), To: new(RaftID(to)), Index: new(index)}
+	return &raftpb.Message{Type: raftpb.MsgApp.Enum(), From: new(raftnode.RaftID(from)), To: new(raftnode.RaftID(to)), Index: new(index)}
 }
 
 func TestGRPCTransportDeliversInOrderAndReconnects(t *testing.T) {
 	a := serveTransport(t, "demo", "a", "")
 	b := serveTransport(t, "demo", "b", "")
-	a.tr.AddPeer(RaftID("b"), b.addr)
+	a.tr.AddPeer(raftnode.RaftID("b"), b.addr)
 	for i := range 100 {
 		a.tr.Send([]*raftpb.Message{appFrom("a", "b", uint64(i))})
 	}
-	waitFor(t, 10*time.Second, "100 deliveries", func() bool { n, _, _ := b.h.counts(); return n == 100 })
+	waitFor(t, 10*time.Second, "100 deliveries", func() bool { n, _, _ := b.h.Counts(); return n == 100 })
 	if want := func() []uint64 {
 		var w []uint64
 		for i := range 100 {
 			w = append(w, uint64(i))
 		}
 		return w
-	}(); !slices.Equal(b.h.indexes(), want) {
-		t.Fatalf("deliveries out of order: %v", b.h.indexes())
+	}(); !slices.Equal(b.h.Indexes(), want) {
+		t.Fatalf("deliveries out of order: %v", b.h.Indexes())
 	}
-	waitFor(t, 5*time.Second, "b reachable", func() bool { return a.tr.Reachable(RaftID("b")) })
+	waitFor(t, 5*time.Second, "b reachable", func() bool { return a.tr.Reachable(raftnode.RaftID("b")) })
 
 	// b goes down: sends fail and are reported, b becomes unreachable.
 	b.stop()
 	waitFor(t, 10*time.Second, "unreachable reports while b is down", func() bool {
 		a.tr.Send([]*raftpb.Message{appFrom("a", "b", 1000)})
-		_, u, _ := a.h.counts()
-		return u[RaftID("b")] > 0 && !a.tr.Reachable(RaftID("b"))
+		_, u, _ := a.h.Counts()
+		return u[raftnode.RaftID("b")] > 0 && !a.tr.Reachable(raftnode.RaftID("b"))
 	})
 
 	// b comes back on the same address: the stream is reopened.
 	b2 := serveTransport(t, "demo", "b", b.addr)
 	waitFor(t, 10*time.Second, "delivery after b restarted", func() bool {
 		a.tr.Send([]*raftpb.Message{appFrom("a", "b", 2000)})
-		n, _, _ := b2.h.counts()
-		return n > 0 && a.tr.Reachable(RaftID("b"))
+		n, _, _ := b2.h.Counts()
+		return n > 0 && a.tr.Reachable(raftnode.RaftID("b"))
 	})
 }
 
 func TestGRPCTransportSnapshotReports(t *testing.T) {
 	a := serveTransport(t, "demo", "a", "")
 	b := serveTransport(t, "demo", "b", "")
-	a.tr.AddPeer(RaftID("b"), b.addr)
-	snap := &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: new(RaftID("a")), To: new(RaftID("b")),
+	a.tr.AddPeer(raftnode.RaftID("b"), b.addr)
+	snap := &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: new(raftnode.RaftID("a")), To: new(raftnode.RaftID("b")),
 		Snapshot: &raftpb.Snapshot{Data: make([]byte, 8<<20), Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(2))}}}
 	a.tr.Send([]*raftpb.Message{snap})
 	waitFor(t, 10*time.Second, "snapshot delivered and reported", func() bool {
-		n, _, _ := b.h.counts()
-		_, _, s := a.h.counts()
+		n, _, _ := b.h.Counts()
+		_, _, s := a.h.Counts()
 		return n == 1 && s[raft.SnapshotFinish] == 1
 	})
 
 	// A snapshot to an unknown peer fails at once.
-	a.tr.Send([]*raftpb.Message{{Type: raftpb.MsgSnap.Enum(), From: new(RaftID("a")), To: new(RaftID("zz")), Snapshot: snap.GetSnapshot()}})
+	a.tr.Send([]*raftpb.Message{{Type: raftpb.MsgSnap.Enum(), From: new(raftnode.RaftID("a")), To: new(raftnode.RaftID("zz")), Snapshot: snap.GetSnapshot()}})
 	waitFor(t, 5*time.Second, "snapshot failure for unknown peer", func() bool {
-		_, u, s := a.h.counts()
-		return s[raft.SnapshotFailure] == 1 && u[RaftID("zz")] == 1
+		_, u, s := a.h.Counts()
+		return s[raft.SnapshotFailure] == 1 && u[raftnode.RaftID("zz")] == 1
 	})
 }
 
@@ -156,7 +158,7 @@ func TestGRPCTransportRefusesForeignFrames(t *testing.T) {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
 		}
 	}
-	if n, _, _ := b.h.counts(); n != 1 {
+	if n, _, _ := b.h.Counts(); n != 1 {
 		t.Fatalf("%d frames stepped, want only the valid one", n)
 	}
 }
@@ -183,7 +185,7 @@ func BenchmarkGRPCCluster3(b *testing.B) {
 
 const benchFor = 2 * time.Second
 
-func startGRPCBenchCluster(b *testing.B) []*Node {
+func startGRPCBenchCluster(b *testing.B) []*raftnode.Node {
 	b.Helper()
 	ids := []string{"b1", "b2", "b3"}
 	var initial []*waldenv1.MemberContext
@@ -196,19 +198,19 @@ func startGRPCBenchCluster(b *testing.B) []*Node {
 		lis[i] = l
 		initial = append(initial, &waldenv1.MemberContext{Id: id, RaftAddr: l.Addr().String()})
 	}
-	var nodes []*Node
+	var nodes []*raftnode.Node
 	for i, id := range ids {
-		tr := NewGRPCTransport(GRPCTransportConfig{ClusterName: "bench", NodeID: id, Logger: testLogger(b)})
-		srv := grpc.NewServer(ServerOptions()...)
+		tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{ClusterName: "bench", NodeID: id, Logger: testLogger(b)})
+		srv := grpc.NewServer(raftnode.ServerOptions()...)
 		tr.Register(srv)
 		go func() { _ = srv.Serve(lis[i]) }()
-		st, err := OpenStorage(filepath.Join(b.TempDir(), id), "bench", id, testLogger(b))
+		st, err := raftnode.OpenStorage(filepath.Join(b.TempDir(), id), "bench", id, testLogger(b))
 		if err != nil {
 			b.Fatal(err)
 		}
 		// Production timings (100ms ticks, 1s election timeout): a loaded
 		// machine must not cause leader changes during the run.
-		n, err := NewNode(Config{ClusterName: "bench", NodeID: id, InitialCluster: initial,
+		n, err := raftnode.NewNode(raftnode.Config{ClusterName: "bench", NodeID: id, InitialCluster: initial,
 			Logger: testLogger(b)}, fsm.New("bench"), st, tr)
 		if err != nil {
 			b.Fatal(err)
@@ -219,9 +221,9 @@ func startGRPCBenchCluster(b *testing.B) []*Node {
 	return nodes
 }
 
-func waitGRPCLeader(b *testing.B, nodes []*Node) *Node {
+func waitGRPCLeader(b *testing.B, nodes []*raftnode.Node) *raftnode.Node {
 	b.Helper()
-	var leader *Node
+	var leader *raftnode.Node
 	waitFor(b, 10*time.Second, "a leader", func() bool {
 		for _, n := range nodes {
 			if n.IsLeader() && n.Ready() {
@@ -237,7 +239,7 @@ func waitGRPCLeader(b *testing.B, nodes []*Node) *Node {
 // runProposals proposes from conc goroutines through n for d and returns
 // the rate, the p50 and p99 latencies, the number of proposals and the
 // number that failed (a leader change on a loaded machine fails a few).
-func runProposals(b *testing.B, n *Node, conc, payload int, d time.Duration) (float64, time.Duration, time.Duration, int, int) {
+func runProposals(b *testing.B, n *raftnode.Node, conc, payload int, d time.Duration) (float64, time.Duration, time.Duration, int, int) {
 	b.Helper()
 	data := make([]byte, payload)
 	var mu sync.Mutex
@@ -289,9 +291,9 @@ type grpcCluster struct {
 }
 
 type grpcMember struct {
-	node *Node
+	node *raftnode.Node
 	srv  *grpc.Server
-	st   *DiskStorage
+	st   *raftnode.DiskStorage
 }
 
 func newGRPCCluster(t *testing.T, ids ...string) *grpcCluster {
@@ -332,15 +334,15 @@ func (c *grpcCluster) start(id string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	tr := NewGRPCTransport(GRPCTransportConfig{ClusterName: "demo", NodeID: id, Logger: testLogger(c.t), MaxBackoff: 100 * time.Millisecond})
-	srv := grpc.NewServer(ServerOptions()...)
+	tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{ClusterName: "demo", NodeID: id, Logger: testLogger(c.t), MaxBackoff: 100 * time.Millisecond})
+	srv := grpc.NewServer(raftnode.ServerOptions()...)
 	tr.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
-	st, err := OpenStorage(c.dirs[id], "demo", id, testLogger(c.t))
+	st, err := raftnode.OpenStorage(c.dirs[id], "demo", id, testLogger(c.t))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	n, err := NewNode(Config{
+	n, err := raftnode.NewNode(raftnode.Config{
 		ClusterName: "demo", NodeID: id, InitialCluster: c.initial, TickInterval: testTick,
 		SnapshotCount: 20, SnapshotCatchUpEntries: 5, Logger: testLogger(c.t),
 	}, fsm.New("demo"), st, tr)
@@ -409,7 +411,7 @@ func TestGRPCClusterMemberCatchesUpBySnapshot(t *testing.T) {
 		s := c.running[lagging].node.Status()
 		return s.AppliedIndex >= want && s.LeaderID == leader
 	})
-	if got := c.running[lagging].node.snapshotsApplied.Load(); got == 0 {
+	if got := c.running[lagging].node.SnapshotsApplied(); got == 0 {
 		t.Fatalf("%s caught up without a snapshot from the leader", lagging)
 	}
 	res, err := c.running[lagging].node.Propose(ctx, noop("after"))

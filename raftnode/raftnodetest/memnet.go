@@ -1,4 +1,4 @@
-package raftnode
+package raftnodetest
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"walden/raftnode"
 )
 
 // Network is an in-memory network for tests: it hands out one Transport per
@@ -35,6 +37,8 @@ type Network struct {
 	dropped    int
 }
 
+var _ raftnode.Transport = (*MemTransport)(nil)
+
 type memLink struct{ from, to uint64 }
 
 type memDelay struct{ d, jitter time.Duration }
@@ -60,7 +64,7 @@ func NewNetwork(seed int64) *Network {
 func (nw *Network) Transport(memberID string) *MemTransport {
 	t := &MemTransport{
 		nw:    nw,
-		id:    RaftID(memberID),
+		id:    raftnode.RaftID(memberID),
 		peers: make(map[uint64]*memPeer),
 		done:  make(chan struct{}),
 	}
@@ -78,10 +82,10 @@ func (nw *Network) Transport(memberID string) *MemTransport {
 func linkOf(from, to string) memLink {
 	l := memLink{}
 	if from != wildcard {
-		l.from = RaftID(from)
+		l.from = raftnode.RaftID(from)
 	}
 	if to != wildcard {
-		l.to = RaftID(to)
+		l.to = raftnode.RaftID(to)
 	}
 	return l
 }
@@ -118,7 +122,7 @@ func (nw *Network) Partition(groups ...[]string) {
 	nw.groups = make(map[uint64]int)
 	for i, g := range groups {
 		for _, id := range g {
-			nw.groups[RaftID(id)] = i + 1
+			nw.groups[raftnode.RaftID(id)] = i + 1
 		}
 	}
 }
@@ -127,7 +131,7 @@ func (nw *Network) Partition(groups ...[]string) {
 func (nw *Network) Isolate(memberID string) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
-	nw.isolated[RaftID(memberID)] = true
+	nw.isolated[raftnode.RaftID(memberID)] = true
 }
 
 // Heal removes every fault: partitions, isolation, drops and delays.
@@ -144,7 +148,7 @@ func (nw *Network) Heal() {
 func (nw *Network) SnapshotsReceived(memberID string) int {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
-	return nw.snapshots[RaftID(memberID)]
+	return nw.snapshots[raftnode.RaftID(memberID)]
 }
 
 // Counts returns the number of messages delivered and dropped so far.
@@ -182,7 +186,7 @@ type MemTransport struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	handler Handler
+	handler raftnode.Handler
 	peers   map[uint64]*memPeer
 	closed  bool
 	wg      sync.WaitGroup
@@ -204,14 +208,14 @@ type memEnvelope struct {
 const memQueueSize = 4096
 
 // Start begins delivering messages to h.
-func (t *MemTransport) Start(h Handler) error {
+func (t *MemTransport) Start(h raftnode.Handler) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.handler = h
 	return nil
 }
 
-func (t *MemTransport) handlerOf() Handler {
+func (t *MemTransport) handlerOf() raftnode.Handler {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
