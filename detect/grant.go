@@ -5,20 +5,18 @@ import (
 	"slices"
 	"time"
 
+	"walden/fsm"
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 )
 
 // RenewalState is what a coordinator reads of its applied state to grant a
-// lease renewal (package fsm's State).
+// lease renewal (package fsm's State): every voter grants every broker's
+// lease every lease_ttl/3, so it is one read under one lock that copies
+// nothing of the registry.
 type RenewalState interface {
-	Broker(id string) (*waldenv1.Broker, bool)
-	CheckBroker(brokerID string, epoch uint64, fo *waldenv1.FailoverContext) error
-	Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool)
-	Voters() []string
-	ConfIndex() uint64
-	Members() []*waldenv1.Member
+	Renewal(broker string, epoch uint64) (fsm.Renewal, error)
 }
 
 // Errors of Grant that are not refusals of the epoch.
@@ -39,31 +37,25 @@ var (
 // promised never to grant again). The answer names the voters, so the
 // agent knows whose grants count and where to renew.
 func Grant(st RenewalState, g *lease.Grantor, nodeID, broker string, epoch uint64) (*waldenv1.RenewLeaseResponse, error) {
-	if err := st.CheckBroker(broker, epoch, nil); err != nil {
+	r, err := st.Renewal(broker, epoch)
+	if err != nil {
 		return nil, err
 	}
-	p, _, seeded := st.Policy()
-	if !seeded {
+	if !r.Seeded {
 		return nil, ErrNotSeeded
 	}
-	voters := st.Voters()
-	if !slices.Contains(voters, nodeID) {
+	if !slices.ContainsFunc(r.Voters, func(v *waldenv1.Voter) bool { return v.GetId() == nodeID }) {
 		return nil, ErrNotVoter
 	}
-	b, _ := st.Broker(broker)
-	if fr := b.GetFailoverRequested(); fr != nil && fr.GetEpoch() == epoch {
+	if r.FailoverRequested {
 		return nil, fmt.Errorf("lease of broker %q at epoch %d not renewed: %w", broker, epoch, refusal.ErrFailoverRequested)
 	}
-	ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond
-	drift := time.Duration(p.GetDriftMarginMs()) * time.Millisecond
+	ttl := time.Duration(r.LeaseTTLMs) * time.Millisecond
+	drift := time.Duration(r.DriftMarginMs) * time.Millisecond
 	if err := g.Grant(lease.Key{Broker: broker, Epoch: epoch}, ttl, drift); err != nil {
 		return nil, err
 	}
-	resp := &waldenv1.RenewLeaseResponse{Epoch: epoch, LeaseTtlMs: p.GetLeaseTtlMs(), CoordinatorId: nodeID, ConfIndex: st.ConfIndex()}
-	for _, m := range st.Members() {
-		if slices.Contains(voters, m.GetId()) {
-			resp.Voters = append(resp.Voters, &waldenv1.Voter{Id: m.GetId(), AdminAddr: m.GetAdminAddr()})
-		}
-	}
-	return resp, nil
+	// The voters are shared with every other answer: gRPC only reads them.
+	return &waldenv1.RenewLeaseResponse{Epoch: epoch, LeaseTtlMs: r.LeaseTTLMs, CoordinatorId: nodeID,
+		ConfIndex: r.ConfIndex, Voters: r.Voters}, nil
 }

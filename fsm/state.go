@@ -86,6 +86,8 @@ type State struct {
 	changed chan struct{}
 	// watch is the log of recent changes that Watch streams (watch.go).
 	watch changeLog
+	// derived are views recomputed at every change (renewal.go).
+	derived derived
 }
 
 // New returns the empty state of the cluster clusterName.
@@ -111,6 +113,7 @@ func (s *State) reset() {
 	s.streamObjects = map[uint64][]string{}
 	s.producers = map[uint64]*producer.Table{}
 	s.jobs = map[string]*waldenv1.Job{}
+	s.deriveLocked()
 }
 
 // Changed returns a channel that is closed at the next apply (or restore)
@@ -124,8 +127,11 @@ func (s *State) Changed() <-chan struct{} {
 	return s.changed
 }
 
-// notifyLocked wakes the waiters of Changed.
+// notifyLocked recomputes the derived views and wakes the waiters of
+// Changed; every apply, membership change and restore that changes
+// anything calls it.
 func (s *State) notifyLocked() {
+	s.deriveLocked()
 	if s.changed != nil {
 		close(s.changed)
 		s.changed = nil

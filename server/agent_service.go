@@ -18,6 +18,7 @@ import (
 	"walden/authz"
 	"walden/config"
 	"walden/detect"
+	"walden/fsm"
 	"walden/gossip"
 	"walden/lease"
 	"walden/metrics"
@@ -44,6 +45,8 @@ type brokerState interface {
 	Members() []*waldenv1.Member
 	// Changed is closed at the next apply that changes anything.
 	Changed() <-chan struct{}
+	// Renewal is the read a lease grant makes (detect.Grant).
+	Renewal(broker string, epoch uint64) (fsm.Renewal, error)
 }
 
 // proposer replicates a command (raftnode.Node.Propose).
