@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	waldenv1 "walden/proto/walden/v1"
@@ -116,11 +115,11 @@ func (h *handler) ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), h.o.Timeout)
 }
 
-var marshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
-
-// raw encodes a proto message for embedding in a JSON document.
+// raw encodes a proto message for embedding in a JSON document, in the
+// JSON waldenctl -o json prints too (names such as "alive" in the fields
+// that have always carried them).
 func raw(m proto.Message) json.RawMessage {
-	b, err := marshal.Marshal(m)
+	b, err := waldenv1.MarshalJSON(m)
 	if err != nil {
 		return json.RawMessage("null")
 	}

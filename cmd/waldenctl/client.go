@@ -23,11 +23,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"walden/coordclient"
 	"walden/mtls"
+	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 )
 
@@ -270,7 +270,7 @@ func (c *cli) structured() bool { return c.output == outJSON || c.output == outY
 // calls table with an aligned tab writer.
 func (c *cli) print(msg proto.Message, table func(w io.Writer)) error {
 	if c.structured() {
-		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(msg)
+		b, err := waldenv1.MarshalJSON(msg)
 		if err != nil {
 			return fmt.Errorf("encode json: %w", err)
 		}

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
@@ -219,7 +218,7 @@ func (c *cli) pollEvents(ctx context.Context, broker string, f eventFilter, show
 
 func (c *cli) printEventLine(e *waldenv1.Event) error {
 	if c.structured() {
-		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(e)
+		b, err := waldenv1.MarshalJSON(e)
 		if err != nil {
 			return err
 		}

@@ -376,7 +376,7 @@ func (c *cli) watchOnce(ctx context.Context, req *waldenv1.WatchJobsRequest, sho
 
 func (c *cli) printJobChange(j *waldenv1.Job, now time.Time, rate float64, eta time.Duration) error {
 	if c.structured() {
-		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(j)
+		b, err := waldenv1.MarshalJSON(j)
 		if err != nil {
 			return err
 		}

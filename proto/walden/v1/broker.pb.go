@@ -81,7 +81,10 @@ func (x *WalLocation) GetPath() string {
 type Observation struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ObserverId string                 `protobuf:"bytes,1,opt,name=observer_id,json=observerId,proto3" json:"observer_id,omitempty"`
-	// state is "alive", "suspect" or "dead".
+	// Deprecated: read only from what an older walden wrote; see
+	// observation_state.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/broker.proto.
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// since_unix_ms is the proposer's wall clock when this state was
 	// proposed. For display only: decisions compare durations measured on the
@@ -102,9 +105,10 @@ type Observation struct {
 	// unheard_for_ms is how long the observer had not heard from the broker
 	// (no answered probe, no renewal) when it proposed the observation, on
 	// its own clock.
-	UnheardForMs  int64 `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UnheardForMs     int64            `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
+	ObservationState ObservationState `protobuf:"varint,9,opt,name=observation_state,json=observationState,proto3,enum=walden.v1.ObservationState" json:"observation_state,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Observation) Reset() {
@@ -144,6 +148,7 @@ func (x *Observation) GetObserverId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/broker.proto.
 func (x *Observation) GetState() string {
 	if x != nil {
 		return x.State
@@ -191,6 +196,13 @@ func (x *Observation) GetUnheardForMs() int64 {
 		return x.UnheardForMs
 	}
 	return 0
+}
+
+func (x *Observation) GetObservationState() ObservationState {
+	if x != nil {
+		return x.ObservationState
+	}
+	return ObservationState_OBSERVATION_STATE_UNSPECIFIED
 }
 
 // FailoverRequested is an operator's request to fail a broker over. Every
@@ -277,7 +289,10 @@ func (x *FailoverRequested) GetIndex() uint64 {
 type Broker struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	BrokerId string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	// state: see the list at the top of this file.
+	// Deprecated: read only from what an older walden wrote; see
+	// broker_state.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/broker.proto.
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// epoch is the broker's current fencing token. Every request of the broker
 	// carries it; tokens are issued only by raft commit and never reused.
@@ -341,8 +356,9 @@ type Broker struct {
 	// "lease", "frozen", "max_concurrent_recoveries", "cooldown",
 	// "dry_run_done" (empty when not answered by the leader, or nothing
 	// holds it).
-	Hold          string `protobuf:"bytes,26,opt,name=hold,proto3" json:"hold,omitempty"`
-	HoldDetail    string `protobuf:"bytes,27,opt,name=hold_detail,json=holdDetail,proto3" json:"hold_detail,omitempty"`
+	Hold          string      `protobuf:"bytes,26,opt,name=hold,proto3" json:"hold,omitempty"`
+	HoldDetail    string      `protobuf:"bytes,27,opt,name=hold_detail,json=holdDetail,proto3" json:"hold_detail,omitempty"`
+	BrokerState   BrokerState `protobuf:"varint,28,opt,name=broker_state,json=brokerState,proto3,enum=walden.v1.BrokerState" json:"broker_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +400,7 @@ func (x *Broker) GetBrokerId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/broker.proto.
 func (x *Broker) GetState() string {
 	if x != nil {
 		return x.State
@@ -566,6 +583,13 @@ func (x *Broker) GetHoldDetail() string {
 	return ""
 }
 
+func (x *Broker) GetBrokerState() BrokerState {
+	if x != nil {
+		return x.BrokerState
+	}
+	return BrokerState_BROKER_STATE_UNSPECIFIED
+}
+
 // Evidence is what a failover decision was based on. It is committed in the
 // decision entry and kept in the event log.
 type Evidence struct {
@@ -740,17 +764,19 @@ type Event struct {
 	// index is the raft index of the entry that produced the event.
 	Index  uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	UnixMs int64  `protobuf:"varint,2,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
-	// kind: "register", "observation", "decision", "dry_run", "freeze",
-	// "unfreeze", "cooldown", "policy", "maintenance", "ack", "lease",
-	// "job", "stream", "remove".
+	// Deprecated: read only from what an older walden wrote; see
+	// event_kind.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/broker.proto.
 	Kind     string    `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	BrokerId string    `protobuf:"bytes,4,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
 	Message  string    `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	Evidence *Evidence `protobuf:"bytes,6,opt,name=evidence,proto3" json:"evidence,omitempty"`
 	// actor is who caused the event: the identity (certificate name) that
 	// called the API, or the member that decided; "anonymous" when TLS is off.
-	Actor         string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
-	JobId         string `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Actor         string    `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	JobId         string    `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	EventKind     EventKind `protobuf:"varint,9,opt,name=event_kind,json=eventKind,proto3,enum=walden.v1.EventKind" json:"event_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -799,6 +825,7 @@ func (x *Event) GetUnixMs() int64 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in walden/v1/broker.proto.
 func (x *Event) GetKind() string {
 	if x != nil {
 		return x.Kind
@@ -839,6 +866,13 @@ func (x *Event) GetJobId() string {
 		return x.JobId
 	}
 	return ""
+}
+
+func (x *Event) GetEventKind() EventKind {
+	if x != nil {
+		return x.EventKind
+	}
+	return EventKind_EVENT_KIND_UNSPECIFIED
 }
 
 // Policy is the effective failover policy.
@@ -1171,8 +1205,12 @@ type ObserveBroker struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ObserverId string                 `protobuf:"bytes,1,opt,name=observer_id,json=observerId,proto3" json:"observer_id,omitempty"`
 	BrokerId   string                 `protobuf:"bytes,2,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	State      string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Reason     string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Deprecated: read only from entries an older walden wrote; see
+	// observation_state.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/broker.proto.
+	State  string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// epoch is the broker epoch observed; an observation of another epoch is
 	// refused (EPOCH_EXPIRED).
 	Epoch uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -1182,10 +1220,11 @@ type ObserveBroker struct {
 	// expected_index is the index of the observer's observation this one
 	// replaces (0: none); a mismatch is refused (STALE_OBSERVATION), so that a
 	// late proposal never overwrites a newer one.
-	ExpectedIndex uint64 `protobuf:"varint,7,opt,name=expected_index,json=expectedIndex,proto3" json:"expected_index,omitempty"`
-	UnheardForMs  int64  `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ExpectedIndex    uint64           `protobuf:"varint,7,opt,name=expected_index,json=expectedIndex,proto3" json:"expected_index,omitempty"`
+	UnheardForMs     int64            `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
+	ObservationState ObservationState `protobuf:"varint,9,opt,name=observation_state,json=observationState,proto3,enum=walden.v1.ObservationState" json:"observation_state,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ObserveBroker) Reset() {
@@ -1232,6 +1271,7 @@ func (x *ObserveBroker) GetBrokerId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/broker.proto.
 func (x *ObserveBroker) GetState() string {
 	if x != nil {
 		return x.State
@@ -1272,6 +1312,13 @@ func (x *ObserveBroker) GetUnheardForMs() int64 {
 		return x.UnheardForMs
 	}
 	return 0
+}
+
+func (x *ObserveBroker) GetObservationState() ObservationState {
+	if x != nil {
+		return x.ObservationState
+	}
+	return ObservationState_OBSERVATION_STATE_UNSPECIFIED
 }
 
 // DeclareFailed is the failover decision: applying it fences the broker
@@ -3174,29 +3221,30 @@ var File_walden_v1_broker_proto protoreflect.FileDescriptor
 
 const file_walden_v1_broker_proto_rawDesc = "" +
 	"\n" +
-	"\x16walden/v1/broker.proto\x12\twalden.v1\">\n" +
+	"\x16walden/v1/broker.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\">\n" +
 	"\vWalLocation\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\xf7\x01\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xc5\x02\n" +
 	"\vObservation\x12\x1f\n" +
 	"\vobserver_id\x18\x01 \x01(\tR\n" +
-	"observerId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\x12\"\n" +
+	"observerId\x12\x18\n" +
+	"\x05state\x18\x02 \x01(\tB\x02\x18\x01R\x05state\x12\"\n" +
 	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05index\x18\x05 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12#\n" +
 	"\rlease_expired\x18\a \x01(\bR\fleaseExpired\x12$\n" +
-	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\"\x86\x01\n" +
+	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\x12H\n" +
+	"\x11observation_state\x18\t \x01(\x0e2\x1b.walden.v1.ObservationStateR\x10observationState\"\x86\x01\n" +
 	"\x11FailoverRequested\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\"\xa6\b\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"\xe5\b\n" +
 	"\x06Broker\x12\x1b\n" +
-	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x18\n" +
+	"\x05state\x18\x02 \x01(\tB\x02\x18\x01R\x05state\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06fenced\x18\x04 \x01(\bR\x06fenced\x12 \n" +
 	"\vmaintenance\x18\x05 \x01(\bR\vmaintenance\x12,\n" +
@@ -3226,7 +3274,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\rlease_view_of\x18\x19 \x01(\tR\vleaseViewOf\x12\x12\n" +
 	"\x04hold\x18\x1a \x01(\tR\x04hold\x12\x1f\n" +
 	"\vhold_detail\x18\x1b \x01(\tR\n" +
-	"holdDetail\"\xa1\x04\n" +
+	"holdDetail\x129\n" +
+	"\fbroker_state\x18\x1c \x01(\x0e2\x16.walden.v1.BrokerStateR\vbrokerState\"\xa1\x04\n" +
 	"\bEvidence\x12:\n" +
 	"\fobservations\x18\x01 \x03(\v2\x16.walden.v1.ObservationR\fobservations\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12,\n" +
@@ -3243,16 +3292,18 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\"\n" +
 	"\rlease_wait_ms\x18\f \x01(\x03R\vleaseWaitMs\x12!\n" +
 	"\frequested_by\x18\r \x01(\tR\vrequestedBy\x12\x12\n" +
-	"\x04term\x18\x0e \x01(\x04R\x04term\"\xdf\x01\n" +
+	"\x04term\x18\x0e \x01(\x04R\x04term\"\x98\x02\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x17\n" +
-	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x12\n" +
-	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1b\n" +
+	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x16\n" +
+	"\x04kind\x18\x03 \x01(\tB\x02\x18\x01R\x04kind\x12\x1b\n" +
 	"\tbroker_id\x18\x04 \x01(\tR\bbrokerId\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12/\n" +
 	"\bevidence\x18\x06 \x01(\v2\x13.walden.v1.EvidenceR\bevidence\x12\x14\n" +
 	"\x05actor\x18\a \x01(\tR\x05actor\x12\x15\n" +
-	"\x06job_id\x18\b \x01(\tR\x05jobId\"\xfb\x02\n" +
+	"\x06job_id\x18\b \x01(\tR\x05jobId\x123\n" +
+	"\n" +
+	"event_kind\x18\t \x01(\x0e2\x14.walden.v1.EventKindR\teventKind\"\xfb\x02\n" +
 	"\x06Policy\x12,\n" +
 	"\x12failure_timeout_ms\x18\x01 \x01(\x03R\x10failureTimeoutMs\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12 \n" +
@@ -3282,17 +3333,18 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05actor\x18\x06 \x01(\tR\x05actor\"^\n" +
 	"\x14RegisterBrokerResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
-	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"\x83\x02\n" +
+	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"\xd1\x02\n" +
 	"\rObserveBroker\x12\x1f\n" +
 	"\vobserver_id\x18\x01 \x01(\tR\n" +
 	"observerId\x12\x1b\n" +
-	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x18\n" +
+	"\x05state\x18\x03 \x01(\tB\x02\x18\x01R\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12#\n" +
 	"\rlease_expired\x18\x06 \x01(\bR\fleaseExpired\x12%\n" +
 	"\x0eexpected_index\x18\a \x01(\x04R\rexpectedIndex\x12$\n" +
-	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\"\xc3\x01\n" +
+	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\x12H\n" +
+	"\x11observation_state\x18\t \x01(\x0e2\x1b.walden.v1.ObservationStateR\x10observationState\"\xc3\x01\n" +
 	"\rDeclareFailed\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12/\n" +
@@ -3504,59 +3556,66 @@ var file_walden_v1_broker_proto_goTypes = []any{
 	(*RemoveBroker)(nil),           // 42: walden.v1.RemoveBroker
 	nil,                            // 43: walden.v1.SetPolicy.SetEntry
 	nil,                            // 44: walden.v1.SetPolicyRequest.SetEntry
+	(ObservationState)(0),          // 45: walden.v1.ObservationState
+	(BrokerState)(0),               // 46: walden.v1.BrokerState
+	(EventKind)(0),                 // 47: walden.v1.EventKind
 }
 var file_walden_v1_broker_proto_depIdxs = []int32{
-	0,  // 0: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
-	1,  // 1: walden.v1.Broker.observations:type_name -> walden.v1.Observation
-	2,  // 2: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
-	1,  // 3: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
-	4,  // 4: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
-	0,  // 5: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
-	4,  // 6: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
-	43, // 7: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
-	6,  // 8: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
-	5,  // 9: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
-	0,  // 10: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
-	23, // 11: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
-	3,  // 12: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
-	3,  // 13: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
-	4,  // 14: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
-	3,  // 15: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
-	3,  // 16: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
-	5,  // 17: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
-	7,  // 18: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	6,  // 19: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	44, // 20: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
-	7,  // 21: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	6,  // 22: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	3,  // 23: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
-	19, // 24: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	21, // 25: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	24, // 26: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	26, // 27: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	28, // 28: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	30, // 29: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	32, // 30: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	34, // 31: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	36, // 32: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	38, // 33: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	40, // 34: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
-	20, // 35: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	22, // 36: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	25, // 37: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	27, // 38: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	29, // 39: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	31, // 40: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	33, // 41: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	35, // 42: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	37, // 43: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	39, // 44: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	41, // 45: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	45, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
+	0,  // 1: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
+	1,  // 2: walden.v1.Broker.observations:type_name -> walden.v1.Observation
+	2,  // 3: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
+	46, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
+	1,  // 5: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
+	4,  // 6: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
+	47, // 7: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
+	0,  // 8: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
+	45, // 9: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
+	4,  // 10: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
+	43, // 11: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
+	6,  // 12: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
+	5,  // 13: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
+	0,  // 14: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
+	23, // 15: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
+	3,  // 16: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
+	3,  // 17: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
+	4,  // 18: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
+	3,  // 19: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
+	3,  // 20: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
+	5,  // 21: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
+	7,  // 22: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	6,  // 23: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
+	44, // 24: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	7,  // 25: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	6,  // 26: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
+	3,  // 27: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
+	19, // 28: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	21, // 29: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	24, // 30: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	26, // 31: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	28, // 32: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	30, // 33: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	32, // 34: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	34, // 35: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	36, // 36: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	38, // 37: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	40, // 38: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
+	20, // 39: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	22, // 40: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	25, // 41: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	27, // 42: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	29, // 43: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	31, // 44: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	33, // 45: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	35, // 46: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	37, // 47: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	39, // 48: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	41, // 49: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
+	39, // [39:50] is the sub-list for method output_type
+	28, // [28:39] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
@@ -3564,6 +3623,7 @@ func file_walden_v1_broker_proto_init() {
 	if File_walden_v1_broker_proto != nil {
 		return
 	}
+	file_walden_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

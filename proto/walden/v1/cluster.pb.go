@@ -30,14 +30,20 @@ type Member struct {
 	RaftId    uint64 `protobuf:"varint,2,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`
 	RaftAddr  string `protobuf:"bytes,3,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	AdminAddr string `protobuf:"bytes,4,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
-	// role is "leader", "follower" or "learner".
+	// Deprecated: read only from what an older walden wrote; see
+	// member_role.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/cluster.proto.
 	Role string `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"`
 	// reachable says whether the answering member's transport currently
 	// reaches this member (always true for the answering member itself).
 	Reachable bool `protobuf:"varint,6,opt,name=reachable,proto3" json:"reachable,omitempty"`
 	// match_index is the leader's match index for this member; 0 when the
 	// answering member is not the leader.
-	MatchIndex    uint64 `protobuf:"varint,7,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
+	MatchIndex uint64 `protobuf:"varint,7,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
+	// member_role is leader, follower or learner in a member's status (voter
+	// or learner in the replicated state).
+	MemberRole    MemberRole `protobuf:"varint,8,opt,name=member_role,json=memberRole,proto3,enum=walden.v1.MemberRole" json:"member_role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -100,6 +106,7 @@ func (x *Member) GetAdminAddr() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/cluster.proto.
 func (x *Member) GetRole() string {
 	if x != nil {
 		return x.Role
@@ -119,6 +126,13 @@ func (x *Member) GetMatchIndex() uint64 {
 		return x.MatchIndex
 	}
 	return 0
+}
+
+func (x *Member) GetMemberRole() MemberRole {
+	if x != nil {
+		return x.MemberRole
+	}
+	return MemberRole_MEMBER_ROLE_UNSPECIFIED
 }
 
 type StatusRequest struct {
@@ -652,17 +666,19 @@ var File_walden_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17walden/v1/cluster.proto\x12\twalden.v1\"\xc0\x01\n" +
+	"\x17walden/v1/cluster.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xfc\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\araft_id\x18\x02 \x01(\x04R\x06raftId\x12\x1b\n" +
 	"\traft_addr\x18\x03 \x01(\tR\braftAddr\x12\x1d\n" +
 	"\n" +
-	"admin_addr\x18\x04 \x01(\tR\tadminAddr\x12\x12\n" +
-	"\x04role\x18\x05 \x01(\tR\x04role\x12\x1c\n" +
+	"admin_addr\x18\x04 \x01(\tR\tadminAddr\x12\x16\n" +
+	"\x04role\x18\x05 \x01(\tB\x02\x18\x01R\x04role\x12\x1c\n" +
 	"\treachable\x18\x06 \x01(\bR\treachable\x12\x1f\n" +
 	"\vmatch_index\x18\a \x01(\x04R\n" +
-	"matchIndex\"\x0f\n" +
+	"matchIndex\x126\n" +
+	"\vmember_role\x18\b \x01(\x0e2\x15.walden.v1.MemberRoleR\n" +
+	"memberRole\"\x0f\n" +
 	"\rStatusRequest\"\x91\x02\n" +
 	"\x0eStatusResponse\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x17\n" +
@@ -728,28 +744,30 @@ var file_walden_v1_cluster_proto_goTypes = []any{
 	(*MemberRemoveResponse)(nil),   // 8: walden.v1.MemberRemoveResponse
 	(*LeaderTransferRequest)(nil),  // 9: walden.v1.LeaderTransferRequest
 	(*LeaderTransferResponse)(nil), // 10: walden.v1.LeaderTransferResponse
+	(MemberRole)(0),                // 11: walden.v1.MemberRole
 }
 var file_walden_v1_cluster_proto_depIdxs = []int32{
-	0,  // 0: walden.v1.StatusResponse.members:type_name -> walden.v1.Member
-	0,  // 1: walden.v1.MemberListResponse.members:type_name -> walden.v1.Member
-	0,  // 2: walden.v1.MemberAddResponse.member:type_name -> walden.v1.Member
-	0,  // 3: walden.v1.MemberAddResponse.members:type_name -> walden.v1.Member
-	0,  // 4: walden.v1.MemberRemoveResponse.members:type_name -> walden.v1.Member
-	1,  // 5: walden.v1.Cluster.Status:input_type -> walden.v1.StatusRequest
-	3,  // 6: walden.v1.Cluster.MemberList:input_type -> walden.v1.MemberListRequest
-	5,  // 7: walden.v1.Cluster.MemberAdd:input_type -> walden.v1.MemberAddRequest
-	7,  // 8: walden.v1.Cluster.MemberRemove:input_type -> walden.v1.MemberRemoveRequest
-	9,  // 9: walden.v1.Cluster.LeaderTransfer:input_type -> walden.v1.LeaderTransferRequest
-	2,  // 10: walden.v1.Cluster.Status:output_type -> walden.v1.StatusResponse
-	4,  // 11: walden.v1.Cluster.MemberList:output_type -> walden.v1.MemberListResponse
-	6,  // 12: walden.v1.Cluster.MemberAdd:output_type -> walden.v1.MemberAddResponse
-	8,  // 13: walden.v1.Cluster.MemberRemove:output_type -> walden.v1.MemberRemoveResponse
-	10, // 14: walden.v1.Cluster.LeaderTransfer:output_type -> walden.v1.LeaderTransferResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	11, // 0: walden.v1.Member.member_role:type_name -> walden.v1.MemberRole
+	0,  // 1: walden.v1.StatusResponse.members:type_name -> walden.v1.Member
+	0,  // 2: walden.v1.MemberListResponse.members:type_name -> walden.v1.Member
+	0,  // 3: walden.v1.MemberAddResponse.member:type_name -> walden.v1.Member
+	0,  // 4: walden.v1.MemberAddResponse.members:type_name -> walden.v1.Member
+	0,  // 5: walden.v1.MemberRemoveResponse.members:type_name -> walden.v1.Member
+	1,  // 6: walden.v1.Cluster.Status:input_type -> walden.v1.StatusRequest
+	3,  // 7: walden.v1.Cluster.MemberList:input_type -> walden.v1.MemberListRequest
+	5,  // 8: walden.v1.Cluster.MemberAdd:input_type -> walden.v1.MemberAddRequest
+	7,  // 9: walden.v1.Cluster.MemberRemove:input_type -> walden.v1.MemberRemoveRequest
+	9,  // 10: walden.v1.Cluster.LeaderTransfer:input_type -> walden.v1.LeaderTransferRequest
+	2,  // 11: walden.v1.Cluster.Status:output_type -> walden.v1.StatusResponse
+	4,  // 12: walden.v1.Cluster.MemberList:output_type -> walden.v1.MemberListResponse
+	6,  // 13: walden.v1.Cluster.MemberAdd:output_type -> walden.v1.MemberAddResponse
+	8,  // 14: walden.v1.Cluster.MemberRemove:output_type -> walden.v1.MemberRemoveResponse
+	10, // 15: walden.v1.Cluster.LeaderTransfer:output_type -> walden.v1.LeaderTransferResponse
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_cluster_proto_init() }
@@ -757,6 +775,7 @@ func file_walden_v1_cluster_proto_init() {
 	if File_walden_v1_cluster_proto != nil {
 		return
 	}
+	file_walden_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

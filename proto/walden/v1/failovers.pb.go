@@ -121,8 +121,9 @@ type Failover struct {
 	// old_epoch is the epoch that was fenced, new_epoch the job's token.
 	OldEpoch uint64 `protobuf:"varint,3,opt,name=old_epoch,json=oldEpoch,proto3" json:"old_epoch,omitempty"`
 	NewEpoch uint64 `protobuf:"varint,4,opt,name=new_epoch,json=newEpoch,proto3" json:"new_epoch,omitempty"`
-	// state is the recovery job's: "pending", "running", "succeeded",
-	// "failed", "cancelled".
+	// Deprecated: read only from an older walden's answers; see job_state.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/failovers.proto.
 	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	// manual is set for `waldenctl failover`.
 	Manual bool   `protobuf:"varint,6,opt,name=manual,proto3" json:"manual,omitempty"`
@@ -149,10 +150,16 @@ type Failover struct {
 	Phases   []*FailoverPhase `protobuf:"bytes,23,rep,name=phases,proto3" json:"phases,omitempty"`
 	// error is the recovery job's last error.
 	Error string `protobuf:"bytes,24,opt,name=error,proto3" json:"error,omitempty"`
-	// step is the recovery job's current step.
+	// Deprecated: read only from an older walden's answers; see job_step.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/failovers.proto.
 	Step string `protobuf:"bytes,25,opt,name=step,proto3" json:"step,omitempty"`
 	// assignees are the coordinators that ran an attempt, in order.
-	Assignees     []string `protobuf:"bytes,26,rep,name=assignees,proto3" json:"assignees,omitempty"`
+	Assignees []string `protobuf:"bytes,26,rep,name=assignees,proto3" json:"assignees,omitempty"`
+	// job_state is the recovery job's state.
+	JobState JobState `protobuf:"varint,27,opt,name=job_state,json=jobState,proto3,enum=walden.v1.JobState" json:"job_state,omitempty"`
+	// job_step is the recovery job's current step.
+	JobStep       JobStep `protobuf:"varint,28,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -215,6 +222,7 @@ func (x *Failover) GetNewEpoch() uint64 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in walden/v1/failovers.proto.
 func (x *Failover) GetState() string {
 	if x != nil {
 		return x.State
@@ -355,6 +363,7 @@ func (x *Failover) GetError() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/failovers.proto.
 func (x *Failover) GetStep() string {
 	if x != nil {
 		return x.Step
@@ -367,6 +376,20 @@ func (x *Failover) GetAssignees() []string {
 		return x.Assignees
 	}
 	return nil
+}
+
+func (x *Failover) GetJobState() JobState {
+	if x != nil {
+		return x.JobState
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *Failover) GetJobStep() JobStep {
+	if x != nil {
+		return x.JobStep
+	}
+	return JobStep_JOB_STEP_UNSPECIFIED
 }
 
 type ListFailoversRequest struct {
@@ -550,20 +573,20 @@ var File_walden_v1_failovers_proto protoreflect.FileDescriptor
 
 const file_walden_v1_failovers_proto_rawDesc = "" +
 	"\n" +
-	"\x19walden/v1/failovers.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\"\xaf\x01\n" +
+	"\x19walden/v1/failovers.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x15walden/v1/types.proto\"\xaf\x01\n" +
 	"\rFailoverPhase\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\"\n" +
 	"\rstart_unix_ms\x18\x03 \x01(\x03R\vstartUnixMs\x12\x1e\n" +
 	"\vend_unix_ms\x18\x04 \x01(\x03R\tendUnixMs\x12\x16\n" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x18\n" +
-	"\aattempt\x18\x06 \x01(\rR\aattempt\"\xf3\x06\n" +
+	"\aattempt\x18\x06 \x01(\rR\aattempt\"\xdc\a\n" +
 	"\bFailover\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x1b\n" +
 	"\told_epoch\x18\x03 \x01(\x04R\boldEpoch\x12\x1b\n" +
-	"\tnew_epoch\x18\x04 \x01(\x04R\bnewEpoch\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\x12\x16\n" +
+	"\tnew_epoch\x18\x04 \x01(\x04R\bnewEpoch\x12\x18\n" +
+	"\x05state\x18\x05 \x01(\tB\x02\x18\x01R\x05state\x12\x16\n" +
 	"\x06manual\x18\x06 \x01(\bR\x06manual\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
@@ -585,9 +608,11 @@ const file_walden_v1_failovers_proto_rawDesc = "" +
 	"\x10streams_reopened\x18\x15 \x01(\rR\x0fstreamsReopened\x12/\n" +
 	"\bevidence\x18\x16 \x01(\v2\x13.walden.v1.EvidenceR\bevidence\x120\n" +
 	"\x06phases\x18\x17 \x03(\v2\x18.walden.v1.FailoverPhaseR\x06phases\x12\x14\n" +
-	"\x05error\x18\x18 \x01(\tR\x05error\x12\x12\n" +
-	"\x04step\x18\x19 \x01(\tR\x04step\x12\x1c\n" +
-	"\tassignees\x18\x1a \x03(\tR\tassignees\"3\n" +
+	"\x05error\x18\x18 \x01(\tR\x05error\x12\x16\n" +
+	"\x04step\x18\x19 \x01(\tB\x02\x18\x01R\x04step\x12\x1c\n" +
+	"\tassignees\x18\x1a \x03(\tR\tassignees\x120\n" +
+	"\tjob_state\x18\x1b \x01(\x0e2\x13.walden.v1.JobStateR\bjobState\x12-\n" +
+	"\bjob_step\x18\x1c \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"3\n" +
 	"\x14ListFailoversRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\"J\n" +
 	"\x15ListFailoversResponse\x121\n" +
@@ -621,21 +646,25 @@ var file_walden_v1_failovers_proto_goTypes = []any{
 	(*GetFailoverRequest)(nil),    // 4: walden.v1.GetFailoverRequest
 	(*GetFailoverResponse)(nil),   // 5: walden.v1.GetFailoverResponse
 	(*Evidence)(nil),              // 6: walden.v1.Evidence
+	(JobState)(0),                 // 7: walden.v1.JobState
+	(JobStep)(0),                  // 8: walden.v1.JobStep
 }
 var file_walden_v1_failovers_proto_depIdxs = []int32{
 	6, // 0: walden.v1.Failover.evidence:type_name -> walden.v1.Evidence
 	0, // 1: walden.v1.Failover.phases:type_name -> walden.v1.FailoverPhase
-	1, // 2: walden.v1.ListFailoversResponse.failovers:type_name -> walden.v1.Failover
-	1, // 3: walden.v1.GetFailoverResponse.failover:type_name -> walden.v1.Failover
-	2, // 4: walden.v1.Failovers.ListFailovers:input_type -> walden.v1.ListFailoversRequest
-	4, // 5: walden.v1.Failovers.GetFailover:input_type -> walden.v1.GetFailoverRequest
-	3, // 6: walden.v1.Failovers.ListFailovers:output_type -> walden.v1.ListFailoversResponse
-	5, // 7: walden.v1.Failovers.GetFailover:output_type -> walden.v1.GetFailoverResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7, // 2: walden.v1.Failover.job_state:type_name -> walden.v1.JobState
+	8, // 3: walden.v1.Failover.job_step:type_name -> walden.v1.JobStep
+	1, // 4: walden.v1.ListFailoversResponse.failovers:type_name -> walden.v1.Failover
+	1, // 5: walden.v1.GetFailoverResponse.failover:type_name -> walden.v1.Failover
+	2, // 6: walden.v1.Failovers.ListFailovers:input_type -> walden.v1.ListFailoversRequest
+	4, // 7: walden.v1.Failovers.GetFailover:input_type -> walden.v1.GetFailoverRequest
+	3, // 8: walden.v1.Failovers.ListFailovers:output_type -> walden.v1.ListFailoversResponse
+	5, // 9: walden.v1.Failovers.GetFailover:output_type -> walden.v1.GetFailoverResponse
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_failovers_proto_init() }
@@ -644,6 +673,7 @@ func file_walden_v1_failovers_proto_init() {
 		return
 	}
 	file_walden_v1_broker_proto_init()
+	file_walden_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

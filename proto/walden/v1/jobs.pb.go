@@ -23,14 +23,18 @@ const (
 
 // Checkpoint records that an attempt finished a step.
 type Checkpoint struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Step    string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
-	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Index   uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
-	UnixMs  int64                  `protobuf:"varint,4,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deprecated: read only from what an older walden wrote; see job_step.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
+	Step    string `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Index   uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	UnixMs  int64  `protobuf:"varint,4,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
 	// detail is the step's result in a few words ("attached /dev/nvme1n1",
 	// "skipped 4096 bytes: torn tail", ...).
-	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail        string  `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	JobStep       JobStep `protobuf:"varint,6,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -65,6 +69,7 @@ func (*Checkpoint) Descriptor() ([]byte, []int) {
 	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{0}
 }
 
+// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 func (x *Checkpoint) GetStep() string {
 	if x != nil {
 		return x.Step
@@ -100,6 +105,13 @@ func (x *Checkpoint) GetDetail() string {
 	return ""
 }
 
+func (x *Checkpoint) GetJobStep() JobStep {
+	if x != nil {
+		return x.JobStep
+	}
+	return JobStep_JOB_STEP_UNSPECIFIED
+}
+
 // Job is a recovery job: recover one fenced broker's WAL.
 type Job struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -110,9 +122,13 @@ type Job struct {
 	Token      uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	Attempt    uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	AssigneeId string `protobuf:"bytes,5,opt,name=assignee_id,json=assigneeId,proto3" json:"assignee_id,omitempty"`
-	// state: see the list at the top of this file.
+	// Deprecated: read only from what an older walden wrote; see job_state.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
-	// step is the step the current attempt is in.
+	// Deprecated: read only from what an older walden wrote; see job_step.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 	Step          string `protobuf:"bytes,7,opt,name=step,proto3" json:"step,omitempty"`
 	CreatedUnixMs int64  `protobuf:"varint,8,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	UpdatedUnixMs int64  `protobuf:"varint,9,opt,name=updated_unix_ms,json=updatedUnixMs,proto3" json:"updated_unix_ms,omitempty"`
@@ -142,11 +158,14 @@ type Job struct {
 	// streams_reopened counts the streams this job closed that another broker
 	// has opened since; first_reopened_unix_ms and reopened_unix_ms are when
 	// the first and the last of them were opened.
-	StreamsReopened     uint32 `protobuf:"varint,25,opt,name=streams_reopened,json=streamsReopened,proto3" json:"streams_reopened,omitempty"`
-	FirstReopenedUnixMs int64  `protobuf:"varint,26,opt,name=first_reopened_unix_ms,json=firstReopenedUnixMs,proto3" json:"first_reopened_unix_ms,omitempty"`
-	ReopenedUnixMs      int64  `protobuf:"varint,27,opt,name=reopened_unix_ms,json=reopenedUnixMs,proto3" json:"reopened_unix_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	StreamsReopened     uint32   `protobuf:"varint,25,opt,name=streams_reopened,json=streamsReopened,proto3" json:"streams_reopened,omitempty"`
+	FirstReopenedUnixMs int64    `protobuf:"varint,26,opt,name=first_reopened_unix_ms,json=firstReopenedUnixMs,proto3" json:"first_reopened_unix_ms,omitempty"`
+	ReopenedUnixMs      int64    `protobuf:"varint,27,opt,name=reopened_unix_ms,json=reopenedUnixMs,proto3" json:"reopened_unix_ms,omitempty"`
+	JobState            JobState `protobuf:"varint,28,opt,name=job_state,json=jobState,proto3,enum=walden.v1.JobState" json:"job_state,omitempty"`
+	// job_step is the step the current attempt is in.
+	JobStep       JobStep `protobuf:"varint,29,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -214,6 +233,7 @@ func (x *Job) GetAssigneeId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 func (x *Job) GetState() string {
 	if x != nil {
 		return x.State
@@ -221,6 +241,7 @@ func (x *Job) GetState() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 func (x *Job) GetStep() string {
 	if x != nil {
 		return x.Step
@@ -366,6 +387,20 @@ func (x *Job) GetReopenedUnixMs() int64 {
 		return x.ReopenedUnixMs
 	}
 	return 0
+}
+
+func (x *Job) GetJobState() JobState {
+	if x != nil {
+		return x.JobState
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *Job) GetJobStep() JobStep {
+	if x != nil {
+		return x.JobStep
+	}
+	return JobStep_JOB_STEP_UNSPECIFIED
 }
 
 // RenewJobLease is proposed by the assignee while it works; the leader
@@ -514,23 +549,28 @@ func (x *ReassignJob) GetTerm() uint64 {
 
 // CheckpointJob records progress of the current attempt.
 type CheckpointJob struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Step          string                 `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
-	Detail        string                 `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
-	BytesUploaded uint64                 `protobuf:"varint,5,opt,name=bytes_uploaded,json=bytesUploaded,proto3" json:"bytes_uploaded,omitempty"`
-	BytesTotal    uint64                 `protobuf:"varint,6,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
-	StreamsClosed uint32                 `protobuf:"varint,7,opt,name=streams_closed,json=streamsClosed,proto3" json:"streams_closed,omitempty"`
-	StreamsTotal  uint32                 `protobuf:"varint,8,opt,name=streams_total,json=streamsTotal,proto3" json:"streams_total,omitempty"`
-	SkippedBytes  uint64                 `protobuf:"varint,9,opt,name=skipped_bytes,json=skippedBytes,proto3" json:"skipped_bytes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Deprecated: read only from entries an older walden wrote; see
+	// job_step.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
+	Step          string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	BytesUploaded uint64 `protobuf:"varint,5,opt,name=bytes_uploaded,json=bytesUploaded,proto3" json:"bytes_uploaded,omitempty"`
+	BytesTotal    uint64 `protobuf:"varint,6,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	StreamsClosed uint32 `protobuf:"varint,7,opt,name=streams_closed,json=streamsClosed,proto3" json:"streams_closed,omitempty"`
+	StreamsTotal  uint32 `protobuf:"varint,8,opt,name=streams_total,json=streamsTotal,proto3" json:"streams_total,omitempty"`
+	SkippedBytes  uint64 `protobuf:"varint,9,opt,name=skipped_bytes,json=skippedBytes,proto3" json:"skipped_bytes,omitempty"`
 	// error is the last error of the attempt (it retries); empty clears it.
 	Error              string   `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
 	Gaps               []string `protobuf:"bytes,11,rep,name=gaps,proto3" json:"gaps,omitempty"`
 	RecoveredWalOffset int64    `protobuf:"varint,12,opt,name=recovered_wal_offset,json=recoveredWalOffset,proto3" json:"recovered_wal_offset,omitempty"`
 	// step_done marks the step as finished (a Checkpoint is appended).
-	StepDone        bool   `protobuf:"varint,13,opt,name=step_done,json=stepDone,proto3" json:"step_done,omitempty"`
-	RecordsUploaded uint64 `protobuf:"varint,14,opt,name=records_uploaded,json=recordsUploaded,proto3" json:"records_uploaded,omitempty"`
+	StepDone        bool    `protobuf:"varint,13,opt,name=step_done,json=stepDone,proto3" json:"step_done,omitempty"`
+	RecordsUploaded uint64  `protobuf:"varint,14,opt,name=records_uploaded,json=recordsUploaded,proto3" json:"records_uploaded,omitempty"`
+	JobStep         JobStep `protobuf:"varint,15,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -579,6 +619,7 @@ func (x *CheckpointJob) GetAttempt() uint32 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 func (x *CheckpointJob) GetStep() string {
 	if x != nil {
 		return x.Step
@@ -663,14 +704,27 @@ func (x *CheckpointJob) GetRecordsUploaded() uint64 {
 	return 0
 }
 
-// FinishJob ends the current attempt: "succeeded" or "failed".
+func (x *CheckpointJob) GetJobStep() JobStep {
+	if x != nil {
+		return x.JobStep
+	}
+	return JobStep_JOB_STEP_UNSPECIFIED
+}
+
+// FinishJob ends the current attempt: job_state is JOB_STATE_SUCCEEDED or
+// JOB_STATE_FAILED.
 type FinishJob struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	JobId              string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Attempt            uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	State              string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Error              string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	RecoveredWalOffset int64                  `protobuf:"varint,5,opt,name=recovered_wal_offset,json=recoveredWalOffset,proto3" json:"recovered_wal_offset,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Deprecated: read only from entries an older walden wrote; see
+	// job_state.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
+	State              string   `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Error              string   `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	RecoveredWalOffset int64    `protobuf:"varint,5,opt,name=recovered_wal_offset,json=recoveredWalOffset,proto3" json:"recovered_wal_offset,omitempty"`
+	JobState           JobState `protobuf:"varint,6,opt,name=job_state,json=jobState,proto3,enum=walden.v1.JobState" json:"job_state,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -719,6 +773,7 @@ func (x *FinishJob) GetAttempt() uint32 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 func (x *FinishJob) GetState() string {
 	if x != nil {
 		return x.State
@@ -738,6 +793,13 @@ func (x *FinishJob) GetRecoveredWalOffset() int64 {
 		return x.RecoveredWalOffset
 	}
 	return 0
+}
+
+func (x *FinishJob) GetJobState() JobState {
+	if x != nil {
+		return x.JobState
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
 }
 
 // CancelJob cancels a pending or running job (operator).
@@ -855,9 +917,14 @@ func (x *RetryJob) GetLiveMembers() []string {
 }
 
 type ListJobsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// Deprecated: read only from older clients; see job_state.
+	//
+	// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// job_state filters by state; unspecified lists all.
+	JobState      JobState `protobuf:"varint,3,opt,name=job_state,json=jobState,proto3,enum=walden.v1.JobState" json:"job_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -899,11 +966,19 @@ func (x *ListJobsRequest) GetBrokerId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in walden/v1/jobs.proto.
 func (x *ListJobsRequest) GetState() string {
 	if x != nil {
 		return x.State
 	}
 	return ""
+}
+
+func (x *ListJobsRequest) GetJobState() JobState {
+	if x != nil {
+		return x.JobState
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
 }
 
 type ListJobsResponse struct {
@@ -1271,23 +1346,24 @@ var File_walden_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\n" +
-	"\x14walden/v1/jobs.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\"\x81\x01\n" +
+	"\x14walden/v1/jobs.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x15walden/v1/types.proto\"\xb4\x01\n" +
 	"\n" +
-	"Checkpoint\x12\x12\n" +
-	"\x04step\x18\x01 \x01(\tR\x04step\x12\x18\n" +
+	"Checkpoint\x12\x16\n" +
+	"\x04step\x18\x01 \x01(\tB\x02\x18\x01R\x04step\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xcc\a\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x12-\n" +
+	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xb5\b\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x1f\n" +
 	"\vassignee_id\x18\x05 \x01(\tR\n" +
-	"assigneeId\x12\x14\n" +
-	"\x05state\x18\x06 \x01(\tR\x05state\x12\x12\n" +
-	"\x04step\x18\a \x01(\tR\x04step\x12&\n" +
+	"assigneeId\x12\x18\n" +
+	"\x05state\x18\x06 \x01(\tB\x02\x18\x01R\x05state\x12\x16\n" +
+	"\x04step\x18\a \x01(\tB\x02\x18\x01R\x04step\x12&\n" +
 	"\x0fcreated_unix_ms\x18\b \x01(\x03R\rcreatedUnixMs\x12&\n" +
 	"\x0fupdated_unix_ms\x18\t \x01(\x03R\rupdatedUnixMs\x121\n" +
 	"\x15lease_renewed_unix_ms\x18\n" +
@@ -1309,7 +1385,9 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\rlease_wait_ms\x18\x18 \x01(\x03R\vleaseWaitMs\x12)\n" +
 	"\x10streams_reopened\x18\x19 \x01(\rR\x0fstreamsReopened\x123\n" +
 	"\x16first_reopened_unix_ms\x18\x1a \x01(\x03R\x13firstReopenedUnixMs\x12(\n" +
-	"\x10reopened_unix_ms\x18\x1b \x01(\x03R\x0ereopenedUnixMs\"a\n" +
+	"\x10reopened_unix_ms\x18\x1b \x01(\x03R\x0ereopenedUnixMs\x120\n" +
+	"\tjob_state\x18\x1c \x01(\x0e2\x13.walden.v1.JobStateR\bjobState\x12-\n" +
+	"\bjob_step\x18\x1d \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"a\n" +
 	"\rRenewJobLease\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1f\n" +
@@ -1320,11 +1398,11 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
 	"\flive_members\x18\x04 \x03(\tR\vliveMembers\x12\x12\n" +
-	"\x04term\x18\x05 \x01(\x04R\x04term\"\xc9\x03\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\"\xfc\x03\n" +
 	"\rCheckpointJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x12\n" +
-	"\x04step\x18\x03 \x01(\tR\x04step\x12\x16\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
+	"\x04step\x18\x03 \x01(\tB\x02\x18\x01R\x04step\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12%\n" +
 	"\x0ebytes_uploaded\x18\x05 \x01(\x04R\rbytesUploaded\x12\x1f\n" +
 	"\vbytes_total\x18\x06 \x01(\x04R\n" +
@@ -1337,23 +1415,26 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x04gaps\x18\v \x03(\tR\x04gaps\x120\n" +
 	"\x14recovered_wal_offset\x18\f \x01(\x03R\x12recoveredWalOffset\x12\x1b\n" +
 	"\tstep_done\x18\r \x01(\bR\bstepDone\x12)\n" +
-	"\x10records_uploaded\x18\x0e \x01(\x04R\x0frecordsUploaded\"\x9a\x01\n" +
+	"\x10records_uploaded\x18\x0e \x01(\x04R\x0frecordsUploaded\x12-\n" +
+	"\bjob_step\x18\x0f \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xd0\x01\n" +
 	"\tFinishJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x18\n" +
+	"\x05state\x18\x03 \x01(\tB\x02\x18\x01R\x05state\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x120\n" +
-	"\x14recovered_wal_offset\x18\x05 \x01(\x03R\x12recoveredWalOffset\"8\n" +
+	"\x14recovered_wal_offset\x18\x05 \x01(\x03R\x12recoveredWalOffset\x120\n" +
+	"\tjob_state\x18\x06 \x01(\x0e2\x13.walden.v1.JobStateR\bjobState\"8\n" +
 	"\tCancelJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\"Z\n" +
 	"\bRetryJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12!\n" +
-	"\flive_members\x18\x03 \x03(\tR\vliveMembers\"D\n" +
+	"\flive_members\x18\x03 \x03(\tR\vliveMembers\"z\n" +
 	"\x0fListJobsRequest\x12\x1b\n" +
-	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\"6\n" +
+	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x18\n" +
+	"\x05state\x18\x02 \x01(\tB\x02\x18\x01R\x05state\x120\n" +
+	"\tjob_state\x18\x03 \x01(\x0e2\x13.walden.v1.JobStateR\bjobState\"6\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.walden.v1.JobR\x04jobs\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
@@ -1409,30 +1490,38 @@ var file_walden_v1_jobs_proto_goTypes = []any{
 	(*CancelJobResponse)(nil), // 14: walden.v1.CancelJobResponse
 	(*RetryJobRequest)(nil),   // 15: walden.v1.RetryJobRequest
 	(*RetryJobResponse)(nil),  // 16: walden.v1.RetryJobResponse
-	(*WalLocation)(nil),       // 17: walden.v1.WalLocation
+	(JobStep)(0),              // 17: walden.v1.JobStep
+	(*WalLocation)(nil),       // 18: walden.v1.WalLocation
+	(JobState)(0),             // 19: walden.v1.JobState
 }
 var file_walden_v1_jobs_proto_depIdxs = []int32{
-	0,  // 0: walden.v1.Job.checkpoints:type_name -> walden.v1.Checkpoint
-	17, // 1: walden.v1.Job.wal:type_name -> walden.v1.WalLocation
-	1,  // 2: walden.v1.ListJobsResponse.jobs:type_name -> walden.v1.Job
-	1,  // 3: walden.v1.GetJobResponse.job:type_name -> walden.v1.Job
-	1,  // 4: walden.v1.CancelJobResponse.job:type_name -> walden.v1.Job
-	1,  // 5: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
-	8,  // 6: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
-	10, // 7: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
-	12, // 8: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
-	13, // 9: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
-	15, // 10: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
-	9,  // 11: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
-	11, // 12: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
-	9,  // 13: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
-	14, // 14: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
-	16, // 15: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	17, // 0: walden.v1.Checkpoint.job_step:type_name -> walden.v1.JobStep
+	0,  // 1: walden.v1.Job.checkpoints:type_name -> walden.v1.Checkpoint
+	18, // 2: walden.v1.Job.wal:type_name -> walden.v1.WalLocation
+	19, // 3: walden.v1.Job.job_state:type_name -> walden.v1.JobState
+	17, // 4: walden.v1.Job.job_step:type_name -> walden.v1.JobStep
+	17, // 5: walden.v1.CheckpointJob.job_step:type_name -> walden.v1.JobStep
+	19, // 6: walden.v1.FinishJob.job_state:type_name -> walden.v1.JobState
+	19, // 7: walden.v1.ListJobsRequest.job_state:type_name -> walden.v1.JobState
+	1,  // 8: walden.v1.ListJobsResponse.jobs:type_name -> walden.v1.Job
+	1,  // 9: walden.v1.GetJobResponse.job:type_name -> walden.v1.Job
+	1,  // 10: walden.v1.CancelJobResponse.job:type_name -> walden.v1.Job
+	1,  // 11: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
+	8,  // 12: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
+	10, // 13: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
+	12, // 14: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
+	13, // 15: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
+	15, // 16: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
+	9,  // 17: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
+	11, // 18: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
+	9,  // 19: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
+	14, // 20: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
+	16, // 21: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_jobs_proto_init() }
@@ -1441,6 +1530,7 @@ func file_walden_v1_jobs_proto_init() {
 		return
 	}
 	file_walden_v1_broker_proto_init()
+	file_walden_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
