@@ -17,8 +17,13 @@ import (
 // proto JSON with the proto field names and every field present, each
 // named value as its name in the field that has always carried it
 // ("state": "alive", "kind": "dry_run", "role": "leader"). The enum fields
-// are left out: scripts read exactly what they read before the enums.
+// are left out: scripts read exactly what they read before the enums. A
+// message of another package is plain proto JSON with the same options.
 func MarshalJSON(m proto.Message) ([]byte, error) {
+	opts := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+	if m.ProtoReflect().Descriptor().ParentFile().Package() != "walden.v1" {
+		return opts.Marshal(m)
+	}
 	files, err := legacySchema()
 	if err != nil {
 		return nil, err
@@ -42,7 +47,7 @@ func MarshalJSON(m proto.Message) ([]byte, error) {
 	if err := proto.Unmarshal(b, dm); err != nil {
 		return nil, err
 	}
-	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(dm)
+	return opts.Marshal(dm)
 }
 
 // legacySchema is the walden.v1 package without the enum fields of

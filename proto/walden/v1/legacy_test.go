@@ -191,4 +191,9 @@ func TestMarshalJSONAsBefore(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", name, c.String(), want[name])
 		}
 	}
+	// Messages of other packages are plain proto JSON.
+	got, err := MarshalJSON(&descriptorpb.FieldOptions{Deprecated: proto.Bool(true)})
+	if err != nil || !strings.Contains(string(got), `"deprecated"`) {
+		t.Fatalf("MarshalJSON(FieldOptions) = %s, %v", got, err)
+	}
 }
