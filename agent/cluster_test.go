@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -23,16 +22,6 @@ import (
 	"walden/server"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestAgentWithRealCluster runs the agent against three in-process
 // coordinators: it registers through a follower (forwarded to the leader),
 // renews, appears in the leader's broker table with its endpoint, and after a
@@ -45,8 +34,12 @@ func TestAgentWithRealCluster(t *testing.T) {
 	var members []member
 	var initial []config.Member
 	var gossipAddrs []string
-	for _, id := range []string{"c1", "c2", "c3"} {
-		m := member{id: id, admin: freeAddr(t), raft: freeAddr(t), gossip: freeAddr(t)}
+	listeners := map[string]server.Listeners{}
+	gossip := testutil.Addrs(t, "127.0.0.1", 3)
+	for i, id := range []string{"c1", "c2", "c3"} {
+		l := server.Listeners{Admin: testutil.Listen(t, "127.0.0.1"), Raft: testutil.Listen(t, "127.0.0.1")}
+		listeners[id] = l
+		m := member{id: id, admin: l.Admin.Addr().String(), raft: l.Raft.Addr().String(), gossip: gossip[i]}
 		members = append(members, m)
 		initial = append(initial, config.Member{ID: id, Raft: m.raft, Admin: m.admin})
 		gossipAddrs = append(gossipAddrs, m.gossip)
@@ -63,7 +56,7 @@ func TestAgentWithRealCluster(t *testing.T) {
 		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
 		cfg.Gossip.GossipInterval = 50 * time.Millisecond
 		cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin, cfg.Policy.FailureTimeout = time.Second, 200*time.Millisecond, 3*time.Second
-		s, err := server.New(cfg, slog.New(slog.DiscardHandler))
+		s, err := server.New(cfg, slog.New(slog.DiscardHandler), server.WithListeners(listeners[m.id]))
 		if err != nil {
 			t.Fatal(err)
 		}

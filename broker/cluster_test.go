@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,23 +22,14 @@ import (
 	"walden/server"
 )
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startCoordinator runs one in-process coordinator (server.New) with the
 // given S3 (recovery uploads there) and short timings; it returns its admin
 // and gossip addresses. It skips the test while the coordinator does not
 // serve the Catalog service.
 func startCoordinator(t testing.TB, s3 objstore.Config) (admin, gossipAddr string) {
 	t.Helper()
-	admin, gossipAddr = freeAddr(t), freeAddr(t)
+	adminLis := testutil.Listen(t, "127.0.0.1")
+	admin, gossipAddr = adminLis.Addr().String(), testutil.Addr(t, "127.0.0.1")
 	cfg := config.DefaultServerConfig()
 	cfg.ClusterName, cfg.NodeID = "demo", "c1"
 	cfg.DataDir = filepath.Join(t.TempDir(), "c1")
@@ -53,7 +43,7 @@ func startCoordinator(t testing.TB, s3 objstore.Config) (admin, gossipAddr strin
 	cfg.S3 = s3
 	cfg.Recovery.JobLease = time.Second
 	cfg.Recovery.RetryMin, cfg.Recovery.RetryMax = 20*time.Millisecond, 200*time.Millisecond
-	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	srv, err := server.New(cfg, slog.New(slog.DiscardHandler), server.WithListeners(server.Listeners{Admin: adminLis}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,36 @@ func (n *Node) Stopped() bool {
 // IsLeader reports whether this member is the leader.
 func (n *Node) IsLeader() bool { return n.leader.Load() == n.id }
 
+// Leadership reports whether this member leads, and the term it knows.
+func (n *Node) Leadership() (leader bool, term uint64) {
+	st := n.Status()
+	return st.RaftState == "leader" && st.LeaderID == st.NodeID, st.Term
+}
+
+// Voters are the voting members' ids.
+func (n *Node) Voters() []string {
+	var out []string
+	for _, m := range n.Status().Members {
+		if m.GetRole() != "learner" {
+			out = append(out, m.GetId())
+		}
+	}
+	return out
+}
+
+// LiveMembers are the voters this member sees active (on the leader, from
+// raft's progress), itself included.
+func (n *Node) LiveMembers() []string {
+	st := n.Status()
+	var out []string
+	for _, m := range st.Members {
+		if m.GetRole() != "learner" && (m.GetReachable() || m.GetId() == st.NodeID) {
+			out = append(out, m.GetId())
+		}
+	}
+	return out
+}
+
 // Ready reports whether the member knows a leader and has applied every
 // entry up to the commit index it found in its storage at start (the
 // bootstrap entries for a new member) — the /readyz condition.

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"walden/authz"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
@@ -29,7 +30,7 @@ import (
 // fakeNode is a ClusterNode with a settable status and scripted errors.
 type fakeNode struct {
 	mu       sync.Mutex
-	st       NodeStatus
+	st       raftnode.Status
 	ready    bool
 	err      error // returned by every write and by LinearizableRead
 	reads    int
@@ -39,7 +40,7 @@ type fakeNode struct {
 	block    bool // writes wait for ctx
 }
 
-func (f *fakeNode) Status() NodeStatus {
+func (f *fakeNode) Status() raftnode.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st
@@ -124,15 +125,6 @@ func serveAdmin(t *testing.T, node ClusterNode, nodeID string, lis net.Listener)
 	return waldenv1.NewClusterClient(conn), hs
 }
 
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	t.Cleanup(cancel)
@@ -148,7 +140,7 @@ func wantCode(t *testing.T, err error, code codes.Code, msg string) {
 }
 
 func TestStatusAndMemberList(t *testing.T) {
-	f := &fakeNode{st: NodeStatus{ClusterName: "demo", NodeID: "c1", LeaderID: "c1", Term: 4, CommitIndex: 9, AppliedIndex: 8,
+	f := &fakeNode{st: raftnode.Status{ClusterName: "demo", NodeID: "c1", LeaderID: "c1", Term: 4, CommitIndex: 9, AppliedIndex: 8,
 		RaftState: "leader", Members: threeMembers("a:1", "b:2", "c:3")}}
 	c, _ := serveAdmin(t, f, "c1", nil)
 	st, err := c.Status(ctx(t), &waldenv1.StatusRequest{})
@@ -172,7 +164,7 @@ func TestStatusAndMemberList(t *testing.T) {
 }
 
 func TestMemberAddValidation(t *testing.T) {
-	f := &fakeNode{st: NodeStatus{ClusterName: "demo", NodeID: "c1", LeaderID: "c1", Members: threeMembers("a:1", "b:2", "c:3")}}
+	f := &fakeNode{st: raftnode.Status{ClusterName: "demo", NodeID: "c1", LeaderID: "c1", Members: threeMembers("a:1", "b:2", "c:3")}}
 	c, _ := serveAdmin(t, f, "c1", nil)
 	cases := []struct {
 		req  *waldenv1.MemberAddRequest
@@ -216,12 +208,12 @@ func TestErrorCodes(t *testing.T) {
 		{errors.New("disk on fire"), codes.Internal, "disk on fire"},
 	}
 	for _, tc := range cases {
-		f := &fakeNode{st: NodeStatus{NodeID: "c1", LeaderID: "c1"}, err: tc.err}
+		f := &fakeNode{st: raftnode.Status{NodeID: "c1", LeaderID: "c1"}, err: tc.err}
 		c, _ := serveAdmin(t, f, "c1", nil)
 		_, err := c.MemberRemove(ctx(t), &waldenv1.MemberRemoveRequest{Id: "c9"})
 		wantCode(t, err, tc.code, tc.msg)
 	}
-	f := &fakeNode{st: NodeStatus{NodeID: "c1", LeaderID: "c1"}}
+	f := &fakeNode{st: raftnode.Status{NodeID: "c1", LeaderID: "c1"}}
 	c, _ := serveAdmin(t, f, "c1", nil)
 	_, err := c.MemberRemove(ctx(t), &waldenv1.MemberRemoveRequest{})
 	wantCode(t, err, codes.InvalidArgument, "id: must not be empty")
@@ -230,7 +222,7 @@ func TestErrorCodes(t *testing.T) {
 }
 
 func TestDeadlineExceeded(t *testing.T) {
-	f := &fakeNode{st: NodeStatus{NodeID: "c1", LeaderID: "c1"}, block: true}
+	f := &fakeNode{st: raftnode.Status{NodeID: "c1", LeaderID: "c1"}, block: true}
 	c, _ := serveAdmin(t, f, "c1", nil)
 	dctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -239,7 +231,7 @@ func TestDeadlineExceeded(t *testing.T) {
 }
 
 func TestLeaderTransferOnLeader(t *testing.T) {
-	f := &fakeNode{st: NodeStatus{NodeID: "c1", LeaderID: "c1", Term: 2}}
+	f := &fakeNode{st: raftnode.Status{NodeID: "c1", LeaderID: "c1", Term: 2}}
 	c, _ := serveAdmin(t, f, "c1", nil)
 	resp, err := c.LeaderTransfer(ctx(t), &waldenv1.LeaderTransferRequest{Id: "c2"})
 	if err != nil || resp.GetLeaderId() != "c2" || resp.GetTerm() != 3 {
@@ -248,17 +240,17 @@ func TestLeaderTransferOnLeader(t *testing.T) {
 }
 
 func TestLeaderTransferNoLeader(t *testing.T) {
-	f := &fakeNode{st: NodeStatus{NodeID: "c1"}}
+	f := &fakeNode{st: raftnode.Status{NodeID: "c1"}}
 	c, _ := serveAdmin(t, f, "c1", nil)
 	_, err := c.LeaderTransfer(ctx(t), &waldenv1.LeaderTransferRequest{Id: "c2"})
 	wantCode(t, err, codes.Unavailable, "no leader")
 }
 
 func TestLeaderTransferForwardedToLeader(t *testing.T) {
-	l1, l2 := listen(t), listen(t)
+	l1, l2 := testutil.Listen(t, "127.0.0.1"), testutil.Listen(t, "127.0.0.1")
 	members := threeMembers(l1.Addr().String(), l2.Addr().String(), "127.0.0.1:1")
-	leader := &fakeNode{st: NodeStatus{NodeID: "c2", LeaderID: "c2", Term: 5, Members: members}}
-	follower := &fakeNode{st: NodeStatus{NodeID: "c1", LeaderID: "c2", Term: 5, Members: members}}
+	leader := &fakeNode{st: raftnode.Status{NodeID: "c2", LeaderID: "c2", Term: 5, Members: members}}
+	follower := &fakeNode{st: raftnode.Status{NodeID: "c1", LeaderID: "c2", Term: 5, Members: members}}
 	serveAdmin(t, leader, "c2", l2)
 	c, _ := serveAdmin(t, follower, "c1", l1)
 	resp, err := c.LeaderTransfer(ctx(t), &waldenv1.LeaderTransferRequest{Id: "c3"})
@@ -271,11 +263,11 @@ func TestLeaderTransferForwardedToLeader(t *testing.T) {
 }
 
 func TestLeaderTransferHintWhenLeaderUnreachable(t *testing.T) {
-	l1 := listen(t)
-	dead := listen(t)
+	l1 := testutil.Listen(t, "127.0.0.1")
+	dead := testutil.Listen(t, "127.0.0.1")
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	follower := &fakeNode{st: NodeStatus{NodeID: "c1", LeaderID: "c2", Members: threeMembers(l1.Addr().String(), deadAddr, "127.0.0.1:1")}}
+	follower := &fakeNode{st: raftnode.Status{NodeID: "c1", LeaderID: "c2", Members: threeMembers(l1.Addr().String(), deadAddr, "127.0.0.1:1")}}
 	c, _ := serveAdmin(t, follower, "c1", l1)
 	var trailer metadata.MD
 	_, err := c.LeaderTransfer(ctx(t), &waldenv1.LeaderTransferRequest{Id: "c3"}, grpc.Trailer(&trailer))
@@ -291,10 +283,10 @@ func TestLeaderTransferHintWhenLeaderUnreachable(t *testing.T) {
 func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 	// Two members that each believe the other leads: the forwarded request
 	// must come back with a hint, not bounce forever.
-	l1, l2 := listen(t), listen(t)
+	l1, l2 := testutil.Listen(t, "127.0.0.1"), testutil.Listen(t, "127.0.0.1")
 	members := threeMembers(l1.Addr().String(), l2.Addr().String(), "127.0.0.1:1")
-	a := &fakeNode{st: NodeStatus{NodeID: "c1", LeaderID: "c2", Members: members}}
-	b := &fakeNode{st: NodeStatus{NodeID: "c2", LeaderID: "c1", Members: members}}
+	a := &fakeNode{st: raftnode.Status{NodeID: "c1", LeaderID: "c2", Members: members}}
+	b := &fakeNode{st: raftnode.Status{NodeID: "c2", LeaderID: "c1", Members: members}}
 	c, _ := serveAdmin(t, a, "c1", l1)
 	serveAdmin(t, b, "c2", l2)
 	var trailer metadata.MD
@@ -306,7 +298,7 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 }
 
 func TestHealthLivenessAndReadiness(t *testing.T) {
-	f := &fakeNode{st: NodeStatus{NodeID: "c1"}}
+	f := &fakeNode{st: raftnode.Status{NodeID: "c1"}}
 	_, hs := serveAdmin(t, f, "c1", nil)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -283,10 +283,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 // nobody but a coordinator is believed when it names another caller.
 func TestForwardedCallsAuthorizeTheOriginalCaller(t *testing.T) {
 	p := newTestPKI(t, t.TempDir())
-	var initial []config.Member
-	for _, id := range []string{"c1", "c2", "c3"} {
-		initial = append(initial, config.Member{ID: id, Raft: freeAddr(t), Admin: freeAddr(t)})
-	}
+	initial, listeners := bindMembers(t, "c1", "c2", "c3")
 	for _, m := range initial {
 		cfg := config.DefaultServerConfig()
 		cfg.ClusterName, cfg.NodeID = "authz", m.ID
@@ -295,7 +292,7 @@ func TestForwardedCallsAuthorizeTheOriginalCaller(t *testing.T) {
 		cfg.InitialCluster = initial
 		cfg.TLS = p.member(t, m.ID)
 		cfg.Raft.TickInterval = 20 * time.Millisecond
-		startServer(t, cfg)
+		startServer(t, cfg, WithListeners(listeners[m.ID]))
 	}
 	dial := func(id authz.Identity, addr string) *grpc.ClientConn {
 		creds, err := mtls.ClientCreds(p.tls(t, id))

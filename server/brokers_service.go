@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -24,7 +23,7 @@ import (
 // broker registry, the event log and the failover policy.
 type brokersService struct {
 	waldenv1.UnimplementedBrokersServer
-	d *detection
+	d *serviceDeps
 	// liveMembers returns the members the leader sees active (for manual
 	// failover's job assignment).
 	liveMembers func() []string
@@ -78,28 +77,6 @@ func (s *brokersService) GetBroker(ctx context.Context, req *waldenv1.GetBrokerR
 	}
 	s.withViews([]*waldenv1.Broker{b})
 	return &waldenv1.GetBrokerResponse{Broker: b}, nil
-}
-
-// forwardRead sends a linearizable read received by a follower to the
-// leader; done is false when this member must answer itself (it leads, the
-// read is serializable or already forwarded, or the leader cannot be
-// reached — then the caller's ReadIndex round decides).
-func forwardRead[T any](ctx context.Context, d *detection, call func(ctx context.Context, conn *grpc.ClientConn) (T, error)) (T, error, bool) {
-	var zero T
-	lin, err := linearizable(ctx)
-	if err != nil {
-		return zero, err, true
-	}
-	leader, st := d.isLeader()
-	if !lin || leader || forwarded(ctx) || st.LeaderID == "" {
-		return zero, nil, false
-	}
-	resp, err := forwardToLeader(ctx, d, st, call)
-	if err == nil || status.Code(err) == codes.NotFound || status.Code(err) == codes.InvalidArgument {
-		return resp, err, true
-	}
-	d.logger.DebugContext(ctx, "read: leader not reachable, answering here after a ReadIndex round", "err", err)
-	return zero, nil, false
 }
 
 // Failover fails a broker over at an operator's request: the timeouts and
@@ -321,16 +298,4 @@ func (s *brokersService) RemoveBroker(ctx context.Context, req *waldenv1.RemoveB
 	s.d.logger.WarnContext(ctx, "broker registration removed", "broker_id", req.GetBrokerId(), "epoch", b.GetEpoch(),
 		"actor", authz.Actor(ctx), "term", st.Term)
 	return &waldenv1.RemoveBrokerResponse{Broker: res.GetBroker()}, nil
-}
-
-// policyErr maps a policy error to InvalidArgument naming its key.
-func policyErr(key string, err error) error {
-	var ke *policy.KeyError
-	if errors.As(err, &ke) {
-		return invalidArg(ke.Key, ke.Reason)
-	}
-	if key == "" {
-		key = "set"
-	}
-	return invalidArg(key, err.Error())
 }

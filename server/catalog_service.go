@@ -26,11 +26,11 @@ type catalogState interface {
 // then the local state).
 type catalogService struct {
 	waldenv1.UnimplementedCatalogServer
-	d     *detection
+	d     *serviceDeps
 	state catalogState
 }
 
-func newCatalogService(d *detection, state catalogState) *catalogService {
+func newCatalogService(d *serviceDeps, state catalogState) *catalogService {
 	return &catalogService{d: d, state: state}
 }
 

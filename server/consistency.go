@@ -44,7 +44,7 @@ func linearizable(ctx context.Context) (bool, error) {
 // committed before the call (a member cut off from the majority answers
 // Unavailable instead of stale state); for a serializable read it names
 // this member and its applied index in the trailers.
-func (d *detection) read(ctx context.Context) error {
+func (d *serviceDeps) read(ctx context.Context) error {
 	lin, err := linearizable(ctx)
 	if err != nil {
 		return err

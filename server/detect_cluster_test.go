@@ -24,6 +24,7 @@ import (
 	"walden/config"
 	"walden/detect"
 	"walden/gossip"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -130,22 +131,16 @@ type detCluster struct {
 // test timings (tweak may change any key, e.g. back to the defaults).
 func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 	t.Helper()
-	free := func() string { return freeAddr(t) }
 	c := &detCluster{t: t, faults: newLinkFaults(), conns: map[string]*grpc.ClientConn{},
 		agentAddrs: map[string]string{}, agentGossipAddrs: map[string]string{}}
 	c.agentGossip = gossip.DefaultConfig()
 	c.agentGossip.ProbeInterval, c.agentGossip.ProbeTimeout = tProbeInterval, tProbeTimeout
 	c.agentGossip.GossipInterval = 50 * time.Millisecond
 	c.agentMargin = 150 * time.Millisecond
-	var initial []config.Member
-	for _, id := range []string{"c1", "c2", "c3"} {
-		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
-		c.gossip = append(c.gossip, free())
-	}
-	old := proberFor
-	proberFor = func(cfg *config.Server) detect.Prober { return c.faults.probes.prober(cfg.NodeID) }
-	t.Cleanup(func() { proberFor = old })
-	t.Cleanup(c.faults.installRaftHook())
+	// The raft and admin listeners are bound here and handed to each
+	// member; gossip binds its own (UDP and TCP on one port).
+	initial, listeners := bindMembers(t, "c1", "c2", "c3")
+	c.gossip = testutil.Addrs(t, "127.0.0.1", 3)
 	for i, m := range initial {
 		cfg := config.DefaultServerConfig()
 		cfg.ClusterName, cfg.NodeID = "det", m.ID
@@ -166,7 +161,8 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	for _, cfg := range c.cfgs {
-		c.servers = append(c.servers, startServerTB(t, cfg))
+		c.servers = append(c.servers, startServerTB(t, cfg, WithListeners(listeners[cfg.NodeID]),
+			withProber(c.faults.probes.prober(cfg.NodeID)), c.faults.raftOption(cfg.NodeID)))
 	}
 	for _, m := range initial {
 		conn, err := grpc.NewClient(m.Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -248,7 +244,7 @@ func (c *detCluster) startAgent(id string, proxies map[string]*cutProxy) *agent.
 	cfg.WAL = config.WALLocation{VolumeID: "vol-" + id, Path: "/nonexistent/" + id + ".wal"}
 	cfg.LeaseSafetyMargin = c.agentMargin
 	cfg.Gossip = c.agentGossip
-	cfg.Gossip.BindAddr = freeAddr(c.t)
+	cfg.Gossip.BindAddr = testutil.Addr(c.t, "127.0.0.1")
 	cfg.Gossip.Join = c.gossip
 	cfg.Gossip.Faults = c.faults.gossipFor(id)
 	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), RegisterBackoffMax: 200 * time.Millisecond, DialOptions: dial})
@@ -736,7 +732,7 @@ type cutProxy struct {
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
-	p := &cutProxy{ln: listen(t), target: target}
+	p := &cutProxy{ln: testutil.Listen(t, "127.0.0.1"), target: target}
 	t.Cleanup(func() { _ = p.ln.Close(); p.cut() })
 	go func() {
 		for {
@@ -794,20 +790,9 @@ func (p *cutProxy) cut() {
 	p.conns = nil
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t testing.TB) string {
+func startServerTB(t testing.TB, cfg *config.Server, opts ...Option) *Server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func startServerTB(t testing.TB, cfg *config.Server) *Server {
-	t.Helper()
-	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	s, err := New(cfg, slog.New(slog.DiscardHandler), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

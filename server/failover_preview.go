@@ -6,6 +6,7 @@ import (
 
 	"walden/detect"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
 	"walden/refusal"
 	"walden/rpcerr"
 )
@@ -16,7 +17,7 @@ import (
 // how long the decision would wait for the broker's lease) and the
 // conditions of an automatic decision that do not hold. It changes
 // nothing: no proposal, and the broker's lease renewals go on.
-func (s *brokersService) previewFailover(ctx context.Context, b *waldenv1.Broker, st NodeStatus) (*waldenv1.FailoverResponse, error) {
+func (s *brokersService) previewFailover(ctx context.Context, b *waldenv1.Broker, st raftnode.Status) (*waldenv1.FailoverResponse, error) {
 	if b.GetFenced() {
 		// What the failover itself would answer.
 		return nil, rpcerr.Status(fmt.Errorf("broker %q was already failed over (epoch %d is fenced; job %s): %w",
@@ -55,7 +56,7 @@ func (s *brokersService) previewFailover(ctx context.Context, b *waldenv1.Broker
 }
 
 // voterIDs are the voting members of a status.
-func voterIDs(st NodeStatus) []string {
+func voterIDs(st raftnode.Status) []string {
 	var out []string
 	for _, m := range st.Members {
 		if m.GetRole() != "learner" {

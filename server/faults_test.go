@@ -10,17 +10,16 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
-	"walden/config"
 	"walden/gossip"
 )
 
 // Fault injection on every link of a coordinator, for the detection cluster
 // tests and the false-positive soak:
-//   - direct probes: probeFaults (detect_cluster_test.go), through proberFor;
+//   - direct probes: probeFaults (detect_cluster_test.go), through the withProber option;
 //   - gossip: one gossip.Faults per member (coordinators and agents), set on
 //     both ends of a link, since a Faults acts on what its member sends;
 //   - raft: streamFaults, which wraps the raft peer connections through the
-//     raftCredsFor hook (the transport's client credentials see every
+//     withRaftCredentials option (the transport's client credentials see every
 //     connection a member opens to a peer, and its remote address).
 
 // streamFault is the fault on a raft link. A TCP stream does not lose
@@ -221,14 +220,11 @@ func (l *linkFaults) gossipFor(member string) *gossip.Faults {
 	return f
 }
 
-// installRaftHook makes every member started from now on open its raft
-// peer connections through l.raft; the returned func restores the hook.
-func (l *linkFaults) installRaftHook() (restore func()) {
-	old := raftCredsFor
-	raftCredsFor = func(cfg *config.Server, creds credentials.TransportCredentials) credentials.TransportCredentials {
-		return l.raft.creds(cfg.NodeID, creds)
-	}
-	return func() { raftCredsFor = old }
+// raftOption makes member open its raft peer connections through l.raft.
+func (l *linkFaults) raftOption(member string) Option {
+	return withRaftCredentials(func(creds credentials.TransportCredentials) credentials.TransportCredentials {
+		return l.raft.creds(member, creds)
+	})
 }
 
 // faultCounts sums what the faults did so far.

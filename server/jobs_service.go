@@ -3,19 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"walden/authz"
-	"walden/config"
 	"walden/fsm"
-	"walden/metrics"
-	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
-	"walden/recovery"
 	"walden/refusal"
 	"walden/rpcerr"
 )
@@ -31,7 +25,7 @@ type jobsState interface {
 // jobs.
 type jobsService struct {
 	waldenv1.UnimplementedJobsServer
-	d     *detection
+	d     *serviceDeps
 	state jobsState
 	// liveMembers are the members the leader sees active (RetryJob's
 	// candidates).
@@ -136,48 +130,4 @@ func (s *jobsService) RetryJob(ctx context.Context, req *waldenv1.RetryJobReques
 	}
 	s.d.logger.WarnContext(ctx, "job retried", "actor", authz.Actor(ctx), "job_id", req.GetJobId(), "attempt", res.GetJob().GetAttempt(), "assignee_id", res.GetJob().GetAssigneeId())
 	return &waldenv1.RetryJobResponse{Job: res.GetJob()}, nil
-}
-
-// recoveryCluster adapts the raft node to recovery.Cluster.
-type recoveryCluster struct {
-	raftCluster
-	prop proposer
-}
-
-func (c recoveryCluster) Propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {
-	return c.prop.Propose(ctx, cmd)
-}
-
-func (c recoveryCluster) LinearizableRead(ctx context.Context) error {
-	return c.node.LinearizableRead(ctx)
-}
-
-// newRecoveryRunner wires this member's recovery: the S3 client (none when
-// s3.bucket is empty: the builtin upload step then fails visibly in the
-// job), the plugins, the executor and the job loops.
-func newRecoveryRunner(cfg *config.Server, node ClusterNode, prop proposer, state *fsm.State, m *metrics.Recovery, logger *slog.Logger) (*recovery.Runner, error) {
-	rc := cfg.Recovery
-	logger = logger.With("component", "recovery")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var store recovery.Store
-	var s3 *recovery.S3JSON
-	if cfg.S3.Bucket != "" {
-		c, err := objstore.New(ctx, cfg.S3, objstore.Options{Concurrency: rc.UploadConcurrency, PartSize: rc.PartSize, Logger: logger})
-		if err != nil {
-			return nil, fmt.Errorf("server: s3: %w", err)
-		}
-		store = meteredStore{Store: c, m: m}
-		s3 = &recovery.S3JSON{Endpoint: cfg.S3.Endpoint, Region: cfg.S3.Region, Bucket: cfg.S3.Bucket, Prefix: cfg.S3.Prefix}
-	} else if rc.Action == recovery.ActionBuiltin {
-		logger.Warn("s3.bucket is not set: recovery jobs assigned to this member cannot upload until it is")
-	}
-	fencer, attacher, err := recovery.NewPlugins(ctx, rc, nil, logger)
-	if err != nil {
-		return nil, fmt.Errorf("server: recovery plugins: %w", err)
-	}
-	cl := recoveryCluster{raftCluster: raftCluster{node}, prop: prop}
-	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: rc, NodeID: cfg.NodeID, State: state, Cluster: cl,
-		Store: store, S3: s3, Fencer: fencer, Attacher: attacher, Metrics: m, Logger: logger})
-	return recovery.NewRunner(rc, cfg.NodeID, state, cl, exe, logger), nil
 }

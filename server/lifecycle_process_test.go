@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"walden/internal/testutil"
 )
 
 // opsCluster describes n members on 127.0.0.(base+i) with short raft
@@ -20,7 +22,8 @@ func opsCluster(t *testing.T, dir string, n, base int, cluster, extra string) []
 	var members []*member
 	for i := 1; i <= n; i++ {
 		host := fmt.Sprintf("127.0.0.%d", base+i)
-		m := &member{id: fmt.Sprintf("c%d", i), admin: freeAddr(t, host), raft: freeAddr(t, host), http: freeAddr(t, host)}
+		a := testutil.Addrs(t, host, 3)
+		m := &member{id: fmt.Sprintf("c%d", i), admin: a[0], raft: a[1], http: a[2]}
 		m.dataDir = filepath.Join(dir, m.id)
 		m.config = filepath.Join(dir, m.id+".yaml")
 		m.log = filepath.Join(dir, m.id+".log")

@@ -26,7 +26,7 @@ type snapshotState interface {
 // replicated state, served by the leader.
 type maintenanceService struct {
 	waldenv1.UnimplementedMaintenanceServer
-	d     *detection
+	d     *serviceDeps
 	state snapshotState
 }
 

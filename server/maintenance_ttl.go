@@ -32,7 +32,7 @@ type seenSetting struct {
 	at    time.Time
 }
 
-func newMaintenanceExpiry(d *detection) *maintenanceExpiry {
+func newMaintenanceExpiry(d *serviceDeps) *maintenanceExpiry {
 	return &maintenanceExpiry{
 		leader:  func() bool { l, _ := d.isLeader(); return l },
 		brokers: d.state.Brokers,

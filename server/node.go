@@ -11,7 +11,7 @@ import (
 // *raftnode.Node satisfies it.
 type ClusterNode interface {
 	// Status is this member's current view of the group.
-	Status() NodeStatus
+	Status() raftnode.Status
 	// LeaderID is the leader's member id, "" while there is none.
 	LeaderID() string
 	// Ready reports whether the member knows a leader and has applied up to
@@ -28,7 +28,3 @@ type ClusterNode interface {
 	// leader it fails with raftnode.ErrNotLeader.
 	TransferLeadership(ctx context.Context, id string) error
 }
-
-// NodeStatus is one member's view of the raft group: raftnode's Status
-// (members with role, reachable and match_index filled).
-type NodeStatus = raftnode.Status

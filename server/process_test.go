@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"walden/internal/testutil"
 	"walden/raftnode"
 )
 
@@ -62,17 +63,6 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
-}
-
-// freeAddr returns host:port with a port that was free on host a moment ago.
-func freeAddr(t *testing.T, host string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatalf("listen on %s (loopback alias needed): %v", host, err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 type member struct {
@@ -211,7 +201,8 @@ func TestProcessClusterFailover(t *testing.T) {
 	var members []*member
 	for i := 1; i <= 3; i++ {
 		host := fmt.Sprintf("127.0.0.%d", 10+i)
-		m := &member{id: fmt.Sprintf("c%d", i), admin: freeAddr(t, host), raft: freeAddr(t, host), http: freeAddr(t, host)}
+		a := testutil.Addrs(t, host, 3)
+		m := &member{id: fmt.Sprintf("c%d", i), admin: a[0], raft: a[1], http: a[2]}
 		m.dataDir = filepath.Join(dir, m.id)
 		m.config = filepath.Join(dir, m.id+".yaml")
 		m.log = filepath.Join(dir, m.id+".log")
@@ -399,9 +390,9 @@ listen:
   raft: %q
 initial_cluster:
   - {id: c1, raft: "127.0.0.1:7101", admin: "127.0.0.1:7001"}
-`, dataDir, freeAddr(t, "127.0.0.1"), raftListen)
+`, dataDir, testutil.Addr(t, "127.0.0.1"), raftListen)
 	}
-	good := func(dataDir string) string { return withRaft(dataDir, freeAddr(t, "127.0.0.1")) }
+	good := func(dataDir string) string { return withRaft(dataDir, testutil.Addr(t, "127.0.0.1")) }
 	foreign := filepath.Join(dir, "foreign")
 	st, err := raftnode.OpenStorage(foreign, "other-cluster", "c1", slog.New(slog.DiscardHandler))
 	if err != nil {

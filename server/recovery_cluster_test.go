@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -67,19 +66,8 @@ func newUploadGate(t *testing.T, endpoint string) *uploadGate {
 // completes it, and every offset is committed once.
 func TestRecoveryReassignedAcrossCoordinators(t *testing.T) {
 	s3cfg := s3test.StartFake(t)
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
 	ids := []string{"c1", "c2", "c3"}
-	var initial []config.Member
-	for _, id := range ids {
-		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
-	}
+	initial, listeners := bindMembers(t, ids...)
 	gates := map[string]*uploadGate{}
 	cancels := map[string]context.CancelFunc{}
 	dones := map[string]chan error{}
@@ -98,7 +86,7 @@ func TestRecoveryReassignedAcrossCoordinators(t *testing.T) {
 		cfg.Recovery.JobLease = time.Second
 		cfg.Recovery.RetryMin, cfg.Recovery.RetryMax = 20*time.Millisecond, 200*time.Millisecond
 		cfg.Recovery.PartSize, cfg.Recovery.ObjectSize = 5<<20, 5<<20
-		s, err := New(cfg, nil)
+		s, err := New(cfg, nil, WithListeners(listeners[m.ID]))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,12 +30,13 @@ func BenchmarkRenewLease(b *testing.B) {
 	cfg := config.DefaultServerConfig()
 	cfg.ClusterName, cfg.NodeID = "det", "c1"
 	cfg.DataDir = filepath.Join(b.TempDir(), "c1")
-	cfg.Listen = config.Listen{Admin: freeAddr(b), Raft: freeAddr(b)}
-	cfg.InitialCluster = []config.Member{{ID: "c1", Raft: cfg.Listen.Raft, Admin: cfg.Listen.Admin}}
+	initial, listeners := bindMembers(b, "c1")
+	cfg.Listen = config.Listen{Admin: initial[0].Admin, Raft: initial[0].Raft}
+	cfg.InitialCluster = initial
 	cfg.Raft.TickInterval = 20 * time.Millisecond
 	// Long leases: the brokers renew only while the benchmark runs.
 	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = 30*time.Second, 10*time.Second, time.Second
-	s := startServerTB(b, cfg)
+	s := startServerTB(b, cfg, WithListeners(listeners["c1"]))
 	// Every agent address answers the probes.
 	probed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer probed.Close()

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
 	"walden/authz"
@@ -68,7 +67,11 @@ type Server struct {
 // data_dir (refusing a foreign or damaged one), and starts the raft node.
 // Nothing is served until Run. Nothing in data_dir is touched when cfg is
 // invalid, a TLS file is unusable or a listen address is taken.
-func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
+func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -98,20 +101,21 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 			s.closeListeners()
 		}
 	}()
-	if s.adminLis, err = net.Listen("tcp", cfg.Listen.Admin); err != nil {
-		return nil, fmt.Errorf("server: listen.admin: %w", err)
-	}
-	if s.raftLis, err = net.Listen("tcp", cfg.Listen.Raft); err != nil {
-		return nil, fmt.Errorf("server: listen.raft: %w", err)
-	}
-	if cfg.Listen.HTTP != "" {
-		if s.httpLis, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {
-			return nil, fmt.Errorf("server: listen.http: %w", err)
+	s.adminLis, s.raftLis, s.httpLis, s.metricsLis = o.listeners.Admin, o.listeners.Raft, o.listeners.HTTP, o.listeners.Metrics
+	for _, l := range []struct {
+		key, addr string
+		lis       *net.Listener
+	}{
+		{"listen.admin", cfg.Listen.Admin, &s.adminLis},
+		{"listen.raft", cfg.Listen.Raft, &s.raftLis},
+		{"listen.http", cfg.Listen.HTTP, &s.httpLis},
+		{"listen.metrics", cfg.Listen.Metrics, &s.metricsLis},
+	} {
+		if *l.lis != nil || l.addr == "" {
+			continue
 		}
-	}
-	if cfg.Listen.Metrics != "" {
-		if s.metricsLis, err = net.Listen("tcp", cfg.Listen.Metrics); err != nil {
-			return nil, fmt.Errorf("server: listen.metrics: %w", err)
+		if *l.lis, err = net.Listen("tcp", l.addr); err != nil {
+			return nil, fmt.Errorf("server: %s: %w", l.key, err)
 		}
 	}
 
@@ -136,10 +140,14 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	// frames are accepted from coordinators only, each as the member its
 	// certificate names.
 	az := &authz.Authorizer{Secure: tlsCfg.enabled(), Logger: logger.With("component", "authz")}
+	raftCreds := tlsCfg.clientCreds()
+	if o.raftCreds != nil {
+		raftCreds = o.raftCreds(raftCreds)
+	}
 	tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{
 		ClusterName: cfg.ClusterName,
 		NodeID:      cfg.NodeID,
-		Creds:       raftCredsFor(cfg, tlsCfg.clientCreds()),
+		Creds:       raftCreds,
 		Logger:      base,
 		Metrics:     trMetrics,
 		CheckSender: authz.CheckMember,
@@ -171,7 +179,8 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 	if err := registerAllCollectors(reg, decisions.Collectors()); err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
-	if s.detector, err = newDetector(cfg, s.admin, node, s.node, state, s.adminLis.Addr().String(), proberFor(cfg), decisions, logger); err != nil {
+	if s.detector, err = newDetector(detectorDeps{cfg: cfg, admin: s.admin, node: s.node, state: state,
+		adminAddr: s.adminLis.Addr().String(), prober: o.prober, decisions: decisions, logger: logger}); err != nil {
 		return nil, err
 	}
 	driftKeys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walden_policy_config_drift_keys",
@@ -190,11 +199,11 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	// Recovery: job loops and executor; Catalog and Jobs APIs.
-	if s.recovery, err = newRecoveryRunner(cfg, node, s.node, state, s.metrics.recovery, logger); err != nil {
+	if s.recovery, err = newRecoveryRunner(cfg, s.node, state, s.metrics.recovery, logger); err != nil {
 		return nil, err
 	}
 	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
-	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: raftCluster{node}.LiveMembers})
+	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: s.node.LiveMembers})
 	waldenv1.RegisterMaintenanceServer(s.adminGRPC, &maintenanceService{d: s.detector.d, state: state})
 	failovers := &failoversService{state: state}
 	waldenv1.RegisterFailoversServer(s.adminGRPC, failovers)
@@ -218,13 +227,6 @@ func New(cfg *config.Server, logger *slog.Logger) (_ *Server, err error) {
 			slog.NewLogLogger(logger.With("component", "metrics-http").Handler(), slog.LevelWarn))
 	}
 	return s, nil
-}
-
-// raftCredsFor returns the credentials of a member's raft peer connections.
-// It returns creds unchanged; tests replace it to wrap the connections and
-// inject link faults (loss, delay) into the raft traffic of one member.
-var raftCredsFor = func(_ *config.Server, creds credentials.TransportCredentials) credentials.TransportCredentials {
-	return creds
 }
 
 // raftConfig turns the server config into the node's.

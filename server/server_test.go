@@ -22,6 +22,7 @@ import (
 
 	"walden/authz"
 	"walden/config"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -38,9 +39,24 @@ func singleMember(t *testing.T) *config.Server {
 	return cfg
 }
 
-func startServer(t *testing.T, cfg *config.Server) *Server {
+// bindMembers binds the admin and raft listeners of the members ids on
+// loopback: their addresses for initial_cluster, their listeners for New
+// (WithListeners), so that no port is guessed.
+func bindMembers(t testing.TB, ids ...string) ([]config.Member, map[string]Listeners) {
 	t.Helper()
-	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	var initial []config.Member
+	listeners := map[string]Listeners{}
+	for _, id := range ids {
+		l := Listeners{Admin: testutil.Listen(t, "127.0.0.1"), Raft: testutil.Listen(t, "127.0.0.1")}
+		listeners[id] = l
+		initial = append(initial, config.Member{ID: id, Raft: l.Raft.Addr().String(), Admin: l.Admin.Addr().String()})
+	}
+	return initial, listeners
+}
+
+func startServer(t *testing.T, cfg *config.Server, opts ...Option) *Server {
+	t.Helper()
+	s, err := New(cfg, slog.New(slog.DiscardHandler), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,16 +214,8 @@ func TestServerMutualTLS(t *testing.T) {
 // TLS on: raft traffic and the forwarding of LeaderTransfer go over mTLS.
 func TestServerThreeMembersMutualTLS(t *testing.T) {
 	p := newTestPKI(t, t.TempDir())
-	free := func() string {
-		l := listen(t)
-		defer l.Close()
-		return l.Addr().String()
-	}
 	var cfgs []*config.Server
-	var initial []config.Member
-	for _, id := range []string{"c1", "c2", "c3"} {
-		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
-	}
+	initial, listeners := bindMembers(t, "c1", "c2", "c3")
 	for _, m := range initial {
 		cfg := config.DefaultServerConfig()
 		cfg.ClusterName, cfg.NodeID = "tls", m.ID
@@ -219,7 +227,7 @@ func TestServerThreeMembersMutualTLS(t *testing.T) {
 		cfgs = append(cfgs, cfg)
 	}
 	for _, cfg := range cfgs {
-		startServer(t, cfg)
+		startServer(t, cfg, WithListeners(listeners[cfg.NodeID]))
 	}
 	ts, err := loadTLS(p.tls(t, authz.Identity{Name: "alice", Role: authz.RoleOperator}))
 	if err != nil {
@@ -264,15 +272,7 @@ func TestServerThreeMembersMutualTLS(t *testing.T) {
 // and starts it with initial_cluster_state: existing; it joins as a learner
 // and is promoted to voter once caught up.
 func TestServerJoinExistingCluster(t *testing.T) {
-	free := func() string {
-		l := listen(t)
-		defer l.Close()
-		return l.Addr().String()
-	}
-	var initial []config.Member
-	for _, id := range []string{"c1", "c2", "c3"} {
-		initial = append(initial, config.Member{ID: id, Raft: free(), Admin: free()})
-	}
+	initial, listeners := bindMembers(t, "c1", "c2", "c3")
 	newCfg := func(m config.Member) *config.Server {
 		cfg := config.DefaultServerConfig()
 		cfg.ClusterName, cfg.NodeID = "grow", m.ID
@@ -283,7 +283,7 @@ func TestServerJoinExistingCluster(t *testing.T) {
 		return cfg
 	}
 	for _, m := range initial {
-		startServer(t, newCfg(m))
+		startServer(t, newCfg(m), WithListeners(listeners[m.ID]))
 	}
 	conn, err := grpc.NewClient(initial[0].Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -295,7 +295,8 @@ func TestServerJoinExistingCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	c4 := config.Member{ID: "c4", Raft: free(), Admin: free()}
+	more, moreListeners := bindMembers(t, "c4")
+	c4 := more[0]
 	added, err := c.MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: c4.ID, RaftAddr: c4.Raft, AdminAddr: c4.Admin})
 	if err != nil || added.GetMember().GetRole() != "learner" || len(added.GetMembers()) != 4 {
 		t.Fatalf("member add: %v %v", added, err)
@@ -303,7 +304,7 @@ func TestServerJoinExistingCluster(t *testing.T) {
 	cfg := newCfg(c4)
 	cfg.InitialClusterState = config.ClusterStateExisting
 	cfg.InitialCluster = append(cfg.InitialCluster, c4) // its own entry is ignored when joining
-	startServer(t, cfg)
+	startServer(t, cfg, WithListeners(moreListeners["c4"]))
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {

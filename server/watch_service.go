@@ -41,7 +41,7 @@ type watchState interface {
 // snapshot.
 type watchService struct {
 	waldenv1.UnimplementedWatchServer
-	d      *detection
+	d      *serviceDeps
 	state  watchState
 	nodeID string
 }

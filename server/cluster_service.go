@@ -2,24 +2,17 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"walden/authz"
 	"walden/config"
 	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
-	"walden/refusal"
-	"walden/rpcerr"
 )
 
 // Metadata keys of the admin API.
@@ -150,122 +143,6 @@ func (a *adminService) LeaderTransfer(ctx context.Context, req *waldenv1.LeaderT
 	after := a.node.Status()
 	a.logger.InfoContext(ctx, "leadership transferred", "from_id", st.NodeID, "target_id", req.GetId(), "leader_id", after.LeaderID, "term", after.Term)
 	return &waldenv1.LeaderTransferResponse{LeaderId: after.LeaderID, Term: after.Term}, nil
-}
-
-// forwardLeaderTransfer sends req to the leader's admin address. A request
-// that was itself forwarded, or a leader that cannot be reached, gets
-// Unavailable with the leader hint instead.
-func (a *adminService) forwardLeaderTransfer(ctx context.Context, req *waldenv1.LeaderTransferRequest, st NodeStatus) (*waldenv1.LeaderTransferResponse, error) {
-	addr := adminAddrOf(st, st.LeaderID)
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(headerForwardedBy)) > 0 || addr == "" {
-		return nil, a.notLeader(ctx, st.LeaderID, addr)
-	}
-	client, err := a.leaderClient(addr)
-	if err != nil {
-		return nil, a.notLeader(ctx, st.LeaderID, addr)
-	}
-	fctx := metadata.AppendToOutgoingContext(ctx, headerForwardedBy, a.nodeID)
-	resp, err := client.LeaderTransfer(fctx, req)
-	if err != nil {
-		s, _ := status.FromError(err)
-		if s.Code() == codes.Unavailable && !hasLeaderHint(s) {
-			// The leader could not be reached: give the caller the hint.
-			a.logger.DebugContext(ctx, "forward to leader failed", "leader_id", st.LeaderID, "leader_addr", addr, "term", st.Term, "err", err)
-			return nil, a.notLeader(ctx, st.LeaderID, addr)
-		}
-		if s.Code() == codes.Unavailable {
-			copyLeaderHint(ctx, s)
-		}
-		return nil, err
-	}
-	return resp, nil
-}
-
-func (a *adminService) leaderClient(addr string) (waldenv1.ClusterClient, error) {
-	c, err := a.conns.Get(addr)
-	if err != nil {
-		return nil, fmt.Errorf("server: dial leader %s: %w", addr, err)
-	}
-	return waldenv1.NewClusterClient(c), nil
-}
-
-func adminAddrOf(st NodeStatus, id string) string {
-	for _, m := range st.Members {
-		if m.GetId() == id {
-			return m.GetAdminAddr()
-		}
-	}
-	return ""
-}
-
-// notLeader is the Unavailable answer naming the leader, with the hint in a
-// status detail and in trailers.
-func (a *adminService) notLeader(ctx context.Context, leaderID, addr string) error {
-	return coordclient.NotLeader(ctx, leaderID, addr)
-}
-
-func hasLeaderHint(s *status.Status) bool {
-	_, addr := LeaderHint(s)
-	return addr != ""
-}
-
-// copyLeaderHint passes a hint received from a forwarded call on to our caller.
-func copyLeaderHint(ctx context.Context, s *status.Status) {
-	if id, addr := LeaderHint(s); addr != "" {
-		coordclient.SetLeaderTrailer(ctx, id, addr)
-	}
-}
-
-// LeaderHint returns the leader id and admin address carried by a
-// not-leader status, or empty strings.
-func LeaderHint(s *status.Status) (id, addr string) {
-	return coordclient.LeaderHint(s)
-}
-
-// toStatus maps a node error to a gRPC status error.
-func (a *adminService) toStatus(ctx context.Context, err error) error {
-	if _, ok := status.FromError(err); ok && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	switch {
-	case errors.Is(err, raftnode.ErrNotLeader):
-		st := a.node.Status()
-		if st.LeaderID == "" || st.LeaderID == st.NodeID {
-			return rpcerr.NewPlain(refusal.NoLeader, "no leader", nil)
-		}
-		return a.notLeader(ctx, st.LeaderID, adminAddrOf(st, st.LeaderID))
-	case errors.Is(err, raftnode.ErrNoLeader):
-		return rpcerr.NewPlain(refusal.NoLeader, "no leader", nil)
-	case errors.Is(err, raftnode.ErrStopped):
-		return rpcerr.NewPlain(refusal.Stopping, "member is stopping", nil)
-	case errors.Is(err, raftnode.ErrUnknownMember):
-		return rpcerr.NewPlain(refusal.MemberNotFound, err.Error(), nil)
-	case errors.Is(err, raftnode.ErrMemberExists):
-		return rpcerr.NewPlain(refusal.MemberExists, err.Error(), nil)
-	case errors.Is(err, raftnode.ErrInvalidMember):
-		return invalidArg("id", err.Error())
-	case errors.Is(err, raftnode.ErrNotVoter):
-		return rpcerr.NewPlain(refusal.NotVoter, err.Error(), nil)
-	case errors.Is(err, raftnode.ErrLastVoter):
-		return rpcerr.NewPlain(refusal.LastVoter, err.Error(), nil)
-	case errors.Is(err, raftnode.ErrProposalDropped):
-		return rpcerr.NewPlain(refusal.ProposalDropped, err.Error(), nil)
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
-}
-
-func invalidArg(field, reason string) error {
-	s := status.New(codes.InvalidArgument, field+": "+reason)
-	if d, err := s.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
-		{Field: field, Description: reason},
-	}}); err == nil {
-		s = d
-	}
-	return s.Err()
 }
 
 // checkAddrsFree refuses a new member whose raft or admin address another

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"walden/config"
+	"walden/detect"
+	"walden/fsm"
+	"walden/gossip"
+	"walden/lease"
+	"walden/metrics"
+	"walden/policy"
+	"walden/raftnode"
+)
+
+// detector is the failure-detection side of one member: the gossip pool
+// (optional), the observer (every member) and the decider (acts while this
+// member leads), with the Agent and Brokers services over them.
+type detector struct {
+	d        *serviceDeps
+	pool     *gossip.Pool // nil when gossip is off
+	observer *detect.Observer
+	decider  *detect.Decider
+	agent    *agentService
+	brokers  *brokersService
+}
+
+// leaseStateFile is the file in data_dir where a member keeps what it must
+// remember of its lease grants across restarts (lease.Durable).
+const leaseStateFile = "lease-state.json"
+
+// detectorDeps is what newDetector wires together.
+type detectorDeps struct {
+	cfg   *config.Server
+	admin *adminService
+	node  *raftnode.Node
+	state *fsm.State
+	// adminAddr is the address agents reach this member at (gossip meta).
+	adminAddr string
+	// prober replaces the HTTP probes of the agents' /healthz (tests); nil
+	// means HTTP probes.
+	prober    detect.Prober
+	decisions *metrics.Decisions
+	logger    *slog.Logger
+}
+
+// newDetector wires detection for a member: the grantor of its quorum
+// leases, the gossip pool, the observer, the decider, and the Agent and
+// Brokers services over them.
+func newDetector(deps detectorDeps) (*detector, error) {
+	cfg, state, logger := deps.cfg, deps.state, deps.logger
+	// The quiet period after a start covers the longest lease this member
+	// may have granted before: the stored high-water mark, or the policy
+	// in force (the replicated one once known, else the config's).
+	ttl, drift := time.Duration(cfg.Policy.LeaseTTL), time.Duration(cfg.Policy.DriftMargin)
+	if p, _, seeded := state.Policy(); seeded {
+		ttl = max(ttl, time.Duration(p.GetLeaseTtlMs())*time.Millisecond)
+		drift = max(drift, time.Duration(p.GetDriftMarginMs())*time.Millisecond)
+	}
+	grantor, err := lease.NewGrantor(lease.BootClock, lease.FileStore{Path: filepath.Join(cfg.DataDir, leaseStateFile)}, ttl, drift)
+	if err != nil {
+		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
+	}
+	d := &serviceDeps{
+		admin: deps.admin, node: deps.node, state: state,
+		grantor:        grantor,
+		decisions:      deps.decisions,
+		config:         cfg.Policy.Proto(),
+		clusterName:    cfg.ClusterName,
+		nodeID:         cfg.NodeID,
+		logger:         logger.With("component", "detect"),
+		proposeTimeout: 5 * time.Second,
+	}
+	det := &detector{d: d, agent: &agentService{d: d}, brokers: &brokersService{d: d, liveMembers: deps.node.LiveMembers}}
+	gcfg, on := cfg.GossipConfig()
+	if on {
+		gcfg.Logger = logger
+		gcfg.Meta.AdminAddr = deps.adminAddr
+		pool, err := gossip.Start(gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("server: gossip: %w", err)
+		}
+		det.pool = pool
+	}
+	probeInterval, probeTimeout := cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout
+	det.observer = detect.NewObserver(detect.ObserverConfig{
+		NodeID: cfg.NodeID, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Grantor: grantor, Logger: logger,
+	}, state, deps.node.Propose, deps.prober)
+	det.decider = detect.NewDecider(detect.DeciderConfig{NodeID: cfg.NodeID, Seed: d.config, Logger: logger, Metrics: deps.decisions},
+		deps.node, state, deps.node.Propose)
+	d.decider = det.decider
+	logger.Info("lease grants wait out the longest lease this member may have granted before it started",
+		"quiet_for", grantor.QuietFor().Round(time.Millisecond))
+	return det, nil
+}
+
+// run runs the observer, the decider and the gossip event consumer until
+// ctx is done.
+func (det *detector) run(ctx context.Context) {
+	if det.pool != nil {
+		go func() {
+			for ev := range det.pool.Events() {
+				if ev.Meta.Role != gossip.RoleAgent {
+					continue
+				}
+				switch ev.Kind {
+				case gossip.EventJoin, gossip.EventUpdate:
+					det.observer.SetGossip(ev.Node, detect.GossipAlive)
+				case gossip.EventLeave:
+					st := detect.GossipDead
+					if ev.State == gossip.StateLeft {
+						st = detect.GossipLeft
+					}
+					det.observer.SetGossip(ev.Node, st)
+				}
+			}
+		}()
+	}
+	go det.observer.Run(ctx)
+	go det.decider.Run(ctx)
+	go det.d.reportPolicyDrift(ctx)
+}
+
+// reportPolicyDrift says once, when the cluster's policy is known, on which
+// keys this member's config file differs from it: the file seeds the policy
+// only when the cluster is founded, so an edit made later has no effect.
+func (d *serviceDeps) reportPolicyDrift(ctx context.Context) {
+	for {
+		changed := d.state.Changed()
+		if _, _, seeded := d.state.Policy(); seeded {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+	seed := d.state.PolicyOverrides().GetSeed()
+	drift := policy.Drift(d.config, seed)
+	if d.driftKeys != nil {
+		d.driftKeys.Set(float64(len(drift)))
+	}
+	if len(drift) == 0 {
+		return
+	}
+	eff, _, _ := d.state.Policy()
+	var diffs []string
+	for _, k := range drift {
+		diffs = append(diffs, fmt.Sprintf("%s: file %s, cluster %s", k, policy.Format(d.config, k), policy.Format(eff, k)))
+	}
+	d.logger.Warn("this member's config file differs from the cluster's policy, which it does not change: use `waldenctl policy set` to change the policy",
+		"keys", drift, "differences", diffs, "seeded_by", d.state.PolicyOverrides().GetSeededBy())
+}
+
+// stop leaves the gossip pool.
+func (det *detector) stop() {
+	if det.pool != nil {
+		_ = det.pool.Leave(time.Second)
+		_ = det.pool.Shutdown()
+	}
+}
