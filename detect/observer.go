@@ -33,6 +33,30 @@ type HTTPProber struct {
 	Path string
 }
 
+// NewHTTPProber returns the prober of an observer: its client keeps one
+// persistent connection per agent, reused by every probe of it (a probe
+// every second over a new connection would leave each coordinator with
+// thousands of sockets in TIME_WAIT at a few hundred brokers), with no
+// bound on the number of agents it keeps connections to, at most two
+// connections to one agent, and every phase of a probe bounded by timeout.
+func NewHTTPProber(timeout time.Duration) HTTPProber {
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: timeout}).DialContext,
+		MaxIdleConns:          0, // no bound over all agents
+		MaxIdleConnsPerHost:   1,
+		MaxConnsPerHost:       2,
+		IdleConnTimeout:       probeIdleTimeout,
+		ResponseHeaderTimeout: timeout,
+		DisableCompression:    true,
+	}
+	return HTTPProber{Client: &http.Client{Transport: tr}}
+}
+
+// probeIdleTimeout closes a probe connection unused this long (a broker no
+// longer probed); agents close theirs after 5s idle, which a probe every
+// second never reaches.
+const probeIdleTimeout = 30 * time.Second
+
 // Probe implements Prober.
 func (p HTTPProber) Probe(ctx context.Context, addr string) error {
 	path := p.Path
@@ -51,6 +75,7 @@ func (p HTTPProber) Probe(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrProbe, addr, err)
 	}
+	// Read the body to its end so that the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	if resp.StatusCode >= 500 {
@@ -105,6 +130,13 @@ type ObserverConfig struct {
 	SuspectAfter int
 	// ProposeTimeout bounds one ObserveBroker proposal. Default 2s.
 	ProposeTimeout time.Duration
+	// ProbeConcurrency bounds the probes in flight at once. A round of n
+	// probes that all hang lasts ceil(n/ProbeConcurrency) probe timeouts.
+	// Default 256.
+	ProbeConcurrency int
+	// ProposeConcurrency bounds the observation proposals in flight at
+	// once (raft commits them together). Default 32.
+	ProposeConcurrency int
 	// Grantor is this coordinator's side of the brokers' quorum leases: the
 	// observer attests through it that a grant expired, and withdraws the
 	// attestation when the broker renews again. Nil: no attestations.
@@ -127,6 +159,12 @@ func (c *ObserverConfig) defaults() {
 	}
 	if c.ProposeTimeout <= 0 {
 		c.ProposeTimeout = 2 * time.Second
+	}
+	if c.ProbeConcurrency <= 0 {
+		c.ProbeConcurrency = 256
+	}
+	if c.ProposeConcurrency <= 0 {
+		c.ProposeConcurrency = 32
 	}
 	if c.Clock == nil {
 		c.Clock = lease.BootClock
@@ -181,7 +219,7 @@ type probeState struct {
 func NewObserver(cfg ObserverConfig, state ObservedState, propose ProposeFunc, prober Prober) *Observer {
 	cfg.defaults()
 	if prober == nil {
-		prober = HTTPProber{}
+		prober = NewHTTPProber(cfg.ProbeTimeout)
 	}
 	return &Observer{
 		cfg: cfg, state: state, propose: propose, prober: prober,
@@ -210,12 +248,15 @@ func GossipName(b *waldenv1.Broker) string {
 	return "agent/" + b.GetBrokerId()
 }
 
-// Run probes and proposes until ctx is done.
+// Run probes and proposes until ctx is done. Each round's probes are
+// spread over part of the interval (probeSpread), so that a coordinator of
+// thousands of brokers probes at an even pace rather than in one burst a
+// second; each broker keeps its place in the round, hence its period.
 func (o *Observer) Run(ctx context.Context) {
 	t := time.NewTicker(o.cfg.ProbeInterval)
 	defer t.Stop()
 	for {
-		o.Round(ctx)
+		o.round(ctx, o.probeSpread())
 		select {
 		case <-ctx.Done():
 			return
@@ -224,38 +265,58 @@ func (o *Observer) Run(ctx context.Context) {
 	}
 }
 
-// Round probes every observed broker once (concurrently, each bounded by
-// ProbeTimeout) and proposes the observations that changed.
-func (o *Observer) Round(ctx context.Context) {
+// probeSpread is how long Run takes to start a round's probes: half of
+// what is left of the interval after a probe's timeout, so that a round
+// whose last probe hangs still ends within the interval.
+func (o *Observer) probeSpread() time.Duration {
+	return max(o.cfg.ProbeInterval-o.cfg.ProbeTimeout, 0) / 2
+}
+
+// Round probes every observed broker once (at most ProbeConcurrency at a
+// time, each bounded by ProbeTimeout) and proposes the observations that
+// changed (at most ProposeConcurrency at a time).
+func (o *Observer) Round(ctx context.Context) { o.round(ctx, 0) }
+
+// round is Round, starting the probes evenly over spread.
+func (o *Observer) round(ctx context.Context, spread time.Duration) {
 	brokers := o.state.Brokers()
 	p, _, seeded := o.state.Policy()
-	var wg sync.WaitGroup
 	results := make([]error, len(brokers))
+	probed := make([]bool, len(brokers))
+	var todo []int
 	for i, b := range brokers {
-		if !observed(b) || b.GetAgentAddr() == "" {
-			continue
+		// A broker that renewed its lease with this coordinator within the
+		// last interval is known alive: its probe would only repeat it
+		// (and counts as heard meanwhile, view).
+		if observed(b) && b.GetAgentAddr() != "" && !o.renewedLately(b) {
+			todo = append(todo, i)
+			probed[i] = true
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pctx, cancel := context.WithTimeout(ctx, o.cfg.ProbeTimeout)
-			defer cancel()
-			results[i] = o.prober.Probe(pctx, b.GetAgentAddr())
-		}()
 	}
-	wg.Wait()
+	o.forEach(ctx, len(todo), o.cfg.ProbeConcurrency, spread, func(k int) {
+		i := todo[k]
+		pctx, cancel := context.WithTimeout(ctx, o.cfg.ProbeTimeout)
+		defer cancel()
+		results[i] = o.prober.Probe(pctx, brokers[i].GetAgentAddr())
+	})
 	if ctx.Err() != nil {
 		return
 	}
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(brokers))
+	var plans []Proposal
 	for i, b := range brokers {
 		seen[b.GetBrokerId()] = true
 		if !observed(b) {
 			o.retire(b)
 			continue
 		}
-		o.observe(ctx, b, results[i], p, seeded)
+		if pr, ok := o.Plan(b, results[i], probed[i], p, seeded); ok {
+			plans = append(plans, pr)
+		}
 	}
+	// Every planned proposal is made, each bounded by ctx (a round cut
+	// short proposes what it planned, as each failing at once).
+	o.forEach(context.Background(), len(plans), o.cfg.ProposeConcurrency, 0, func(k int) { o.proposePlan(ctx, plans[k]) })
 	o.mu.Lock()
 	for id := range o.probes {
 		if !seen[id] {
@@ -263,6 +324,49 @@ func (o *Observer) Round(ctx context.Context) {
 		}
 	}
 	o.mu.Unlock()
+}
+
+// renewedLately reports whether this coordinator heard b renew its lease
+// within the last probe interval.
+func (o *Observer) renewedLately(b *waldenv1.Broker) bool {
+	return o.cfg.Grantor != nil && o.cfg.Grantor.HeardWithin(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}, o.cfg.ProbeInterval)
+}
+
+// forEach calls f(0) … f(n-1) from at most workers goroutines, starting
+// the calls evenly over spread (0: as fast as the workers take them), and
+// returns when every call returned. It stops starting calls once ctx ends.
+func (o *Observer) forEach(ctx context.Context, n, workers int, spread time.Duration, f func(int)) {
+	if n == 0 {
+		return
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				f(k)
+			}
+		}()
+	}
+	start := time.Now()
+	for k := 0; k < n && ctx.Err() == nil; k++ {
+		if spread > 0 {
+			if d := time.Until(start.Add(spread * time.Duration(k) / time.Duration(n))); d > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+			}
+		}
+		select {
+		case work <- k:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
 }
 
 // retire drops the lease memory of a fenced broker's epochs (they are never
@@ -290,14 +394,11 @@ type Proposal struct {
 	Withdraw bool
 }
 
-// observe plans this coordinator's observation of b from one probe result
-// and proposes it when it differs from the committed one.
-func (o *Observer) observe(ctx context.Context, b *waldenv1.Broker, probeErr error, p *waldenv1.Policy, seeded bool) {
-	pr, ok := o.Plan(b, probeErr, b.GetAgentAddr() != "", p, seeded)
-	if !ok {
-		return
-	}
-	id, op := b.GetBrokerId(), pr.Observe
+// proposePlan proposes a planned observation and, once a withdrawal
+// applied, lifts the promise it withdraws.
+func (o *Observer) proposePlan(ctx context.Context, pr Proposal) {
+	op := pr.Observe
+	id := op.GetBrokerId()
 	pctx, cancel := context.WithTimeout(ctx, o.cfg.ProposeTimeout)
 	_, err := o.propose(pctx, &waldenv1.Command{Op: &waldenv1.Command_ObserveBroker{ObserveBroker: op}})
 	cancel()
@@ -478,6 +579,11 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool) (state,
 		if at, ok := o.cfg.Grantor.Heard(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}); ok {
 			last = max(last, at)
 			renewed = now-at < time.Duration(o.cfg.SuspectAfter)*o.cfg.ProbeInterval
+			if now-at < o.cfg.ProbeInterval {
+				// Heard within this round: failed probes before it are
+				// not consecutive with the ones to come.
+				ps.failures, ps.lastErr = 0, ""
+			}
 		}
 	}
 	unheard = max(now-last, 0)

@@ -190,18 +190,101 @@ func (c *faultyConn) Close() error {
 	return c.Conn.Close()
 }
 
+// faultyDuplex delays both directions of one connection: what is written
+// through its faultyConn (from → to), and what is read, by the link to →
+// from. An agent's gRPC connection to a coordinator carries its renewals
+// one way and their answers the other, so both must suffer the link's
+// faults.
+type faultyDuplex struct {
+	*faultyConn
+	rq   chan faultyRead
+	rbuf []byte
+	rerr error
+}
+
+type faultyRead struct {
+	b   []byte
+	err error
+	at  time.Time
+}
+
+// newFaultyDuplex wraps conn: writes go through f's link from → to, reads
+// through f's link back (to → from), each chunk in order.
+func newFaultyDuplex(conn net.Conn, f *streamFaults, from, to, back string) *faultyDuplex {
+	d := &faultyDuplex{faultyConn: newFaultyConn(conn, f, from, to), rq: make(chan faultyRead, 1024)}
+	go d.reader(back, from)
+	return d
+}
+
+// reader reads the underlying connection and queues each chunk with the
+// instant it may be delivered.
+func (d *faultyDuplex) reader(from, to string) {
+	var last time.Time
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := d.Conn.Read(buf)
+		at := time.Now().Add(d.f.delay(from, to))
+		if at.Before(last) {
+			at = last
+		}
+		last = at
+		select {
+		case d.rq <- faultyRead{b: buf[:n], err: err, at: at}:
+		case <-d.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (d *faultyDuplex) Read(b []byte) (int, error) {
+	for len(d.rbuf) == 0 {
+		if d.rerr != nil {
+			return 0, d.rerr
+		}
+		var r faultyRead
+		select {
+		case r = <-d.rq:
+		case <-d.done:
+			return 0, net.ErrClosed
+		}
+		if w := time.Until(r.at); w > 0 {
+			t := time.NewTimer(w)
+			select {
+			case <-t.C:
+			case <-d.done:
+				t.Stop()
+				return 0, net.ErrClosed
+			}
+		}
+		d.rbuf, d.rerr = r.b, r.err
+	}
+	n := copy(b, d.rbuf)
+	d.rbuf = d.rbuf[n:]
+	return n, nil
+}
+
 // linkFaults are the faults of every link of a test cluster: probes,
 // gossip and raft.
 type linkFaults struct {
 	mu     sync.Mutex // guards gossip
 	probes *probeFaults
 	raft   *streamFaults
+	// agents are the links between the agents and the coordinators' admin
+	// endpoints (renewals and registrations): by broker id → admin address
+	// one way, coordinator id → agentLink(broker id) the other.
+	agents *streamFaults
 	gossip map[string]*gossip.Faults // by coordinator id or broker id
 }
 
 func newLinkFaults() *linkFaults {
-	return &linkFaults{probes: newProbeFaults(), raft: newStreamFaults(3), gossip: map[string]*gossip.Faults{}}
+	return &linkFaults{probes: newProbeFaults(), raft: newStreamFaults(3), agents: newStreamFaults(5), gossip: map[string]*gossip.Faults{}}
 }
+
+// agentLink names the agent end of an agent's link in linkFaults.agents.
+func agentLink(broker string) string { return "agent/" + broker }
 
 // gossipFor returns the gossip faults of a member, made on first use with a
 // seed derived from its name.
@@ -234,6 +317,10 @@ type faultCounts struct {
 	gossipDropped, gossipDelayed          uint64
 	gossipStreamsBlocked                  uint64
 	raftChunks, raftLost, raftDelayedOnly uint64
+	// agentChunks counts the chunks of the agents' connections (renewals
+	// and their answers) that met a fault, agentLost those delivered one
+	// retransmission timeout late.
+	agentChunks, agentLost uint64
 }
 
 func (l *linkFaults) counts() faultCounts {
@@ -256,6 +343,7 @@ func (l *linkFaults) counts() faultCounts {
 	}
 	n.raftChunks, n.raftLost = l.raft.chunks.Load(), l.raft.lost.Load()
 	n.raftDelayedOnly = l.raft.delayed.Load() - n.raftLost
+	n.agentChunks, n.agentLost = l.agents.chunks.Load(), l.agents.lost.Load()
 	return n
 }
 
@@ -266,12 +354,14 @@ func (n faultCounts) sub(m faultCounts) faultCounts {
 		gossipStreamsBlocked: n.gossipStreamsBlocked - m.gossipStreamsBlocked,
 		raftChunks:           n.raftChunks - m.raftChunks, raftLost: n.raftLost - m.raftLost,
 		raftDelayedOnly: n.raftDelayedOnly - m.raftDelayedOnly,
+		agentChunks:     n.agentChunks - m.agentChunks, agentLost: n.agentLost - m.agentLost,
 	}
 }
 
 // degradeCoordinator puts loss, delay and jitter on every link of the
 // coordinator node: its direct probes, its gossip to and from every member
-// started so far, and its raft streams to and from the other coordinators.
+// started so far, its raft streams to and from the other coordinators, and
+// the agents' connections to it (their lease renewals and the answers).
 func (c *detCluster) degradeCoordinator(node string, loss float64, delay, jitter time.Duration) {
 	c.t.Helper()
 	f := c.faults
@@ -296,6 +386,11 @@ func (c *detCluster) degradeCoordinator(node string, loss float64, delay, jitter
 		if cfg.NodeID != node {
 			f.raft.set(cfg.NodeID, c.raftAddr(node), sf)
 		}
+	}
+	f.agents.set(node, "*", sf)
+	admin := c.conns[node].Target()
+	for broker := range c.agentAddrs {
+		f.agents.set(agentLink(broker), admin, sf)
 	}
 }
 
