@@ -17,36 +17,20 @@ import (
 	"walden/authz"
 	"walden/certs"
 	"walden/config"
+	"walden/internal/testutil/testpki"
 	"walden/lease"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// testPKI makes a CA and its gossip key in dir (walden certs init), a
-// coordinator certificate for the fake leader (valid for 127.0.0.1) and an
-// agent certificate of broker b1, and returns the files: the coordinator's,
-// then the agent's.
-func testPKI(t *testing.T, dir string) (coordCert, coordKey, certFile, keyFile, caFile string) {
-	t.Helper()
-	if _, err := certs.Init(dir, "walden test CA", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	c, err := certs.IssueFiles(dir, "", certs.Request{Identity: authz.Identity{Name: "c1", Role: authz.RoleCoordinator}, Validity: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := certs.IssueFiles(dir, "", certs.Request{Identity: authz.Identity{Name: "b1-agent", Role: authz.RoleAgent, BrokerID: "b1"}, Validity: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.Cert, c.Key, a.Cert, a.Key, filepath.Join(dir, certs.CAFile)
-}
-
 // TestMutualTLS: with tls keys set the agent presents its certificate and
 // checks the coordinator's against ca_file.
 func TestMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	coordCert, coordKey, certFile, keyFile, caFile := testPKI(t, dir)
+	p := testpki.New(t)
+	dir := p.Dir
+	coord := p.Member(t, "c1")
+	agentTLS := p.TLS(t, authz.Identity{Name: "b1-agent", Role: authz.RoleAgent, BrokerID: "b1"})
+	coordCert, coordKey, certFile, keyFile, caFile := coord.CertFile, coord.KeyFile, agentTLS.CertFile, agentTLS.KeyFile, p.CA
 	cert, err := tls.LoadX509KeyPair(coordCert, coordKey)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/fsm"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
@@ -226,7 +227,7 @@ func (c *testCluster) member(id string) *testMember {
 func (c *testCluster) leaderAmong(ids ...string) string {
 	c.t.Helper()
 	var leader string
-	waitFor(c.t, testDeadline, fmt.Sprintf("one leader among %v", ids), func() bool {
+	testutil.EventuallyTrue(c.t, testDeadline, fmt.Sprintf("one leader among %v", ids), func() bool {
 		leader = ""
 		leaders := 0
 		for _, id := range ids {
@@ -272,7 +273,7 @@ func (c *testCluster) mustPropose(id, payload string) *waldenv1.Result {
 // index and hold identical state machines and command sequences.
 func (c *testCluster) converged(ids ...string) {
 	c.t.Helper()
-	waitFor(c.t, testDeadline, fmt.Sprintf("%v to converge", ids), func() bool {
+	testutil.EventuallyTrue(c.t, testDeadline, fmt.Sprintf("%v to converge", ids), func() bool {
 		var applied uint64
 		var snap []byte
 		for i, id := range ids {
@@ -313,7 +314,7 @@ func TestClusterElectsOneLeader(t *testing.T) {
 	leader := c.leaderAmong("c1", "c2", "c3")
 	for _, id := range c.ids() {
 		n := c.node(id)
-		waitFor(t, testDeadline, id+" ready", n.Ready)
+		testutil.EventuallyTrue(t, testDeadline, id+" ready", n.Ready)
 		s := n.Status()
 		if s.LeaderID != leader || len(s.Members) != 3 {
 			t.Fatalf("%s status: leader %q members %d, want %q and 3", id, s.LeaderID, len(s.Members), leader)
@@ -328,7 +329,7 @@ func TestClusterElectsOneLeader(t *testing.T) {
 	}
 	// The leader sees every member reachable, with match indexes (once the
 	// followers answered its first appends).
-	waitFor(t, testDeadline, "match indexes on the leader", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, "match indexes on the leader", func() bool {
 		for _, m := range c.node(leader).Status().Members {
 			if m.GetMatchIndex() == 0 {
 				return false
@@ -377,7 +378,7 @@ func TestClusterLeaderPartitionedAwayStepsDown(t *testing.T) {
 
 	c.net.Partition([]string{old}, majority)
 	// CheckQuorum: the old leader steps down without hearing from anyone.
-	waitFor(t, testDeadline, "old leader "+old+" to step down", func() bool { return !c.node(old).IsLeader() })
+	testutil.EventuallyTrue(t, testDeadline, "old leader "+old+" to step down", func() bool { return !c.node(old).IsLeader() })
 	leader := c.leaderAmong(majority...)
 	if leader == old {
 		t.Fatalf("old leader %s re-elected inside the majority", old)
@@ -475,7 +476,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 		t.Fatalf("c4 before it started: %v", c4)
 	}
 	c.start("c4")
-	waitFor(t, testDeadline, "c4 promoted to voter", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, "c4 promoted to voter", func() bool {
 		voter, learner := c.node(leader).Role(raftnode.RaftID("c4"))
 		return voter && !learner
 	})
@@ -562,7 +563,7 @@ func TestClusterRestartAllFromDisk(t *testing.T) {
 		c.start(id)
 	}
 	leader = c.leaderAmong("c1", "c2", "c3")
-	waitFor(t, testDeadline, "members ready after restart", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, "members ready after restart", func() bool {
 		for _, id := range c.ids() {
 			if !c.node(id).Ready() || c.node(id).Status().AppliedIndex < applied {
 				return false
@@ -756,7 +757,7 @@ func TestGRPCTransportCluster(t *testing.T) {
 		})
 	}
 	var leader string
-	waitFor(t, testDeadline, "a leader over gRPC", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, "a leader over gRPC", func() bool {
 		leader = ""
 		for id, n := range nodes {
 			if n.IsLeader() {
@@ -784,7 +785,7 @@ func TestGRPCTransportCluster(t *testing.T) {
 			t.Fatalf("proposal %d count %d", i, res.GetNoop().GetCount())
 		}
 	}
-	waitFor(t, testDeadline, "replication over gRPC", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, "replication over gRPC", func() bool {
 		var applied uint64
 		for _, n := range nodes {
 			s := n.Status()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+
 	"walden/raftnode"
 )
 

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
@@ -127,7 +128,7 @@ func TestSingleMemberNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	waitFor(t, 5*time.Second, "self-election", func() bool { return n.IsLeader() && n.Ready() })
+	testutil.EventuallyTrue(t, 5*time.Second, "self-election", func() bool { return n.IsLeader() && n.Ready() })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -203,7 +204,7 @@ func TestNodeMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	waitFor(t, 5*time.Second, "self-election", n.IsLeader)
+	testutil.EventuallyTrue(t, 5*time.Second, "self-election", n.IsLeader)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for i := range 8 {
@@ -289,7 +290,7 @@ func TestNodeStopsOnStorageError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	waitFor(t, 5*time.Second, "self-election", n.IsLeader)
+	testutil.EventuallyTrue(t, 5*time.Second, "self-election", n.IsLeader)
 	st.mu.Lock()
 	st.ok = 0
 	st.mu.Unlock()

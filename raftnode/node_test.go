@@ -144,15 +144,3 @@ func TestIndexWaiter(t *testing.T) {
 func noop(payload string) *waldenv1.Command {
 	return &waldenv1.Command{Op: &waldenv1.Command_Noop{Noop: &waldenv1.Noop{Payload: []byte(payload)}}}
 }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/fsm"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
@@ -67,7 +68,7 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 	if l := c.leaderAmong("c2"); l != "c2" {
 		t.Fatalf("leader %s", l)
 	}
-	waitFor(t, testDeadline, "c2 ready", func() bool { return c.node("c2").Ready() })
+	testutil.EventuallyTrue(t, testDeadline, "c2 ready", func() bool { return c.node("c2").Ready() })
 	if got := noopCount(t, c.node("c2")); got != 40 {
 		t.Fatalf("%d noops after the forced restart, want 40", got)
 	}
@@ -190,7 +191,7 @@ func TestReaddedMemberKeepsRunning(t *testing.T) {
 	c.joining = map[string]bool{other: true}
 	c.mu.Unlock()
 	c.start(other)
-	waitFor(t, testDeadline, other+" promoted to voter", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, other+" promoted to voter", func() bool {
 		voter, _ := c.node(leader).Role(raftnode.RaftID(other))
 		return voter
 	})

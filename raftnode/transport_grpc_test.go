@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/fsm"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
@@ -72,7 +73,7 @@ func TestGRPCTransportDeliversInOrderAndReconnects(t *testing.T) {
 	for i := range 100 {
 		a.tr.Send([]*raftpb.Message{appFrom("a", "b", uint64(i))})
 	}
-	waitFor(t, 10*time.Second, "100 deliveries", func() bool { n, _, _ := b.h.Counts(); return n == 100 })
+	testutil.EventuallyTrue(t, 10*time.Second, "100 deliveries", func() bool { n, _, _ := b.h.Counts(); return n == 100 })
 	if want := func() []uint64 {
 		var w []uint64
 		for i := range 100 {
@@ -82,11 +83,11 @@ func TestGRPCTransportDeliversInOrderAndReconnects(t *testing.T) {
 	}(); !slices.Equal(b.h.Indexes(), want) {
 		t.Fatalf("deliveries out of order: %v", b.h.Indexes())
 	}
-	waitFor(t, 5*time.Second, "b reachable", func() bool { return a.tr.Reachable(raftnode.RaftID("b")) })
+	testutil.EventuallyTrue(t, 5*time.Second, "b reachable", func() bool { return a.tr.Reachable(raftnode.RaftID("b")) })
 
 	// b goes down: sends fail and are reported, b becomes unreachable.
 	b.stop()
-	waitFor(t, 10*time.Second, "unreachable reports while b is down", func() bool {
+	testutil.EventuallyTrue(t, 10*time.Second, "unreachable reports while b is down", func() bool {
 		a.tr.Send([]*raftpb.Message{appFrom("a", "b", 1000)})
 		_, u, _ := a.h.Counts()
 		return u[raftnode.RaftID("b")] > 0 && !a.tr.Reachable(raftnode.RaftID("b"))
@@ -94,7 +95,7 @@ func TestGRPCTransportDeliversInOrderAndReconnects(t *testing.T) {
 
 	// b comes back on the same address: the stream is reopened.
 	b2 := serveTransport(t, "demo", "b", b.addr)
-	waitFor(t, 10*time.Second, "delivery after b restarted", func() bool {
+	testutil.EventuallyTrue(t, 10*time.Second, "delivery after b restarted", func() bool {
 		a.tr.Send([]*raftpb.Message{appFrom("a", "b", 2000)})
 		n, _, _ := b2.h.Counts()
 		return n > 0 && a.tr.Reachable(raftnode.RaftID("b"))
@@ -108,7 +109,7 @@ func TestGRPCTransportSnapshotReports(t *testing.T) {
 	snap := &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: new(raftnode.RaftID("a")), To: new(raftnode.RaftID("b")),
 		Snapshot: &raftpb.Snapshot{Data: make([]byte, 8<<20), Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(2))}}}
 	a.tr.Send([]*raftpb.Message{snap})
-	waitFor(t, 10*time.Second, "snapshot delivered and reported", func() bool {
+	testutil.EventuallyTrue(t, 10*time.Second, "snapshot delivered and reported", func() bool {
 		n, _, _ := b.h.Counts()
 		_, _, s := a.h.Counts()
 		return n == 1 && s[raft.SnapshotFinish] == 1
@@ -116,7 +117,7 @@ func TestGRPCTransportSnapshotReports(t *testing.T) {
 
 	// A snapshot to an unknown peer fails at once.
 	a.tr.Send([]*raftpb.Message{{Type: raftpb.MsgSnap.Enum(), From: new(raftnode.RaftID("a")), To: new(raftnode.RaftID("zz")), Snapshot: snap.GetSnapshot()}})
-	waitFor(t, 5*time.Second, "snapshot failure for unknown peer", func() bool {
+	testutil.EventuallyTrue(t, 5*time.Second, "snapshot failure for unknown peer", func() bool {
 		_, u, s := a.h.Counts()
 		return s[raft.SnapshotFailure] == 1 && u[raftnode.RaftID("zz")] == 1
 	})
@@ -224,7 +225,7 @@ func startGRPCBenchCluster(b *testing.B) []*raftnode.Node {
 func waitGRPCLeader(b *testing.B, nodes []*raftnode.Node) *raftnode.Node {
 	b.Helper()
 	var leader *raftnode.Node
-	waitFor(b, 10*time.Second, "a leader", func() bool {
+	testutil.EventuallyTrue(b, 10*time.Second, "a leader", func() bool {
 		for _, n := range nodes {
 			if n.IsLeader() && n.Ready() {
 				leader = n
@@ -363,7 +364,7 @@ func (c *grpcCluster) stop(id string) {
 func (c *grpcCluster) leader() string {
 	c.t.Helper()
 	var leader string
-	waitFor(c.t, testDeadline, "one leader over gRPC", func() bool {
+	testutil.EventuallyTrue(c.t, testDeadline, "one leader over gRPC", func() bool {
 		leader = ""
 		for id, m := range c.running {
 			if m.node.IsLeader() {
@@ -407,7 +408,7 @@ func TestGRPCClusterMemberCatchesUpBySnapshot(t *testing.T) {
 	}
 	c.start(lagging)
 	want := c.running[leader].node.Status().CommitIndex
-	waitFor(t, testDeadline, lagging+" to catch up", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, lagging+" to catch up", func() bool {
 		s := c.running[lagging].node.Status()
 		return s.AppliedIndex >= want && s.LeaderID == leader
 	})
@@ -418,7 +419,7 @@ func TestGRPCClusterMemberCatchesUpBySnapshot(t *testing.T) {
 	if err != nil || res.GetNoop().GetCount() != 51 {
 		t.Fatalf("proposal through %s after catch-up: %v %v", lagging, res, err)
 	}
-	waitFor(t, testDeadline, "leader sees everyone reachable", func() bool {
+	testutil.EventuallyTrue(t, testDeadline, "leader sees everyone reachable", func() bool {
 		for _, m := range c.running[leader].node.Status().Members {
 			if !m.GetReachable() {
 				return false
@@ -463,7 +464,7 @@ func TestGRPCReachableFromEveryMember(t *testing.T) {
 	}
 	everyone := map[string]bool{"g1": true, "g2": true, "g3": true}
 	for id := range c.running {
-		waitFor(t, testDeadline, id+" sees every member reachable", allReachable(id, everyone))
+		testutil.EventuallyTrue(t, testDeadline, id+" sees every member reachable", allReachable(id, everyone))
 	}
 
 	// Stop one follower: the leader and the other follower report it
@@ -471,12 +472,12 @@ func TestGRPCReachableFromEveryMember(t *testing.T) {
 	gone, other := followers[0], followers[1]
 	c.stop(gone)
 	want := map[string]bool{leader: true, other: true, gone: false}
-	waitFor(t, testDeadline, leader+" sees "+gone+" unreachable", allReachable(leader, want))
-	waitFor(t, testDeadline, other+" sees "+gone+" unreachable", allReachable(other, want))
+	testutil.EventuallyTrue(t, testDeadline, leader+" sees "+gone+" unreachable", allReachable(leader, want))
+	testutil.EventuallyTrue(t, testDeadline, other+" sees "+gone+" unreachable", allReachable(other, want))
 
 	// Restart it: the follower that never sends to it sees it reachable
 	// again, and it sees everyone.
 	c.start(gone)
-	waitFor(t, testDeadline, other+" sees "+gone+" reachable again", allReachable(other, everyone))
-	waitFor(t, testDeadline, gone+" sees every member reachable", allReachable(gone, everyone))
+	testutil.EventuallyTrue(t, testDeadline, other+" sees "+gone+" reachable again", allReachable(other, everyone))
+	testutil.EventuallyTrue(t, testDeadline, gone+" sees every member reachable", allReachable(gone, everyone))
 }

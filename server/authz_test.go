@@ -207,9 +207,9 @@ func isDenied(t *testing.T, err error, method string, id authz.Identity) bool {
 // PermissionDenied naming the method and the identity. Agents and brokers
 // are also refused every bound method for another broker id.
 func TestAuthorizationMatrix(t *testing.T) {
-	p := newTestPKI(t, t.TempDir())
+	p := newTestPKI(t)
 	cfg := singleMember(t)
-	cfg.TLS = p.member(t, "c1")
+	cfg.TLS = p.Member(t, "c1")
 	s := startServer(t, cfg)
 	a := s.Addrs()
 
@@ -233,7 +233,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	conns := map[authz.Role]map[string]*grpc.ClientConn{}
 	for _, r := range authz.Roles {
 		id := roleIdentity(r)
-		creds, err := mtls.ClientCreds(p.tls(t, id))
+		creds, err := mtls.ClientCreds(p.TLS(t, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 // log names) the original caller; a reader is refused wherever it asks;
 // nobody but a coordinator is believed when it names another caller.
 func TestForwardedCallsAuthorizeTheOriginalCaller(t *testing.T) {
-	p := newTestPKI(t, t.TempDir())
+	p := newTestPKI(t)
 	initial, listeners := bindMembers(t, "c1", "c2", "c3")
 	for _, m := range initial {
 		cfg := config.DefaultServerConfig()
@@ -290,12 +290,12 @@ func TestForwardedCallsAuthorizeTheOriginalCaller(t *testing.T) {
 		cfg.DataDir = filepath.Join(t.TempDir(), m.ID)
 		cfg.Listen = config.Listen{Admin: m.Admin, Raft: m.Raft}
 		cfg.InitialCluster = initial
-		cfg.TLS = p.member(t, m.ID)
+		cfg.TLS = p.Member(t, m.ID)
 		cfg.Raft.TickInterval = 20 * time.Millisecond
 		startServer(t, cfg, WithListeners(listeners[m.ID]))
 	}
 	dial := func(id authz.Identity, addr string) *grpc.ClientConn {
-		creds, err := mtls.ClientCreds(p.tls(t, id))
+		creds, err := mtls.ClientCreds(p.TLS(t, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -389,12 +389,12 @@ func metadataCaller(ctx context.Context, id authz.Identity) context.Context {
 // and a coordinator's frames must claim its own member id. A forged frame
 // (another member's id, term 1000) changes nothing.
 func TestRaftRefusesForgedFrames(t *testing.T) {
-	p := newTestPKI(t, t.TempDir())
+	p := newTestPKI(t)
 	cfg := singleMember(t)
-	cfg.TLS = p.member(t, "c1")
+	cfg.TLS = p.Member(t, "c1")
 	s := startServer(t, cfg)
 	a := s.Addrs()
-	admin, err := mtls.ClientCreds(p.admin(t))
+	admin, err := mtls.ClientCreds(p.Admin(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func TestRaftRefusesForgedFrames(t *testing.T) {
 
 	forged := forgedVote(t, "c3", "c1", before.GetTerm()+1000)
 	send := func(id authz.Identity) error {
-		creds, err := mtls.ClientCreds(p.tls(t, id))
+		creds, err := mtls.ClientCreds(p.TLS(t, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -459,9 +459,9 @@ func forgedVote(t *testing.T, from, to string, term uint64) []byte {
 // readers and up only, and the plain listen.metrics listener serves
 // /healthz, /readyz and /metrics without a certificate, and no web view.
 func TestHTTPListeners(t *testing.T) {
-	p := newTestPKI(t, t.TempDir())
+	p := newTestPKI(t)
 	cfg := singleMember(t)
-	cfg.TLS = p.member(t, "c1")
+	cfg.TLS = p.Member(t, "c1")
 	cfg.Listen.Metrics = "127.0.0.1:0"
 	s := startServer(t, cfg)
 	a := s.Addrs()
@@ -470,7 +470,7 @@ func TestHTTPListeners(t *testing.T) {
 		t.Helper()
 		tr := &http.Transport{}
 		if id != nil {
-			m, err := mtls.Load(p.tls(t, *id))
+			m, err := mtls.Load(p.TLS(t, *id))
 			if err != nil {
 				t.Fatal(err)
 			}

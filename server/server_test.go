@@ -144,13 +144,13 @@ func TestServerRefusesBadConfigBeforeDataDir(t *testing.T) {
 }
 
 func TestServerMutualTLS(t *testing.T) {
-	p := newTestPKI(t, t.TempDir())
+	p := newTestPKI(t)
 	cfg := singleMember(t)
-	cfg.TLS = p.member(t, "c1")
+	cfg.TLS = p.Member(t, "c1")
 	s := startServer(t, cfg)
 	a := s.Addrs()
 
-	ts, err := loadTLS(p.admin(t))
+	ts, err := loadTLS(p.Admin(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestServerMutualTLS(t *testing.T) {
 // TestServerThreeMembersMutualTLS runs three members in one process with
 // TLS on: raft traffic and the forwarding of LeaderTransfer go over mTLS.
 func TestServerThreeMembersMutualTLS(t *testing.T) {
-	p := newTestPKI(t, t.TempDir())
+	p := newTestPKI(t)
 	var cfgs []*config.Server
 	initial, listeners := bindMembers(t, "c1", "c2", "c3")
 	for _, m := range initial {
@@ -222,14 +222,14 @@ func TestServerThreeMembersMutualTLS(t *testing.T) {
 		cfg.DataDir = filepath.Join(t.TempDir(), m.ID)
 		cfg.Listen = config.Listen{Admin: m.Admin, Raft: m.Raft}
 		cfg.InitialCluster = initial
-		cfg.TLS = p.member(t, m.ID)
+		cfg.TLS = p.Member(t, m.ID)
 		cfg.Raft.TickInterval = 20 * time.Millisecond
 		cfgs = append(cfgs, cfg)
 	}
 	for _, cfg := range cfgs {
 		startServer(t, cfg, WithListeners(listeners[cfg.NodeID]))
 	}
-	ts, err := loadTLS(p.tls(t, authz.Identity{Name: "alice", Role: authz.RoleOperator}))
+	ts, err := loadTLS(p.TLS(t, authz.Identity{Name: "alice", Role: authz.RoleOperator}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,13 +339,13 @@ func TestServerJoinExistingCluster(t *testing.T) {
 // those of a new CA, Reload makes new connections use them; a client of the
 // old CA is refused from then on, and restartKeys names what else changed.
 func TestServerReloadRotatesCertificates(t *testing.T) {
-	first, second := newTestPKI(t, t.TempDir()), newTestPKI(t, t.TempDir())
+	first, second := newTestPKI(t), newTestPKI(t)
 	// The member's files start as those of the first CA.
 	dir := t.TempDir()
 	files := config.TLS{CertFile: filepath.Join(dir, "c1.pem"), KeyFile: filepath.Join(dir, "c1-key.pem"), CAFile: filepath.Join(dir, "ca.pem")}
 	install := func(p testPKI) {
 		t.Helper()
-		src := p.member(t, "c1")
+		src := p.Member(t, "c1")
 		for from, to := range map[string]string{src.CertFile: files.CertFile, src.KeyFile: files.KeyFile, src.CAFile: files.CAFile} {
 			b, err := os.ReadFile(from)
 			if err != nil {
@@ -361,11 +361,11 @@ func TestServerReloadRotatesCertificates(t *testing.T) {
 	cfg.TLS = files
 	s := startServer(t, cfg)
 	a := s.Addrs()
-	oldCreds, err := loadTLS(first.admin(t))
+	oldCreds, err := loadTLS(first.Admin(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	newCreds, err := loadTLS(second.admin(t))
+	newCreds, err := loadTLS(second.Admin(t))
 	if err != nil {
 		t.Fatal(err)
 	}
