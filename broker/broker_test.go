@@ -20,6 +20,7 @@ import (
 	"walden/config"
 	"walden/internal/testutil"
 	"walden/objstore"
+	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 	"walden/rpcerr"
@@ -41,12 +42,8 @@ func newEnv(t testing.TB) *env {
 	}
 	t.Cleanup(coord.Stop)
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return &env{t: t, coord: coord, s3: objstore.FakeConfig(endpoint, "walden"), dir: dir}
+	fakeS3 := s3test.StartFake(t)
+	return &env{t: t, coord: coord, s3: fakeS3, dir: dir}
 }
 
 func (e *env) config(id string, streams ...uint64) *config.Broker {

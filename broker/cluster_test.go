@@ -18,6 +18,7 @@ import (
 	"walden/internal/testutil"
 	"walden/loadgen"
 	"walden/objstore"
+	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/server"
 )
@@ -100,12 +101,8 @@ func TestWithRealCoordinator(t *testing.T) {
 		t.Skip("runs a coordinator")
 	}
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	s3 := objstore.FakeConfig(endpoint, "walden")
+	fakeS3 := s3test.StartFake(t)
+	s3 := fakeS3
 	admin, gossipAddr := startCoordinator(t, s3)
 	conn, err := grpc.NewClient(admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -181,12 +178,8 @@ func TestKillUnderLoadRealRecovery(t *testing.T) {
 		t.Skip("runs a coordinator and a failover")
 	}
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	s3 := objstore.FakeConfig(endpoint, "walden")
+	fakeS3 := s3test.StartFake(t)
+	s3 := fakeS3
 	admin, gossipAddr := startCoordinator(t, s3)
 	e := &env{t: t, dir: dir}
 
@@ -251,12 +244,8 @@ func TestRetryAfterFailoverOnAnotherBroker(t *testing.T) {
 		t.Skip("runs a coordinator and a failover")
 	}
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	s3 := objstore.FakeConfig(endpoint, "walden")
+	fakeS3 := s3test.StartFake(t)
+	s3 := fakeS3
 	admin, gossipAddr := startCoordinator(t, s3)
 	e := &env{t: t, dir: dir}
 	c1 := realBrokerConfig(dir, admin, gossipAddr, s3, "b1", 1, 2)
@@ -326,12 +315,8 @@ func TestTakeoverLearnsFromTheWatch(t *testing.T) {
 		t.Skip("runs a coordinator")
 	}
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	s3 := objstore.FakeConfig(endpoint, "walden")
+	fakeS3 := s3test.StartFake(t)
+	s3 := fakeS3
 	admin, gossipAddr := startCoordinator(t, s3)
 	e := &env{t: t, dir: dir}
 	b1 := e.start(realBrokerConfig(dir, admin, gossipAddr, s3, "b1", 4))

@@ -10,7 +10,7 @@ import (
 
 	"walden/broker/brokertest"
 	"walden/config"
-	"walden/objstore"
+	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -25,18 +25,14 @@ func TestAppendAdmittedBeforeGracefulStop(t *testing.T) {
 	}
 	t.Cleanup(coord.Stop)
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	fakeS3 := s3test.StartFake(t)
 	cfg := config.DefaultBrokerConfig()
 	cfg.BrokerID, cfg.ClusterName = "b1", "demo"
 	cfg.Listen, cfg.AgentListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Coordinators = []string{coord.Addr}
 	cfg.Gossip.BindAddr = "127.0.0.1:0"
 	cfg.WAL = config.BrokerWAL{Path: filepath.Join(dir, "b1.wal"), Capacity: 1 << 20}
-	cfg.S3 = objstore.FakeConfig(endpoint, "walden")
+	cfg.S3 = fakeS3
 	cfg.Streams = []uint64{1}
 	cfg.UploadInterval, cfg.UploadBytes, cfg.TakeoverInterval = time.Hour, 64<<10, 50*time.Millisecond
 	cfg.LeaseSafetyMargin = 200 * time.Millisecond

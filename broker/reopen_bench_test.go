@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -21,7 +20,7 @@ import (
 	"walden/config"
 	"walden/coordclient"
 	"walden/internal/testutil"
-	"walden/objstore"
+	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -88,12 +87,8 @@ func percentile(d []time.Duration, p float64) time.Duration {
 //	go test ./broker -run '^$' -bench BenchmarkReopen -benchtime 1x -reopen.trials 20
 func BenchmarkReopen(b *testing.B) {
 	dir := b.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
-	s3 := objstore.FakeConfig(endpoint, "walden")
+	fakeS3 := s3test.StartFake(b)
+	s3 := fakeS3
 	admin, gossipAddr := startCoordinator(b, s3)
 	obs := &reopenObserver{closed: map[uint64]time.Time{}, opened: map[uint64]time.Time{}}
 	cc := coordclient.New([]string{admin}, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))

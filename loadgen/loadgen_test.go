@@ -16,6 +16,7 @@ import (
 	"walden/config"
 	"walden/loadgen"
 	"walden/objstore"
+	"walden/objstore/s3test"
 )
 
 type cluster struct {
@@ -32,12 +33,8 @@ func newCluster(t *testing.T) *cluster {
 	}
 	t.Cleanup(coord.Stop)
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return &cluster{coord: coord, s3: objstore.FakeConfig(endpoint, "walden"), dir: dir}
+	fakeS3 := s3test.StartFake(t)
+	return &cluster{coord: coord, s3: fakeS3, dir: dir}
 }
 
 func (c *cluster) startBroker(t *testing.T, id string, takeover bool, streams ...uint64) *broker.Broker {

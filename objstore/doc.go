@@ -9,7 +9,7 @@
 //   - Config (the `s3` configuration section) and its validation; empty
 //     access keys fall back to the standard AWS credential chain;
 //   - Client, the only type in walden that talks to S3;
-//   - the fake server (NewFakeHandler, StartFake) behind `walden s3`.
+//   - the fake server (NewFakeHandler, ServeFake) behind `walden s3` (tests start it with objstore/s3test).
 //
 // It must never:
 //
@@ -18,6 +18,6 @@
 //     with a fresh context even when the caller's context is cancelled);
 //   - decide what an object means: keys and content come from the caller
 //     (package objformat), commits from the catalog;
-//   - listen on anything but the address it is given; StartFake binds
-//     127.0.0.1 only.
+//   - listen on anything but the address it is given (ServeFake with no
+//     address binds a port of 127.0.0.1 only).
 package objstore

@@ -116,22 +116,6 @@ func (f *FakeServer) Kill() {
 	f.done <- nil
 }
 
-// StartFake starts the fake S3 on a free 127.0.0.1 port, keeping its data in
-// dir, with bucket created. It returns the endpoint URL and a stop function.
-// Clients need PathStyle and any non-empty credentials (FakeConfig builds
-// such a Config).
-func StartFake(dir, bucket string) (endpoint string, stop func(), err error) {
-	fs, err := ServeFake("", dir, nil, bucket)
-	if err != nil {
-		return "", nil, err
-	}
-	return fs.Endpoint, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = fs.Close(ctx)
-	}, nil
-}
-
 // Fake credentials used with the embedded server; it accepts any.
 const (
 	FakeAccessKeyID     = "walden"

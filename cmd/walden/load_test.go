@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"walden/broker/brokertest"
-	"walden/objstore"
+	"walden/objstore/s3test"
 )
 
 func runCmd(ctx context.Context, cmd *cobra.Command, args ...string) (string, error) {
@@ -38,11 +38,8 @@ func TestBrokerLoadVerifyCommands(t *testing.T) {
 	}
 	defer coord.Stop()
 	dir := t.TempDir()
-	endpoint, stop, err := objstore.StartFake(filepath.Join(dir, "s3"), "walden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	fakeS3 := s3test.StartFake(t)
+	endpoint := fakeS3.Endpoint
 	cfgPath := filepath.Join(dir, "broker.yaml")
 	yaml := fmt.Sprintf(`broker_id: b1
 cluster_name: demo
@@ -51,12 +48,12 @@ agent_listen: 127.0.0.1:0
 coordinators: [%s]
 gossip: {listen: 127.0.0.1:0}
 wal: {path: %s, capacity: 1048576}
-s3: {endpoint: %q, bucket: walden, path_style: true, access_key_id: a, secret_access_key: b}
+s3: {endpoint: %q, bucket: %s, path_style: true, access_key_id: a, secret_access_key: b}
 streams: [1, 2]
 upload_interval: 100ms
 lease_safety_margin: 200ms
 log: {level: error}
-`, coord.Addr, filepath.Join(dir, "b1.wal"), endpoint)
+`, coord.Addr, filepath.Join(dir, "b1.wal"), endpoint, fakeS3.Bucket)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -33,12 +33,16 @@ const Bucket = "walden-test"
 // Bucket created, and returns its Config. It stops at the end of the test.
 func StartFake(t testing.TB) objstore.Config {
 	t.Helper()
-	endpoint, stop, err := objstore.StartFake(t.TempDir(), Bucket)
+	fs, err := objstore.ServeFake("", t.TempDir(), nil, Bucket)
 	if err != nil {
-		t.Fatalf("s3test: start fake S3: %v", err)
+		t.Fatalf("start the fake S3: %v", err)
 	}
-	t.Cleanup(stop)
-	return objstore.FakeConfig(endpoint, Bucket)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = fs.Close(ctx)
+	})
+	return objstore.FakeConfig(fs.Endpoint, Bucket)
 }
 
 // VersityBin returns the path of the pinned versitygw that
