@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"walden/authz"
 	"walden/config"
+	"walden/mtls"
 )
 
 // handOffLeadership, on the leader, hands leadership to the most caught-up
@@ -61,9 +63,14 @@ type ReloadResult struct {
 // configuration file read again (SIGHUP): the tls files are read again and
 // serve every new connection (certificate rotation). The log level is the
 // caller's (it owns the logger). Other changed keys are reported in
-// NeedRestart. On an error (unusable files) nothing changes.
+// NeedRestart. On an error (unusable files, or a certificate that is not
+// this member's own: its peers would refuse its raft frames) nothing
+// changes.
 func (s *Server) Reload(cfg *config.Server) (ReloadResult, error) {
 	var res ReloadResult
+	if err := mtls.CheckIdentity(cfg.TLS, authz.Identity{Name: s.cfg.NodeID, Role: authz.RoleCoordinator}); err != nil {
+		return res, err
+	}
 	if err := s.tls.reload(cfg.TLS); err != nil {
 		return res, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"walden/authz"
 	"walden/config"
 	"walden/internal/testutil"
+	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -404,5 +406,15 @@ func TestServerReloadRotatesCertificates(t *testing.T) {
 	}
 	if err := call(newCreds); err != nil {
 		t.Fatalf("after a refused reload: %v", err)
+	}
+	// Another member's certificate of the same CA: refused (the peers would
+	// refuse this member's raft frames), the files in use stay.
+	other := next
+	other.TLS = second.Member(t, "c2")
+	if _, err := s.Reload(&other); !errors.Is(err, mtls.ErrWrongIdentity) {
+		t.Fatalf("Reload(c2's certificate) on c1 = %v, want ErrWrongIdentity", err)
+	}
+	if err := call(newCreds); err != nil {
+		t.Fatalf("after a reload refused for its identity: %v", err)
 	}
 }

@@ -12,8 +12,10 @@ import (
 	"google.golang.org/grpc"
 
 	"walden/agent"
+	"walden/authz"
 	"walden/config"
 	"walden/metrics"
+	"walden/mtls"
 	"walden/server"
 )
 
@@ -90,7 +92,7 @@ take effect at the next start.`,
 						logger.Error("reload refused: the configuration file has a mistake; the running settings stay", "file", configPath, "err", err)
 						continue
 					}
-					if err := files.reload(next.TLS); err != nil {
+					if err := reloadAgentTLS(files, cfg.BrokerID, next.TLS); err != nil {
 						logger.Error("reload refused: the running settings stay", "file", configPath, "err", err)
 						continue
 					}
@@ -103,4 +105,15 @@ take effect at the next start.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML configuration file (required)")
 	return cmd
+}
+
+// reloadAgentTLS reads the tls files of a reloaded configuration for the
+// agent of broker brokerID. The certificate must stay that agent's own (the
+// coordinators would refuse anyone else's renewals); on any error the files
+// in use stay.
+func reloadAgentTLS(files *tlsFiles, brokerID string, next config.TLS) error {
+	if err := mtls.CheckIdentity(next, authz.Identity{Role: authz.RoleAgent, BrokerID: brokerID}); err != nil {
+		return err
+	}
+	return files.reload(next)
 }
