@@ -91,6 +91,8 @@ type ProberFunc func(ctx context.Context, addr string) error
 func (f ProberFunc) Probe(ctx context.Context, addr string) error { return f(ctx, addr) }
 
 // BrokerSource is the committed broker registry (package fsm's State).
+// The observer and the decider only read what Brokers returns, so it may be
+// a copy shared with other readers (fsm.State.BrokersView).
 type BrokerSource interface {
 	Brokers() []*waldenv1.Broker
 }

@@ -88,6 +88,10 @@ type State struct {
 	watch changeLog
 	// derived are views recomputed at every change (renewal.go).
 	derived derived
+	// changes counts the changes (notifyLocked); brokersView is the
+	// registry copy shared until the next one (brokersview.go).
+	changes     uint64
+	brokersView brokersView
 }
 
 // New returns the empty state of the cluster clusterName.
@@ -131,6 +135,7 @@ func (s *State) Changed() <-chan struct{} {
 // Changed; every apply, membership change and restore that changes
 // anything calls it.
 func (s *State) notifyLocked() {
+	s.changes++
 	s.deriveLocked()
 	if s.changed != nil {
 		close(s.changed)

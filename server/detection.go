@@ -14,6 +14,7 @@ import (
 	"walden/lease"
 	"walden/metrics"
 	"walden/policy"
+	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
 
@@ -89,14 +90,21 @@ func newDetector(deps detectorDeps) (*detector, error) {
 	probeInterval, probeTimeout := cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout
 	det.observer = detect.NewObserver(detect.ObserverConfig{
 		NodeID: cfg.NodeID, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Grantor: grantor, Logger: logger,
-	}, state, deps.node.Propose, deps.prober)
+	}, sharedBrokers{state}, deps.node.Propose, deps.prober)
 	det.decider = detect.NewDecider(detect.DeciderConfig{NodeID: cfg.NodeID, Seed: d.config, Logger: logger, Metrics: deps.decisions},
-		deps.node, state, deps.node.Propose)
+		deps.node, sharedBrokers{state}, deps.node.Propose)
 	d.decider = det.decider
 	logger.Info("lease grants wait out the longest lease this member may have granted before it started",
 		"quiet_for", grantor.QuietFor().Round(time.Millisecond))
 	return det, nil
 }
+
+// sharedBrokers gives the observer and the decider, which only read the
+// registry, the copy the state shares until it changes
+// (fsm.State.BrokersView) instead of a copy of their own each round.
+type sharedBrokers struct{ *fsm.State }
+
+func (s sharedBrokers) Brokers() []*waldenv1.Broker { return s.BrokersView() }
 
 // run runs the observer, the decider and the gossip event consumer until
 // ctx is done.
