@@ -128,7 +128,9 @@ type ObserverConfig struct {
 	ProbeTimeout time.Duration
 	// SuspectAfter is the number of consecutive failed probes (with no
 	// lease renewal heard meanwhile) after which this coordinator observes
-	// the broker suspect. Default 3.
+	// the broker suspect. Default 3; fewer when the policy's
+	// failure_timeout is shorter than SuspectAfter+1 probe intervals
+	// (suspectAfter).
 	SuspectAfter int
 	// ProposeTimeout bounds one ObserveBroker proposal. Default 2s.
 	ProposeTimeout time.Duration
@@ -449,7 +451,7 @@ func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *wald
 		}
 		o.cfg.Grantor.Seen(k)
 	}
-	state, reason, unheard := o.view(b, probeErr, probed)
+	state, reason, unheard := o.view(b, probeErr, probed, o.suspectAfter(p, seeded))
 	committed := committedObservation(b, o.cfg.NodeID)
 	attested, withdraw := committed.GetLeaseExpired(), false
 	if o.cfg.Grantor != nil && seeded {
@@ -559,7 +561,7 @@ func committedObservation(b *waldenv1.Broker, nodeID string) *waldenv1.Observati
 // this coordinator's view and how long it has not heard the broker (no
 // answered probe, no lease renewal). state is "" while there is nothing to
 // say yet (no probe answered and none has failed enough).
-func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool) (state, reason string, unheard time.Duration) {
+func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspectAfter int) (state, reason string, unheard time.Duration) {
 	now := o.cfg.Clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -580,7 +582,7 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool) (state,
 	if o.cfg.Grantor != nil {
 		if at, ok := o.cfg.Grantor.Heard(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}); ok {
 			last = max(last, at)
-			renewed = now-at < time.Duration(o.cfg.SuspectAfter)*o.cfg.ProbeInterval
+			renewed = now-at < time.Duration(suspectAfter)*o.cfg.ProbeInterval
 			if now-at < o.cfg.ProbeInterval {
 				// Heard within this round: failed probes before it are
 				// not consecutive with the ones to come.
@@ -598,13 +600,30 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool) (state,
 		}
 	}
 	switch {
-	case ps.failures >= o.cfg.SuspectAfter && !renewed:
+	case ps.failures >= suspectAfter && !renewed:
 		return StateSuspect, fmt.Sprintf("%d probes failed in a row (%s)", ps.failures, ps.lastErr), unheard
 	case ps.failures == 0 && ps.ok:
 		return StateAlive, "probe ok", unheard
 	case renewed:
 		return StateAlive, "lease renewals heard", unheard
 	}
-	// Between 1 and SuspectAfter-1 failures: keep the committed view.
+	// Between 1 and suspectAfter-1 failures: keep the committed view.
 	return "", "", unheard
+}
+
+// suspectAfter is the number of consecutive failed probes, with no renewal
+// heard for as many intervals, after which this coordinator observes a
+// broker suspect: SuspectAfter, or fewer when the policy's failure_timeout
+// is shorter than SuspectAfter+1 probe intervals. The suspicion must be
+// committed before the silence reaches failure_timeout (the decision
+// counts the silence from the last contact, not from the suspicion), or a
+// short timeout would wait for the probes rather than for itself. At
+// least 1.
+func (o *Observer) suspectAfter(p *waldenv1.Policy, seeded bool) int {
+	n := o.cfg.SuspectAfter
+	if !seeded {
+		return n
+	}
+	fit := int(time.Duration(p.GetFailureTimeoutMs())*time.Millisecond/o.cfg.ProbeInterval) - 1
+	return max(1, min(n, fit))
 }

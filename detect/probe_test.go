@@ -184,3 +184,35 @@ func TestObserverSkipsProbeOfRenewingBroker(t *testing.T) {
 		t.Fatalf("state %q after 3 failed probes and no renewal for 4 s, want suspect", s)
 	}
 }
+
+// TestObserverSuspectsInTimeForAShortFailureTimeout: with failure_timeout
+// 2s and probes every second, three failed probes would come after the
+// timeout; one failed probe with no renewal for an interval is suspicion
+// enough. With the default 5s it still takes three.
+func TestObserverSuspectsInTimeForAShortFailureTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		timeout time.Duration
+		rounds  int
+	}{{2 * time.Second, 1}, {3 * time.Second, 2}, {5 * time.Second, 3}} {
+		t.Run(tc.timeout.String(), func(t *testing.T) {
+			p := policy.Defaults()
+			p.FailureTimeoutMs = tc.timeout.Milliseconds()
+			p.LeaseTtlMs = 1000
+			st := newClusterState(t, p)
+			st.register(t, "b1")
+			clk := &lease.ManualClock{T: time.Hour}
+			pr := &countingProber{probed: map[string]int{}}
+			o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, Clock: clk}, st, st.propose, pr)
+			for r := 1; r <= tc.rounds; r++ {
+				if s := mine(st.broker("b1"), "c1").GetState(); s == StateSuspect {
+					t.Fatalf("suspect after %d failed probes, want %d", r-1, tc.rounds)
+				}
+				clk.Advance(time.Second)
+				o.Round(context.Background())
+			}
+			if s := mine(st.broker("b1"), "c1").GetState(); s != StateSuspect {
+				t.Fatalf("state %q after %d failed probes, want suspect", s, tc.rounds)
+			}
+		})
+	}
+}
