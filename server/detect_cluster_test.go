@@ -147,7 +147,10 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 		cfg.DataDir = filepath.Join(t.TempDir(), m.ID)
 		cfg.Listen = config.Listen{Admin: m.Admin, Raft: m.Raft}
 		cfg.InitialCluster = initial
-		cfg.Raft.TickInterval = 20 * time.Millisecond
+		// 50 ms ticks: an election timeout of 500 ms, which a loaded
+		// machine under the race detector does not blow through at every
+		// scheduling hiccup (leaders that change all the time).
+		cfg.Raft.TickInterval = 50 * time.Millisecond
 		cfg.Gossip.BindAddr = c.gossip[i]
 		cfg.Gossip.Join = c.gossip
 		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = tProbeInterval, tProbeTimeout
@@ -178,17 +181,17 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 
 func (c *detCluster) leader() *Server {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var leader *Server
+	c.waitFor("a leader", 30*time.Second, func() bool {
 		for _, s := range c.servers {
 			if s.node.IsLeader() {
-				return s
+				leader = s
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	c.t.Fatal("no leader")
-	return nil
+		return false
+	})
+	return leader
 }
 
 // pick returns the id of the current leader ("leader") or of a follower
@@ -265,7 +268,7 @@ func (c *detCluster) startAgent(id string, proxies map[string]*cutProxy) *agent.
 	}
 	c.t.Cleanup(func() { _ = a.Stop(false) })
 	c.agentAddrs[id], c.agentGossipAddrs[id] = a.Addr(), cfg.Gossip.BindAddr
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Deadline(30*time.Second))
 	defer cancel()
 	if _, err := a.WaitRegistered(ctx); err != nil {
 		c.t.Fatalf("agent %s: %v", id, err)
@@ -295,13 +298,7 @@ func (c *detCluster) waitAllAlive(ids ...string) {
 
 func (c *detCluster) waitFor(what string, d time.Duration, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.EventuallyTrue(c.t, d, what, cond)
 }
 
 // hold checks for d that cond stays true.
@@ -845,7 +842,7 @@ func stopServerTB(s *Server) {
 func waitServingTB(t testing.TB, conn *grpc.ClientConn) {
 	t.Helper()
 	cl := waldenv1.NewClusterClient(conn)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testutil.Deadline(30 * time.Second))
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := cl.Status(ctx, &waldenv1.StatusRequest{})
@@ -869,9 +866,7 @@ func TestManualFailoverOfLiveBrokerWaitsForItsLease(t *testing.T) {
 	c := newDetCluster(t, nil)
 	a1 := c.startAgent("b1", nil)
 	c.waitAllAlive("b1")
-	if !a1.Lease().Valid {
-		t.Fatal("b1's lease is not valid before the failover")
-	}
+	c.waitFor("b1's lease valid before the failover", 10*time.Second, func() bool { return a1.Lease().Valid })
 	epoch := c.broker("b1").GetEpoch()
 	var invalidAt, fencedAt time.Time
 	done := make(chan struct{})
