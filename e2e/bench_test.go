@@ -15,21 +15,21 @@ import (
 )
 
 var (
-	benchBacklog = flag.Int64("devcluster.backlog", 64<<20, "BenchmarkFailover: bytes of un-uploaded WAL on the killed broker")
-	benchTrials  = flag.Int("devcluster.trials", 3, "BenchmarkFailover: trials (a fresh cluster each)")
-	benchPolicy  = flag.String("devcluster.policy", "default", "BenchmarkFailover: default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
+	benchBacklog = flag.Int64("e2e.backlog", 64<<20, "BenchmarkFailover: bytes of un-uploaded WAL on the killed broker")
+	benchTrials  = flag.Int("e2e.trials", 3, "BenchmarkFailover: trials (a fresh cluster each)")
+	benchPolicy  = flag.String("e2e.policy", "default", "BenchmarkFailover: default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
 )
 
-// BenchmarkFailover runs the `walden dev` scenario -devcluster.trials times, each on
+// BenchmarkFailover runs the `walden dev` scenario -e2e.trials times, each on
 // a fresh cluster (versitygw S3, 3 coordinators, 3 brokers as processes):
-// load on 9 streams at 300 records/s, -devcluster.backlog bytes of WAL not uploaded
+// load on 9 streams at 300 records/s, -e2e.backlog bytes of WAL not uploaded
 // on the victim, kill -9, failover, verify. It reports the medians of
 // detection (kill -> FAILED committed), recovery (kill -> recovery job done,
 // streams closed), reopen (kill -> streams open elsewhere) and the
 // producer-visible unavailability (max over streams, and median over
 // streams), and fails a trial that loses an acknowledged record.
 //
-//	go test ./e2e -run '^$' -bench BenchmarkFailover -benchtime 1x -timeout 60m -devcluster.backlog 67108864 -devcluster.trials 5
+//	go test ./e2e -run '^$' -bench BenchmarkFailover -benchtime 1x -timeout 60m -e2e.backlog 67108864 -e2e.trials 5
 func BenchmarkFailover(b *testing.B) {
 	var policy []string
 	switch *benchPolicy {
@@ -37,7 +37,7 @@ func BenchmarkFailover(b *testing.B) {
 	case "tuned":
 		policy = testPolicy
 	default:
-		b.Fatalf("-devcluster.policy: default or tuned, not %q", *benchPolicy)
+		b.Fatalf("-e2e.policy: default or tuned, not %q", *benchPolicy)
 	}
 	backlog := *benchBacklog
 	for i := 0; i < b.N; i++ {

@@ -29,12 +29,12 @@ import (
 
 // full runs every scenario; without it only TestE2EShort* runs (the form
 // `go test ./...` and `make test` run).
-var full = flag.Bool("devcluster.full", false, "run every end-to-end scenario, not only the short form")
+var full = flag.Bool("e2e.full", false, "run every end-to-end scenario, not only the short form")
 
 func needFull(t *testing.T) {
 	t.Helper()
 	if !*full {
-		t.Skip("full end-to-end scenario: run with -devcluster.full (make e2e)")
+		t.Skip("full end-to-end scenario: run with -e2e.full (make e2e)")
 	}
 }
 

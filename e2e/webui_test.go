@@ -18,7 +18,7 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-var screenshots = flag.String("devcluster.screenshots", "", "directory for the web view test's screenshots (default: walden-webui-screenshots under the system's temporary directory)")
+var screenshots = flag.String("e2e.screenshots", "", "directory for the web view test's screenshots (default: walden-webui-screenshots under the system's temporary directory)")
 
 // chromium returns the path of the headless browser, installed by
 // scripts/install-deps.sh (make deps). Without it the test is skipped,
@@ -42,7 +42,7 @@ func chromium(t *testing.T) string {
 // recovering and recovered (its recent states), the recovery job's
 // progress, and the failover's timeline with every phase up to the reopen
 // of its streams; the event log filters. Screenshots of each stage are
-// saved (-devcluster.screenshots).
+// saved (-e2e.screenshots).
 func TestE2EShortWebView(t *testing.T) {
 	bin := chromium(t)
 	const backlog = 16 << 20
