@@ -171,9 +171,12 @@ func TestProcessQuorumLossForceNewCluster(t *testing.T) {
 	if got := grpcHealth(survivor.admin, ""); got != "SERVING" {
 		t.Fatalf("gRPC health \"\" during the quorum loss: %s", got)
 	}
-	if got := grpcHealth(survivor.admin, "walden.v1.Cluster"); got != "NOT_SERVING" {
-		t.Fatalf("gRPC health walden.v1.Cluster during the quorum loss: %s", got)
-	}
+	// Readiness in gRPC health follows the node at the next tick of its
+	// watcher, shortly after /readyz (which asks the node) said 503.
+	waitFor(t, "gRPC health walden.v1.Cluster NOT_SERVING during the quorum loss", 10*time.Second, func() (bool, string) {
+		got := grpcHealth(survivor.admin, "walden.v1.Cluster")
+		return got == "NOT_SERVING", got
+	})
 
 	// Restart the survivor alone.
 	if err := survivor.cmd.Process.Signal(syscall.SIGTERM); err != nil {
