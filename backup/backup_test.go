@@ -21,11 +21,11 @@ import (
 func testState(t *testing.T) ([]byte, *waldenv1.SnapshotHeader) {
 	t.Helper()
 	st := &waldenv1.StateSnapshot{
-		Version: 2, ClusterName: "old", AppliedIndex: 42, NextEpoch: 9,
+		Version: 3, ClusterName: "old", AppliedIndex: 42, NextEpoch: 9,
 		Members: []*waldenv1.Member{{Id: "o1", RaftId: raftnode.RaftID("o1"), RaftAddr: "10.0.0.1:7101"}},
 		Brokers: []*waldenv1.Broker{
-			{BrokerId: "b1", State: "alive", Epoch: 7},
-			{BrokerId: "b2", State: "recovered", Epoch: 8, Fenced: true},
+			{BrokerId: "b1", BrokerState: waldenv1.BrokerState_BROKER_STATE_ALIVE, Epoch: 7},
+			{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERED, Epoch: 8, Fenced: true},
 		},
 		Streams: []*waldenv1.Stream{{StreamId: 1, Epoch: 1, State: "opened", OwnerBrokerId: "b1", EndOffset: 10}, {StreamId: 2, State: "closed", EndOffset: 5}},
 		Objects: []*waldenv1.Object{{ObjectId: "o-1", Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StartOffset: 0, EndOffset: 10}}}},
@@ -144,7 +144,7 @@ func TestRestore(t *testing.T) {
 	}
 	b1, _ := state.Broker("b1")
 	b2, _ := state.Broker("b2")
-	if !b1.GetFenced() || b1.GetState() != "failed" || b1.GetEpoch() != 7 || b2.GetState() != "recovered" {
+	if !b1.GetFenced() || b1.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_FAILED || b1.GetEpoch() != 7 || b2.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_RECOVERED {
 		t.Fatalf("brokers after restore: %v / %v", b1, b2)
 	}
 	if n := len(state.Streams("", "")); n != 2 {
@@ -172,5 +172,71 @@ func TestRestore(t *testing.T) {
 	joining.InitialClusterState = config.ClusterStateExisting
 	if _, err := Restore(s, joining, RestoreOptions{}); !errors.Is(err, ErrNotFounding) {
 		t.Fatalf("joining config: %v", err)
+	}
+}
+
+// TestRestoreOlderVersion restores a backup of a walden before the enums
+// (snapshot version 2, states as strings): the new cluster's state is in
+// this version's form, a broker in maintenance stays in maintenance and the
+// others are failed.
+func TestRestoreOlderVersion(t *testing.T) {
+	data, err := os.ReadFile("../fsm/testdata/snapshot-v2.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &waldenv1.StateSnapshot{}
+	if err := proto.Unmarshal(data, old); err != nil || old.GetVersion() != 2 {
+		t.Fatalf("fixture: version %d, %v", old.GetVersion(), err)
+	}
+	b, _, err := Encode(&waldenv1.SnapshotHeader{ClusterName: old.GetClusterName(), Index: old.GetAppliedIndex(), NodeId: "c1"}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := newConfig(t, "new", "n1")
+	if _, err := Restore(s, cfg, RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := raftnode.OpenStorage(cfg.DataDir, "new", "n1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.Snapshot()
+	_ = st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := &waldenv1.StateSnapshot{}
+	if err := proto.Unmarshal(snap.GetData(), written); err != nil {
+		t.Fatal(err)
+	}
+	if written.GetVersion() != 3 || waldenv1.HasLegacy(written) {
+		t.Fatalf("written as version %d, with strings %t", written.GetVersion(), waldenv1.HasLegacy(written))
+	}
+	state := fsm.New("new")
+	if err := state.Restore(snap.GetData()); err != nil {
+		t.Fatal(err)
+	}
+	for _, br := range state.Brokers() {
+		want := waldenv1.BrokerState_BROKER_STATE_FAILED
+		switch br.GetBrokerId() {
+		case "b1":
+			want = waldenv1.BrokerState_BROKER_STATE_RECOVERED // fenced already: left as it was
+		case "b4":
+			want = waldenv1.BrokerState_BROKER_STATE_MAINTENANCE
+		case "b5":
+			want = waldenv1.BrokerState_BROKER_STATE_RECOVERING
+		}
+		if br.GetBrokerState() != want || !br.GetFenced() {
+			t.Errorf("broker %s: %s, fenced %t; want %s, fenced", br.GetBrokerId(), br.GetBrokerState().Name(), br.GetFenced(), want.Name())
+		}
+	}
+	for _, m := range state.Members() {
+		if m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_VOTER {
+			t.Errorf("member %s: role %s", m.GetId(), m.GetMemberRole().Name())
+		}
 	}
 }

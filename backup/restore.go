@@ -127,17 +127,22 @@ func checkEmptyDir(dir string) error {
 	return nil
 }
 
-// rewrite returns the snapshot's state as the new cluster's.
+// rewrite returns the snapshot's state as the new cluster's, in this
+// version's form (a backup of an older walden is upgraded first).
 func rewrite(s *Snapshot, cfg *config.Server, bump uint64) ([]byte, *RestoreResult, error) {
-	st := &waldenv1.StateSnapshot{}
-	if err := proto.Unmarshal(s.Data, st); err != nil {
-		return nil, nil, fmt.Errorf("backup: restore: %w: %v", ErrCorrupt, err)
+	st, err := fsm.UpgradeSnapshot(s.Data)
+	if errors.Is(err, fsm.ErrInvalidSnapshot) {
+		return nil, nil, fmt.Errorf("backup: restore: %w: %w", ErrCorrupt, err)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("backup: restore: %w", err)
 	}
 	res := &RestoreResult{ClusterName: cfg.ClusterName, NodeID: cfg.NodeID, Index: st.GetAppliedIndex()}
 	st.ClusterName = cfg.ClusterName
 	st.Members = nil
 	for _, m := range cfg.InitialCluster {
-		st.Members = append(st.Members, &waldenv1.Member{Id: m.ID, RaftId: raftnode.RaftID(m.ID), RaftAddr: m.Raft, AdminAddr: m.Admin})
+		st.Members = append(st.Members, &waldenv1.Member{Id: m.ID, RaftId: raftnode.RaftID(m.ID), RaftAddr: m.Raft, AdminAddr: m.Admin,
+			MemberRole: waldenv1.MemberRole_MEMBER_ROLE_VOTER})
 		res.Members = append(res.Members, m.ID)
 	}
 	st.NextEpoch = max(st.GetNextEpoch(), 1) + bump
@@ -151,8 +156,8 @@ func rewrite(s *Snapshot, cfg *config.Server, bump uint64) ([]byte, *RestoreResu
 		// registers again and uploads what its WAL holds beyond the catalog.
 		b.Fenced = true
 		b.LeaseRemainingMs = -1
-		if b.GetState() != fsm.BrokerMaintenance {
-			b.State = fsm.BrokerFailed
+		if b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_MAINTENANCE {
+			b.BrokerState = waldenv1.BrokerState_BROKER_STATE_FAILED
 		}
 		res.BrokersFenced++
 	}

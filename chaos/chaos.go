@@ -348,22 +348,26 @@ func (e *Env) WaitRegistered(ctx context.Context, broker string, timeout time.Du
 		if err != nil {
 			return err
 		}
-		if b.GetState() != "alive" || b.GetFenced() {
-			return fmt.Errorf("%s: %s, fenced %v", broker, b.GetState(), b.GetFenced())
+		if b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_ALIVE || b.GetFenced() {
+			return fmt.Errorf("%s: %s, fenced %v", broker, b.GetBrokerState().Name(), b.GetFenced())
 		}
 		return nil
 	})
 }
 
 // WaitState waits until broker's registry state is one of states.
-func (e *Env) WaitState(ctx context.Context, broker string, timeout time.Duration, states ...string) error {
-	return devcluster.Poll(ctx, timeout, broker+" "+strings.Join(states, " or "), func() error {
+func (e *Env) WaitState(ctx context.Context, broker string, timeout time.Duration, states ...waldenv1.BrokerState) error {
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = s.Name()
+	}
+	return devcluster.Poll(ctx, timeout, broker+" "+strings.Join(names, " or "), func() error {
 		b, err := e.Cluster.GetBroker(ctx, broker)
 		if err != nil {
 			return err
 		}
-		if !slices.Contains(states, b.GetState()) {
-			return fmt.Errorf("%s is %s", broker, b.GetState())
+		if !slices.Contains(states, b.GetBrokerState()) {
+			return fmt.Errorf("%s is %s", broker, b.GetBrokerState().Name())
 		}
 		return nil
 	})
@@ -555,7 +559,7 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 		return fmt.Errorf("chaos: events: %w", err)
 	}
 	for _, e := range evs {
-		if e.GetKind() != "decision" {
+		if e.GetEventKind() != waldenv1.EventKind_EVENT_KIND_DECISION {
 			continue
 		}
 		res.Failovers = append(res.Failovers, e.GetBrokerId())

@@ -196,11 +196,11 @@ func leaderIsolatedDuringFailover(ctx context.Context, e *Env) error {
 	e.Fault()
 	e.Say("kill -9 %s (pid %d)", victim, b.Pid())
 	b.Kill()
-	if err := e.WaitState(ctx, victim, time.Minute, "suspect", "failed", "recovering", "recovered"); err != nil {
+	if err := e.WaitState(ctx, victim, time.Minute, waldenv1.BrokerState_BROKER_STATE_SUSPECT, waldenv1.BrokerState_BROKER_STATE_FAILED, waldenv1.BrokerState_BROKER_STATE_RECOVERING, waldenv1.BrokerState_BROKER_STATE_RECOVERED); err != nil {
 		return err
 	}
-	if br, err := e.Cluster.GetBroker(ctx, victim); err == nil && br.GetState() != "suspect" {
-		e.Note("%s was already %s when the leader was cut off", victim, br.GetState())
+	if br, err := e.Cluster.GetBroker(ctx, victim); err == nil && br.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_SUSPECT {
+		e.Note("%s was already %s when the leader was cut off", victim, br.GetBrokerState().Name())
 	}
 	l, err := e.Leader(ctx)
 	if err != nil {
@@ -399,13 +399,13 @@ func s3CutMidUpload(ctx context.Context, e *Env) error {
 		}
 		j := jobs[len(jobs)-1]
 		switch {
-		case j.GetState() == "running" && j.GetStep() == "upload" && j.GetAssigneeId() != "":
+		case j.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING && j.GetJobStep() == waldenv1.JobStep_JOB_STEP_UPLOAD && j.GetAssigneeId() != "":
 			assignee = j.GetAssigneeId()
 			return nil
-		case j.GetState() == "succeeded" || j.GetState() == "failed":
-			return devcluster.Permanent(fmt.Errorf("job %s %s before its upload could be cut", j.GetJobId(), j.GetState()))
+		case j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED || j.GetJobState() == waldenv1.JobState_JOB_STATE_FAILED:
+			return devcluster.Permanent(fmt.Errorf("job %s %s before its upload could be cut", j.GetJobId(), j.GetJobState().Name()))
 		}
-		return fmt.Errorf("job %s %s step %s", j.GetJobId(), j.GetState(), j.GetStep())
+		return fmt.Errorf("job %s %s step %s", j.GetJobId(), j.GetJobState().Name(), j.GetJobStep().Name())
 	})
 	if err != nil {
 		return err
@@ -426,7 +426,7 @@ func s3CutMidUpload(ctx context.Context, e *Env) error {
 	}
 	if jobs, err := e.Cluster.ListJobs(ctx, victim); err == nil && len(jobs) > 0 {
 		j := jobs[len(jobs)-1]
-		e.Note("job %s %s on %s at attempt %d (S3 was cut from %s)", j.GetJobId(), j.GetState(), j.GetAssigneeId(), j.GetAttempt(), assignee)
+		e.Note("job %s %s on %s at attempt %d (S3 was cut from %s)", j.GetJobId(), j.GetJobState().Name(), j.GetAssigneeId(), j.GetAttempt(), assignee)
 	}
 	return restartBroker(ctx, e, b)
 }

@@ -11,24 +11,6 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// Broker and observation states as spelled in the replicated state.
-const (
-	StateAlive       = "alive"
-	StateSuspect     = "suspect"
-	StateDead        = "dead"
-	StateFailed      = "failed"
-	StateRecovering  = "recovering"
-	StateRecovered   = "recovered"
-	StateMaintenance = "maintenance"
-)
-
-// Event kinds the decider records.
-const (
-	EventFreeze   = "freeze"
-	EventUnfreeze = "unfreeze"
-	EventCooldown = "cooldown"
-)
-
 // reasonLeft is the prefix of an observation reason that says the broker's
 // agent left the gossip pool gracefully (restart_grace applies).
 const reasonLeft = "gossip: left"
@@ -142,8 +124,8 @@ func eligible(b *waldenv1.Broker) bool {
 	if b.GetFenced() || b.GetMaintenance() {
 		return false
 	}
-	switch b.GetState() {
-	case StateFailed, StateRecovering, StateRecovered, StateMaintenance:
+	switch b.GetBrokerState() {
+	case waldenv1.BrokerState_BROKER_STATE_FAILED, waldenv1.BrokerState_BROKER_STATE_RECOVERING, waldenv1.BrokerState_BROKER_STATE_RECOVERED, waldenv1.BrokerState_BROKER_STATE_MAINTENANCE:
 		return false
 	}
 	return true
@@ -281,7 +263,7 @@ func Decide(in Input) Decision {
 		total++
 		var suspects []*waldenv1.Observation
 		for _, o := range obs {
-			if o.GetState() == StateSuspect || o.GetState() == StateDead {
+			if s := o.GetObservationState(); s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT || s == waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
 				suspects = append(suspects, o)
 			}
 		}
@@ -331,12 +313,12 @@ func Decide(in Input) Decision {
 	frozen := mem.Frozen
 	if !frozen && over {
 		frozen = true
-		d.Events = append(d.Events, &waldenv1.Event{Kind: EventFreeze, Actor: in.LeaderID, Message: fmt.Sprintf(
+		d.Events = append(d.Events, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_FREEZE, Actor: in.LeaderID, Message: fmt.Sprintf(
 			"automatic failover frozen: %d of %d brokers suspected by a quorum, more than max_failed_fraction %g (a partition of the coordinators is more likely than a mass death)",
 			suspected, total, p.GetMaxFailedFraction())})
 	} else if frozen && !mem.CalmSince.IsZero() && in.Now.Sub(mem.CalmSince) >= FreezeHold(p) {
 		frozen = false
-		d.Events = append(d.Events, &waldenv1.Event{Kind: EventUnfreeze, Actor: in.LeaderID, Message: fmt.Sprintf(
+		d.Events = append(d.Events, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_UNFREEZE, Actor: in.LeaderID, Message: fmt.Sprintf(
 			"automatic failover resumed: %d of %d brokers suspected, at most %g%% of max_failed_fraction for %s",
 			suspected, total, FreezeResumeFraction*100, FreezeHold(p))})
 	}
@@ -356,7 +338,7 @@ func Decide(in Input) Decision {
 			hold(id, HoldCooldown, "recovered %s ago, within cooldown %s: waits for `waldenctl ack %s`", ago, time.Duration(p.GetCooldownMs())*time.Millisecond, id)
 			if mem.CooldownRecorded[id] != epoch && !b.GetCooldownBlocked() {
 				d.Events = append(d.Events, &waldenv1.Event{
-					Kind: EventCooldown, BrokerId: id, Actor: in.LeaderID,
+					EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: id, Actor: in.LeaderID,
 					Message: fmt.Sprintf("broker %s looks failed again %s after its recovery, within cooldown %s: automatic failover waits for `waldenctl ack %s`",
 						id, ago, time.Duration(p.GetCooldownMs())*time.Millisecond, id),
 				})
@@ -396,7 +378,7 @@ func declaration(in Input, seen map[uint64]time.Time, b *waldenv1.Broker, obs []
 	ev.Observations = make([]*waldenv1.Observation, len(obs))
 	for i, o := range obs {
 		c := proto.Clone(o).(*waldenv1.Observation)
-		if o.GetState() != StateAlive {
+		if o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 			c.UnheardForMs = silence(o, seen, in.Now).Milliseconds()
 		}
 		ev.Observations[i] = c

@@ -30,7 +30,7 @@ type obs string
 // broker builds a broker at epoch with the voters' observations in order
 // (empty: none), e.g. broker("b1", 1, "suspect!2.5", "dead", "").
 func broker(id string, epoch uint64, o ...obs) *waldenv1.Broker {
-	b := &waldenv1.Broker{BrokerId: id, Epoch: epoch, State: StateAlive, RecoveredWalOffset: -1}
+	b := &waldenv1.Broker{BrokerId: id, Epoch: epoch, BrokerState: waldenv1.BrokerState_BROKER_STATE_ALIVE, RecoveredWalOffset: -1}
 	for i, s := range o {
 		if s == "" {
 			continue
@@ -55,13 +55,22 @@ func broker(id string, epoch uint64, o ...obs) *waldenv1.Broker {
 		if state == "" {
 			state = text
 		}
-		b.Observations = append(b.Observations, &waldenv1.Observation{ObserverId: voters[i], State: state, Epoch: epoch,
+		b.Observations = append(b.Observations, &waldenv1.Observation{ObserverId: voters[i], ObservationState: observationState(state), Epoch: epoch,
 			LeaseExpired: expired, UnheardForMs: int64(unheard * 1000), Index: indexOf(id, voters[i], epoch, text)})
-		if state != StateAlive {
-			b.State = StateSuspect
+		if observationState(state) != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
+			b.BrokerState = waldenv1.BrokerState_BROKER_STATE_SUSPECT
 		}
 	}
 	return b
+}
+
+// observationState is the observation state named s ("suspect"), or a value no
+// walden knows for a name that is none.
+func observationState(s string) waldenv1.ObservationState {
+	if v, ok := waldenv1.Parse[waldenv1.ObservationState](s); ok {
+		return v
+	}
+	return waldenv1.ObservationState(999)
 }
 
 var indexes = map[string]uint64{}
@@ -128,7 +137,7 @@ func runHistory(t *testing.T, p *waldenv1.Policy, steps []step) {
 		}
 		var kinds []string
 		for _, e := range d.Events {
-			kinds = append(kinds, e.GetKind())
+			kinds = append(kinds, e.GetEventKind().Name())
 		}
 		if fmt.Sprint(kinds) != fmt.Sprint(s.Events) {
 			t.Fatalf("step %d: events %v, want %v", i, kinds, s.Events)
@@ -189,12 +198,12 @@ func TestDecideHistories(t *testing.T) {
 			{At: sec(30), Brokers: bs(
 				func() *waldenv1.Broker {
 					b := broker("b1", 1, "suspect!9", "suspect!9", "suspect!9")
-					b.Maintenance, b.State = true, StateMaintenance
+					b.Maintenance, b.BrokerState = true, waldenv1.BrokerState_BROKER_STATE_MAINTENANCE
 					return b
 				}(),
 				func() *waldenv1.Broker {
 					b := broker("b2", 2, "suspect!9", "suspect!9", "suspect!9")
-					b.Fenced, b.State = true, StateFailed
+					b.Fenced, b.BrokerState = true, waldenv1.BrokerState_BROKER_STATE_FAILED
 					return b
 				}(),
 			)},
@@ -214,16 +223,16 @@ func TestDecideHistories(t *testing.T) {
 			}()), Want: []string{"b1"}},
 		}},
 		{"freeze above max_failed_fraction; resume only well below it, after the hold", nil, []step{
-			{At: sec(1), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "suspect!9", "suspect!9", ""), broker("b3", 1, "alive", "alive", "alive")), Events: []string{EventFreeze}},
+			{At: sec(1), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "suspect!9", "suspect!9", ""), broker("b3", 1, "alive", "alive", "alive")), Events: []string{"freeze"}},
 			{At: sec(2), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "suspect!9", "suspect!9", ""), broker("b3", 1, "alive", "alive", "alive")), Hold: map[string]string{"b1": HoldFrozen, "b2": HoldFrozen}},
 			// 1 of 3 suspected: calm, but the freeze holds for 2 failure
 			// timeouts.
 			{At: sec(3), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "alive", "alive", ""), broker("b3", 1, "alive", "alive", "alive")), Hold: map[string]string{"b1": HoldFrozen}},
 			{At: sec(12.9), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "alive", "alive", ""), broker("b3", 1, "alive", "alive", "alive")), Hold: map[string]string{"b1": HoldFrozen}},
-			{At: sec(13), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "alive", "alive", ""), broker("b3", 1, "alive", "alive", "alive")), Events: []string{EventUnfreeze}, Want: []string{"b1"}},
+			{At: sec(13), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "alive", "alive", ""), broker("b3", 1, "alive", "alive", "alive")), Events: []string{"unfreeze"}, Want: []string{"b1"}},
 		}},
 		{"a count hovering at the threshold keeps the freeze", nil, []step{
-			{At: sec(1), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "suspect!9", "suspect!9", ""), broker("b3", 1, "suspect!9", "suspect!9", ""), broker("b4", 1), broker("b5", 1)), Events: []string{EventFreeze}},
+			{At: sec(1), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "suspect!9", "suspect!9", ""), broker("b3", 1, "suspect!9", "suspect!9", ""), broker("b4", 1), broker("b5", 1)), Events: []string{"freeze"}},
 			// 2 of 5 is not above 0.5×5, but above half of it: no resume.
 			{At: sec(30), Brokers: bs(broker("b1", 1, "suspect!9", "suspect!9", ""), broker("b2", 1, "suspect!9", "suspect!9", ""), broker("b3", 1, "alive", "alive", ""), broker("b4", 1), broker("b5", 1)), Hold: map[string]string{"b1": HoldFrozen}},
 		}},
@@ -236,7 +245,7 @@ func TestDecideHistories(t *testing.T) {
 				b := broker("b1", 3, "suspect!9", "suspect!9", "")
 				b.RecoveredUnixMs = 1_000_000_000
 				return b
-			}()), Hold: map[string]string{"b1": HoldCooldown}, Events: []string{EventCooldown}},
+			}()), Hold: map[string]string{"b1": HoldCooldown}, Events: []string{"cooldown"}},
 			{At: sec(2), Brokers: bs(func() *waldenv1.Broker {
 				b := broker("b1", 3, "suspect!9", "suspect!9", "")
 				b.RecoveredUnixMs = 1_000_000_000
@@ -276,7 +285,7 @@ func TestDecideHistories(t *testing.T) {
 		{"observations of non-voters do not count", nil, []step{
 			{At: sec(1), Brokers: bs(func() *waldenv1.Broker {
 				b := broker("b1", 1, "suspect!9", "", "")
-				b.Observations = append(b.Observations, &waldenv1.Observation{ObserverId: "c9", State: StateDead, Epoch: 1, LeaseExpired: true, UnheardForMs: 9000})
+				b.Observations = append(b.Observations, &waldenv1.Observation{ObserverId: "c9", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, Epoch: 1, LeaseExpired: true, UnheardForMs: 9000})
 				return b
 			}()), Hold: map[string]string{"b1": HoldQuorum}},
 		}},
@@ -317,8 +326,8 @@ func TestDecideEvidence(t *testing.T) {
 		t.Fatalf("c1's silence in the evidence = %dms, want 7000", got)
 	}
 	// Decide does not alias its input.
-	ev.GetObservations()[0].State = "x"
-	if in.Brokers[0].GetObservations()[0].GetState() != StateDead {
+	ev.GetObservations()[0].ObservationState = waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT
+	if in.Brokers[0].GetObservations()[0].GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
 		t.Fatal("evidence aliases the input observations")
 	}
 }

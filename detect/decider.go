@@ -207,7 +207,7 @@ func (d *Decider) Tick(ctx context.Context) {
 	d.mu.Unlock()
 
 	for _, ev := range dec.Events {
-		d.log.Warn("decider event", "kind", ev.GetKind(), "broker_id", ev.GetBrokerId(), "term", term, "message", ev.GetMessage())
+		d.log.Warn("decider event", "kind", ev.GetEventKind().Name(), "broker_id", ev.GetBrokerId(), "term", term, "message", ev.GetMessage())
 		d.proposeOne(ctx, &waldenv1.Command{Op: &waldenv1.Command_RecordEvent{RecordEvent: &waldenv1.RecordEvent{Event: ev}}})
 	}
 	for _, df := range dec.Declare {

@@ -61,7 +61,7 @@ func TestDeciderReportsMetrics(t *testing.T) {
 	d.Tick(ctx) // seeds the policy
 	for _, id := range []string{"c2", "c3"} {
 		st.must(t, &waldenv1.Command{ProposerId: id, Op: &waldenv1.Command_ObserveBroker{ObserveBroker: &waldenv1.ObserveBroker{
-			ObserverId: id, BrokerId: "b1", Epoch: epoch, State: StateSuspect, UnheardForMs: 500}}})
+			ObserverId: id, BrokerId: "b1", Epoch: epoch, ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, UnheardForMs: 500}}})
 	}
 	d.Tick(ctx)
 	clk.Advance(2 * time.Second)
@@ -75,7 +75,7 @@ func TestDeciderReportsMetrics(t *testing.T) {
 	for _, id := range []string{"c2", "c3"} {
 		cur := mine(st.broker("b1"), id)
 		st.must(t, &waldenv1.Command{ProposerId: id, Op: &waldenv1.Command_ObserveBroker{ObserveBroker: &waldenv1.ObserveBroker{
-			ObserverId: id, BrokerId: "b1", Epoch: epoch, State: StateSuspect, UnheardForMs: 1500, LeaseExpired: true, ExpectedIndex: cur.GetIndex()}}})
+			ObserverId: id, BrokerId: "b1", Epoch: epoch, ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, UnheardForMs: 1500, LeaseExpired: true, ExpectedIndex: cur.GetIndex()}}})
 	}
 	d.Tick(ctx)
 	rec.mu.Lock()

@@ -418,9 +418,9 @@ func (o *Observer) proposePlan(ctx context.Context, pr Proposal) {
 	o.mu.Unlock()
 	switch {
 	case first:
-		o.log.Warn("propose observation failed; retrying every round", "broker_id", id, "state", op.GetState(), "err", err)
+		o.log.Warn("propose observation failed; retrying every round", "broker_id", id, "state", op.GetObservationState().Name(), "err", err)
 	case err != nil:
-		o.log.Debug("propose observation failed again", "broker_id", id, "state", op.GetState(), "err", err)
+		o.log.Debug("propose observation failed again", "broker_id", id, "state", op.GetObservationState().Name(), "err", err)
 	}
 }
 
@@ -476,22 +476,22 @@ func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *wald
 			}
 		}
 	}
-	if state == "" {
-		state = committed.GetState()
-		if state == "" && !attested {
+	if state == waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED {
+		state = committed.GetObservationState()
+		if state == waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED && !attested {
 			return Proposal{}, false // nothing to say yet
 		}
-		if state == "" {
-			state, reason = StateAlive, "no probe answered yet"
+		if state == waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED {
+			state, reason = waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "no probe answered yet"
 		}
 	}
-	if committed != nil && state == committed.GetState() && attested == committed.GetLeaseExpired() && !withdraw {
+	if committed != nil && state == committed.GetObservationState() && attested == committed.GetLeaseExpired() && !withdraw {
 		return Proposal{}, false
 	}
-	o.log.Info("observation changed", "broker_id", id, "epoch", epoch, "state", state, "lease_expired", attested,
-		"withdraw", withdraw, "reason", reason, "committed", committed.GetState(), "unheard_for", unheard)
+	o.log.Info("observation changed", "broker_id", id, "epoch", epoch, "state", state.Name(), "lease_expired", attested,
+		"withdraw", withdraw, "reason", reason, "committed", committed.GetObservationState().Name(), "unheard_for", unheard)
 	return Proposal{Withdraw: withdraw, Observe: &waldenv1.ObserveBroker{
-		ObserverId: o.cfg.NodeID, BrokerId: id, Epoch: epoch, State: state, Reason: reason,
+		ObserverId: o.cfg.NodeID, BrokerId: id, Epoch: epoch, ObservationState: state, Reason: reason,
 		LeaseExpired: attested, ExpectedIndex: committed.GetIndex(), UnheardForMs: unheard.Milliseconds(),
 	}}, true
 }
@@ -559,9 +559,9 @@ func committedObservation(b *waldenv1.Broker, nodeID string) *waldenv1.Observati
 
 // view folds one probe result into the broker's probe history and returns
 // this coordinator's view and how long it has not heard the broker (no
-// answered probe, no lease renewal). state is "" while there is nothing to
-// say yet (no probe answered and none has failed enough).
-func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspectAfter int) (state, reason string, unheard time.Duration) {
+// answered probe, no lease renewal). state is unspecified while there is
+// nothing to say yet (no probe answered and none has failed enough).
+func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspectAfter int) (state waldenv1.ObservationState, reason string, unheard time.Duration) {
 	now := o.cfg.Clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -594,21 +594,21 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspect
 	if g, ok := o.gossip[GossipName(b)]; ok && g.at >= ps.lastOK && !renewed {
 		switch g.state {
 		case GossipDead:
-			return StateDead, "gossip: dead", unheard
+			return waldenv1.ObservationState_OBSERVATION_STATE_DEAD, "gossip: dead", unheard
 		case GossipLeft:
-			return StateDead, reasonLeft, unheard
+			return waldenv1.ObservationState_OBSERVATION_STATE_DEAD, reasonLeft, unheard
 		}
 	}
 	switch {
 	case ps.failures >= suspectAfter && !renewed:
-		return StateSuspect, fmt.Sprintf("%d probes failed in a row (%s)", ps.failures, ps.lastErr), unheard
+		return waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, fmt.Sprintf("%d probes failed in a row (%s)", ps.failures, ps.lastErr), unheard
 	case ps.failures == 0 && ps.ok:
-		return StateAlive, "probe ok", unheard
+		return waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "probe ok", unheard
 	case renewed:
-		return StateAlive, "lease renewals heard", unheard
+		return waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "lease renewals heard", unheard
 	}
 	// Between 1 and suspectAfter-1 failures: keep the committed view.
-	return "", "", unheard
+	return waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED, "", unheard
 }
 
 // suspectAfter is the number of consecutive failed probes, with no renewal

@@ -126,11 +126,11 @@ func TestObserverProposesOnlyChanges(t *testing.T) {
 	clk := &lease.ManualClock{T: time.Hour}
 	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, SuspectAfter: 3, Clock: clk}, st, st.propose, pr)
 	ctx := context.Background()
-	state := func() string { return mine(st.broker("b1"), "c1").GetState() }
+	state := func() waldenv1.ObservationState { return mine(st.broker("b1"), "c1").GetObservationState() }
 	round := func() { clk.Advance(time.Second); o.Round(ctx) }
 
 	round()
-	if state() != StateAlive || st.observeCount() != 1 {
+	if state() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE || st.observeCount() != 1 {
 		t.Fatalf("first round: %q, %d proposals", state(), st.observeCount())
 	}
 	round()
@@ -140,11 +140,11 @@ func TestObserverProposesOnlyChanges(t *testing.T) {
 	pr.set(true)
 	round()
 	round()
-	if state() != StateAlive {
+	if state() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 		t.Fatal("suspect before SuspectAfter failures")
 	}
 	round()
-	if state() != StateSuspect || st.observeCount() != 2 {
+	if state() != waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT || st.observeCount() != 2 {
 		t.Fatalf("after 3 failures: %q, %d proposals", state(), st.observeCount())
 	}
 	// The silence is counted from the last answered probe: 3 rounds.
@@ -157,30 +157,30 @@ func TestObserverProposesOnlyChanges(t *testing.T) {
 	st.fail = errors.New("proposal dropped")
 	st.mu.Unlock()
 	round()
-	if state() != StateSuspect {
+	if state() != waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT {
 		t.Fatal("failed proposal applied")
 	}
 	round()
-	if state() != StateAlive {
+	if state() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 		t.Fatalf("not repaired: %q", state())
 	}
 	// Gossip's dead verdict counts until a probe answers after it.
 	o.SetGossip("agent/b1", GossipDead)
 	pr.set(true)
 	round()
-	if state() != StateDead {
+	if state() != waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
 		t.Fatalf("gossip dead: %q", state())
 	}
 	pr.set(false)
 	round()
-	if state() != StateAlive {
+	if state() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 		t.Fatalf("probe after gossip dead: %q", state())
 	}
 	// A re-registration clears the observations; they are made again at
 	// the new epoch.
 	epoch := st.register(t, "b1")
 	round()
-	if o := mine(st.broker("b1"), "c1"); o.GetState() != StateAlive || o.GetEpoch() != epoch {
+	if o := mine(st.broker("b1"), "c1"); o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE || o.GetEpoch() != epoch {
 		t.Fatalf("after re-registration: %v", o)
 	}
 	// Fenced brokers are not observed.
@@ -341,7 +341,7 @@ func TestDeciderLoop(t *testing.T) {
 	}
 	for _, id := range []string{"c2", "c3"} {
 		st.must(t, &waldenv1.Command{ProposerId: id, Op: &waldenv1.Command_ObserveBroker{ObserveBroker: &waldenv1.ObserveBroker{
-			ObserverId: id, BrokerId: "b1", Epoch: epoch, State: StateSuspect, UnheardForMs: 500}}})
+			ObserverId: id, BrokerId: "b1", Epoch: epoch, ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, UnheardForMs: 500}}})
 	}
 	declared := func() int { return st.count(func(c *waldenv1.Command) bool { return c.GetDeclareFailed() != nil }) }
 	d.Tick(ctx)
@@ -374,7 +374,7 @@ func TestDeciderLoop(t *testing.T) {
 	for _, id := range []string{"c2", "c3"} {
 		cur := mine(st.broker("b1"), id)
 		st.must(t, &waldenv1.Command{ProposerId: id, Op: &waldenv1.Command_ObserveBroker{ObserveBroker: &waldenv1.ObserveBroker{
-			ObserverId: id, BrokerId: "b1", Epoch: epoch, State: StateSuspect, UnheardForMs: 1500, LeaseExpired: true, ExpectedIndex: cur.GetIndex()}}})
+			ObserverId: id, BrokerId: "b1", Epoch: epoch, ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, UnheardForMs: 1500, LeaseExpired: true, ExpectedIndex: cur.GetIndex()}}})
 	}
 	d.Tick(ctx)
 	if declared() != 1 {
@@ -423,7 +423,7 @@ func TestObserverAndDeciderRunConcurrently(t *testing.T) {
 	for range 4 {
 		<-done
 	}
-	if mine(st.broker("b1"), "c1").GetState() != StateAlive {
+	if mine(st.broker("b1"), "c1").GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 		t.Fatal("observer did not observe")
 	}
 }

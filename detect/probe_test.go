@@ -153,7 +153,7 @@ func TestObserverSkipsProbeOfRenewingBroker(t *testing.T) {
 	pr := &countingProber{probed: map[string]int{}}
 	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, SuspectAfter: 3, Grantor: g, Clock: clk}, st, st.propose, pr)
 	ctx := context.Background()
-	state := func() string { return mine(st.broker("b1"), "c1").GetState() }
+	state := func() waldenv1.ObservationState { return mine(st.broker("b1"), "c1").GetObservationState() }
 	round := func() { clk.Advance(time.Second); o.Round(ctx) }
 	renew := func() { _ = g.Grant(lease.Key{Broker: "b1", Epoch: epoch}, 3*time.Second, 500*time.Millisecond) }
 
@@ -170,18 +170,18 @@ func TestObserverSkipsProbeOfRenewingBroker(t *testing.T) {
 	if n := pr.count("127.0.0.1:1"); n != 2 {
 		t.Fatalf("probed %d times while it renewed every round, want no probe after the first 2", n)
 	}
-	if s := state(); s == StateSuspect {
+	if s := state(); s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT {
 		t.Fatalf("suspected while renewing")
 	}
 	// The renewals stop: it takes 3 fresh failed probes to suspect it.
 	round()
 	round()
-	if s := state(); s == StateSuspect {
+	if s := state(); s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT {
 		t.Fatalf("suspected after %d failed probes since the last renewal, want %d", pr.count("127.0.0.1:1")-2, 3)
 	}
 	round()
-	if s := state(); s != StateSuspect {
-		t.Fatalf("state %q after 3 failed probes and no renewal for 4 s, want suspect", s)
+	if s := state(); s != waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT {
+		t.Fatalf("state %q after 3 failed probes and no renewal for 4 s, want suspect", s.Name())
 	}
 }
 
@@ -204,14 +204,14 @@ func TestObserverSuspectsInTimeForAShortFailureTimeout(t *testing.T) {
 			pr := &countingProber{probed: map[string]int{}}
 			o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, Clock: clk}, st, st.propose, pr)
 			for r := 1; r <= tc.rounds; r++ {
-				if s := mine(st.broker("b1"), "c1").GetState(); s == StateSuspect {
+				if s := mine(st.broker("b1"), "c1").GetObservationState(); s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT {
 					t.Fatalf("suspect after %d failed probes, want %d", r-1, tc.rounds)
 				}
 				clk.Advance(time.Second)
 				o.Round(context.Background())
 			}
-			if s := mine(st.broker("b1"), "c1").GetState(); s != StateSuspect {
-				t.Fatalf("state %q after %d failed probes, want suspect", s, tc.rounds)
+			if s := mine(st.broker("b1"), "c1").GetObservationState(); s != waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT {
+				t.Fatalf("state %q after %d failed probes, want suspect", s.Name(), tc.rounds)
 			}
 		})
 	}

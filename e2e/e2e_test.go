@@ -213,8 +213,8 @@ func TestE2EShortKillBrokerAndRestart(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if b.GetState() != "alive" || b.GetFenced() || b.GetEpoch() <= sum.NewEpoch {
-			return fmt.Errorf("registry: state %s fenced %v epoch %d (fenced epoch %d)", b.GetState(), b.GetFenced(), b.GetEpoch(), sum.NewEpoch)
+		if b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_ALIVE || b.GetFenced() || b.GetEpoch() <= sum.NewEpoch {
+			return fmt.Errorf("registry: state %s fenced %v epoch %d (fenced epoch %d)", b.GetBrokerState().Name(), b.GetFenced(), b.GetEpoch(), sum.NewEpoch)
 		}
 		st, err = c.BrokerStatus(ctx, victim)
 		if err != nil {
@@ -471,11 +471,11 @@ func TestE2EKillLeaderDuringFailover(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if b.GetState() == "alive" {
-				return fmt.Errorf("state %s", b.GetState())
+			if b.GetBrokerState() == waldenv1.BrokerState_BROKER_STATE_ALIVE {
+				return fmt.Errorf("state %s", b.GetBrokerState().Name())
 			}
-			if b.GetState() != "suspect" {
-				return devcluster.Permanent(fmt.Errorf("the broker is %s before the leader could be killed", b.GetState()))
+			if b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_SUSPECT {
+				return devcluster.Permanent(fmt.Errorf("the broker is %s before the leader could be killed", b.GetBrokerState().Name()))
 			}
 			return nil
 		})

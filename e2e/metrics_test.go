@@ -9,6 +9,7 @@ import (
 
 	"walden/deploy"
 	"walden/internal/devcluster"
+	waldenv1 "walden/proto/walden/v1"
 )
 
 // peaks scrapes every live coordinator and broker until stopped and keeps,
@@ -272,8 +273,8 @@ func TestE2EShortMetricsThroughFailover(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if b.GetState() != "alive" || b.GetEpoch() <= sum.NewEpoch {
-			return fmt.Errorf("state %s epoch %d", b.GetState(), b.GetEpoch())
+		if b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_ALIVE || b.GetEpoch() <= sum.NewEpoch {
+			return fmt.Errorf("state %s epoch %d", b.GetBrokerState().Name(), b.GetEpoch())
 		}
 		return nil
 	})

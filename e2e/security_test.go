@@ -135,7 +135,7 @@ func TestE2EShortSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := brokerOf(t, after, "b2"); b.GetEpoch() != b2.GetEpoch() || b.GetFenced() || b.GetState() != "alive" {
+	if b := brokerOf(t, after, "b2"); b.GetEpoch() != b2.GetEpoch() || b.GetFenced() || b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_ALIVE {
 		t.Fatalf("b2 after the attacks: %v (before: %v)", b, b2)
 	}
 	st, err := c.BrokerStatus(ctx, c.Proc("b2"))

@@ -126,7 +126,7 @@ func TestE2EShortWebView(t *testing.T) {
 	recoveringShot := false
 	sc := &devcluster.Failover{Victim: "b1", Warmup: 2 * time.Second, Backlog: backlog, After: time.Second, Say: logSay(t),
 		DuringRecovery: func(ctx context.Context, j *waldenv1.Job) (bool, error) {
-			if j.GetState() != "running" {
+			if j.GetJobState() != waldenv1.JobState_JOB_STATE_RUNNING {
 				return false, nil
 			}
 			// The fence plugin runs for 3s: the page shows the recovery

@@ -13,23 +13,6 @@ import (
 	"walden/refusal"
 )
 
-// Broker states, as spelled in the API and the CLI.
-const (
-	BrokerAlive       = "alive"
-	BrokerSuspect     = "suspect"
-	BrokerFailed      = "failed"
-	BrokerRecovering  = "recovering"
-	BrokerRecovered   = "recovered"
-	BrokerMaintenance = "maintenance"
-)
-
-// Observation states.
-const (
-	ObservedAlive   = "alive"
-	ObservedSuspect = "suspect"
-	ObservedDead    = "dead"
-)
-
 // invalid returns a refusal of a malformed command naming the field.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, refusal.ErrInvalidArgument)...)
@@ -49,7 +32,7 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 		return nil, invalid("register broker: broker_id is empty")
 	}
 	if j := s.activeJobOf(id); j != nil {
-		return nil, fmt.Errorf("register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), refusal.ErrRecoveryRunning)
+		return nil, fmt.Errorf("register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	}
 	b, ok := s.brokers[id]
 	if !ok {
@@ -69,7 +52,7 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 	b.FailoverRequested = nil
 	b.RegisteredUnixMs = s.now()
 	s.deriveState(b)
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "register", BrokerId: id,
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_REGISTER, BrokerId: id,
 		Actor: actorOf(op.GetActor(), cmd), Message: fmt.Sprintf("registered with epoch %d", epoch)})
 	return &waldenv1.Result{Value: &waldenv1.Result_RegisterBroker{RegisterBroker: &waldenv1.RegisterBrokerResult{
 		Epoch: epoch, RecoveredWalOffset: b.GetRecoveredWalOffset()}}}, nil
@@ -88,10 +71,11 @@ func (s *State) issueEpoch() uint64 {
 // a newer one (an attestation must not reappear after its withdrawal). The
 // same state proposed again keeps its since time.
 func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *waldenv1.ObserveBroker) (*waldenv1.Result, error) {
-	switch op.GetState() {
-	case ObservedAlive, ObservedSuspect, ObservedDead:
+	switch op.GetObservationState() {
+	case waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT,
+		waldenv1.ObservationState_OBSERVATION_STATE_DEAD:
 	default:
-		return nil, invalid("observe broker %q: state %q is not alive, suspect or dead", op.GetBrokerId(), op.GetState())
+		return nil, invalid("observe broker %q: state %q is not alive, suspect or dead", op.GetBrokerId(), op.GetObservationState().Name())
 	}
 	if !s.isMember(op.GetObserverId()) {
 		return nil, invalid("observe broker %q: observer_id %q is not a member", op.GetBrokerId(), op.GetObserverId())
@@ -113,13 +97,13 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 		return nil, fmt.Errorf("observe broker %q: %s's observation is at index %d, the proposal replaces index %d: %w",
 			b.GetBrokerId(), op.GetObserverId(), cur.GetIndex(), op.GetExpectedIndex(), refusal.ErrStaleObservation)
 	}
-	if cur != nil && cur.GetState() == op.GetState() && cur.GetLeaseExpired() == op.GetLeaseExpired() {
+	if cur != nil && cur.GetObservationState() == op.GetObservationState() && cur.GetLeaseExpired() == op.GetLeaseExpired() {
 		cur.Reason = op.GetReason()
 		cur.Index = index
 		cur.UnheardForMs = op.GetUnheardForMs()
 		return brokerResult(b), nil
 	}
-	if cur != nil && cur.GetState() == op.GetState() {
+	if cur != nil && cur.GetObservationState() == op.GetObservationState() {
 		// Only the attestation changed.
 		cur.LeaseExpired = op.GetLeaseExpired()
 		cur.Reason = op.GetReason()
@@ -129,7 +113,7 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 		if !op.GetLeaseExpired() {
 			msg = fmt.Sprintf("%s withdraws its attestation for epoch %d: the broker renews with it again", op.GetObserverId(), op.GetEpoch())
 		}
-		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "lease", BrokerId: b.GetBrokerId(),
+		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_LEASE, BrokerId: b.GetBrokerId(),
 			Actor: op.GetObserverId(), Message: withReason(msg, op.GetReason())})
 		return brokerResult(b), nil
 	}
@@ -140,7 +124,7 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 			return b.Observations[i].GetObserverId() < b.Observations[j].GetObserverId()
 		})
 	}
-	cur.State = op.GetState()
+	cur.ObservationState = op.GetObservationState()
 	cur.SinceUnixMs = s.now()
 	cur.Reason = op.GetReason()
 	cur.Index = index
@@ -148,11 +132,11 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 	cur.LeaseExpired = op.GetLeaseExpired()
 	cur.UnheardForMs = op.GetUnheardForMs()
 	s.deriveState(b)
-	what := op.GetState()
+	what := op.GetObservationState().Name()
 	if op.GetLeaseExpired() {
 		what += ", lease expired"
 	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "observation", BrokerId: b.GetBrokerId(),
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_OBSERVATION, BrokerId: b.GetBrokerId(),
 		Actor: op.GetObserverId(), Message: withReason(fmt.Sprintf("%s observes %s", op.GetObserverId(), what), op.GetReason())})
 	return brokerResult(b), nil
 }
@@ -199,7 +183,7 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 	}
 	ev := clone(op.GetEvidence())
 	if op.GetDryRun() {
-		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "dry_run", BrokerId: b.GetBrokerId(),
+		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_DRY_RUN, BrokerId: b.GetBrokerId(),
 			Actor: actor, Evidence: ev, Message: withReason(fmt.Sprintf("dry run: would fence epoch %d", b.GetEpoch()), op.GetEvidence().GetReason())})
 		return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{DryRun: true}}}, nil
 	}
@@ -216,8 +200,8 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 		Token:              token,
 		Attempt:            1,
 		AssigneeId:         assignee,
-		State:              JobPending,
-		Step:               StepFence,
+		JobState:           waldenv1.JobState_JOB_STATE_PENDING,
+		JobStep:            waldenv1.JobStep_JOB_STEP_FENCE,
 		CreatedUnixMs:      s.now(),
 		UpdatedUnixMs:      s.now(),
 		RecoveredWalOffset: -1,
@@ -227,7 +211,7 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 	s.jobs[j.GetJobId()] = j
 	b.LastJobId = j.GetJobId()
 	s.deriveState(b)
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "decision", BrokerId: b.GetBrokerId(),
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: b.GetBrokerId(),
 		Actor: actor, Evidence: ev, JobId: j.GetJobId(),
 		Message: withReason(fmt.Sprintf("declared failed: epoch %d fenced, new epoch %d; job %s assigned to %q",
 			op.GetEpoch(), token, j.GetJobId(), assignee), op.GetEvidence().GetReason())})
@@ -267,7 +251,7 @@ func (s *State) applyRequestFailover(index uint64, cmd *waldenv1.Command, op *wa
 	if b.GetFailoverRequested() == nil {
 		b.FailoverRequested = &waldenv1.FailoverRequested{Epoch: op.GetEpoch(), Reason: op.GetReason(),
 			Actor: actorOf(op.GetActor(), cmd), UnixMs: s.now(), Index: index}
-		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "failover_requested", BrokerId: b.GetBrokerId(),
+		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_FAILOVER_REQUESTED, BrokerId: b.GetBrokerId(),
 			Actor: actorOf(op.GetActor(), cmd), Message: withReason(fmt.Sprintf(
 				"manual failover of epoch %d requested: coordinators stop renewing its lease and it is fenced once a majority attest the lease expired", op.GetEpoch()), op.GetReason())})
 	}
@@ -282,7 +266,7 @@ func (s *State) applyAckBroker(index uint64, cmd *waldenv1.Command, op *waldenv1
 	}
 	b.CooldownBlocked = false
 	b.AckedUnixMs = s.now()
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "ack", BrokerId: b.GetBrokerId(),
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_ACK, BrokerId: b.GetBrokerId(),
 		Actor: actorOf(op.GetActor(), cmd), Message: "cooldown block cleared"})
 	return brokerResult(b), nil
 }
@@ -298,7 +282,7 @@ func (s *State) applySetMaintenance(index uint64, cmd *waldenv1.Command, op *wal
 		return brokerResult(b), nil // set again since: nothing to do
 	}
 	s.deriveState(b)
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "maintenance", BrokerId: b.GetBrokerId(),
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_MAINTENANCE, BrokerId: b.GetBrokerId(),
 		Actor: actorOf(op.GetActor(), cmd), Message: msg})
 	return brokerResult(b), nil
 }
@@ -316,7 +300,7 @@ func (s *State) applyRemoveBroker(index uint64, cmd *waldenv1.Command, op *walde
 		return nil, unknownBroker("remove broker", id)
 	}
 	if j := s.activeJobOf(id); j != nil {
-		return nil, fmt.Errorf("remove broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetState(), refusal.ErrRecoveryRunning)
+		return nil, fmt.Errorf("remove broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	}
 	var open []string
 	for _, sid := range sortedKeys(s.streams) {
@@ -329,7 +313,7 @@ func (s *State) applyRemoveBroker(index uint64, cmd *waldenv1.Command, op *walde
 			id, strings.Join(open, ", "), refusal.ErrStreamNotClosed), map[string]string{"streams": strings.Join(open, ",")})
 	}
 	delete(s.brokers, id)
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "remove", BrokerId: id,
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_REMOVE, BrokerId: id,
 		Actor: actorOf(op.GetActor(), cmd), Message: fmt.Sprintf("registration removed at epoch %d", b.GetEpoch())})
 	return brokerResult(b), nil
 }
@@ -349,7 +333,7 @@ func actorOf(actor string, cmd *waldenv1.Command) string {
 	return cmd.GetProposerId()
 }
 
-// deriveState sets b.State from its flags, its last job and its
+// deriveState sets b's state from its flags, its last job and its
 // observations: maintenance first; a fenced broker follows its recovery job
 // (failed while pending, recovering while running or retried, recovered
 // once it succeeded, failed when it failed or was cancelled); otherwise
@@ -357,26 +341,26 @@ func actorOf(actor string, cmd *waldenv1.Command) string {
 func (s *State) deriveState(b *waldenv1.Broker) {
 	switch {
 	case b.GetMaintenance():
-		b.State = BrokerMaintenance
+		b.BrokerState = waldenv1.BrokerState_BROKER_STATE_MAINTENANCE
 	case b.GetFenced():
-		b.State = BrokerFailed
+		b.BrokerState = waldenv1.BrokerState_BROKER_STATE_FAILED
 		if j := s.jobs[b.GetLastJobId()]; j != nil {
-			switch j.GetState() {
-			case JobRunning:
-				b.State = BrokerRecovering
-			case JobPending:
+			switch j.GetJobState() {
+			case waldenv1.JobState_JOB_STATE_RUNNING:
+				b.BrokerState = waldenv1.BrokerState_BROKER_STATE_RECOVERING
+			case waldenv1.JobState_JOB_STATE_PENDING:
 				if j.GetAttempt() > 1 {
-					b.State = BrokerRecovering
+					b.BrokerState = waldenv1.BrokerState_BROKER_STATE_RECOVERING
 				}
-			case JobSucceeded:
-				b.State = BrokerRecovered
+			case waldenv1.JobState_JOB_STATE_SUCCEEDED:
+				b.BrokerState = waldenv1.BrokerState_BROKER_STATE_RECOVERED
 			}
 		}
 	default:
-		b.State = BrokerAlive
+		b.BrokerState = waldenv1.BrokerState_BROKER_STATE_ALIVE
 		for _, o := range b.GetObservations() {
-			if o.GetState() != ObservedAlive {
-				b.State = BrokerSuspect
+			if o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
+				b.BrokerState = waldenv1.BrokerState_BROKER_STATE_SUSPECT
 			}
 		}
 	}
@@ -452,7 +436,7 @@ func (s *State) checkBroker(brokerID string, epoch uint64, fo *waldenv1.Failover
 		return nil, fmt.Errorf("broker %q: job %q: %w", brokerID, fo.GetJobId(), refusal.ErrUnknownJob)
 	}
 	if !jobActive(j) {
-		return nil, fmt.Errorf("broker %q: job %s is %s: %w", brokerID, j.GetJobId(), j.GetState(), refusal.ErrJobNotRunning)
+		return nil, fmt.Errorf("broker %q: job %s is %s: %w", brokerID, j.GetJobId(), j.GetJobState().Name(), refusal.ErrJobNotRunning)
 	}
 	if fo.GetAttempt() != j.GetAttempt() {
 		return nil, fmt.Errorf("broker %q: job %s attempt %d, current attempt %d: %w",

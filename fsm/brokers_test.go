@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 )
@@ -18,13 +17,13 @@ func TestRegisterBroker(t *testing.T) {
 	if e := h.register("b2"); e != 2 {
 		t.Fatalf("second epoch = %d, want 2", e)
 	}
-	h.ok(&waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "suspect"})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT})
 	res := h.ok(&waldenv1.RegisterBroker{BrokerId: "b1", AgentAddr: "a"}).GetRegisterBroker()
 	if res.GetEpoch() != 3 || res.GetRecoveredWalOffset() != -1 {
 		t.Fatalf("re-register = %v, want epoch 3, offset -1", res)
 	}
 	b := h.broker("b1")
-	if b.GetState() != fsm.BrokerAlive || len(b.GetObservations()) != 0 || b.GetFenced() || b.GetAgentAddr() != "a" || b.GetWal() != nil {
+	if b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_ALIVE || len(b.GetObservations()) != 0 || b.GetFenced() || b.GetAgentAddr() != "a" || b.GetWal() != nil {
 		t.Fatalf("re-registered broker = %v", b)
 	}
 	if h.s.NextEpoch() != 4 {
@@ -35,7 +34,7 @@ func TestRegisterBroker(t *testing.T) {
 	// Maintenance survives a registration.
 	h.ok(&waldenv1.SetMaintenance{BrokerId: "b2", On: true})
 	h.register("b2")
-	if got := h.broker("b2").GetState(); got != fsm.BrokerMaintenance {
+	if got := h.broker("b2").GetBrokerState(); got != waldenv1.BrokerState_BROKER_STATE_MAINTENANCE {
 		t.Fatalf("state = %q, want maintenance", got)
 	}
 
@@ -51,15 +50,15 @@ func TestObserveBroker(t *testing.T) {
 		name      string
 		op        *waldenv1.ObserveBroker
 		want      error
-		wantState string
+		wantState waldenv1.BrokerState
 	}{
-		{"c1 suspects", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "suspect", Reason: "probe timeout"}, nil, "suspect"},
-		{"c2 sees it dead", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "dead"}, nil, "suspect"},
-		{"c1 sees it alive again", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "alive"}, nil, "suspect"},
-		{"c2 sees it alive", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "alive"}, nil, "alive"},
-		{"unknown state", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "zombie"}, refusal.ErrInvalidArgument, ""},
-		{"observer not a member", &waldenv1.ObserveBroker{ObserverId: "c9", BrokerId: "b1", State: "dead"}, refusal.ErrInvalidArgument, ""},
-		{"unknown broker", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b9", State: "dead"}, refusal.ErrUnknownNode, ""},
+		{"c1 suspects", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, Reason: "probe timeout"}, nil, waldenv1.BrokerState_BROKER_STATE_SUSPECT},
+		{"c2 sees it dead", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD}, nil, waldenv1.BrokerState_BROKER_STATE_SUSPECT},
+		{"c1 sees it alive again", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_ALIVE}, nil, waldenv1.BrokerState_BROKER_STATE_SUSPECT},
+		{"c2 sees it alive", &waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_ALIVE}, nil, waldenv1.BrokerState_BROKER_STATE_ALIVE},
+		{"unknown state", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", ObservationState: waldenv1.ObservationState(99)}, refusal.ErrInvalidArgument, 0},
+		{"observer not a member", &waldenv1.ObserveBroker{ObserverId: "c9", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD}, refusal.ErrInvalidArgument, 0},
+		{"unknown broker", &waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b9", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD}, refusal.ErrUnknownNode, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -68,7 +67,7 @@ func TestObserveBroker(t *testing.T) {
 				h.refuse(c.op, c.want)
 				return
 			}
-			got := h.ok(c.op).GetBroker().GetState()
+			got := h.ok(c.op).GetBroker().GetBrokerState()
 			if got != c.wantState {
 				t.Fatalf("state = %q, want %q", got, c.wantState)
 			}
@@ -77,11 +76,11 @@ func TestObserveBroker(t *testing.T) {
 	h.t = t
 	// The same state again keeps its since time and adds no event.
 	h.nowMs += 1000
-	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", State: "suspect"})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT})
 	since := h.broker("b1").GetObservations()[2].GetSinceUnixMs()
 	events := len(h.s.Events("b1", 0))
 	h.nowMs += 1000
-	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", State: "suspect", Reason: "still"})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, Reason: "still"})
 	obs := h.broker("b1").GetObservations()
 	if len(obs) != 3 || obs[2].GetSinceUnixMs() != since || obs[2].GetReason() != "still" || len(h.s.Events("b1", 0)) != events {
 		t.Fatalf("repeated observation changed since or logged: %v", obs)
@@ -105,7 +104,7 @@ func TestDeclareFailed(t *testing.T) {
 	if !res.GetDryRun() || res.GetNewEpoch() != 0 || h.broker("b1").GetFenced() || h.s.ActiveJobs() != 0 {
 		t.Fatalf("dry run = %v, broker %v", res, h.broker("b1"))
 	}
-	if evs := h.s.Events("b1", 1); evs[0].GetKind() != "dry_run" || evs[0].GetEvidence().GetSuspectForMs() != 5200 {
+	if evs := h.s.Events("b1", 1); evs[0].GetEventKind() != waldenv1.EventKind_EVENT_KIND_DRY_RUN || evs[0].GetEvidence().GetSuspectForMs() != 5200 {
 		t.Fatalf("dry run event = %v", evs)
 	}
 
@@ -129,16 +128,16 @@ func TestDeclareFailed(t *testing.T) {
 		t.Fatalf("decision = %v", res)
 	}
 	b := h.broker("b1")
-	if b.GetEpoch() != 4 || !b.GetFenced() || b.GetState() != fsm.BrokerFailed || b.GetFailovers() != 1 || b.GetLastJobId() != "job-b1-4" {
+	if b.GetEpoch() != 4 || !b.GetFenced() || b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_FAILED || b.GetFailovers() != 1 || b.GetLastJobId() != "job-b1-4" {
 		t.Fatalf("broker after decision = %v", b)
 	}
 	j := h.job("job-b1-4")
-	if j.GetAssigneeId() != "c2" || j.GetState() != fsm.JobPending || j.GetAttempt() != 1 || j.GetToken() != 4 ||
+	if j.GetAssigneeId() != "c2" || j.GetJobState() != waldenv1.JobState_JOB_STATE_PENDING || j.GetAttempt() != 1 || j.GetToken() != 4 ||
 		j.GetWal().GetPath() != "/var/lib/broker/b1.wal" || j.GetRecoveredWalOffset() != -1 || j.GetLeaseWaitMs() != 0 {
 		t.Fatalf("job = %v", j)
 	}
 	evs := h.s.Events("b1", 1)
-	if evs[0].GetKind() != "decision" || evs[0].GetActor() != "c2" || evs[0].GetJobId() != "job-b1-4" || evs[0].GetEvidence().GetReason() != ev.GetReason() {
+	if evs[0].GetEventKind() != waldenv1.EventKind_EVENT_KIND_DECISION || evs[0].GetActor() != "c2" || evs[0].GetJobId() != "job-b1-4" || evs[0].GetEvidence().GetReason() != ev.GetReason() {
 		t.Fatalf("decision event = %v", evs[0])
 	}
 
@@ -162,28 +161,28 @@ func TestAckMaintenanceRecordEvent(t *testing.T) {
 	h.refuse(&waldenv1.SetMaintenance{BrokerId: "b9", On: true}, refusal.ErrUnknownNode)
 	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{}}, refusal.ErrInvalidArgument)
 	h.refuse(&waldenv1.RecordEvent{}, refusal.ErrInvalidArgument)
-	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "cooldown", BrokerId: "b9"}}, refusal.ErrUnknownNode)
+	h.refuse(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: "b9"}}, refusal.ErrUnknownNode)
 
-	e := h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "cooldown", BrokerId: "b1", Message: "flapping"}}).GetEvent()
+	e := h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: "b1", Message: "flapping"}}).GetEvent()
 	if e.GetIndex() != h.index || e.GetUnixMs() != h.nowMs || e.GetActor() != "c1" || !h.broker("b1").GetCooldownBlocked() {
 		t.Fatalf("cooldown event %v, broker %v", e, h.broker("b1"))
 	}
-	h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "freeze", Message: "3 of 4 brokers suspected"}})
+	h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_FREEZE, Message: "3 of 4 brokers suspected"}})
 	h.nowMs += 5
 	b := h.ok(&waldenv1.AckBroker{BrokerId: "b1", Actor: "operator"}).GetBroker()
 	if b.GetCooldownBlocked() || b.GetAckedUnixMs() != h.nowMs {
 		t.Fatalf("after ack = %v", b)
 	}
-	h.ok(&waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "dead"})
-	if got := h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: true}).GetBroker().GetState(); got != fsm.BrokerMaintenance {
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD})
+	if got := h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: true}).GetBroker().GetBrokerState(); got != waldenv1.BrokerState_BROKER_STATE_MAINTENANCE {
 		t.Fatalf("maintenance on: %q", got)
 	}
-	if got := h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: false}).GetBroker().GetState(); got != fsm.BrokerSuspect {
+	if got := h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: false}).GetBroker().GetBrokerState(); got != waldenv1.BrokerState_BROKER_STATE_SUSPECT {
 		t.Fatalf("maintenance off: %q, want suspect (c1 observes dead)", got)
 	}
 	kinds := []string{}
 	for _, e := range h.s.Events("", 0) {
-		kinds = append(kinds, e.GetKind())
+		kinds = append(kinds, e.GetEventKind().Name())
 	}
 	if got := strings.Join(kinds, ","); got != "register,cooldown,freeze,ack,observation,maintenance,maintenance" {
 		t.Fatalf("events = %s", got)
@@ -210,7 +209,7 @@ func TestSetPolicy(t *testing.T) {
 	if len(ov.GetValues()) != 2 || ov.GetValues()["cooldown"] != "1m" || ov.GetSetIndex()["dry_run"] != 0 {
 		t.Fatalf("overrides = %v", ov)
 	}
-	if e := h.s.Events("", 1)[0]; e.GetKind() != "policy" || e.GetMessage() != "cooldown=1m, unset dry_run" {
+	if e := h.s.Events("", 1)[0]; e.GetEventKind() != waldenv1.EventKind_EVENT_KIND_POLICY || e.GetMessage() != "cooldown=1m, unset dry_run" {
 		t.Fatalf("policy event = %v", e)
 	}
 }
@@ -224,11 +223,11 @@ func TestReadsAreCopies(t *testing.T) {
 	h.ok(&waldenv1.SetPolicy{Set: map[string]string{"dry_run": "true"}})
 	before := domainSnapshot(t, h.s)
 	h.broker("b1").Epoch = 99
-	h.s.Brokers()[0].State = "x"
+	h.s.Brokers()[0].BrokerState = waldenv1.BrokerState_BROKER_STATE_FAILED
 	h.stream(7).EndOffset = 99
 	h.s.Streams("", "")[0].State = "x"
 	h.s.PolicyOverrides().Values["dry_run"] = "false"
-	h.s.Events("", 0)[0].Kind = "x"
+	h.s.Events("", 0)[0].EventKind = waldenv1.EventKind_EVENT_KIND_STREAM
 	if after := domainSnapshot(t, h.s); !protoEqual(before, after) {
 		t.Fatal("a read method returned the state's own data")
 	}
@@ -239,8 +238,8 @@ func TestReadsAreCopies(t *testing.T) {
 func TestRemovedMemberObservationsDropped(t *testing.T) {
 	h := newHarness(t)
 	h.ok(&waldenv1.RegisterBroker{BrokerId: "b1"})
-	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", State: fsm.ObservedDead, LeaseExpired: true})
-	h.ok(&waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: fsm.ObservedDead, LeaseExpired: true})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c3", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, LeaseExpired: true})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, LeaseExpired: true})
 	h.index++
 	confIndex := h.index
 	if err := h.s.ApplyConfChange(h.index, remove(rid("c3")), nil, nil); err != nil {

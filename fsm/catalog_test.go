@@ -234,7 +234,7 @@ func TestProducerTables(t *testing.T) {
 	// The recovery's commit of a fenced broker's tail carries its
 	// producers too.
 	h.declare("b1")
-	j := h.s.Jobs("b1", "")[0]
+	j := h.s.Jobs("b1", waldenv1.JobState_JOB_STATE_UNSPECIFIED)[0]
 	h.ok(&waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: j.GetToken(), Failover: fo(j), Object: obj("o4", rng(1, 1, 12, 13)),
 		Producers: []*waldenv1.StreamProducers{{StreamId: 1, Producers: []*waldenv1.ProducerState{ps(6, 6, 1, 12)}}}})
 	h.ok(&waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: j.GetToken(), StreamId: 1, StreamEpoch: 1, Failover: fo(j)})

@@ -31,11 +31,11 @@ func randomOp(r *rand.Rand, s *fsm.State) any {
 		return out
 	}
 	var job *waldenv1.Job
-	if jobs := s.Jobs("", ""); len(jobs) > 0 {
+	if jobs := s.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED); len(jobs) > 0 {
 		job = jobs[r.IntN(len(jobs))]
 		var active []*waldenv1.Job
 		for _, j := range jobs {
-			if j.GetState() == fsm.JobPending || j.GetState() == fsm.JobRunning {
+			if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING || j.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING {
 				active = append(active, j)
 			}
 		}
@@ -61,8 +61,9 @@ func randomOp(r *rand.Rand, s *fsm.State) any {
 	case 0:
 		return &waldenv1.RegisterBroker{BrokerId: b, AgentAddr: fmt.Sprintf("a%d", r.IntN(9))}
 	case 1:
-		states := []string{"alive", "suspect", "dead", "bogus"}
-		return &waldenv1.ObserveBroker{BrokerId: b, ObserverId: members[r.IntN(4)], State: states[r.IntN(4)]}
+		states := []waldenv1.ObservationState{waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT,
+			waldenv1.ObservationState_OBSERVATION_STATE_DEAD, waldenv1.ObservationState(99)}
+		return &waldenv1.ObserveBroker{BrokerId: b, ObserverId: members[r.IntN(4)], ObservationState: states[r.IntN(4)]}
 	case 2:
 		return &waldenv1.DeclareFailed{BrokerId: b, Epoch: epoch, DryRun: r.IntN(5) == 0, LiveMembers: live(),
 			Evidence: &waldenv1.Evidence{Manual: r.IntN(3) == 0}}
@@ -79,7 +80,7 @@ func randomOp(r *rand.Rand, s *fsm.State) any {
 	case 5:
 		return &waldenv1.SetMaintenance{BrokerId: b, On: r.IntN(2) == 0}
 	case 6:
-		return &waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: []string{"cooldown", "freeze"}[r.IntN(2)], BrokerId: b}}
+		return &waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: []waldenv1.EventKind{waldenv1.EventKind_EVENT_KIND_COOLDOWN, waldenv1.EventKind_EVENT_KIND_FREEZE}[r.IntN(2)], BrokerId: b}}
 	case 7, 8:
 		return &waldenv1.OpenStreamRequest{BrokerId: b, BrokerEpoch: epoch, StreamId: stream}
 	case 9, 10:
@@ -110,11 +111,11 @@ func randomOp(r *rand.Rand, s *fsm.State) any {
 	case 13:
 		return &waldenv1.ReassignJob{JobId: job.GetJobId(), Attempt: job.GetAttempt(), LiveMembers: live()}
 	case 14:
-		return &waldenv1.CheckpointJob{JobId: job.GetJobId(), Attempt: job.GetAttempt(), Step: fsm.Steps()[r.IntN(8)],
+		return &waldenv1.CheckpointJob{JobId: job.GetJobId(), Attempt: job.GetAttempt(), JobStep: waldenv1.Values[waldenv1.JobStep]()[r.IntN(8)],
 			StepDone: r.IntN(2) == 0, BytesUploaded: uint64(r.IntN(1000))}
 	case 15:
 		return &waldenv1.FinishJob{JobId: job.GetJobId(), Attempt: job.GetAttempt(),
-			State: []string{"succeeded", "failed"}[r.IntN(2)], RecoveredWalOffset: int64(r.IntN(5000))}
+			JobState: []waldenv1.JobState{waldenv1.JobState_JOB_STATE_SUCCEEDED, waldenv1.JobState_JOB_STATE_FAILED}[r.IntN(2)], RecoveredWalOffset: int64(r.IntN(5000))}
 	default:
 		if r.IntN(2) == 0 {
 			return &waldenv1.CancelJob{JobId: job.GetJobId()}
@@ -199,8 +200,8 @@ func checkInvariants(t *testing.T, s *fsm.State) {
 		}
 	}
 	active := map[string]int{}
-	for _, j := range s.Jobs("", "") {
-		if j.GetState() == fsm.JobPending || j.GetState() == fsm.JobRunning {
+	for _, j := range s.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED) {
+		if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING || j.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING {
 			active[j.GetBrokerId()]++
 			if active[j.GetBrokerId()] > 1 {
 				t.Fatalf("broker %s has two active jobs", j.GetBrokerId())
@@ -218,7 +219,7 @@ func TestEventLogBound(t *testing.T) {
 	h := newHarness(t)
 	const n = fsm.MaxEvents + 150
 	for i := 0; i < n; i++ {
-		h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "freeze", Message: fmt.Sprint(i)}})
+		h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_FREEZE, Message: fmt.Sprint(i)}})
 	}
 	evs := h.s.Events("", 0)
 	if len(evs) != fsm.MaxEvents || evs[0].GetMessage() != "150" || evs[len(evs)-1].GetMessage() != fmt.Sprint(n-1) {
@@ -275,7 +276,7 @@ func TestSnapshotRoundTripAllDomains(t *testing.T) {
 	h.ok(&waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: 1, Object: obj("o1", rng(3, 1, 0, 10)),
 		Producers: []*waldenv1.StreamProducers{{StreamId: 3, Producers: []*waldenv1.ProducerState{{ProducerId: 7, Sequence: 4, Count: 2, Offset: 8}}}}})
 	h.ok(&waldenv1.SetPolicy{Set: map[string]string{"cooldown": "5m"}})
-	h.ok(&waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", State: "dead"})
+	h.ok(&waldenv1.ObserveBroker{ObserverId: "c2", BrokerId: "b1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD})
 	h.declare("b1")
 	data := mustSnapshot(t, h.s)
 	r := fsm.New("demo")
@@ -381,7 +382,7 @@ func TestConcurrentReads(t *testing.T) {
 			b.Observations = nil
 			b.Epoch++
 		}
-		for _, j := range h.s.Jobs("", "") {
+		for _, j := range h.s.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED) {
 			j.Checkpoints = nil
 			j.Objects = nil
 		}
@@ -389,7 +390,7 @@ func TestConcurrentReads(t *testing.T) {
 			st.EndOffset++
 		}
 		for _, e := range h.s.Events("", 10) {
-			e.Kind = "x"
+			e.EventKind = waldenv1.EventKind_EVENT_KIND_STREAM
 		}
 		_ = h.s.StreamObjects(1, 0, 0)
 		_ = h.s.CheckBroker("b1", 1, nil)

@@ -19,14 +19,14 @@ func (s *State) appendEvent(e *waldenv1.Event) {
 
 // applyRecordEvent appends an event that no other command produces. Its
 // index is the entry's; its time the entry's unless it carries one. Kind
-// "cooldown" with a broker sets the broker's cooldown block.
+// cooldown with a broker sets the broker's cooldown block.
 func (s *State) applyRecordEvent(index uint64, cmd *waldenv1.Command, op *waldenv1.RecordEvent) (*waldenv1.Result, error) {
 	in := op.GetEvent()
-	if in.GetKind() == "" {
+	if in.GetEventKind() == waldenv1.EventKind_EVENT_KIND_UNSPECIFIED {
 		return nil, invalid("record event: event.kind is empty")
 	}
 	var b *waldenv1.Broker
-	if in.GetKind() == "cooldown" {
+	if in.GetEventKind() == waldenv1.EventKind_EVENT_KIND_COOLDOWN {
 		var ok bool
 		if b, ok = s.brokers[in.GetBrokerId()]; !ok {
 			return nil, unknownBroker("record cooldown event", in.GetBrokerId())

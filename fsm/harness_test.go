@@ -20,6 +20,10 @@ type harness struct {
 	index uint64
 	term  uint64
 	nowMs int64
+	// form, when set, rewrites every command before it is applied:
+	// waldenv1.ToLegacy (an entry as a walden before the enums wrote it)
+	// or waldenv1.UpgradeLegacy (enums only).
+	form func(*waldenv1.Command)
 }
 
 // newHarness returns a state with members c1, c2 and c3.
@@ -101,7 +105,12 @@ func (h *harness) apply(op any) (*waldenv1.Result, error) {
 	}
 	h.t.Helper()
 	h.index++
-	return h.s.Apply(h.index, h.term, h.cmd(op))
+	cmd := h.cmd(op)
+	if h.form != nil {
+		cmd = proto.Clone(cmd).(*waldenv1.Command)
+		h.form(cmd)
+	}
+	return h.s.Apply(h.index, h.term, cmd)
 }
 
 // ok applies op and fails the test on a refusal.

@@ -8,43 +8,13 @@ import (
 	"walden/refusal"
 )
 
-// Job states, as spelled in the API.
-const (
-	JobPending   = "pending"
-	JobRunning   = "running"
-	JobSucceeded = "succeeded"
-	JobFailed    = "failed"
-	JobCancelled = "cancelled"
-)
-
-// Executor steps, in order.
-const (
-	StepFence  = "fence"
-	StepAttach = "attach"
-	StepRead   = "read"
-	StepUpload = "upload"
-	StepCommit = "commit"
-	StepClose  = "close"
-	StepDetach = "detach"
-	StepDone   = "done"
-)
-
-// Steps lists the executor steps in order.
-func Steps() []string {
-	return []string{StepFence, StepAttach, StepRead, StepUpload, StepCommit, StepClose, StepDetach, StepDone}
-}
-
-func stepIndex(step string) int {
-	for i, s := range Steps() {
-		if s == step {
-			return i
-		}
-	}
-	return -1
+// knownStep reports whether step is one of the executor's steps.
+func knownStep(step waldenv1.JobStep) bool {
+	return step >= waldenv1.JobStep_JOB_STEP_FENCE && step <= waldenv1.JobStep_JOB_STEP_DONE
 }
 
 func jobActive(j *waldenv1.Job) bool {
-	return j.GetState() == JobPending || j.GetState() == JobRunning
+	return j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING || j.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING
 }
 
 // activeJobOf returns the pending or running job of broker id, or nil.
@@ -108,7 +78,7 @@ func (s *State) job(op, id string) (*waldenv1.Job, error) {
 // (JOB_NOT_RUNNING) or not of its current attempt (STALE_ATTEMPT).
 func currentAttempt(op string, j *waldenv1.Job, attempt uint32) error {
 	if !jobActive(j) {
-		return fmt.Errorf("%s: job %s is %s: %w", op, j.GetJobId(), j.GetState(), refusal.ErrJobNotRunning)
+		return fmt.Errorf("%s: job %s is %s: %w", op, j.GetJobId(), j.GetJobState().Name(), refusal.ErrJobNotRunning)
 	}
 	if attempt != j.GetAttempt() {
 		return fmt.Errorf("%s: job %s attempt %d, current attempt %d: %w",
@@ -117,8 +87,9 @@ func currentAttempt(op string, j *waldenv1.Job, attempt uint32) error {
 	return nil
 }
 
-func (s *State) jobEvent(index uint64, kind, actor string, j *waldenv1.Job, format string, args ...any) {
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: kind, BrokerId: j.GetBrokerId(),
+// jobEvent appends an event of kind job about j.
+func (s *State) jobEvent(index uint64, actor string, j *waldenv1.Job, format string, args ...any) {
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: j.GetBrokerId(),
 		JobId: j.GetJobId(), Actor: actor, Message: fmt.Sprintf(format, args...)})
 }
 
@@ -152,10 +123,10 @@ func (s *State) applyRenewJobLease(index uint64, cmd *waldenv1.Command, op *wald
 	}
 	j.LeaseRenewedUnixMs = s.now()
 	j.UpdatedUnixMs = s.now()
-	if j.GetState() == JobPending {
-		j.State = JobRunning
+	if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING {
+		j.JobState = waldenv1.JobState_JOB_STATE_RUNNING
 		s.touchBroker(j)
-		s.jobEvent(index, "job", op.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
+		s.jobEvent(index, op.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
 	}
 	return jobResult(j), nil
 }
@@ -176,15 +147,15 @@ func (s *State) applyReassignJob(index, term uint64, cmd *waldenv1.Command, op *
 	}
 	prev := j.GetAssigneeId()
 	// The job's own load must not count against the candidates.
-	j.State = ""
+	j.JobState = waldenv1.JobState_JOB_STATE_UNSPECIFIED
 	next := s.pickAssignee(op.GetLiveMembers(), prev)
-	j.State = JobPending
+	j.JobState = waldenv1.JobState_JOB_STATE_PENDING
 	j.Attempt++
 	j.AssigneeId = next
 	j.Error = op.GetReason()
 	j.UpdatedUnixMs = s.now()
 	s.touchBroker(j)
-	s.jobEvent(index, "job", cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d reassigned from %q to %q", j.GetAttempt(), prev, next), op.GetReason()))
+	s.jobEvent(index, cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d reassigned from %q to %q", j.GetAttempt(), prev, next), op.GetReason()))
 	return jobResult(j), nil
 }
 
@@ -199,20 +170,21 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	if err := currentAttempt("checkpoint job", j, op.GetAttempt()); err != nil {
 		return nil, err
 	}
-	if op.GetStep() != "" && stepIndex(op.GetStep()) < 0 {
-		return nil, invalid("checkpoint job %s: step %q is not one of %v", j.GetJobId(), op.GetStep(), Steps())
+	step := op.GetJobStep()
+	if step != waldenv1.JobStep_JOB_STEP_UNSPECIFIED && !knownStep(step) {
+		return nil, invalid("checkpoint job %s: step %q is not one of %v", j.GetJobId(), step.Name(), waldenv1.Names[waldenv1.JobStep]())
 	}
-	if op.GetStepDone() && op.GetStep() == "" {
+	if op.GetStepDone() && step == waldenv1.JobStep_JOB_STEP_UNSPECIFIED {
 		return nil, invalid("checkpoint job %s: step_done without step", j.GetJobId())
 	}
-	if j.GetState() == JobPending {
+	if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING {
 		// The attempt started with a checkpoint, before any lease renewal.
-		j.State = JobRunning
+		j.JobState = waldenv1.JobState_JOB_STATE_RUNNING
 		s.touchBroker(j)
-		s.jobEvent(index, "job", j.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
+		s.jobEvent(index, j.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
 	}
-	if op.GetStep() != "" {
-		j.Step = op.GetStep()
+	if step != waldenv1.JobStep_JOB_STEP_UNSPECIFIED {
+		j.JobStep = step
 	}
 	setNonZero(&j.BytesUploaded, op.GetBytesUploaded())
 	setNonZero(&j.BytesTotal, op.GetBytesTotal())
@@ -229,10 +201,10 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	j.Error = op.GetError()
 	j.UpdatedUnixMs = s.now()
 	if op.GetStepDone() {
-		j.Checkpoints = append(j.Checkpoints, &waldenv1.Checkpoint{Step: op.GetStep(), Attempt: j.GetAttempt(),
+		j.Checkpoints = append(j.Checkpoints, &waldenv1.Checkpoint{JobStep: step, Attempt: j.GetAttempt(),
 			Index: index, UnixMs: s.now(), Detail: op.GetDetail()})
-		if i := stepIndex(op.GetStep()); i+1 < len(Steps()) {
-			j.Step = Steps()[i+1]
+		if step < waldenv1.JobStep_JOB_STEP_DONE {
+			j.JobStep = step + 1
 		}
 	}
 	return jobResult(j), nil
@@ -244,9 +216,9 @@ func setNonZero[T uint32 | uint64](dst *T, v T) {
 	}
 }
 
-// applyFinishJob ends the current attempt. "succeeded" needs every stream of
+// applyFinishJob ends the current attempt. Succeeded needs every stream of
 // the broker closed (STREAM_NOT_CLOSED) and marks the broker recovered with
-// the recovered WAL offset; "failed" records the error.
+// the recovered WAL offset; failed records the error.
 func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1.FinishJob) (*waldenv1.Result, error) {
 	j, err := s.job("finish job", op.GetJobId())
 	if err != nil {
@@ -255,24 +227,24 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 	if err := currentAttempt("finish job", j, op.GetAttempt()); err != nil {
 		return nil, err
 	}
-	switch op.GetState() {
-	case JobSucceeded:
+	switch op.GetJobState() {
+	case waldenv1.JobState_JOB_STATE_SUCCEEDED:
 		for _, id := range sortedKeys(s.streams) {
 			if st := s.streams[id]; st.GetOwnerBrokerId() == j.GetBrokerId() && st.GetState() == StreamOpened {
 				return nil, fmt.Errorf("finish job %s: stream %d of broker %q is still opened: %w",
 					j.GetJobId(), id, j.GetBrokerId(), refusal.ErrStreamNotClosed)
 			}
 		}
-	case JobFailed:
+	case waldenv1.JobState_JOB_STATE_FAILED:
 	default:
-		return nil, invalid("finish job %s: state %q is not succeeded or failed", j.GetJobId(), op.GetState())
+		return nil, invalid("finish job %s: state %q is not succeeded or failed", j.GetJobId(), op.GetJobState().Name())
 	}
-	j.State = op.GetState()
+	j.JobState = op.GetJobState()
 	j.Error = op.GetError()
 	j.FinishedUnixMs = s.now()
 	j.UpdatedUnixMs = s.now()
-	if op.GetState() == JobSucceeded {
-		j.Step = StepDone
+	if op.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED {
+		j.JobStep = waldenv1.JobStep_JOB_STEP_DONE
 		j.RecoveredWalOffset = op.GetRecoveredWalOffset()
 		if b, ok := s.brokers[j.GetBrokerId()]; ok && b.GetLastJobId() == j.GetJobId() {
 			b.RecoveredWalOffset = op.GetRecoveredWalOffset()
@@ -280,7 +252,7 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 		}
 	}
 	s.touchBroker(j)
-	s.jobEvent(index, "job", cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d %s", j.GetAttempt(), op.GetState()), op.GetError()))
+	s.jobEvent(index, cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d %s", j.GetAttempt(), op.GetJobState().Name()), op.GetError()))
 	return jobResult(j), nil
 }
 
@@ -291,13 +263,13 @@ func (s *State) applyCancelJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 		return nil, err
 	}
 	if !jobActive(j) {
-		return nil, fmt.Errorf("cancel job: job %s is %s: %w", j.GetJobId(), j.GetState(), refusal.ErrJobNotRunning)
+		return nil, fmt.Errorf("cancel job: job %s is %s: %w", j.GetJobId(), j.GetJobState().Name(), refusal.ErrJobNotRunning)
 	}
-	j.State = JobCancelled
+	j.JobState = waldenv1.JobState_JOB_STATE_CANCELLED
 	j.FinishedUnixMs = s.now()
 	j.UpdatedUnixMs = s.now()
 	s.touchBroker(j)
-	s.jobEvent(index, "job", actorOf(op.GetActor(), cmd), j, "attempt %d cancelled", j.GetAttempt())
+	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "attempt %d cancelled", j.GetAttempt())
 	return jobResult(j), nil
 }
 
@@ -308,10 +280,10 @@ func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 	if err != nil {
 		return nil, err
 	}
-	switch j.GetState() {
-	case JobFailed, JobCancelled:
-	case JobPending, JobRunning:
-		return nil, fmt.Errorf("retry job: job %s is %s: %w", j.GetJobId(), j.GetState(), refusal.ErrRecoveryRunning)
+	switch j.GetJobState() {
+	case waldenv1.JobState_JOB_STATE_FAILED, waldenv1.JobState_JOB_STATE_CANCELLED:
+	case waldenv1.JobState_JOB_STATE_PENDING, waldenv1.JobState_JOB_STATE_RUNNING:
+		return nil, fmt.Errorf("retry job: job %s is %s: %w", j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	default:
 		return nil, invalid("retry job: job %s already succeeded", j.GetJobId())
 	}
@@ -320,14 +292,14 @@ func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 			j.GetJobId(), j.GetToken(), j.GetBrokerId(), refusal.ErrEpochExpired)
 	}
 	next := s.pickAssignee(op.GetLiveMembers(), "")
-	j.State = JobPending
+	j.JobState = waldenv1.JobState_JOB_STATE_PENDING
 	j.Attempt++
 	j.AssigneeId = next
 	j.Error = ""
 	j.FinishedUnixMs = 0
 	j.UpdatedUnixMs = s.now()
 	s.touchBroker(j)
-	s.jobEvent(index, "job", actorOf(op.GetActor(), cmd), j, "retried as attempt %d on %q", j.GetAttempt(), next)
+	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "retried as attempt %d on %q", j.GetAttempt(), next)
 	return jobResult(j), nil
 }
 
@@ -343,13 +315,13 @@ func (s *State) Job(id string) (*waldenv1.Job, bool) {
 }
 
 // Jobs returns copies of the jobs of brokerID (all when empty) in state
-// (all when empty), oldest first (by token).
-func (s *State) Jobs(brokerID, state string) []*waldenv1.Job {
+// (all when unspecified), oldest first (by token).
+func (s *State) Jobs(brokerID string, state waldenv1.JobState) []*waldenv1.Job {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []*waldenv1.Job
 	for _, j := range s.sortedJobs() {
-		if (brokerID == "" || j.GetBrokerId() == brokerID) && (state == "" || j.GetState() == state) {
+		if (brokerID == "" || j.GetBrokerId() == brokerID) && (state == waldenv1.JobState_JOB_STATE_UNSPECIFIED || j.GetJobState() == state) {
 			out = append(out, j)
 		}
 	}

@@ -3,7 +3,6 @@ package fsm_test
 import (
 	"testing"
 
-	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 )
@@ -36,14 +35,28 @@ func TestJobCommandsRefused(t *testing.T) {
 		{"reassign stale", nil, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 0} }, refusal.ErrStaleAttempt},
 		{"reassign cancelled", cancelJob, func(id string) any { return &waldenv1.ReassignJob{JobId: id, Attempt: 1} }, refusal.ErrJobNotRunning},
 		{"checkpoint unknown", nil, func(string) any { return &waldenv1.CheckpointJob{JobId: "nope", Attempt: 1} }, refusal.ErrUnknownJob},
-		{"checkpoint stale", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 3, Step: "read"} }, refusal.ErrStaleAttempt},
-		{"checkpoint unknown step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "fly"} }, refusal.ErrInvalidArgument},
+		{"checkpoint stale", nil, func(id string) any {
+			return &waldenv1.CheckpointJob{JobId: id, Attempt: 3, JobStep: waldenv1.JobStep_JOB_STEP_READ}
+		}, refusal.ErrStaleAttempt},
+		{"checkpoint unknown step", nil, func(id string) any {
+			return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, JobStep: waldenv1.JobStep(99)}
+		}, refusal.ErrInvalidArgument},
 		{"checkpoint done without step", nil, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, StepDone: true} }, refusal.ErrInvalidArgument},
-		{"checkpoint cancelled", cancelJob, func(id string) any { return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: "read"} }, refusal.ErrJobNotRunning},
-		{"finish unknown", nil, func(string) any { return &waldenv1.FinishJob{JobId: "nope", Attempt: 1, State: "failed"} }, refusal.ErrUnknownJob},
-		{"finish stale", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 2, State: "failed"} }, refusal.ErrStaleAttempt},
-		{"finish bad state", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "cancelled"} }, refusal.ErrInvalidArgument},
-		{"finish with opened streams", nil, func(id string) any { return &waldenv1.FinishJob{JobId: id, Attempt: 1, State: "succeeded"} }, refusal.ErrStreamNotClosed},
+		{"checkpoint cancelled", cancelJob, func(id string) any {
+			return &waldenv1.CheckpointJob{JobId: id, Attempt: 1, JobStep: waldenv1.JobStep_JOB_STEP_READ}
+		}, refusal.ErrJobNotRunning},
+		{"finish unknown", nil, func(string) any {
+			return &waldenv1.FinishJob{JobId: "nope", Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_FAILED}
+		}, refusal.ErrUnknownJob},
+		{"finish stale", nil, func(id string) any {
+			return &waldenv1.FinishJob{JobId: id, Attempt: 2, JobState: waldenv1.JobState_JOB_STATE_FAILED}
+		}, refusal.ErrStaleAttempt},
+		{"finish bad state", nil, func(id string) any {
+			return &waldenv1.FinishJob{JobId: id, Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_CANCELLED}
+		}, refusal.ErrInvalidArgument},
+		{"finish with opened streams", nil, func(id string) any {
+			return &waldenv1.FinishJob{JobId: id, Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED}
+		}, refusal.ErrStreamNotClosed},
 		{"cancel unknown", nil, func(string) any { return &waldenv1.CancelJob{JobId: "nope"} }, refusal.ErrUnknownJob},
 		{"cancel twice", cancelJob, func(id string) any { return &waldenv1.CancelJob{JobId: id} }, refusal.ErrJobNotRunning},
 		{"retry unknown", nil, func(string) any { return &waldenv1.RetryJob{JobId: "nope"} }, refusal.ErrUnknownJob},
@@ -65,21 +78,21 @@ func cancelJob(h *harness, id string) { h.ok(&waldenv1.CancelJob{JobId: id, Acto
 func TestJobProgress(t *testing.T) {
 	h, id := jobHarness(t)
 	h.nowMs += 100
-	j := h.ok(&waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: fsm.StepUpload, BytesTotal: 1000, BytesUploaded: 100,
+	j := h.ok(&waldenv1.CheckpointJob{JobId: id, Attempt: 1, JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD, BytesTotal: 1000, BytesUploaded: 100,
 		StreamsTotal: 1, SkippedBytes: 4096, Gaps: []string{"stream 1: gap at 10"}, Error: "s3: 503", RecordsUploaded: 3}).GetJob()
-	if j.GetState() != fsm.JobRunning || j.GetStep() != fsm.StepUpload || j.GetBytesTotal() != 1000 || j.GetBytesUploaded() != 100 ||
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_RUNNING || j.GetJobStep() != waldenv1.JobStep_JOB_STEP_UPLOAD || j.GetBytesTotal() != 1000 || j.GetBytesUploaded() != 100 ||
 		j.GetSkippedBytes() != 4096 || len(j.GetGaps()) != 1 || j.GetError() != "s3: 503" || len(j.GetCheckpoints()) != 0 {
 		t.Fatalf("after checkpoint = %v", j)
 	}
-	if b := h.broker("b1"); b.GetState() != fsm.BrokerRecovering {
-		t.Fatalf("broker state = %q", b.GetState())
+	if b := h.broker("b1"); b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_RECOVERING {
+		t.Fatalf("broker state = %q", b.GetBrokerState().Name())
 	}
-	j = h.ok(&waldenv1.CheckpointJob{JobId: id, Attempt: 1, Step: fsm.StepUpload, BytesUploaded: 1000, StepDone: true, Detail: "3 objects"}).GetJob()
-	if j.GetBytesUploaded() != 1000 || j.GetBytesTotal() != 1000 || j.GetError() != "" || j.GetStep() != fsm.StepCommit ||
+	j = h.ok(&waldenv1.CheckpointJob{JobId: id, Attempt: 1, JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD, BytesUploaded: 1000, StepDone: true, Detail: "3 objects"}).GetJob()
+	if j.GetBytesUploaded() != 1000 || j.GetBytesTotal() != 1000 || j.GetError() != "" || j.GetJobStep() != waldenv1.JobStep_JOB_STEP_COMMIT ||
 		len(j.GetCheckpoints()) != 1 || j.GetCheckpoints()[0].GetDetail() != "3 objects" || j.GetCheckpoints()[0].GetIndex() != h.index {
 		t.Fatalf("after step done = %v", j)
 	}
-	if got := h.s.Jobs("b1", fsm.JobRunning); len(got) != 1 || h.s.ActiveJobs() != 1 || len(h.s.Jobs("", fsm.JobPending)) != 0 {
+	if got := h.s.Jobs("b1", waldenv1.JobState_JOB_STATE_RUNNING); len(got) != 1 || h.s.ActiveJobs() != 1 || len(h.s.Jobs("", waldenv1.JobState_JOB_STATE_PENDING)) != 0 {
 		t.Fatalf("Jobs = %v, active %d", got, h.s.ActiveJobs())
 	}
 }
@@ -105,15 +118,15 @@ func TestAssigneeBalance(t *testing.T) {
 		}
 	}
 	// A finished job no longer counts.
-	j := h.s.Jobs("b1", "")[0]
-	h.ok(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: 1, State: fsm.JobFailed, Error: "attach: no such volume"})
+	j := h.s.Jobs("b1", waldenv1.JobState_JOB_STATE_UNSPECIFIED)[0]
+	h.ok(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_FAILED, Error: "attach: no such volume"})
 	e := h.register("b6")
 	d := h.ok(&waldenv1.DeclareFailed{BrokerId: "b6", Epoch: e, LiveMembers: []string{"c1", "c2", "c3"}}).GetDeclareFailed()
 	// Loads are now c1: 1 (b4), c2: 2 (b2, b5), c3: 1 (b3): c1 and c3 tie.
 	if a := h.job(d.GetJobId()).GetAssigneeId(); a != "c1" {
 		t.Fatalf("assignee after c1's first job failed = %q, want c1", a)
 	}
-	if jobs := h.s.Jobs("", ""); len(jobs) != 6 || jobs[0].GetBrokerId() != "b1" || jobs[5].GetBrokerId() != "b6" {
+	if jobs := h.s.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED); len(jobs) != 6 || jobs[0].GetBrokerId() != "b1" || jobs[5].GetBrokerId() != "b6" {
 		t.Fatalf("Jobs not in token order: %v", jobs)
 	}
 }

@@ -12,7 +12,7 @@ func TestMaintenanceReasonAndTTL(t *testing.T) {
 	h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: true, Reason: "kernel upgrade", TtlMs: 90 * 60 * 1000})
 	b := h.broker("b1")
 	until := h.nowMs + 90*60*1000
-	if !b.GetMaintenance() || b.GetState() != "maintenance" || b.GetMaintenanceReason() != "kernel upgrade" ||
+	if !b.GetMaintenance() || b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_MAINTENANCE || b.GetMaintenanceReason() != "kernel upgrade" ||
 		b.GetMaintenanceTtlMs() != 90*60*1000 || b.GetMaintenanceUntilUnixMs() != until {
 		t.Fatalf("on: %v", b)
 	}
@@ -30,7 +30,7 @@ func TestMaintenanceReasonAndTTL(t *testing.T) {
 	}
 	h.ok(&waldenv1.SetMaintenance{BrokerId: "b1", On: false, Reason: "ttl ran out", IfUntilUnixMs: h.broker("b1").GetMaintenanceUntilUnixMs()})
 	b = h.broker("b1")
-	if b.GetMaintenance() || b.GetState() != "alive" || b.GetMaintenanceReason() != "" || b.GetMaintenanceUntilUnixMs() != 0 {
+	if b.GetMaintenance() || b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_ALIVE || b.GetMaintenanceReason() != "" || b.GetMaintenanceUntilUnixMs() != 0 {
 		t.Fatalf("off: %v", b)
 	}
 	if m := h.s.Events("b1", 1)[0].GetMessage(); m != "maintenance off: ttl ran out" {

@@ -43,12 +43,12 @@ func (s *State) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *wald
 		var err error
 		switch ch.GetType() {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-			role := ""
+			role := waldenv1.MemberRole_MEMBER_ROLE_VOTER
 			if ch.GetType() == raftpb.ConfChangeAddLearnerNode {
-				role = roleLearner
+				role = waldenv1.MemberRole_MEMBER_ROLE_LEARNER
 			}
 			if m, ok := s.members[id]; ok {
-				m.Role = role
+				m.MemberRole = role
 				refreshAddrs(m, mc)
 				break
 			}
@@ -81,7 +81,7 @@ func (s *State) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *wald
 }
 
 // addMember adds the member described by mc under raft id id.
-func (s *State) addMember(index, id uint64, mc *waldenv1.MemberContext, role string) error {
+func (s *State) addMember(index, id uint64, mc *waldenv1.MemberContext, role waldenv1.MemberRole) error {
 	for rid, m := range s.members {
 		if m.GetId() == mc.GetId() {
 			return fmt.Errorf("fsm: conf change at index %d adds %q as raft id %d, it is raft id %d: %w",
@@ -89,11 +89,11 @@ func (s *State) addMember(index, id uint64, mc *waldenv1.MemberContext, role str
 		}
 	}
 	s.members[id] = &waldenv1.Member{
-		Id:        mc.GetId(),
-		RaftId:    id,
-		RaftAddr:  mc.GetRaftAddr(),
-		AdminAddr: mc.GetAdminAddr(),
-		Role:      role,
+		Id:         mc.GetId(),
+		RaftId:     id,
+		RaftAddr:   mc.GetRaftAddr(),
+		AdminAddr:  mc.GetAdminAddr(),
+		MemberRole: role,
 	}
 	return nil
 }
@@ -111,8 +111,8 @@ func refreshAddrs(m *waldenv1.Member, mc *waldenv1.MemberContext) {
 	}
 }
 
-// Members returns copies of the members sorted by id, with role "learner"
-// for learners and "" for voters.
+// Members returns copies of the members sorted by id, with their role:
+// voter or learner.
 func (s *State) Members() []*waldenv1.Member {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -137,7 +137,7 @@ func (s *State) Voters() []string {
 func (s *State) votersLocked() []string {
 	var out []string
 	for _, m := range s.sortedMembers() {
-		if m.GetRole() != roleLearner {
+		if m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
 			out = append(out, m.GetId())
 		}
 	}

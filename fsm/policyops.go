@@ -29,7 +29,7 @@ func (s *State) applySeedPolicy(index uint64, cmd *waldenv1.Command, op *waldenv
 		// were seeded) that do not fit it are dropped, never applied unsafe.
 		s.overrides.Values, s.overrides.SetIndex = nil, nil
 	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "policy",
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_POLICY,
 		Actor: s.overrides.GetSeededBy(), Message: "policy seeded from the config file of " + s.overrides.GetSeededBy()})
 	return &waldenv1.Result{Value: &waldenv1.Result_Policy{Policy: clone(s.overrides)}}, nil
 }
@@ -93,7 +93,7 @@ func (s *State) applySetPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1
 		delete(s.overrides.Values, k)
 		delete(s.overrides.SetIndex, k)
 	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), Kind: "policy",
+	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_POLICY,
 		Actor: actorOf(op.GetActor(), cmd), Message: strings.Join(parts, ", ")})
 	return &waldenv1.Result{Value: &waldenv1.Result_Policy{Policy: clone(s.overrides)}}, nil
 }

@@ -26,7 +26,7 @@ func TestRemoveBroker(t *testing.T) {
 		t.Fatal("b9 still registered")
 	}
 	ev := h.s.Events("b9", 1)
-	if len(ev) != 1 || ev[0].GetKind() != "remove" || ev[0].GetActor() != "root" {
+	if len(ev) != 1 || ev[0].GetEventKind() != waldenv1.EventKind_EVENT_KIND_REMOVE || ev[0].GetActor() != "root" {
 		t.Fatalf("event %v", ev)
 	}
 
@@ -43,14 +43,14 @@ func TestRemoveBroker(t *testing.T) {
 	h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, refusal.ErrRecoveryRunning)
 	j := h.job(d.GetJobId())
 	h.ok(&waldenv1.RenewJobLease{JobId: j.GetJobId(), Attempt: j.GetAttempt(), AssigneeId: j.GetAssigneeId()})
-	if h.job(d.GetJobId()).GetState() != fsm.JobRunning {
+	if h.job(d.GetJobId()).GetJobState() != waldenv1.JobState_JOB_STATE_RUNNING {
 		t.Fatalf("job %v", h.job(d.GetJobId()))
 	}
 	h.refuse(&waldenv1.RemoveBroker{BrokerId: "b1"}, refusal.ErrRecoveryRunning)
 	// The job closes the stream and finishes: now the registration may go.
 	j = h.job(d.GetJobId())
 	h.ok(&waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 7, StreamEpoch: 1, Failover: fo(j)})
-	h.ok(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: j.GetAttempt(), State: fsm.JobSucceeded})
+	h.ok(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: j.GetAttempt(), JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED})
 	h.ok(&waldenv1.RemoveBroker{BrokerId: "b1", Actor: "root"})
 	if again := h.register("b1"); again <= d.GetNewEpoch() {
 		t.Fatalf("registered again with epoch %d, after %d", again, d.GetNewEpoch())

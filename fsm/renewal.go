@@ -63,7 +63,7 @@ func (s *State) deriveLocked() {
 	s.derived.seeded = s.overrides.GetSeed() != nil
 	voters := make([]*waldenv1.Voter, 0, len(s.members))
 	for _, m := range s.members {
-		if m.GetRole() != roleLearner {
+		if m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
 			voters = append(voters, &waldenv1.Voter{Id: m.GetId(), AdminAddr: m.GetAdminAddr()})
 		}
 	}

@@ -42,16 +42,37 @@ func TestScenarios(t *testing.T) {
 		t.Fatalf("no scenarios: %v", err)
 	}
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) { runScenario(t, file) })
+		t.Run(filepath.Base(file), func(t *testing.T) { runScenario(t, file, nil) })
 	}
 }
 
-func runScenario(t *testing.T, file string) {
+// TestScenariosLegacyEntries runs the same histories with every command
+// spelled as a walden before the enums wrote it (the deprecated strings
+// only): each must give the same output.
+func TestScenariosLegacyEntries(t *testing.T) {
+	if *rewrite {
+		t.Skip("-rewrite")
+	}
+	files, err := filepath.Glob("testdata/scenarios/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			runScenario(t, file, func(c *waldenv1.Command) { waldenv1.ToLegacy(c) })
+		})
+	}
+}
+
+// runScenario runs the history of file; form, when set, rewrites each
+// command before it is applied (harness.form).
+func runScenario(t *testing.T, file string, form func(*waldenv1.Command)) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t)
+	h.form = form
 	var out strings.Builder
 	lines := strings.Split(string(data), "\n")
 	for i := 0; i < len(lines); i++ {
@@ -135,7 +156,7 @@ func runCommand(t *testing.T, h *harness, line string) string {
 	case "register":
 		op = &waldenv1.RegisterBroker{BrokerId: a.subject, Wal: &waldenv1.WalLocation{Path: "/wal/" + a.subject}}
 	case "observe":
-		o := &waldenv1.ObserveBroker{BrokerId: a.subject, ObserverId: a.kv["by"], State: a.kv["state"],
+		o := &waldenv1.ObserveBroker{BrokerId: a.subject, ObserverId: a.kv["by"], ObservationState: named[waldenv1.ObservationState](a.kv["state"]),
 			LeaseExpired: a.flags["expired"], Epoch: a.u("epoch"), ExpectedIndex: a.u("expect")}
 		if b, ok := h.s.Broker(a.subject); ok {
 			if a.kv["epoch"] == "" {
@@ -182,11 +203,11 @@ func runCommand(t *testing.T, h *harness, line string) string {
 		op = &waldenv1.ReassignJob{JobId: a.subject, Attempt: uint32(a.u("attempt")), LiveMembers: a.list("live"), Reason: "job lease expired"}
 	case "checkpoint":
 		off, _ := strconv.ParseInt(a.kv["offset"], 10, 64)
-		op = &waldenv1.CheckpointJob{JobId: a.subject, Attempt: uint32(a.u("attempt")), Step: a.kv["step"],
+		op = &waldenv1.CheckpointJob{JobId: a.subject, Attempt: uint32(a.u("attempt")), JobStep: named[waldenv1.JobStep](a.kv["step"]),
 			StepDone: a.flags["done"], BytesUploaded: a.u("bytes"), StreamsClosed: uint32(a.u("closed")), RecoveredWalOffset: off}
 	case "finish":
 		off, _ := strconv.ParseInt(a.kv["offset"], 10, 64)
-		op = &waldenv1.FinishJob{JobId: a.subject, Attempt: uint32(a.u("attempt")), State: a.kv["state"], RecoveredWalOffset: off}
+		op = &waldenv1.FinishJob{JobId: a.subject, Attempt: uint32(a.u("attempt")), JobState: named[waldenv1.JobState](a.kv["state"]), RecoveredWalOffset: off}
 	case "cancel":
 		op = &waldenv1.CancelJob{JobId: a.subject, Actor: "operator"}
 	case "retry":
@@ -227,7 +248,7 @@ func runCommand(t *testing.T, h *harness, line string) string {
 	case "events":
 		var out []string
 		for _, e := range h.s.Events(a.subject, int(a.u("limit"))) {
-			out = append(out, fmt.Sprintf("%s %s %s", e.GetKind(), e.GetBrokerId(), e.GetMessage()))
+			out = append(out, fmt.Sprintf("%s %s %s", e.GetEventKind().Name(), e.GetBrokerId(), e.GetMessage()))
 		}
 		return strings.Join(out, "\n")
 	default:
@@ -242,6 +263,19 @@ func runCommand(t *testing.T, h *harness, line string) string {
 		return "error: " + string(refusal.Of(err))
 	}
 	return renderResult(res)
+}
+
+// named is the value of E that the scenario names s: unspecified for "",
+// a value no walden knows for a name that is none (a command the state
+// machine must refuse).
+func named[E waldenv1.Named](s string) E {
+	if s == "" {
+		return 0
+	}
+	if v, ok := waldenv1.Parse[E](s); ok {
+		return v
+	}
+	return E(999)
 }
 
 func renderResult(res *waldenv1.Result) string {
@@ -286,24 +320,24 @@ func renderResult(res *waldenv1.Result) string {
 func renderBroker(b *waldenv1.Broker) string {
 	var obs []string
 	for _, o := range b.GetObservations() {
-		s := o.GetObserverId() + ":" + o.GetState()
+		s := o.GetObserverId() + ":" + o.GetObservationState().Name()
 		if o.GetLeaseExpired() {
 			s += ":expired"
 		}
 		obs = append(obs, s)
 	}
 	return fmt.Sprintf("%s state=%s epoch=%d fenced=%t failovers=%d last_job=%s recovered_wal_offset=%d cooldown_blocked=%t observations=[%s]",
-		b.GetBrokerId(), b.GetState(), b.GetEpoch(), b.GetFenced(), b.GetFailovers(), b.GetLastJobId(),
+		b.GetBrokerId(), b.GetBrokerState().Name(), b.GetEpoch(), b.GetFenced(), b.GetFailovers(), b.GetLastJobId(),
 		b.GetRecoveredWalOffset(), b.GetCooldownBlocked(), strings.Join(obs, " "))
 }
 
 func renderJob(j *waldenv1.Job) string {
 	var cps []string
 	for _, c := range j.GetCheckpoints() {
-		cps = append(cps, fmt.Sprintf("%s@%d", c.GetStep(), c.GetAttempt()))
+		cps = append(cps, fmt.Sprintf("%s@%d", c.GetJobStep().Name(), c.GetAttempt()))
 	}
 	return fmt.Sprintf("%s broker=%s token=%d attempt=%d assignee=%s state=%s step=%s bytes=%d closed=%d objects=[%s] checkpoints=[%s]",
-		j.GetJobId(), j.GetBrokerId(), j.GetToken(), j.GetAttempt(), j.GetAssigneeId(), j.GetState(), j.GetStep(),
+		j.GetJobId(), j.GetBrokerId(), j.GetToken(), j.GetAttempt(), j.GetAssigneeId(), j.GetJobState().Name(), j.GetJobStep().Name(),
 		j.GetBytesUploaded(), j.GetStreamsClosed(), strings.Join(j.GetObjects(), " "), strings.Join(cps, " "))
 }
 

@@ -9,16 +9,24 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// snapshotVersion is the StateSnapshot layout this package writes. Version 2
-// adds the fencing token counter, brokers, policy overrides, events,
-// streams, objects and jobs (fields 7–13); version 1 snapshots (membership
-// and noops only) are still read, with those empty. The streams' producer
-// tables (field 14) came later within version 2: a snapshot without them
-// restores with empty tables.
-const snapshotVersion uint32 = 2
+// snapshotVersion is the StateSnapshot layout this package writes.
+// Version 3 names states, steps, roles and kinds with the enums of
+// types.proto only (broker_state, observation_state, job_state, job_step,
+// event_kind, member_role, with every member's role set); versions 1 and 2
+// carry the strings these replaced, and are still read (upgradeSnapshot).
+// An older walden refuses a version 3 snapshot instead of reading its
+// states as empty strings.
+const snapshotVersion uint32 = 3
 
-// snapshotVersionV1 is the layout before brokers, catalog and jobs.
-const snapshotVersionV1 uint32 = 1
+// snapshotVersionV2 added the fencing token counter, brokers, policy
+// overrides, events, streams, objects and jobs (fields 7–13); a version 1
+// snapshot (membership and noops only) restores with those empty. The
+// streams' producer tables (field 14) came later within version 2: a
+// snapshot without them restores with empty tables.
+const (
+	snapshotVersionV2 uint32 = 2
+	snapshotVersionV1 uint32 = 1
+)
 
 // Snapshot serializes the state as of the last applied index as a
 // walden.v1.StateSnapshot (deterministic encoding; members, brokers,
@@ -98,14 +106,12 @@ func (s *State) sortedJobsByID() []*waldenv1.Job {
 
 // Restore replaces the state with a snapshot's data. A snapshot of another
 // version or cluster, or with inconsistent members, is refused and the state
-// is left unchanged.
+// is left unchanged. A snapshot of an older version is read in this
+// version's form (upgradeSnapshot).
 func (s *State) Restore(data []byte) error {
-	snap := &waldenv1.StateSnapshot{}
-	if err := proto.Unmarshal(data, snap); err != nil {
-		return fmt.Errorf("fsm: restore: %w: %v", ErrInvalidSnapshot, err)
-	}
-	if v := snap.GetVersion(); v != snapshotVersion && v != snapshotVersionV1 {
-		return fmt.Errorf("fsm: restore: %w: version %d, this walden reads versions %d and %d", ErrSnapshotVersion, v, snapshotVersionV1, snapshotVersion)
+	snap, err := UpgradeSnapshot(data)
+	if err != nil {
+		return err
 	}
 	if c := snap.GetClusterName(); c != s.clusterName {
 		return fmt.Errorf("fsm: restore: %w: snapshot of cluster %q, this is cluster %q", ErrForeignSnapshot, c, s.clusterName)
@@ -118,8 +124,8 @@ func (s *State) Restore(data []byte) error {
 			return fmt.Errorf("fsm: restore: %w: member %q with raft id %d", ErrInvalidSnapshot, m.GetId(), m.GetRaftId())
 		case ids[m.GetId()] || members[m.GetRaftId()] != nil:
 			return fmt.Errorf("fsm: restore: %w: member %q (raft id %d) twice", ErrInvalidSnapshot, m.GetId(), m.GetRaftId())
-		case m.GetRole() != "" && m.GetRole() != roleLearner:
-			return fmt.Errorf("fsm: restore: %w: member %q has role %q", ErrInvalidSnapshot, m.GetId(), m.GetRole())
+		case m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_VOTER && m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER:
+			return fmt.Errorf("fsm: restore: %w: member %q has role %q", ErrInvalidSnapshot, m.GetId(), m.GetMemberRole().Name())
 		}
 		ids[m.GetId()] = true
 		members[m.GetRaftId()] = proto.Clone(m).(*waldenv1.Member)
@@ -149,6 +155,17 @@ func (s *State) Restore(data []byte) error {
 	s.watch.reset(s.applied)
 	s.notifyLocked()
 	return nil
+}
+
+// checkSnapshotVersion refuses a snapshot of a version Restore does not
+// read.
+func checkSnapshotVersion(snap *waldenv1.StateSnapshot) error {
+	switch v := snap.GetVersion(); v {
+	case snapshotVersion, snapshotVersionV2, snapshotVersionV1:
+		return nil
+	default:
+		return fmt.Errorf("fsm: restore: %w: version %d, this walden reads versions %d to %d", ErrSnapshotVersion, v, snapshotVersionV1, snapshotVersion)
+	}
 }
 
 // domains are the parts of the state added in snapshot version 2.

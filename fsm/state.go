@@ -37,10 +37,6 @@ var (
 	ErrInvalidSnapshot = errors.New("fsm: invalid snapshot")
 )
 
-// roleLearner marks a learner in Member.role; voters keep "" (the node fills
-// in leader or follower).
-const roleLearner = "learner"
-
 // State is the replicated state of a walden cluster. It implements
 // raftnode.StateMachine. Apply and ApplyConfChange are called from the
 // node's apply path only, in log order; the read methods may be called from
@@ -157,11 +153,12 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		return nil, err
 	}
 	s.lastAppliedUnixMs = max(s.lastAppliedUnixMs, cmd.GetProposedUnixMs())
+	cmd, err := upgradeCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
 
-	var (
-		res *waldenv1.Result
-		err error
-	)
+	var res *waldenv1.Result
 	before := s.beforeApply(cmd)
 	switch op := cmd.GetOp().(type) {
 	case *waldenv1.Command_Noop:

@@ -167,10 +167,15 @@ func addVoter(id uint64) *raftpb.ConfChangeV2   { return change(raftpb.ConfChang
 func addLearner(id uint64) *raftpb.ConfChangeV2 { return change(raftpb.ConfChangeAddLearnerNode, id) }
 func remove(id uint64) *raftpb.ConfChangeV2     { return change(raftpb.ConfChangeRemoveNode, id) }
 
+const (
+	voter   = waldenv1.MemberRole_MEMBER_ROLE_VOTER
+	learner = waldenv1.MemberRole_MEMBER_ROLE_LEARNER
+)
+
 // member is the expected Members() entry for name with role.
-func member(name, role string) *waldenv1.Member {
+func member(name string, role waldenv1.MemberRole) *waldenv1.Member {
 	mc := memberCtx(name).GetMember()
-	return &waldenv1.Member{Id: name, RaftId: rid(name), RaftAddr: mc.GetRaftAddr(), AdminAddr: mc.GetAdminAddr(), Role: role}
+	return &waldenv1.Member{Id: name, RaftId: rid(name), RaftAddr: mc.GetRaftAddr(), AdminAddr: mc.GetAdminAddr(), MemberRole: role}
 }
 
 func TestApplyConfChange(t *testing.T) {
@@ -181,24 +186,24 @@ func TestApplyConfChange(t *testing.T) {
 		want    []*waldenv1.Member
 	}
 	founders := []step{
-		{cc: addVoter(rid("c1")), ctx: memberCtx("c1"), want: []*waldenv1.Member{member("c1", "")}},
-		{cc: addVoter(rid("c2")), ctx: memberCtx("c2"), want: []*waldenv1.Member{member("c1", ""), member("c2", "")}},
+		{cc: addVoter(rid("c1")), ctx: memberCtx("c1"), want: []*waldenv1.Member{member("c1", voter)}},
+		{cc: addVoter(rid("c2")), ctx: memberCtx("c2"), want: []*waldenv1.Member{member("c1", voter), member("c2", voter)}},
 	}
-	two := []*waldenv1.Member{member("c1", ""), member("c2", "")}
+	two := []*waldenv1.Member{member("c1", voter), member("c2", voter)}
 	cases := []struct {
 		name  string
 		steps []step
 	}{
 		{"add voters", founders},
 		{"add learner then promote", append(founders[:2:2],
-			step{cc: addLearner(rid("c3")), ctx: memberCtx("c3"), want: []*waldenv1.Member{member("c1", ""), member("c2", ""), member("c3", "learner")}},
-			step{cc: addVoter(rid("c3")), ctx: nil, want: []*waldenv1.Member{member("c1", ""), member("c2", ""), member("c3", "")}},
+			step{cc: addLearner(rid("c3")), ctx: memberCtx("c3"), want: []*waldenv1.Member{member("c1", voter), member("c2", voter), member("c3", learner)}},
+			step{cc: addVoter(rid("c3")), ctx: nil, want: []*waldenv1.Member{member("c1", voter), member("c2", voter), member("c3", voter)}},
 		)},
 		{"demote voter to learner", append(founders[:2:2],
-			step{cc: addLearner(rid("c2")), want: []*waldenv1.Member{member("c1", ""), member("c2", "learner")}},
+			step{cc: addLearner(rid("c2")), want: []*waldenv1.Member{member("c1", voter), member("c2", learner)}},
 		)},
 		{"remove", append(founders[:2:2],
-			step{cc: remove(rid("c1")), want: []*waldenv1.Member{member("c2", "")}},
+			step{cc: remove(rid("c1")), want: []*waldenv1.Member{member("c2", voter)}},
 		)},
 		{"remove unknown", append(founders[:2:2],
 			step{cc: remove(rid("c9")), wantErr: fsm.ErrUnknownMember, want: two},
@@ -212,9 +217,9 @@ func TestApplyConfChange(t *testing.T) {
 		{"update addresses", append(founders[:2:2],
 			step{cc: change(raftpb.ConfChangeUpdateNode, rid("c2")),
 				ctx:  &waldenv1.ConfChangeContext{Member: &waldenv1.MemberContext{Id: "c2", RaftAddr: "10.0.0.2:7102", AdminAddr: "10.0.0.2:7002"}},
-				want: []*waldenv1.Member{member("c1", ""), {Id: "c2", RaftId: rid("c2"), RaftAddr: "10.0.0.2:7102", AdminAddr: "10.0.0.2:7002"}}},
+				want: []*waldenv1.Member{member("c1", voter), {Id: "c2", RaftId: rid("c2"), RaftAddr: "10.0.0.2:7102", AdminAddr: "10.0.0.2:7002", MemberRole: voter}}},
 			step{cc: change(raftpb.ConfChangeUpdateNode, rid("c7")), wantErr: fsm.ErrUnknownMember,
-				want: []*waldenv1.Member{member("c1", ""), {Id: "c2", RaftId: rid("c2"), RaftAddr: "10.0.0.2:7102", AdminAddr: "10.0.0.2:7002"}}},
+				want: []*waldenv1.Member{member("c1", voter), {Id: "c2", RaftId: rid("c2"), RaftAddr: "10.0.0.2:7102", AdminAddr: "10.0.0.2:7002", MemberRole: voter}}},
 		)},
 		{"joint change applies every part", append(founders[:2:2],
 			step{cc: &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{
@@ -222,7 +227,7 @@ func TestApplyConfChange(t *testing.T) {
 				{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(rid("c9"))},
 				{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(rid("c1"))},
 			}}, ctx: memberCtx("c3"), wantErr: fsm.ErrUnknownMember,
-				want: []*waldenv1.Member{member("c2", ""), member("c3", "learner")}},
+				want: []*waldenv1.Member{member("c2", voter), member("c3", learner)}},
 		)},
 	}
 	for _, tc := range cases {
@@ -300,7 +305,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if !proto.Equal(a, b) {
 		t.Fatalf("restored state differs:\n %v\n %v", a, b)
 	}
-	if a.GetVersion() != 2 || a.GetAppliedIndex() != 5 || a.GetNoopCount() != 2 || len(a.GetMembers()) != 3 || a.GetLastAppliedUnixMs() != 1700000000123 {
+	if a.GetVersion() != 3 || a.GetAppliedIndex() != 5 || a.GetNoopCount() != 2 || len(a.GetMembers()) != 3 || a.GetLastAppliedUnixMs() != 1700000000123 {
 		t.Fatalf("snapshot content = %v", a)
 	}
 	// Both go on identically.
@@ -339,13 +344,13 @@ func TestRestoreRefuses(t *testing.T) {
 		want     error
 		wantText string
 	}{
-		{"unknown version", edit(func(s *waldenv1.StateSnapshot) { s.Version = 3 }), fsm.ErrSnapshotVersion, "version 3, this walden reads versions 1 and 2"},
+		{"unknown version", edit(func(s *waldenv1.StateSnapshot) { s.Version = 4 }), fsm.ErrSnapshotVersion, "version 4, this walden reads versions 1 to 3"},
 		{"no version", edit(func(s *waldenv1.StateSnapshot) { s.Version = 0 }), fsm.ErrSnapshotVersion, "version 0"},
 		{"other cluster", edit(func(s *waldenv1.StateSnapshot) { s.ClusterName = "prod" }), fsm.ErrForeignSnapshot, `snapshot of cluster "prod", this is cluster "demo"`},
 		{"garbage", []byte{0xff, 0xff, 0xff, 0xff}, fsm.ErrInvalidSnapshot, "invalid snapshot"},
 		{"member twice", edit(func(s *waldenv1.StateSnapshot) { s.Members = append(s.Members, s.Members[0]) }), fsm.ErrInvalidSnapshot, `member "c1"`},
 		{"member without raft id", edit(func(s *waldenv1.StateSnapshot) { s.Members[1].RaftId = 0 }), fsm.ErrInvalidSnapshot, `member "c2" with raft id 0`},
-		{"unknown role", edit(func(s *waldenv1.StateSnapshot) { s.Members[0].Role = "leader" }), fsm.ErrInvalidSnapshot, `role "leader"`},
+		{"unknown role", edit(func(s *waldenv1.StateSnapshot) { s.Members[0].MemberRole = waldenv1.MemberRole_MEMBER_ROLE_LEADER }), fsm.ErrInvalidSnapshot, `role "leader"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // stateView is every stream, job and broker of a state and its newest
 // events (an entry appends a few at most).
 func stateView(s *fsm.State) *waldenv1.StateSnapshot {
-	return &waldenv1.StateSnapshot{Streams: s.Streams("", ""), Jobs: s.Jobs("", ""), Brokers: s.Brokers(), Events: s.Events("", 20)}
+	return &waldenv1.StateSnapshot{Streams: s.Streams("", ""), Jobs: s.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED), Brokers: s.Brokers(), Events: s.Events("", 20)}
 }
 
 // changedObjects compares two views of the state and names every stream,
@@ -57,7 +57,7 @@ func changedObjects(before, after *waldenv1.StateSnapshot) []string {
 	}
 	for _, e := range after.GetEvents() {
 		if e.GetIndex() > last {
-			out = append(out, fmt.Sprintf("event %d %s %s", e.GetIndex(), e.GetKind(), e.GetMessage()))
+			out = append(out, fmt.Sprintf("event %d %s %s", e.GetIndex(), e.GetEventKind().Name(), e.GetMessage()))
 		}
 	}
 	sort.Strings(out)
@@ -75,7 +75,7 @@ func changeNames(cs []*waldenv1.Change) []string {
 		case *waldenv1.Change_Broker:
 			out = append(out, "broker "+v.Broker.GetBrokerId())
 		case *waldenv1.Change_Event:
-			out = append(out, fmt.Sprintf("event %d %s %s", v.Event.GetIndex(), v.Event.GetKind(), v.Event.GetMessage()))
+			out = append(out, fmt.Sprintf("event %d %s %s", v.Event.GetIndex(), v.Event.GetEventKind().Name(), v.Event.GetMessage()))
 		}
 	}
 	sort.Strings(out)

@@ -16,7 +16,8 @@ type ClusterSource struct {
 	NodeID string
 	// Brokers returns copies of the registered brokers (fsm.State.Brokers).
 	Brokers func() []*waldenv1.Broker
-	// Jobs returns copies of the recovery jobs (fsm.State.Jobs("", "")).
+	// Jobs returns copies of the recovery jobs (fsm.State.Jobs with no
+	// filter).
 	Jobs func() []*waldenv1.Job
 	// Raft is this member's view of the raft group.
 	Raft func() RaftView
@@ -112,14 +113,14 @@ func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 		obs := zeroCounts(ObservationStates)
 		var cooldown, failovers float64
 		for _, b := range brokers {
-			byState[bounded(b.GetState(), BrokerStates)]++
+			byState[bounded(b.GetBrokerState().Name(), BrokerStates)]++
 			if b.GetCooldownBlocked() {
 				cooldown++
 			}
 			failovers += float64(b.GetFailovers())
 			for _, o := range b.GetObservations() {
 				if o.GetObserverId() == c.src.NodeID {
-					obs[bounded(o.GetState(), ObservationStates)]++
+					obs[bounded(o.GetObservationState().Name(), ObservationStates)]++
 				}
 			}
 		}
@@ -131,7 +132,7 @@ func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Jobs != nil {
 		byState := zeroCounts(JobStates)
 		for _, j := range c.src.Jobs() {
-			byState[bounded(j.GetState(), JobStates)]++
+			byState[bounded(j.GetJobState().Name(), JobStates)]++
 		}
 		emit(byState, func(s string, v float64) { gauge(c.jobs, v, s) })
 	}

@@ -16,7 +16,7 @@ import (
 type FailoverSource interface {
 	// Jobs returns the jobs of brokerID (all when empty) in state (all
 	// when empty).
-	Jobs(brokerID, state string) []*waldenv1.Job
+	Jobs(brokerID string, state waldenv1.JobState) []*waldenv1.Job
 	// Events returns the event log of brokerID, oldest first (limit <= 0:
 	// all kept).
 	Events(brokerID string, limit int) []*waldenv1.Event
@@ -129,7 +129,7 @@ func (w *FailoverWatcher) Run(ctx context.Context) {
 // failovers that completed since. The first Scan only records what is
 // there.
 func (w *FailoverWatcher) Scan() {
-	jobs := w.src.Jobs("", "")
+	jobs := w.src.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED)
 	now := w.now()
 	w.mu.Lock()
 	first := !w.started
@@ -139,12 +139,12 @@ func (w *FailoverWatcher) Scan() {
 	active := map[string]bool{}
 	for _, j := range jobs {
 		id := j.GetJobId()
-		switch j.GetState() {
-		case "pending", "running":
+		switch j.GetJobState() {
+		case waldenv1.JobState_JOB_STATE_PENDING, waldenv1.JobState_JOB_STATE_RUNNING:
 			active[id] = true
 			w.noteProgress(id, j, now)
 			continue
-		case "succeeded":
+		case waldenv1.JobState_JOB_STATE_SUCCEEDED:
 		default:
 			// Failed or cancelled: not a completed failover.
 			w.markSeen(id, true, true)
@@ -246,22 +246,13 @@ func ms(d int64) float64 { return float64(d) / 1000 }
 // noteProgress records when this member saw job j change.
 func (w *FailoverWatcher) noteProgress(id string, j *waldenv1.Job, now time.Time) {
 	fp := [6]uint64{uint64(j.GetAttempt()), uint64(len(j.GetCheckpoints())), j.GetBytesUploaded(),
-		uint64(j.GetStreamsClosed()), uint64(stepIndex(j.GetStep())), uint64(len(j.GetState()))}
+		uint64(j.GetStreamsClosed()), uint64(j.GetJobStep()), uint64(j.GetJobState())}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if m, ok := w.progress[id]; ok && m.fingerprint == fp {
 		return
 	}
 	w.progress[id] = progressMark{fingerprint: fp, at: now}
-}
-
-func stepIndex(step string) int {
-	for i, s := range RecoverySteps {
-		if s == step {
-			return i + 1
-		}
-	}
-	return 0
 }
 
 func (w *FailoverWatcher) stalledSeconds() float64 {

@@ -1,21 +1,25 @@
 package metrics
 
-import "slices"
+import (
+	"slices"
+
+	waldenv1 "walden/proto/walden/v1"
+)
 
 // Label values. Each list is the complete set a label takes (plus "other").
 var (
 	// BrokerStates are the broker states of the API.
-	BrokerStates = []string{"alive", "suspect", "failed", "recovering", "recovered", "maintenance"}
+	BrokerStates = waldenv1.Names[waldenv1.BrokerState]()
 	// JobStates are the recovery job states of the API.
-	JobStates = []string{"pending", "running", "succeeded", "failed", "cancelled"}
+	JobStates = waldenv1.Names[waldenv1.JobState]()
 	// ObservationStates are a coordinator's views of a broker.
-	ObservationStates = []string{"alive", "suspect", "dead"}
+	ObservationStates = waldenv1.Names[waldenv1.ObservationState]()
 	// GossipStates are the states of a gossip member.
 	GossipStates = []string{"alive", "dead", "left"}
 	// GossipRoles are the roles of gossip members.
 	GossipRoles = []string{"coordinator", "agent"}
 	// RecoverySteps are the executor's steps.
-	RecoverySteps = []string{"fence", "attach", "read", "upload", "commit", "close", "detach", "done"}
+	RecoverySteps = waldenv1.Names[waldenv1.JobStep]()
 	// StepResults are the outcomes of one run of a step.
 	StepResults = []string{"ok", "error"}
 	// FailoverPhases are the phases of a failover, in order: detect (from

@@ -95,7 +95,7 @@ func TestDecisionsBoundLabels(t *testing.T) {
 	none.SetHolds(map[string]int{"quorum": 1})
 	none.SetFrozen(true)
 	var noRecovery *Recovery
-	noRecovery.StepRun("read", time.Second, false)
+	noRecovery.StepRun(waldenv1.JobStep_JOB_STEP_READ, time.Second, false)
 	noRecovery.Uploaded(10)
 	var noRenewals *AgentRenewals
 	noRenewals.Renewal("granted")
@@ -112,7 +112,7 @@ type fakeState struct {
 
 func newFakeState() *fakeState { return &fakeState{changed: make(chan struct{})} }
 
-func (f *fakeState) Jobs(string, string) []*waldenv1.Job {
+func (f *fakeState) Jobs(string, waldenv1.JobState) []*waldenv1.Job {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return cloneAll(f.jobs)
@@ -152,7 +152,7 @@ func (f *fakeState) clusterSource() ClusterSource {
 			defer f.mu.Unlock()
 			return cloneAll(f.brokers)
 		},
-		Jobs: func() []*waldenv1.Job { return f.Jobs("", "") },
+		Jobs: func() []*waldenv1.Job { return f.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED) },
 		Raft: func() RaftView { return RaftView{Leader: true, Voters: 3, Reachable: 2} },
 		Gossip: func() []GossipMember {
 			return []GossipMember{{"coordinator", "alive"}, {"agent", "alive"}, {"agent", "dead"}}
@@ -168,11 +168,11 @@ func cloneAll[T any](in []T) []T {
 func TestClusterCollector(t *testing.T) {
 	f := newFakeState()
 	f.brokers = []*waldenv1.Broker{
-		{BrokerId: "b1", State: "alive", Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "alive"}, {ObserverId: "c2", State: "dead"}}},
-		{BrokerId: "b2", State: "failed", Failovers: 2, CooldownBlocked: true, Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "dead"}}},
-		{BrokerId: "b3", State: "recovered", Failovers: 1},
+		{BrokerId: "b1", BrokerState: waldenv1.BrokerState_BROKER_STATE_ALIVE, Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_ALIVE}, {ObserverId: "c2", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD}}},
+		{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_FAILED, Failovers: 2, CooldownBlocked: true, Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD}}},
+		{BrokerId: "b3", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERED, Failovers: 1},
 	}
-	f.jobs = []*waldenv1.Job{{JobId: "j1", State: "running"}, {JobId: "j2", State: "succeeded"}}
+	f.jobs = []*waldenv1.Job{{JobId: "j1", JobState: waldenv1.JobState_JOB_STATE_RUNNING}, {JobId: "j2", JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED}}
 	c := NewClusterCollector(f.clusterSource())
 	want := `
 # HELP walden_brokers Registered brokers by state (alive, suspect, failed, recovering, recovered, maintenance), from the replicated state: the same on every member.
@@ -229,17 +229,18 @@ func failedOver(t0 int64, reopened bool) (*waldenv1.Job, *waldenv1.Event) {
 		step string
 		at   int64
 	}{{"fence", d + 2100}, {"attach", d + 2300}, {"read", d + 3300}, {"upload", d + 6300}, {"commit", d + 6800}, {"close", d + 7100}, {"detach", d + 7200}}
-	j := &waldenv1.Job{JobId: "j1", BrokerId: "b1", State: "succeeded", Attempt: 1, AssigneeId: "c2", CreatedUnixMs: d,
+	j := &waldenv1.Job{JobId: "j1", BrokerId: "b1", JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, Attempt: 1, AssigneeId: "c2", CreatedUnixMs: d,
 		FinishedUnixMs: d + 7200, LeaseWaitMs: 2000, StreamsTotal: 2, StreamsClosed: 2}
 	for _, s := range steps {
-		j.Checkpoints = append(j.Checkpoints, &waldenv1.Checkpoint{Step: s.step, Attempt: 1, UnixMs: s.at})
+		step, _ := waldenv1.Parse[waldenv1.JobStep](s.step)
+		j.Checkpoints = append(j.Checkpoints, &waldenv1.Checkpoint{JobStep: step, Attempt: 1, UnixMs: s.at})
 	}
 	if reopened {
 		j.StreamsReopened, j.FirstReopenedUnixMs, j.ReopenedUnixMs = 2, d+9000, d+11100
 	}
-	ev := &waldenv1.Event{Index: 10, UnixMs: d, Kind: "decision", BrokerId: "b1", JobId: "j1", Actor: "c1",
+	ev := &waldenv1.Event{Index: 10, UnixMs: d, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", JobId: "j1", Actor: "c1",
 		Evidence: &waldenv1.Evidence{Observations: []*waldenv1.Observation{
-			{ObserverId: "c1", State: "dead", SinceUnixMs: t0 + 500}, {ObserverId: "c2", State: "suspect", SinceUnixMs: t0}}}}
+			{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, SinceUnixMs: t0 + 500}, {ObserverId: "c2", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, SinceUnixMs: t0}}}}
 	return j, ev
 }
 
@@ -259,7 +260,7 @@ func TestFailoverWatcherObservesCompletedFailovers(t *testing.T) {
 
 	// A new job runs: it is active; the stalled gauge grows until it moves.
 	j, ev := failedOver(2_000_000, false)
-	running := &waldenv1.Job{JobId: "j1", BrokerId: "b1", State: "running", Step: "read", Attempt: 1}
+	running := &waldenv1.Job{JobId: "j1", BrokerId: "b1", JobState: waldenv1.JobState_JOB_STATE_RUNNING, JobStep: waldenv1.JobStep_JOB_STEP_READ, Attempt: 1}
 	f.set(func() { f.jobs = append(f.jobs, running) })
 	w.Scan()
 	now = now.Add(90 * time.Second)

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	waldenv1 "walden/proto/walden/v1"
 )
 
 // Recovery are the series of the recovery jobs this coordinator executes:
@@ -47,7 +49,7 @@ func (r *Recovery) Collectors() []prometheus.Collector {
 
 // StepRun records one run of step that took d; failed says it returned an
 // error.
-func (r *Recovery) StepRun(step string, d time.Duration, failed bool) {
+func (r *Recovery) StepRun(step waldenv1.JobStep, d time.Duration, failed bool) {
 	if r == nil {
 		return
 	}
@@ -55,7 +57,7 @@ func (r *Recovery) StepRun(step string, d time.Duration, failed bool) {
 	if failed {
 		res = "error"
 	}
-	r.steps.WithLabelValues(bounded(step, RecoverySteps), res).Observe(d.Seconds())
+	r.steps.WithLabelValues(bounded(step.Name(), RecoverySteps), res).Observe(d.Seconds())
 }
 
 // Uploaded counts n bytes uploaded.

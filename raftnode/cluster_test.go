@@ -472,7 +472,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 			c4 = m
 		}
 	}
-	if c4.GetRole() != "learner" || c4.GetMatchIndex() != 0 {
+	if c4.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER || c4.GetMatchIndex() != 0 {
 		t.Fatalf("c4 before it started: %v", c4)
 	}
 	c.start("c4")
@@ -486,7 +486,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 		t.Fatalf("members after add: %v", s.Members)
 	}
 	for _, m := range s.Members {
-		if m.GetId() == "c4" && (m.GetRole() != "follower" || m.GetRaftAddr() != "mem://c4" || m.GetAdminAddr() != "admin://c4") {
+		if m.GetId() == "c4" && (m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_FOLLOWER || m.GetRaftAddr() != "mem://c4" || m.GetAdminAddr() != "admin://c4") {
 			t.Fatalf("c4 as seen by the leader: %v", m)
 		}
 	}

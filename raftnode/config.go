@@ -51,6 +51,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer exports the walden_raft_* metrics; nil: not registered.
 	Registerer prometheus.Registerer
+	// PrepareProposal, when set, completes each command this member
+	// proposes (its own copy, with request_id, proposer_id and
+	// proposed_unix_ms set) just before it is encoded into the entry. The
+	// node does not look into commands; the state machine's package says
+	// what to add (fsm.PrepareProposal).
+	PrepareProposal func(*waldenv1.Command)
 }
 
 // DefaultConfig returns a Config with every default set; callers fill in

@@ -155,7 +155,7 @@ func TestSingleMemberNode(t *testing.T) {
 		t.Fatalf("log not compacted: first index %d", first)
 	}
 	s := n.Status()
-	if s.LeaderID != "solo" || s.RaftState != "leader" || len(s.Members) != 1 || s.Members[0].GetRole() != "leader" || !s.Members[0].GetReachable() {
+	if s.LeaderID != "solo" || s.RaftState != "leader" || len(s.Members) != 1 || s.Members[0].GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEADER || !s.Members[0].GetReachable() {
 		t.Fatalf("status = %+v", s)
 	}
 	if err := n.TransferLeadership(ctx, "nobody"); !errors.Is(err, raftnode.ErrUnknownMember) {

@@ -50,6 +50,9 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, err
 	if cmd.ProposedUnixMs == 0 {
 		cmd.ProposedUnixMs = time.Now().UnixMilli()
 	}
+	if n.cfg.PrepareProposal != nil {
+		n.cfg.PrepareProposal(cmd)
+	}
 	data, err := proto.Marshal(cmd)
 	if err != nil {
 		return applied{}, fmt.Errorf("raftnode: propose: marshal command: %w", err)

@@ -22,9 +22,9 @@ type Status struct {
 	// RaftState is "leader", "follower", "candidate", "pre-candidate" or
 	// "learner".
 	RaftState string
-	// Members is the current configuration, sorted by id, with role
-	// ("leader", "follower", "learner"), reachable (as seen by this member)
-	// and match_index (only when this member leads).
+	// Members is the current configuration, sorted by id, with member_role
+	// (leader, follower or learner), reachable (as seen by this member) and
+	// match_index (only when this member leads).
 	Members []*waldenv1.Member
 }
 
@@ -54,11 +54,11 @@ func (n *Node) Status() Status {
 		mm.RaftId = id
 		switch {
 		case slices.Contains(n.confState.GetLearners(), id):
-			mm.Role = "learner"
+			mm.MemberRole = waldenv1.MemberRole_MEMBER_ROLE_LEARNER
 		case id == rs.Lead:
-			mm.Role = "leader"
+			mm.MemberRole = waldenv1.MemberRole_MEMBER_ROLE_LEADER
 		default:
-			mm.Role = "follower"
+			mm.MemberRole = waldenv1.MemberRole_MEMBER_ROLE_FOLLOWER
 		}
 		mm.Reachable = id == n.id || n.tr.Reachable(id)
 		if pr, ok := rs.Progress[id]; ok {
@@ -119,7 +119,7 @@ func (n *Node) Leadership() (leader bool, term uint64) {
 func (n *Node) Voters() []string {
 	var out []string
 	for _, m := range n.Status().Members {
-		if m.GetRole() != "learner" {
+		if m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
 			out = append(out, m.GetId())
 		}
 	}
@@ -132,7 +132,7 @@ func (n *Node) LiveMembers() []string {
 	st := n.Status()
 	var out []string
 	for _, m := range st.Members {
-		if m.GetRole() != "learner" && (m.GetReachable() || m.GetId() == st.NodeID) {
+		if m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER && (m.GetReachable() || m.GetId() == st.NodeID) {
 			out = append(out, m.GetId())
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"walden/fsm"
 	"walden/objstore"
 	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
@@ -176,19 +175,19 @@ func benchRecover(b *testing.B, s3cfg objstore.Config, opts objstore.Options, cf
 		b.Fatal(err)
 	}
 	j, _ := c.s.Job(jobID)
-	if j.GetState() != fsm.JobSucceeded {
-		b.Fatalf("job %s", j.GetState())
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED {
+		b.Fatalf("job %s", j.GetJobState().Name())
 	}
-	at := map[string]int64{}
+	at := map[waldenv1.JobStep]int64{}
 	for _, cp := range j.GetCheckpoints() {
-		at[cp.GetStep()] = cp.GetUnixMs()
+		at[cp.GetJobStep()] = cp.GetUnixMs()
 	}
 	ms := func(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
 	r := benchResult{bytes: int64(j.GetBytesTotal()), objects: len(j.GetObjects()),
-		read:   ms(at[fsm.StepRead] - start.UnixMilli()),
-		upload: ms(at[fsm.StepUpload] - at[fsm.StepRead]),
-		rest:   ms(at[fsm.StepClose] - at[fsm.StepUpload]),
-		total:  ms(at[fsm.StepClose] - start.UnixMilli()),
+		read:   ms(at[waldenv1.JobStep_JOB_STEP_READ] - start.UnixMilli()),
+		upload: ms(at[waldenv1.JobStep_JOB_STEP_UPLOAD] - at[waldenv1.JobStep_JOB_STEP_READ]),
+		rest:   ms(at[waldenv1.JobStep_JOB_STEP_CLOSE] - at[waldenv1.JobStep_JOB_STEP_UPLOAD]),
+		total:  ms(at[waldenv1.JobStep_JOB_STEP_CLOSE] - start.UnixMilli()),
 	}
 	objs, _ := store.List(ctx, s3cfg.Prefix+"/")
 	for _, o := range objs {

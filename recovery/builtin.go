@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"walden/fsm"
 	"walden/objformat"
 	"walden/objstore"
 	"walden/producer"
@@ -291,25 +290,25 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 // builtin is the builtin action after fencing: attach → read → upload →
 // commit → close → detach → finish. Every part is idempotent, so a failure
 // anywhere retries the whole sequence.
-func (a *attempt) builtin(ctx context.Context) (string, error) {
+func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	j, err := a.job()
 	if err != nil {
-		return fsm.StepAttach, err
+		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepAttach}); err != nil {
-		return fsm.StepAttach, err
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_ATTACH}); err != nil {
+		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
 	path, err := a.e.attacher.Attach(ctx, j)
 	if err != nil {
-		return fsm.StepAttach, err
+		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
-	if err := a.stepDone(ctx, fsm.StepAttach, "attached "+path); err != nil {
-		return fsm.StepAttach, err
+	if err := a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_ATTACH, "attached "+path); err != nil {
+		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
 
 	// read: the opening streams as committed now, then the WAL.
 	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
-		return fsm.StepRead, fmt.Errorf("recovery: read barrier: %w", err)
+		return waldenv1.JobStep_JOB_STEP_READ, fmt.Errorf("recovery: read barrier: %w", err)
 	}
 	streams := a.e.state.OpeningStreams(j.GetBrokerId())
 	// After a partial close by an earlier run fewer streams are open: the
@@ -318,7 +317,7 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 	started := time.Now()
 	p, err := a.readPlan(path, streams)
 	if err != nil {
-		return fsm.StepRead, err
+		return waldenv1.JobStep_JOB_STEP_READ, err
 	}
 	detail := fmt.Sprintf("%s of %s to upload in %s (%d bytes); %s",
 		plural(int64(p.records), "record", "records"), plural(int64(len(streams)), "opening stream", "opening streams"),
@@ -336,17 +335,17 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 		a.reported = true
 		a.event(ctx, j, "read "+path+": "+detail+gapText(p.gaps))
 	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepRead, StepDone: true, Detail: detail,
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, StepDone: true, Detail: detail,
 		BytesTotal: uint64(p.bytes), SkippedBytes: uint64(p.skipped), Gaps: p.gaps, StreamsTotal: uint32(total),
 		RecoveredWalOffset: p.recovered}); err != nil {
-		return fsm.StepRead, err
+		return waldenv1.JobStep_JOB_STEP_READ, err
 	}
-	a.log.Info("step done", "step", fsm.StepRead, "detail", detail, "elapsed", time.Since(started))
+	a.log.Info("step done", "step", waldenv1.JobStep_JOB_STEP_READ.Name(), "detail", detail, "elapsed", time.Since(started))
 
 	// upload
 	objs, err := a.upload(ctx, j, path, streams, p)
 	if err != nil {
-		return fsm.StepUpload, err
+		return waldenv1.JobStep_JOB_STEP_UPLOAD, err
 	}
 	// commit, in WAL order: every range starts at its stream's end offset.
 	records := 0
@@ -358,27 +357,27 @@ func (a *attempt) builtin(ctx context.Context) (string, error) {
 			Producers: o.producers,
 		}}})
 		if err != nil {
-			return fsm.StepCommit, fmt.Errorf("recovery: commit %s: %w", o.id, err)
+			return waldenv1.JobStep_JOB_STEP_COMMIT, fmt.Errorf("recovery: commit %s: %w", o.id, err)
 		}
 		records += o.batch
 		a.log.Debug("object committed", "object_id", o.id, "redundant", res.GetCommitObject().GetRedundant())
 	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepCommit, StepDone: true, RecordsUploaded: uint64(records),
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_COMMIT, StepDone: true, RecordsUploaded: uint64(records),
 		Detail: fmt.Sprintf("committed %s (%s)", plural(int64(len(objs)), "object", "objects"), plural(int64(records), "record batch", "record batches"))}); err != nil {
-		return fsm.StepCommit, err
+		return waldenv1.JobStep_JOB_STEP_COMMIT, err
 	}
 	if err := a.closeStreams(ctx, j, total); err != nil {
-		return fsm.StepClose, err
+		return waldenv1.JobStep_JOB_STEP_CLOSE, err
 	}
 	detail, err = a.e.attacher.Detach(ctx, j)
 	if err != nil {
-		return fsm.StepDetach, err
+		return waldenv1.JobStep_JOB_STEP_DETACH, err
 	}
-	if err := a.stepDone(ctx, fsm.StepDetach, detail); err != nil {
-		return fsm.StepDetach, err
+	if err := a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_DETACH, detail); err != nil {
+		return waldenv1.JobStep_JOB_STEP_DETACH, err
 	}
 	a.cleanup(ctx, j)
-	return fsm.StepDone, a.finish(ctx, p.recovered)
+	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, p.recovered)
 }
 
 func gapText(gaps []string) string {
@@ -394,7 +393,7 @@ func gapText(gaps []string) string {
 // returns them in plan order.
 func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, streams []*waldenv1.Stream, p *plan) ([]*built, error) {
 	if len(p.objects) == 0 {
-		return nil, a.stepDone(ctx, fsm.StepUpload, "nothing to upload")
+		return nil, a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_UPLOAD, "nothing to upload")
 	}
 	if a.e.store == nil {
 		return nil, fmt.Errorf("recovery: upload: %w", ErrNoS3)
@@ -442,7 +441,7 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 			case <-t.C:
 				if n := progress(); n != last {
 					last = n
-					if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepUpload, BytesUploaded: n, BytesTotal: uint64(p.bytes)}); errors.Is(err, ErrStale) {
+					if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD, BytesUploaded: n, BytesTotal: uint64(p.bytes)}); errors.Is(err, ErrStale) {
 						cancel(err)
 					}
 				}
@@ -505,7 +504,7 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 	if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
 		return nil, err
 	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepUpload, StepDone: true, BytesUploaded: uint64(p.bytes), BytesTotal: uint64(p.bytes),
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD, StepDone: true, BytesUploaded: uint64(p.bytes), BytesTotal: uint64(p.bytes),
 		Detail: fmt.Sprintf("uploaded %s (%d already in S3), %d bytes", plural(int64(len(out)), "object", "objects"), skipped, p.bytes)}); err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"walden/fsm"
 	"walden/objstore/s3test"
+	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
 )
 
@@ -180,15 +180,15 @@ func TestEBSAttachAndEC2StopAgainstStandIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ = c.s.Job(j.GetJobId())
-	if j.GetState() != fsm.JobSucceeded {
-		t.Fatalf("job %s: %s", j.GetState(), j.GetError())
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("job %s: %s", j.GetJobState().Name(), j.GetError())
 	}
 	if got, want := si.callList(), "StopInstances DescribeVolumes+ AttachVolume DescribeVolumes+ DetachVolume"; got != want {
 		t.Fatalf("EC2 calls %q, want %q", got, want)
 	}
 	details := map[string]string{}
 	for _, cp := range j.GetCheckpoints() {
-		details[cp.GetStep()] = cp.GetDetail()
+		details[cp.GetJobStep().Name()] = cp.GetDetail()
 	}
 	if !strings.Contains(details["fence"], "i-b1 stopping") || details["attach"] != "attached "+si.devPath || !strings.Contains(details["detach"], "vol-0b1 detaching") {
 		t.Fatalf("checkpoints: %v", details)

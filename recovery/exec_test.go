@@ -55,8 +55,8 @@ func TestExecFenceAndAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ = c.s.Job(j.GetJobId())
-	if j.GetState() != fsm.JobSucceeded {
-		t.Fatalf("job %s: %s", j.GetState(), j.GetError())
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("job %s: %s", j.GetJobState().Name(), j.GetError())
 	}
 	calls, err := os.ReadFile(filepath.Join(logDir, "calls.log"))
 	if err != nil {
@@ -74,7 +74,7 @@ func TestExecFenceAndAttach(t *testing.T) {
 	}
 	details := map[string]string{}
 	for _, cp := range j.GetCheckpoints() {
-		details[cp.GetStep()] = cp.GetDetail()
+		details[cp.GetJobStep().Name()] = cp.GetDetail()
 	}
 	if details["fence"] != "host of b1 powered off" || details["detach"] != "released "+sc.walPath {
 		t.Fatalf("checkpoints %v", details)
@@ -110,10 +110,10 @@ func TestExecAction(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		cur, _ := c.s.Job(j.GetJobId())
-		if cur.GetStep() == fsm.StepUpload && cur.GetBytesTotal() == 1024 {
+		if cur.GetJobStep() == waldenv1.JobStep_JOB_STEP_UPLOAD && cur.GetBytesTotal() == 1024 {
 			sawUpload = true
 		}
-		if cur.GetState() == fsm.JobSucceeded || time.Now().After(deadline) {
+		if cur.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -122,8 +122,8 @@ func TestExecAction(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ = c.s.Job(j.GetJobId())
-	if j.GetState() != fsm.JobSucceeded || j.GetRecoveredWalOffset() != 123456 || !sawUpload {
-		t.Fatalf("job %s offset %d, upload progress seen %v", j.GetState(), j.GetRecoveredWalOffset(), sawUpload)
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED || j.GetRecoveredWalOffset() != 123456 || !sawUpload {
+		t.Fatalf("job %s offset %d, upload progress seen %v", j.GetJobState().Name(), j.GetRecoveredWalOffset(), sawUpload)
 	}
 	for _, st := range c.s.Streams(sc.broker, "") {
 		if st.GetState() != fsm.StreamClosed {
@@ -160,8 +160,8 @@ func TestExampleAutoMQScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ = c.s.Job(j.GetJobId())
-	if j.GetState() != fsm.JobSucceeded || !strings.Contains(j.GetCheckpoints()[0].GetDetail(), "AutoMQ fences node b1") {
-		t.Fatalf("job %s: %v", j.GetState(), j.GetCheckpoints())
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(j.GetCheckpoints()[0].GetDetail(), "AutoMQ fences node b1") {
+		t.Fatalf("job %s: %v", j.GetJobState().Name(), j.GetCheckpoints())
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 )
@@ -16,7 +15,7 @@ import (
 // fsm's *State). Every method returns copies.
 type State interface {
 	Job(id string) (*waldenv1.Job, bool)
-	Jobs(brokerID, state string) []*waldenv1.Job
+	Jobs(brokerID string, state waldenv1.JobState) []*waldenv1.Job
 	OpeningStreams(brokerID string) []*waldenv1.Stream
 	Object(id string) (*waldenv1.Object, bool)
 	Changed() <-chan struct{}
@@ -77,12 +76,12 @@ type ExecutorConfig struct {
 type Metrics interface {
 	// StepRun records one run of step that took d; failed says it ended
 	// in an error (the step is retried).
-	StepRun(step string, d time.Duration, failed bool)
+	StepRun(step waldenv1.JobStep, d time.Duration, failed bool)
 }
 
 type noMetrics struct{}
 
-func (noMetrics) StepRun(string, time.Duration, bool) {}
+func (noMetrics) StepRun(waldenv1.JobStep, time.Duration, bool) {}
 
 // NewExecutor returns an Executor. Fencer and Attacher default to none and
 // local.
@@ -119,7 +118,7 @@ type attempt struct {
 
 // stepEnded reports the run of step that started at stepStart and starts
 // the next one.
-func (a *attempt) stepEnded(step string, failed bool) {
+func (a *attempt) stepEnded(step waldenv1.JobStep, failed bool) {
 	now := time.Now()
 	a.e.metrics.StepRun(step, now.Sub(a.stepStart), failed)
 	a.stepStart = now
@@ -136,9 +135,11 @@ func (e *Executor) Run(ctx context.Context, jobID string, att uint32) error {
 		return err
 	}
 	a.log = a.log.With("broker_id", j.GetBrokerId(), "token", j.GetToken())
-	a.log.Info("recovery attempt starting", "step", j.GetStep(), "action", e.cfg.Action)
+	a.log.Info("recovery attempt starting", "step", j.GetJobStep().Name(), "action", e.cfg.Action)
 	start := time.Now()
-	if err := a.retry(ctx, func(ctx context.Context) (string, error) { return fsm.StepFence, a.fence(ctx) }); err != nil {
+	if err := a.retry(ctx, func(ctx context.Context) (waldenv1.JobStep, error) {
+		return waldenv1.JobStep_JOB_STEP_FENCE, a.fence(ctx)
+	}); err != nil {
 		return err
 	}
 	if e.cfg.Action == ActionExec {
@@ -159,9 +160,9 @@ func (a *attempt) job() (*waldenv1.Job, error) {
 	if !ok {
 		return nil, fmt.Errorf("recovery: job %s: not found: %w", a.jobID, ErrStale)
 	}
-	if j.GetAttempt() != a.attempt || (j.GetState() != fsm.JobPending && j.GetState() != fsm.JobRunning) {
+	if j.GetAttempt() != a.attempt || (j.GetJobState() != waldenv1.JobState_JOB_STATE_PENDING && j.GetJobState() != waldenv1.JobState_JOB_STATE_RUNNING) {
 		return nil, fmt.Errorf("recovery: job %s: attempt %d is not current (attempt %d, %s): %w",
-			a.jobID, a.attempt, j.GetAttempt(), j.GetState(), ErrStale)
+			a.jobID, a.attempt, j.GetAttempt(), j.GetJobState().Name(), ErrStale)
 	}
 	return j, nil
 }
@@ -186,22 +187,22 @@ func (a *attempt) checkpoint(ctx context.Context, cp *waldenv1.CheckpointJob) er
 	cp.JobId, cp.Attempt = a.jobID, a.attempt
 	_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CheckpointJob{CheckpointJob: cp}})
 	if err != nil {
-		return fmt.Errorf("recovery: checkpoint %s: %w", cp.GetStep(), err)
+		return fmt.Errorf("recovery: checkpoint %s: %w", cp.GetJobStep().Name(), err)
 	}
 	if cp.GetStepDone() {
-		a.stepEnded(cp.GetStep(), false)
+		a.stepEnded(cp.GetJobStep(), false)
 	}
 	return nil
 }
 
-func (a *attempt) stepDone(ctx context.Context, step, detail string) error {
-	a.log.Info("step done", "step", step, "detail", detail)
-	return a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: step, StepDone: true, Detail: detail})
+func (a *attempt) stepDone(ctx context.Context, step waldenv1.JobStep, detail string) error {
+	a.log.Info("step done", "step", step.Name(), "detail", detail)
+	return a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: step, StepDone: true, Detail: detail})
 }
 
 func (a *attempt) event(ctx context.Context, j *waldenv1.Job, msg string) {
 	_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RecordEvent{RecordEvent: &waldenv1.RecordEvent{Event: &waldenv1.Event{
-		Kind: "recovery", BrokerId: j.GetBrokerId(), JobId: j.GetJobId(), Actor: a.e.nodeID, Message: msg,
+		EventKind: waldenv1.EventKind_EVENT_KIND_RECOVERY, BrokerId: j.GetBrokerId(), JobId: j.GetJobId(), Actor: a.e.nodeID, Message: msg,
 	}}}})
 	if err != nil {
 		a.log.Warn("record event failed", "err", err)
@@ -211,7 +212,7 @@ func (a *attempt) event(ctx context.Context, j *waldenv1.Job, msg string) {
 // retry runs fn until it succeeds, the attempt is stale or ctx is done.
 // After each failure it shows the error in the job (CheckpointJob.error)
 // and waits retry_min·2ⁿ, capped at retry_max.
-func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (string, error)) error {
+func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (waldenv1.JobStep, error)) error {
 	wait := a.e.cfg.RetryMin
 	for n := 1; ; n++ {
 		if _, err := a.job(); err != nil {
@@ -226,14 +227,14 @@ func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (strin
 			a.stepEnded(step, true)
 		}
 		if errors.Is(err, ErrStale) {
-			a.log.Warn("attempt is stale: stopping", "step", step, "err", err)
+			a.log.Warn("attempt is stale: stopping", "step", step.Name(), "err", err)
 			return err
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("recovery: job %s attempt %d: %w", a.jobID, a.attempt, context.Cause(ctx))
 		}
-		a.log.Warn("step failed: retrying", "step", step, "retry", n, "backoff", wait, "err", err)
-		if cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: step, Error: fmt.Sprintf("%s (retry %d in %s)", err, n, wait)}); errors.Is(cerr, ErrStale) {
+		a.log.Warn("step failed: retrying", "step", step.Name(), "retry", n, "backoff", wait, "err", err)
+		if cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: step, Error: fmt.Sprintf("%s (retry %d in %s)", err, n, wait)}); errors.Is(cerr, ErrStale) {
 			return cerr
 		}
 		select {
@@ -253,11 +254,11 @@ func (a *attempt) fence(ctx context.Context) error {
 		return err
 	}
 	for _, cp := range j.GetCheckpoints() {
-		if cp.GetStep() == fsm.StepFence {
+		if cp.GetJobStep() == waldenv1.JobStep_JOB_STEP_FENCE {
 			return nil
 		}
 	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepFence}); err != nil {
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_FENCE}); err != nil {
 		return err
 	}
 	detail, err := a.e.fencer.Fence(ctx, j)
@@ -278,7 +279,7 @@ func (a *attempt) fence(ctx context.Context) error {
 		}
 		detail = fmt.Sprintf("%s; waited %s for the broker's lease to run out", detail, wait)
 	}
-	return a.stepDone(ctx, fsm.StepFence, detail)
+	return a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_FENCE, detail)
 }
 
 // closeStreams closes every stream the broker still has opened, in
@@ -299,16 +300,16 @@ func (a *attempt) closeStreams(ctx context.Context, j *waldenv1.Job, total int) 
 			return fmt.Errorf("recovery: close stream %d: %w", st.GetStreamId(), err)
 		}
 		closed := total - len(open) + i + 1
-		if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: fsm.StepClose, StreamsClosed: uint32(closed), StreamsTotal: uint32(total)}); err != nil {
+		if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_CLOSE, StreamsClosed: uint32(closed), StreamsTotal: uint32(total)}); err != nil {
 			return err
 		}
 	}
-	return a.stepDone(ctx, fsm.StepClose, fmt.Sprintf("closed %d of %d streams", len(open), total))
+	return a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_CLOSE, fmt.Sprintf("closed %d of %d streams", len(open), total))
 }
 
 func (a *attempt) finish(ctx context.Context, recovered int64) error {
 	_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_FinishJob{FinishJob: &waldenv1.FinishJob{
-		JobId: a.jobID, Attempt: a.attempt, State: fsm.JobSucceeded, RecoveredWalOffset: recovered,
+		JobId: a.jobID, Attempt: a.attempt, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, RecoveredWalOffset: recovered,
 	}}})
 	if err != nil {
 		return fmt.Errorf("recovery: finish: %w", err)
@@ -319,13 +320,13 @@ func (a *attempt) finish(ctx context.Context, recovered int64) error {
 // execAction delegates the whole recovery to the exec command (op
 // "recover"), turning its progress lines into checkpoints; after exit 0 it
 // closes the streams the command left opened and finishes the job.
-func (a *attempt) execAction(ctx context.Context) (string, error) {
+func (a *attempt) execAction(ctx context.Context) (waldenv1.JobStep, error) {
 	j, err := a.job()
 	if err != nil {
-		return fsm.StepAttach, err
+		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
 	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
-		return fsm.StepAttach, fmt.Errorf("recovery: read barrier: %w", err)
+		return waldenv1.JobStep_JOB_STEP_ATTACH, fmt.Errorf("recovery: read barrier: %w", err)
 	}
 	in := jobJSON("recover", j)
 	open := a.e.state.OpeningStreams(j.GetBrokerId())
@@ -333,7 +334,7 @@ func (a *attempt) execAction(ctx context.Context) (string, error) {
 		in.Streams = append(in.Streams, StreamJSON{StreamID: st.GetStreamId(), Epoch: st.GetEpoch(), StartOffset: st.GetStartOffset(), EndOffset: st.GetEndOffset()})
 	}
 	in.S3 = a.e.s3
-	step := fsm.StepAttach
+	step := waldenv1.JobStep_JOB_STEP_ATTACH
 	recovered := int64(-1)
 	var last time.Time
 	var stale error
@@ -341,20 +342,21 @@ func (a *attempt) execAction(ctx context.Context) (string, error) {
 		if pl.RecoveredWALOffset != nil {
 			recovered = *pl.RecoveredWALOffset
 		}
-		if pl.Step != "" && pl.Step != step {
-			if stepIndex(pl.Step) < 0 {
+		if pl.Step != "" && pl.Step != step.Name() {
+			next, ok := waldenv1.Parse[waldenv1.JobStep](pl.Step)
+			if !ok {
 				a.log.Warn("exec action printed an unknown step", "step", pl.Step)
 				return
 			}
 			a.stepEnded(step, false)
-			step = pl.Step
+			step = next
 			last = time.Time{}
 		}
 		if time.Since(last) < a.e.progressEvery {
 			return
 		}
 		last = time.Now()
-		cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{Step: step, Detail: pl.Detail, BytesUploaded: pl.BytesUploaded, BytesTotal: pl.BytesTotal,
+		cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: step, Detail: pl.Detail, BytesUploaded: pl.BytesUploaded, BytesTotal: pl.BytesTotal,
 			StreamsClosed: pl.StreamsClosed, StreamsTotal: pl.StreamsTotal})
 		if errors.Is(cerr, ErrStale) {
 			stale = cerr
@@ -367,16 +369,7 @@ func (a *attempt) execAction(ctx context.Context) (string, error) {
 		return step, err
 	}
 	if err := a.closeStreams(ctx, j, len(open)); err != nil {
-		return fsm.StepClose, err
+		return waldenv1.JobStep_JOB_STEP_CLOSE, err
 	}
-	return fsm.StepDone, a.finish(ctx, recovered)
-}
-
-func stepIndex(step string) int {
-	for i, s := range fsm.Steps() {
-		if s == step {
-			return i
-		}
-	}
-	return -1
+	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, recovered)
 }

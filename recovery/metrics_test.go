@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"walden/fsm"
 	"walden/objstore"
 	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
@@ -20,13 +19,13 @@ type stepRuns struct {
 	runs []string // "step ok" or "step error"
 }
 
-func (s *stepRuns) StepRun(step string, d time.Duration, failed bool) {
+func (s *stepRuns) StepRun(step waldenv1.JobStep, d time.Duration, failed bool) {
 	res := "ok"
 	if failed {
 		res = "error"
 	}
 	s.mu.Lock()
-	s.runs = append(s.runs, step+" "+res)
+	s.runs = append(s.runs, step.Name()+" "+res)
 	s.mu.Unlock()
 }
 
@@ -74,7 +73,7 @@ func TestExecutorReportsStepRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs2.Close(context.Background())
-	waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded", func(j *waldenv1.Job) bool { return j.GetState() == fsm.JobSucceeded })
+	waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded", func(j *waldenv1.Job) bool { return j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED })
 	runs.mu.Lock()
 	all := strings.Join(runs.runs, ", ")
 	runs.mu.Unlock()

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"walden/fsm"
 	"walden/objformat"
 	"walden/objstore"
 	"walden/objstore/s3test"
@@ -43,7 +42,7 @@ func TestRecoverCommitsEachRecordOnce(t *testing.T) {
 			done := make(chan struct{})
 			go func() { r.Run(ctx); close(done) }()
 			j := c.declare(sc.broker, sc.epoch, "c1")
-			j = waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded", func(j *waldenv1.Job) bool { return j.GetState() == fsm.JobSucceeded })
+			j = waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded", func(j *waldenv1.Job) bool { return j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED })
 			checkCommitted(t, c, store, sc)
 			// The producer of stream 2's batches is committed with its last
 			// batch, for the stream's next owner.
@@ -191,12 +190,12 @@ func TestReassignAfterAssigneeKilledMidUpload(t *testing.T) {
 		t.Fatalf("assignee %q", j.GetAssigneeId())
 	}
 	waitJob(t, c, j.GetJobId(), 10*time.Second, "upload in flight on c1", func(j *waldenv1.Job) bool {
-		return j.GetState() == fsm.JobRunning && j.GetStep() == fsm.StepUpload && g.holding.Load() > 0
+		return j.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING && j.GetJobStep() == waldenv1.JobStep_JOB_STEP_UPLOAD && g.holding.Load() > 0
 	})
 	// Kill c1: its loops stop and its raft node is gone.
 	c.setDown("c1", true)
 	cancels["c1"]()
-	j = waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded", func(j *waldenv1.Job) bool { return j.GetState() == fsm.JobSucceeded })
+	j = waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded", func(j *waldenv1.Job) bool { return j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED })
 	if j.GetAttempt() != 2 || j.GetAssigneeId() != "c2" {
 		t.Fatalf("finished attempt %d on %q, want attempt 2 on c2", j.GetAttempt(), j.GetAssigneeId())
 	}
@@ -242,12 +241,12 @@ func TestCorruptTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ = c.s.Job(j.GetJobId())
-	if j.GetState() != fsm.JobSucceeded || j.GetSkippedBytes() == 0 {
-		t.Fatalf("job %s, skipped %d bytes", j.GetState(), j.GetSkippedBytes())
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED || j.GetSkippedBytes() == 0 {
+		t.Fatalf("job %s, skipped %d bytes", j.GetJobState().Name(), j.GetSkippedBytes())
 	}
 	found := false
 	for _, ev := range c.s.Events(sc.broker, 0) {
-		if ev.GetKind() == "recovery" && strings.Contains(ev.GetMessage(), "skipped") && strings.Contains(ev.GetMessage(), "record body crc") {
+		if ev.GetEventKind() == waldenv1.EventKind_EVENT_KIND_RECOVERY && strings.Contains(ev.GetMessage(), "skipped") && strings.Contains(ev.GetMessage(), "record body crc") {
 			found = true
 		}
 	}
@@ -299,7 +298,7 @@ func TestS3DownRetries(t *testing.T) {
 	waitJob(t, c, j.GetJobId(), 10*time.Second, "error shown after retries", func(j *waldenv1.Job) bool {
 		return j.GetError() != "" && strings.Contains(j.GetError(), "retry 3")
 	})
-	if j, _ := c.s.Job(j.GetJobId()); j.GetState() == fsm.JobSucceeded {
+	if j, _ := c.s.Job(j.GetJobId()); j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED {
 		t.Fatal("succeeded with S3 down")
 	}
 	fs2, err := objstore.ServeFake(addr, dir, nil, s3test.Bucket)
@@ -307,7 +306,7 @@ func TestS3DownRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs2.Close(context.Background())
-	j = waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded once S3 is back", func(j *waldenv1.Job) bool { return j.GetState() == fsm.JobSucceeded })
+	j = waitJob(t, c, j.GetJobId(), 30*time.Second, "succeeded once S3 is back", func(j *waldenv1.Job) bool { return j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED })
 	if j.GetError() != "" || j.GetAttempt() != 1 {
 		t.Fatalf("error %q attempt %d after success", j.GetError(), j.GetAttempt())
 	}

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -116,8 +115,8 @@ func (r *Runner) Running() map[string]uint32 {
 // on the leader reassigns expired jobs.
 func (r *Runner) Tick(ctx context.Context) {
 	active := map[string]*waldenv1.Job{}
-	for _, j := range r.state.Jobs("", "") {
-		if j.GetState() == fsm.JobPending || j.GetState() == fsm.JobRunning {
+	for _, j := range r.state.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED) {
+		if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING || j.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING {
 			active[j.GetJobId()] = j
 		}
 	}

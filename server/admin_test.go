@@ -77,7 +77,7 @@ func (f *fakeNode) LinearizableRead(ctx context.Context) error {
 func (f *fakeNode) AddMember(ctx context.Context, m *waldenv1.MemberContext) error {
 	return f.write(ctx, func() {
 		f.added = append(f.added, m)
-		f.st.Members = append(f.st.Members, &waldenv1.Member{Id: m.Id, RaftAddr: m.RaftAddr, AdminAddr: m.AdminAddr, Role: "learner"})
+		f.st.Members = append(f.st.Members, &waldenv1.Member{Id: m.Id, RaftAddr: m.RaftAddr, AdminAddr: m.AdminAddr, MemberRole: waldenv1.MemberRole_MEMBER_ROLE_LEARNER})
 	})
 }
 func (f *fakeNode) RemoveMember(ctx context.Context, id string) error {
@@ -94,7 +94,7 @@ func (f *fakeNode) TransferLeadership(ctx context.Context, id string) error {
 func threeMembers(adminAddrs ...string) []*waldenv1.Member {
 	var ms []*waldenv1.Member
 	for i, a := range adminAddrs {
-		ms = append(ms, &waldenv1.Member{Id: fmt.Sprintf("c%d", i+1), RaftAddr: fmt.Sprintf("127.0.0.1:%d", 7101+i), AdminAddr: a, Role: "follower"})
+		ms = append(ms, &waldenv1.Member{Id: fmt.Sprintf("c%d", i+1), RaftAddr: fmt.Sprintf("127.0.0.1:%d", 7101+i), AdminAddr: a, MemberRole: waldenv1.MemberRole_MEMBER_ROLE_FOLLOWER})
 	}
 	return ms
 }
@@ -188,7 +188,7 @@ func TestMemberAddValidation(t *testing.T) {
 		t.Fatalf("invalid requests reached the node: %v", f.added)
 	}
 	resp, err := c.MemberAdd(ctx(t), &waldenv1.MemberAddRequest{Id: "c4", RaftAddr: "127.0.0.1:7104", AdminAddr: "127.0.0.1:7004"})
-	if err != nil || resp.GetMember().GetId() != "c4" || resp.GetMember().GetRole() != "learner" || len(resp.GetMembers()) != 4 {
+	if err != nil || resp.GetMember().GetId() != "c4" || resp.GetMember().GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER || len(resp.GetMembers()) != 4 {
 		t.Fatalf("add: %v %v", resp, err)
 	}
 }

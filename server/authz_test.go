@@ -365,7 +365,7 @@ func TestForwardedCallsAuthorizeTheOriginalCaller(t *testing.T) {
 	}
 	actors := map[string]string{}
 	for _, e := range ev.GetEvents() {
-		actors[e.GetKind()] = e.GetActor()
+		actors[e.GetEventKind().Name()] = e.GetActor()
 	}
 	if actors["register"] != "b1-agent" || actors["maintenance"] != "alice" || actors["decision"] != "alice" {
 		t.Fatalf("event actors %v (job %s)", actors, fo.GetJobId())

@@ -107,7 +107,7 @@ func (a *adminService) MemberAdd(ctx context.Context, req *waldenv1.MemberAddReq
 		}
 	}
 	if resp.Member == nil {
-		resp.Member = &waldenv1.Member{Id: mc.Id, RaftId: raftnode.RaftID(mc.Id), RaftAddr: mc.RaftAddr, AdminAddr: mc.AdminAddr, Role: "learner"}
+		resp.Member = &waldenv1.Member{Id: mc.Id, RaftId: raftnode.RaftID(mc.Id), RaftAddr: mc.RaftAddr, AdminAddr: mc.AdminAddr, MemberRole: waldenv1.MemberRole_MEMBER_ROLE_LEARNER}
 	}
 	return resp, nil
 }

@@ -287,7 +287,7 @@ func (c *detCluster) waitAllAlive(ids ...string) {
 				return false
 			}
 			for _, o := range b.GetObservations() {
-				if o.GetState() != detect.StateAlive {
+				if o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 					return false
 				}
 			}
@@ -316,7 +316,7 @@ func (c *detCluster) hold(what string, d time.Duration, cond func() bool) {
 func (c *detCluster) events(broker, kind string) []*waldenv1.Event {
 	var out []*waldenv1.Event
 	for _, e := range c.leader().detector.d.state.Events(broker, 0) {
-		if e.GetKind() == kind {
+		if e.GetEventKind().Name() == kind {
 			out = append(out, e)
 		}
 	}
@@ -369,7 +369,7 @@ func TestDetectAgentKilledFailedOnceAfterTimeout(t *testing.T) {
 	resp, err := c.brokers("c2").GetBroker(context.Background(), &waldenv1.GetBrokerRequest{BrokerId: "b1"})
 	// failed, or already recovering once an assignee runs the job (its WAL
 	// path does not exist here, so the job keeps retrying).
-	if st := resp.GetBroker().GetState(); err != nil || (st != detect.StateFailed && st != detect.StateRecovering) || !resp.GetBroker().GetFenced() {
+	if st := resp.GetBroker().GetBrokerState(); err != nil || (st != waldenv1.BrokerState_BROKER_STATE_FAILED && st != waldenv1.BrokerState_BROKER_STATE_RECOVERING) || !resp.GetBroker().GetFenced() {
 		t.Fatalf("GetBroker %v %v", resp, err)
 	}
 	list, err := c.brokers("c3").ListBrokers(context.Background(), &waldenv1.ListBrokersRequest{})
@@ -400,7 +400,7 @@ func TestDetectOneCoordinatorCutOffNeverFailsOver(t *testing.T) {
 	c2proxy.cut()
 	c.waitFor("c2 observes b1 suspect or dead", 10*time.Second, func() bool {
 		for _, o := range c.broker("b1").GetObservations() {
-			if o.GetObserverId() == "c2" && o.GetState() != detect.StateAlive {
+			if o.GetObserverId() == "c2" && o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 				return true
 			}
 		}
@@ -558,7 +558,7 @@ func TestDetectLeaderChangeWhileSuspectDecidesOnce(t *testing.T) {
 	c.waitFor("a quorum observes b1 suspect", 10*time.Second, func() bool {
 		n := 0
 		for _, o := range c.broker("b1").GetObservations() {
-			if o.GetState() != detect.StateAlive {
+			if o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
 				n++
 			}
 		}
@@ -624,17 +624,17 @@ func TestDetectFlappingBlockedByCooldownUntilAck(t *testing.T) {
 		if !ok {
 			return false
 		}
-		if job.GetState() == "succeeded" {
+		if job.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED {
 			return true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := c.leader().node.Propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_FinishJob{FinishJob: &waldenv1.FinishJob{
-			JobId: b.GetLastJobId(), Attempt: job.GetAttempt(), State: "succeeded", RecoveredWalOffset: 0,
+			JobId: b.GetLastJobId(), Attempt: job.GetAttempt(), JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, RecoveredWalOffset: 0,
 		}}})
 		return err == nil
 	})
-	c.waitFor("b1 recovered", 5*time.Second, func() bool { return c.broker("b1").GetState() == detect.StateRecovered })
+	c.waitFor("b1 recovered", 5*time.Second, func() bool { return c.broker("b1").GetBrokerState() == waldenv1.BrokerState_BROKER_STATE_RECOVERED })
 	// It comes back, registers again, and dies again within the cooldown.
 	a1 = c.startAgent("b1", nil)
 	c.waitAllAlive("b1")
@@ -722,7 +722,7 @@ func TestBrokersPolicyAPI(t *testing.T) {
 		return true
 	})
 	m, err := cl.SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: "b9", On: true})
-	if err != nil || m.GetBroker().GetState() != detect.StateMaintenance {
+	if err != nil || m.GetBroker().GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_MAINTENANCE {
 		t.Fatalf("maintenance %v %v", m, err)
 	}
 	// The newest event of b9 other than an observation (its observers keep
@@ -733,11 +733,11 @@ func TestBrokersPolicyAPI(t *testing.T) {
 	}
 	var newest *waldenv1.Event
 	for _, e := range evs.GetEvents() {
-		if e.GetKind() != "observation" {
+		if e.GetEventKind() != waldenv1.EventKind_EVENT_KIND_OBSERVATION {
 			newest = e
 		}
 	}
-	if newest.GetKind() != "maintenance" {
+	if newest.GetEventKind() != waldenv1.EventKind_EVENT_KIND_MAINTENANCE {
 		t.Fatalf("newest event of b9 besides observations is %v, want the maintenance; all: %v", newest, evs.GetEvents())
 	}
 }

@@ -59,7 +59,7 @@ func (s *brokersService) previewFailover(ctx context.Context, b *waldenv1.Broker
 func voterIDs(st raftnode.Status) []string {
 	var out []string
 	for _, m := range st.Members {
-		if m.GetRole() != "learner" {
+		if m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
 			out = append(out, m.GetId())
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // failoversState is what the Failovers service reads (*fsm.State).
 type failoversState interface {
 	Job(id string) (*waldenv1.Job, bool)
-	Jobs(brokerID, state string) []*waldenv1.Job
+	Jobs(brokerID string, state waldenv1.JobState) []*waldenv1.Job
 	Broker(id string) (*waldenv1.Broker, bool)
 	Events(brokerID string, limit int) []*waldenv1.Event
 }
@@ -30,7 +30,7 @@ type failoversService struct {
 func (s *failoversService) failovers(brokerID string) []*waldenv1.Failover {
 	var out []*waldenv1.Failover
 	events := map[string][]*waldenv1.Event{}
-	for _, j := range s.state.Jobs(brokerID, "") {
+	for _, j := range s.state.Jobs(brokerID, waldenv1.JobState_JOB_STATE_UNSPECIFIED) {
 		evs, ok := events[j.GetBrokerId()]
 		if !ok {
 			evs = s.state.Events(j.GetBrokerId(), 0)

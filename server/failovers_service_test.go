@@ -26,7 +26,7 @@ func (f *fakeFailoverState) Job(id string) (*waldenv1.Job, bool) {
 	return nil, false
 }
 
-func (f *fakeFailoverState) Jobs(brokerID, _ string) []*waldenv1.Job {
+func (f *fakeFailoverState) Jobs(brokerID string, _ waldenv1.JobState) []*waldenv1.Job {
 	var out []*waldenv1.Job
 	for _, j := range f.jobs {
 		if brokerID == "" || j.GetBrokerId() == brokerID {
@@ -54,12 +54,12 @@ func (f *fakeFailoverState) Events(brokerID string, _ int) []*waldenv1.Event {
 func TestFailoversService(t *testing.T) {
 	st := &fakeFailoverState{
 		jobs: []*waldenv1.Job{
-			{JobId: "job-b1-4", BrokerId: "b1", Token: 4, State: "succeeded", AssigneeId: "c2", CreatedUnixMs: 1000},
-			{JobId: "job-b2-6", BrokerId: "b2", Token: 6, State: "running", Step: "upload", AssigneeId: "c3", CreatedUnixMs: 2000},
-			{JobId: "job-b1-9", BrokerId: "b1", Token: 9, State: "running", Step: "read", AssigneeId: "c1", CreatedUnixMs: 3000},
+			{JobId: "job-b1-4", BrokerId: "b1", Token: 4, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, AssigneeId: "c2", CreatedUnixMs: 1000},
+			{JobId: "job-b2-6", BrokerId: "b2", Token: 6, JobState: waldenv1.JobState_JOB_STATE_RUNNING, JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD, AssigneeId: "c3", CreatedUnixMs: 2000},
+			{JobId: "job-b1-9", BrokerId: "b1", Token: 9, JobState: waldenv1.JobState_JOB_STATE_RUNNING, JobStep: waldenv1.JobStep_JOB_STEP_READ, AssigneeId: "c1", CreatedUnixMs: 3000},
 		},
 		brokers: map[string]*waldenv1.Broker{"b1": {BrokerId: "b1", LastJobId: "job-b1-9"}, "b3": {BrokerId: "b3"}},
-		events: []*waldenv1.Event{{Index: 5, Kind: "decision", BrokerId: "b1", JobId: "job-b1-4", Actor: "c1", UnixMs: 990,
+		events: []*waldenv1.Event{{Index: 5, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", JobId: "job-b1-4", Actor: "c1", UnixMs: 990,
 			Message: "declared failed: epoch 2 fenced, new epoch 4", Evidence: &waldenv1.Evidence{DecidedBy: "c1"}}},
 	}
 	s := &failoversService{state: st}

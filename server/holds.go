@@ -1,7 +1,6 @@
 package server
 
 import (
-	"walden/detect"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -32,7 +31,7 @@ func holdsOf(brokers []*waldenv1.Broker) map[string][]string {
 
 func anySuspect(b *waldenv1.Broker) bool {
 	for _, o := range b.GetObservations() {
-		if o.GetState() != detect.StateAlive && o.GetEpoch() == b.GetEpoch() {
+		if o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE && o.GetEpoch() == b.GetEpoch() {
 			return true
 		}
 	}

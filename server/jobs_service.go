@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"walden/authz"
-	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 	"walden/rpcerr"
@@ -17,7 +17,7 @@ import (
 // jobsState is what the Jobs service reads (*fsm.State).
 type jobsState interface {
 	Job(id string) (*waldenv1.Job, bool)
-	Jobs(brokerID, state string) []*waldenv1.Job
+	Jobs(brokerID string, state waldenv1.JobState) []*waldenv1.Job
 	Changed() <-chan struct{}
 }
 
@@ -32,22 +32,32 @@ type jobsService struct {
 	liveMembers func() []string
 }
 
-func checkJobState(field, st string) error {
-	switch st {
-	case "", fsm.JobPending, fsm.JobRunning, fsm.JobSucceeded, fsm.JobFailed, fsm.JobCancelled:
-		return nil
+// checkJobState refuses a filter that is not a job state. An older client
+// names the state in the deprecated string field.
+func checkJobState(req *waldenv1.ListJobsRequest) error {
+	var le *waldenv1.LegacyNameError
+	if err := waldenv1.UpgradeLegacy(req); errors.As(err, &le) {
+		return invalidArg(le.Field, fmt.Sprintf("%q is not %s", le.Value, jobStateNames))
 	}
-	return invalidArg(field, fmt.Sprintf("%q is not pending, running, succeeded, failed or cancelled", st))
+	if st := req.GetJobState(); st != waldenv1.JobState_JOB_STATE_UNSPECIFIED {
+		if _, ok := waldenv1.Parse[waldenv1.JobState](st.Name()); !ok {
+			return invalidArg("job_state", fmt.Sprintf("%s is not %s", st.Name(), jobStateNames))
+		}
+	}
+	return nil
 }
 
+// jobStateNames are the job states, for refusals.
+const jobStateNames = "pending, running, succeeded, failed or cancelled"
+
 func (s *jobsService) ListJobs(ctx context.Context, req *waldenv1.ListJobsRequest) (*waldenv1.ListJobsResponse, error) {
-	if err := checkJobState("state", req.GetState()); err != nil {
+	if err := checkJobState(req); err != nil {
 		return nil, err
 	}
 	if err := s.d.node.LinearizableRead(ctx); err != nil {
 		return nil, s.d.stateErr(ctx, err)
 	}
-	return &waldenv1.ListJobsResponse{Jobs: s.state.Jobs(req.GetBrokerId(), req.GetState())}, nil
+	return &waldenv1.ListJobsResponse{Jobs: s.state.Jobs(req.GetBrokerId(), req.GetJobState())}, nil
 }
 
 func (s *jobsService) GetJob(ctx context.Context, req *waldenv1.GetJobRequest) (*waldenv1.GetJobResponse, error) {
@@ -80,7 +90,7 @@ func (s *jobsService) WatchJobs(req *waldenv1.WatchJobsRequest, stream grpc.Serv
 	for {
 		changed := s.state.Changed()
 		cur := &waldenv1.ListJobsResponse{}
-		for _, j := range s.state.Jobs(req.GetBrokerId(), "") {
+		for _, j := range s.state.Jobs(req.GetBrokerId(), waldenv1.JobState_JOB_STATE_UNSPECIFIED) {
 			if req.GetJobId() == "" || j.GetJobId() == req.GetJobId() {
 				cur.Jobs = append(cur.Jobs, j)
 			}

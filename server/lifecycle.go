@@ -9,6 +9,7 @@ import (
 	"walden/authz"
 	"walden/config"
 	"walden/mtls"
+	waldenv1 "walden/proto/walden/v1"
 )
 
 // handOffLeadership, on the leader, hands leadership to the most caught-up
@@ -23,7 +24,7 @@ func (s *Server) handOffLeadership() {
 	}
 	target, match := "", uint64(0)
 	for _, m := range st.Members {
-		if m.GetId() == st.NodeID || m.GetRole() == "learner" || !m.GetReachable() {
+		if m.GetId() == st.NodeID || m.GetMemberRole() == waldenv1.MemberRole_MEMBER_ROLE_LEARNER || !m.GetReachable() {
 			continue
 		}
 		if target == "" || m.GetMatchIndex() > match {

@@ -48,12 +48,12 @@ func registerClusterCollector(reg prometheus.Registerer, nodeID string, state *f
 	src := metrics.ClusterSource{
 		NodeID:  nodeID,
 		Brokers: state.Brokers,
-		Jobs:    func() []*waldenv1.Job { return state.Jobs("", "") },
+		Jobs:    func() []*waldenv1.Job { return state.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED) },
 		Raft: func() metrics.RaftView {
 			st := node.Status()
 			v := metrics.RaftView{Leader: st.LeaderID != "" && st.LeaderID == st.NodeID}
 			for _, m := range st.Members {
-				if m.GetRole() == "learner" {
+				if m.GetMemberRole() == waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
 					continue
 				}
 				v.Voters++

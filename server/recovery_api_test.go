@@ -124,7 +124,7 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 		t.Fatalf("fenced open: %v", err)
 	}
 	var last *waldenv1.Job
-	for last.GetState() != fsm.JobSucceeded {
+	for last.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED {
 		resp, err := watch.Recv()
 		if errors.Is(err, io.EOF) || err != nil {
 			t.Fatalf("watch: %v (last %v)", err, last)
@@ -149,7 +149,7 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 	if _, err := jobs.CancelJob(ctx, &waldenv1.CancelJobRequest{JobId: fo.GetJobId()}); rpcerr.Reason(err) != "JOB_NOT_RUNNING" {
 		t.Fatalf("cancel of a finished job: %v", err)
 	}
-	lj, err := jobs.ListJobs(ctx, &waldenv1.ListJobsRequest{State: fsm.JobSucceeded})
+	lj, err := jobs.ListJobs(ctx, &waldenv1.ListJobsRequest{JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED})
 	if err != nil || len(lj.GetJobs()) != 1 {
 		t.Fatalf("list jobs: %v %v", lj, err)
 	}

@@ -187,7 +187,7 @@ func TestRecoveryReassignedAcrossCoordinators(t *testing.T) {
 	}
 	var j *waldenv1.Job
 	deadline = time.Now().Add(30 * time.Second)
-	for j.GetState() != fsm.JobSucceeded {
+	for j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED {
 		if time.Now().After(deadline) {
 			t.Fatalf("job not succeeded: %v", j)
 		}

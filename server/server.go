@@ -248,6 +248,9 @@ func raftConfig(cfg *config.Server, logger *slog.Logger, reg prometheus.Register
 	rc.SnapshotCatchUpEntries = cfg.Raft.SnapshotCatchUpEntries
 	rc.Logger = logger
 	rc.Registerer = reg
+	// Older members read the deprecated strings beside the enums while the
+	// cluster is upgraded (fsm.PrepareProposal).
+	rc.PrepareProposal = fsm.PrepareProposal
 	return rc
 }
 

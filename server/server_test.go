@@ -300,7 +300,7 @@ func TestServerJoinExistingCluster(t *testing.T) {
 	more, moreListeners := bindMembers(t, "c4")
 	c4 := more[0]
 	added, err := c.MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: c4.ID, RaftAddr: c4.Raft, AdminAddr: c4.Admin})
-	if err != nil || added.GetMember().GetRole() != "learner" || len(added.GetMembers()) != 4 {
+	if err != nil || added.GetMember().GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER || len(added.GetMembers()) != 4 {
 		t.Fatalf("member add: %v %v", added, err)
 	}
 	cfg := newCfg(c4)
@@ -313,7 +313,7 @@ func TestServerJoinExistingCluster(t *testing.T) {
 		ml, err := c.MemberList(ctx, &waldenv1.MemberListRequest{Linearizable: true})
 		promoted := false
 		for _, m := range ml.GetMembers() {
-			if m.GetId() == "c4" && m.GetRole() != "learner" {
+			if m.GetId() == "c4" && m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
 				promoted = true
 			}
 		}

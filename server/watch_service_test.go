@@ -28,7 +28,7 @@ func describeChange(c *waldenv1.Change) string {
 	case *waldenv1.Change_Job:
 		return "job " + v.Job.GetJobId()
 	case *waldenv1.Change_Event:
-		return "event " + v.Event.GetKind()
+		return "event " + v.Event.GetEventKind().Name()
 	}
 	return "?"
 }

@@ -38,7 +38,7 @@ func (w *webSource) Brokers(ctx context.Context) ([]*waldenv1.Broker, map[string
 }
 
 func (w *webSource) Jobs(context.Context) ([]*waldenv1.Job, error) {
-	return w.state.Jobs("", ""), nil
+	return w.state.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED), nil
 }
 
 func (w *webSource) Failovers(_ context.Context, brokerID string) ([]*waldenv1.Failover, error) {

@@ -107,7 +107,7 @@ func (c *Coord) reset() {
 	c.quietEnd = w.now + int64(float64(g.QuietFor())/c.host().rate)
 	c.observer = detect.NewObserver(detect.ObserverConfig{NodeID: c.name, Grantor: g, Clock: c.clock(),
 		Logger: slog.New(slog.DiscardHandler)}, c.st, nil, nil)
-	for _, j := range c.st.Jobs("", fsm.JobPending) {
+	for _, j := range c.st.Jobs("", waldenv1.JobState_JOB_STATE_PENDING) {
 		c.onJob(j)
 	}
 }
@@ -417,7 +417,7 @@ func (c *Coord) onJob(j *waldenv1.Job) {
 	w.onHost(c.idx, ms(j.GetLeaseWaitMs()), func() {
 		w.check.walRead(j.GetBrokerId(), w.jobEpoch[j.GetJobId()])
 		w.onHost(c.idx, 200*time.Millisecond, func() {
-			c.propose(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: j.GetAttempt(), State: fsm.JobSucceeded}, 2*time.Second,
+			c.propose(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: j.GetAttempt(), JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED}, 2*time.Second,
 				func(*waldenv1.Result, error) {})
 		})
 	})

@@ -211,7 +211,7 @@ func opName(cmd *waldenv1.Command) string {
 	case *waldenv1.Command_RegisterBroker:
 		return "RegisterBroker(" + op.RegisterBroker.GetBrokerId() + ")"
 	case *waldenv1.Command_ObserveBroker:
-		return "ObserveBroker(" + op.ObserveBroker.GetBrokerId() + "," + op.ObserveBroker.GetState() + ")"
+		return "ObserveBroker(" + op.ObserveBroker.GetBrokerId() + "," + op.ObserveBroker.GetObservationState().Name() + ")"
 	case *waldenv1.Command_SetPolicy:
 		return "SetPolicy"
 	case *waldenv1.Command_FinishJob:

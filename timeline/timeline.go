@@ -8,7 +8,8 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// Phase kinds, in the order a failover goes through them.
+// Phase kinds, in the order a failover goes through them. A recovery
+// step's phase is named as the step is (JobStep.Name).
 const (
 	KindObserve   = "observe"
 	KindDecide    = "decide"
@@ -41,7 +42,7 @@ var (
 // on has end 0; the renderers draw it up to their "now".
 func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 	f := &waldenv1.Failover{
-		Id: j.GetJobId(), BrokerId: j.GetBrokerId(), NewEpoch: j.GetToken(), State: j.GetState(), Step: j.GetStep(),
+		Id: j.GetJobId(), BrokerId: j.GetBrokerId(), NewEpoch: j.GetToken(), JobState: j.GetJobState(), JobStep: j.GetJobStep(),
 		RecoveredBy: j.GetAssigneeId(), Attempts: j.GetAttempt(), DecidedUnixMs: j.GetCreatedUnixMs(),
 		FinishedUnixMs: j.GetFinishedUnixMs(), BytesUploaded: j.GetBytesUploaded(), BytesTotal: j.GetBytesTotal(),
 		RecordsUploaded: j.GetRecordsUploaded(), Objects: uint32(len(j.GetObjects())), StreamsTotal: j.GetStreamsTotal(),
@@ -63,18 +64,18 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 	for _, e := range evs {
 		switch {
 		case decided:
-		case e.GetKind() == "failover_requested":
+		case e.GetEventKind() == waldenv1.EventKind_EVENT_KIND_FAILOVER_REQUESTED:
 			requested = e
-		case e.GetKind() == "decision" && e.GetJobId() != j.GetJobId():
+		case e.GetEventKind() == waldenv1.EventKind_EVENT_KIND_DECISION && e.GetJobId() != j.GetJobId():
 			requested = nil // the request of an earlier failover
-		case e.GetKind() == "decision":
+		case e.GetEventKind() == waldenv1.EventKind_EVENT_KIND_DECISION:
 			decided = true
 		}
 		if e.GetJobId() != j.GetJobId() {
 			continue
 		}
-		switch e.GetKind() {
-		case "decision":
+		switch e.GetEventKind() {
+		case waldenv1.EventKind_EVENT_KIND_DECISION:
 			f.DecidedUnixMs = e.GetUnixMs()
 			f.DecidedBy = e.GetActor()
 			f.Evidence = e.GetEvidence()
@@ -83,7 +84,7 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 			if m := declaredRe.FindStringSubmatch(e.GetMessage()); m != nil {
 				f.OldEpoch, _ = strconv.ParseUint(m[1], 10, 64)
 			}
-		case "job":
+		case waldenv1.EventKind_EVENT_KIND_JOB:
 			if m := runningRe.FindStringSubmatch(e.GetMessage()); m != nil {
 				n, _ := strconv.ParseUint(m[1], 10, 32)
 				assigneeOf[uint32(n)] = m[2]
@@ -111,7 +112,7 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 
 	// What each coordinator observed until the decision.
 	for _, o := range f.GetEvidence().GetObservations() {
-		if o.GetState() != "suspect" && o.GetState() != "dead" {
+		if s := o.GetObservationState(); s != waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT && s != waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
 			continue
 		}
 		if f.FirstSuspectUnixMs == 0 || o.GetSinceUnixMs() < f.FirstSuspectUnixMs {
@@ -135,29 +136,29 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 	lastClose := int64(0)
 	for _, cp := range j.GetCheckpoints() {
 		at, actor := cp.GetUnixMs(), actorOf(cp.GetAttempt())
-		if cp.GetStep() == KindFence && j.GetLeaseWaitMs() > 0 {
+		if cp.GetJobStep() == waldenv1.JobStep_JOB_STEP_FENCE && j.GetLeaseWaitMs() > 0 {
 			waitFrom := max(prev, at-j.GetLeaseWaitMs())
 			f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindFence, Actor: actor, StartUnixMs: prev, EndUnixMs: waitFrom,
 				Detail: cp.GetDetail(), Attempt: cp.GetAttempt()},
 				&waldenv1.FailoverPhase{Kind: KindLeaseWait, Actor: actor, StartUnixMs: waitFrom, EndUnixMs: at,
 					Detail: "the broker may hold a valid lease until then; its WAL is read after", Attempt: cp.GetAttempt()})
 		} else {
-			f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: cp.GetStep(), Actor: actor, StartUnixMs: prev, EndUnixMs: at,
+			f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: cp.GetJobStep().Name(), Actor: actor, StartUnixMs: prev, EndUnixMs: at,
 				Detail: cp.GetDetail(), Attempt: cp.GetAttempt()})
 		}
-		if cp.GetStep() == KindClose {
+		if cp.GetJobStep() == waldenv1.JobStep_JOB_STEP_CLOSE {
 			lastClose = at
 		}
 		prev = at
 	}
-	active := j.GetState() == "pending" || j.GetState() == "running"
-	if active && j.GetStep() != "" && j.GetStep() != "done" {
-		f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: j.GetStep(), Actor: j.GetAssigneeId(), StartUnixMs: prev,
+	active := j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING || j.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING
+	if active && j.GetJobStep() != waldenv1.JobStep_JOB_STEP_UNSPECIFIED && j.GetJobStep() != waldenv1.JobStep_JOB_STEP_DONE {
+		f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: j.GetJobStep().Name(), Actor: j.GetAssigneeId(), StartUnixMs: prev,
 			Detail: runningDetail(j), Attempt: j.GetAttempt()})
 	}
 
 	// The reopening of the closed streams by other brokers.
-	if j.GetStreamsTotal() > 0 && (j.GetStreamsReopened() > 0 || j.GetState() == "succeeded") {
+	if j.GetStreamsTotal() > 0 && (j.GetStreamsReopened() > 0 || j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED) {
 		from := lastClose
 		if from == 0 {
 			from = max(j.GetFinishedUnixMs(), prev)
@@ -179,7 +180,7 @@ func closedCount(j *waldenv1.Job) uint32 {
 }
 
 func observed(o *waldenv1.Observation) string {
-	s := o.GetObserverId() + " observes " + o.GetState()
+	s := o.GetObserverId() + " observes " + o.GetObservationState().Name()
 	if o.GetReason() != "" {
 		s += ": " + o.GetReason()
 	}
@@ -190,7 +191,7 @@ func runningDetail(j *waldenv1.Job) string {
 	if j.GetError() != "" {
 		return "retrying: " + j.GetError()
 	}
-	if j.GetState() == "pending" {
+	if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING {
 		return "waiting for " + j.GetAssigneeId() + " to start"
 	}
 	return "in progress"

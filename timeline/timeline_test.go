@@ -12,28 +12,31 @@ import (
 const t0 = int64(1_700_000_000_000)
 
 func job(state, step string, cps ...*waldenv1.Checkpoint) *waldenv1.Job {
-	return &waldenv1.Job{JobId: "job-b1-7", BrokerId: "b1", Token: 7, Attempt: 2, AssigneeId: "c3", State: state, Step: step,
+	js, _ := waldenv1.Parse[waldenv1.JobState](state)
+	st, _ := waldenv1.Parse[waldenv1.JobStep](step)
+	return &waldenv1.Job{JobId: "job-b1-7", BrokerId: "b1", Token: 7, Attempt: 2, AssigneeId: "c3", JobState: js, JobStep: st,
 		CreatedUnixMs: t0 + 5000, LeaseWaitMs: 300, StreamsTotal: 2, StreamsClosed: 2, BytesUploaded: 4096, BytesTotal: 4096,
 		Objects: []string{"o1"}, Checkpoints: cps}
 }
 
 func cp(step string, attempt uint32, atMs int64) *waldenv1.Checkpoint {
-	return &waldenv1.Checkpoint{Step: step, Attempt: attempt, UnixMs: t0 + atMs, Detail: step + " done"}
+	st, _ := waldenv1.Parse[waldenv1.JobStep](step)
+	return &waldenv1.Checkpoint{JobStep: st, Attempt: attempt, UnixMs: t0 + atMs, Detail: step + " done"}
 }
 
 func events() []*waldenv1.Event {
 	ev := &waldenv1.Evidence{DecidedBy: "c1", Reason: "", SuspectForMs: 5000, Observations: []*waldenv1.Observation{
-		{ObserverId: "c1", State: "dead", SinceUnixMs: t0, Reason: "probe: connection refused"},
-		{ObserverId: "c2", State: "suspect", SinceUnixMs: t0 + 400},
-		{ObserverId: "c3", State: "alive", SinceUnixMs: t0 - 9000},
+		{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, SinceUnixMs: t0, Reason: "probe: connection refused"},
+		{ObserverId: "c2", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, SinceUnixMs: t0 + 400},
+		{ObserverId: "c3", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, SinceUnixMs: t0 - 9000},
 	}}
 	return []*waldenv1.Event{
-		{Index: 30, Kind: "job", BrokerId: "b1", JobId: "job-b1-7", Actor: "c3", Message: "attempt 2 running on c3", UnixMs: t0 + 5900},
-		{Index: 20, Kind: "decision", BrokerId: "b1", JobId: "job-b1-7", Actor: "c1", Evidence: ev, UnixMs: t0 + 5000,
+		{Index: 30, EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: "b1", JobId: "job-b1-7", Actor: "c3", Message: "attempt 2 running on c3", UnixMs: t0 + 5900},
+		{Index: 20, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", JobId: "job-b1-7", Actor: "c1", Evidence: ev, UnixMs: t0 + 5000,
 			Message: `declared failed: epoch 4 fenced, new epoch 7; job job-b1-7 assigned to "c2"`},
-		{Index: 21, Kind: "job", BrokerId: "b1", JobId: "job-b1-7", Actor: "c2", Message: "attempt 1 running on c2", UnixMs: t0 + 5100},
-		{Index: 25, Kind: "job", BrokerId: "b1", JobId: "job-b1-7", Actor: "c1", Message: `attempt 2 reassigned from "c2" to "c3"`, UnixMs: t0 + 5800},
-		{Index: 19, Kind: "decision", BrokerId: "b1", JobId: "job-b1-3", Actor: "c1", UnixMs: t0 - 90000, Message: "declared failed: epoch 2 fenced"},
+		{Index: 21, EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: "b1", JobId: "job-b1-7", Actor: "c2", Message: "attempt 1 running on c2", UnixMs: t0 + 5100},
+		{Index: 25, EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: "b1", JobId: "job-b1-7", Actor: "c1", Message: `attempt 2 reassigned from "c2" to "c3"`, UnixMs: t0 + 5800},
+		{Index: 19, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", JobId: "job-b1-3", Actor: "c1", UnixMs: t0 - 90000, Message: "declared failed: epoch 2 fenced"},
 	}
 }
 
@@ -123,8 +126,8 @@ func TestBuildManualFailoverLeaseWait(t *testing.T) {
 	evs[1].Evidence.Manual = true
 	evs[4].Index = 9 // the earlier failover's decision
 	evs = append(evs,
-		&waldenv1.Event{Index: 5, Kind: "failover_requested", BrokerId: "b1", Actor: "alice", UnixMs: t0 - 95000},
-		&waldenv1.Event{Index: 18, Kind: "failover_requested", BrokerId: "b1", Actor: "bob", UnixMs: t0 + 1500})
+		&waldenv1.Event{Index: 5, EventKind: waldenv1.EventKind_EVENT_KIND_FAILOVER_REQUESTED, BrokerId: "b1", Actor: "alice", UnixMs: t0 - 95000},
+		&waldenv1.Event{Index: 18, EventKind: waldenv1.EventKind_EVENT_KIND_FAILOVER_REQUESTED, BrokerId: "b1", Actor: "bob", UnixMs: t0 + 1500})
 	f := timeline.Build(j, evs)
 	var got string
 	for _, p := range f.GetPhases() {

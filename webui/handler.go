@@ -233,7 +233,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	var out []*waldenv1.Event
 	for _, e := range evs {
-		if (len(kinds) > 0 && !kinds[e.GetKind()]) || e.GetUnixMs() < since ||
+		if (len(kinds) > 0 && !kinds[e.GetEventKind().Name()]) || e.GetUnixMs() < since ||
 			(text != "" && !strings.Contains(strings.ToLower(e.GetMessage()+" "+e.GetActor()+" "+e.GetJobId()), text)) {
 			continue
 		}

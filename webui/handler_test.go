@@ -23,13 +23,13 @@ type fakeSource struct{ events []*waldenv1.Event }
 
 func (fakeSource) Status(context.Context) (*waldenv1.StatusResponse, error) {
 	return &waldenv1.StatusResponse{ClusterName: "demo", NodeId: "c2", LeaderId: "c1", Term: 4, Members: []*waldenv1.Member{
-		{Id: "c1", Role: "leader", Reachable: true}, {Id: "c2", Role: "follower", Reachable: true}}}, nil
+		{Id: "c1", MemberRole: waldenv1.MemberRole_MEMBER_ROLE_LEADER, Reachable: true}, {Id: "c2", MemberRole: waldenv1.MemberRole_MEMBER_ROLE_FOLLOWER, Reachable: true}}}, nil
 }
 
 func (fakeSource) Brokers(context.Context) ([]*waldenv1.Broker, map[string][]string, error) {
 	return []*waldenv1.Broker{
-			{BrokerId: "b1", State: "recovering", Epoch: 7, LeaseRemainingMs: 0},
-			{BrokerId: "b2", State: "suspect", Epoch: 2, LeaseRemainingMs: 1200, Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "suspect", SinceUnixMs: t0}}},
+			{BrokerId: "b1", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERING, Epoch: 7, LeaseRemainingMs: 0},
+			{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_SUSPECT, Epoch: 2, LeaseRemainingMs: 1200, Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, SinceUnixMs: t0}}},
 		},
 		map[string][]string{"b2": {"suspected by 1 of the 2 coordinators needed"}}, nil
 }
@@ -39,10 +39,10 @@ func (fakeSource) Jobs(context.Context) ([]*waldenv1.Job, error) {
 }
 
 func sampleJob() *waldenv1.Job {
-	return &waldenv1.Job{JobId: "job-b1-7", BrokerId: "b1", Token: 7, Attempt: 1, AssigneeId: "c3", State: "running", Step: "upload",
+	return &waldenv1.Job{JobId: "job-b1-7", BrokerId: "b1", Token: 7, Attempt: 1, AssigneeId: "c3", JobState: waldenv1.JobState_JOB_STATE_RUNNING, JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD,
 		CreatedUnixMs: t0 + 5000, BytesUploaded: 1 << 20, BytesTotal: 4 << 20, StreamsTotal: 3,
-		Checkpoints: []*waldenv1.Checkpoint{{Step: "fence", Attempt: 1, UnixMs: t0 + 5100}, {Step: "attach", Attempt: 1, UnixMs: t0 + 5150},
-			{Step: "read", Attempt: 1, UnixMs: t0 + 5300, Detail: "12 records <script>"}}}
+		Checkpoints: []*waldenv1.Checkpoint{{JobStep: waldenv1.JobStep_JOB_STEP_FENCE, Attempt: 1, UnixMs: t0 + 5100}, {JobStep: waldenv1.JobStep_JOB_STEP_ATTACH, Attempt: 1, UnixMs: t0 + 5150},
+			{JobStep: waldenv1.JobStep_JOB_STEP_READ, Attempt: 1, UnixMs: t0 + 5300, Detail: "12 records <script>"}}}
 }
 
 func (fakeSource) Failovers(context.Context, string) ([]*waldenv1.Failover, error) {
@@ -72,10 +72,10 @@ func (fakeSource) Policy(context.Context) (*waldenv1.Policy, error) {
 
 func newServer(t *testing.T, authorize func(*http.Request) (context.Context, error)) *httptest.Server {
 	src := fakeSource{events: []*waldenv1.Event{
-		{Index: 1, UnixMs: t0, Kind: "register", BrokerId: "b1", Message: "registered with epoch 1"},
-		{Index: 2, UnixMs: t0 + 1000, Kind: "observation", BrokerId: "b1", Actor: "c1", Message: "c1 observes dead"},
-		{Index: 3, UnixMs: t0 + 5000, Kind: "decision", BrokerId: "b1", Actor: "c1", Message: "declared failed"},
-		{Index: 4, UnixMs: t0 + 6000, Kind: "register", BrokerId: "b2", Message: "registered with epoch 2"},
+		{Index: 1, UnixMs: t0, EventKind: waldenv1.EventKind_EVENT_KIND_REGISTER, BrokerId: "b1", Message: "registered with epoch 1"},
+		{Index: 2, UnixMs: t0 + 1000, EventKind: waldenv1.EventKind_EVENT_KIND_OBSERVATION, BrokerId: "b1", Actor: "c1", Message: "c1 observes dead"},
+		{Index: 3, UnixMs: t0 + 5000, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", Actor: "c1", Message: "declared failed"},
+		{Index: 4, UnixMs: t0 + 6000, EventKind: waldenv1.EventKind_EVENT_KIND_REGISTER, BrokerId: "b2", Message: "registered with epoch 2"},
 	}}
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", webui.Handler(webui.Options{Source: src, Authorize: authorize,

@@ -32,15 +32,15 @@ var (
 // a failover went through even when they lasted less than that.
 func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 	out := map[string][]transition{}
-	observed := map[string]map[string]string{} // broker -> observer -> state
-	cur := map[string]string{}
-	set := func(e *waldenv1.Event, state string) {
+	observed := map[string]map[string]string{} // broker -> observer -> observation
+	cur := map[string]waldenv1.BrokerState{}
+	set := func(e *waldenv1.Event, state waldenv1.BrokerState) {
 		b := e.GetBrokerId()
 		if cur[b] == state {
 			return
 		}
 		cur[b] = state
-		h := append(out[b], transition{State: state, UnixMs: e.GetUnixMs(), Index: e.GetIndex()})
+		h := append(out[b], transition{State: state.Name(), UnixMs: e.GetUnixMs(), Index: e.GetIndex()})
 		if len(h) > maxTransitions {
 			h = slices.Clone(h[len(h)-maxTransitions:])
 		}
@@ -51,41 +51,41 @@ func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 		if b == "" {
 			continue
 		}
-		switch e.GetKind() {
-		case "register":
+		switch e.GetEventKind() {
+		case waldenv1.EventKind_EVENT_KIND_REGISTER:
 			observed[b] = map[string]string{}
-			set(e, "alive")
-		case "observation":
+			set(e, waldenv1.BrokerState_BROKER_STATE_ALIVE)
+		case waldenv1.EventKind_EVENT_KIND_OBSERVATION:
 			m := observesRe.FindStringSubmatch(e.GetMessage())
-			if m == nil || (cur[b] != "alive" && cur[b] != "suspect" && cur[b] != "") {
+			if s := cur[b]; m == nil || (s != waldenv1.BrokerState_BROKER_STATE_ALIVE && s != waldenv1.BrokerState_BROKER_STATE_SUSPECT && s != waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED) {
 				continue // a failed or recovering broker stays so
 			}
 			if observed[b] == nil {
 				observed[b] = map[string]string{}
 			}
 			observed[b][m[1]] = m[2]
-			state := "alive"
+			state := waldenv1.BrokerState_BROKER_STATE_ALIVE
 			for _, s := range observed[b] {
-				if s != "alive" {
-					state = "suspect"
+				if s != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE.Name() {
+					state = waldenv1.BrokerState_BROKER_STATE_SUSPECT
 				}
 			}
 			set(e, state)
-		case "decision":
-			set(e, "failed")
-		case "job":
+		case waldenv1.EventKind_EVENT_KIND_DECISION:
+			set(e, waldenv1.BrokerState_BROKER_STATE_FAILED)
+		case waldenv1.EventKind_EVENT_KIND_JOB:
 			switch m := jobRe.FindStringSubmatch(e.GetMessage()); {
 			case m == nil:
-			case m[1] == "running":
-				set(e, "recovering")
-			case m[1] == "succeeded":
-				set(e, "recovered")
+			case m[1] == waldenv1.JobState_JOB_STATE_RUNNING.Name():
+				set(e, waldenv1.BrokerState_BROKER_STATE_RECOVERING)
+			case m[1] == waldenv1.JobState_JOB_STATE_SUCCEEDED.Name():
+				set(e, waldenv1.BrokerState_BROKER_STATE_RECOVERED)
 			default:
-				set(e, "failed")
+				set(e, waldenv1.BrokerState_BROKER_STATE_FAILED)
 			}
-		case "maintenance":
+		case waldenv1.EventKind_EVENT_KIND_MAINTENANCE:
 			if strings.HasPrefix(e.GetMessage(), "maintenance on") {
-				set(e, "maintenance")
+				set(e, waldenv1.BrokerState_BROKER_STATE_MAINTENANCE)
 			}
 		}
 	}

@@ -9,7 +9,8 @@ import (
 
 func TestBrokerHistory(t *testing.T) {
 	ev := func(i uint64, kind, broker, msg string) *waldenv1.Event {
-		return &waldenv1.Event{Index: i, UnixMs: int64(i) * 100, Kind: kind, BrokerId: broker, Message: msg}
+		k, _ := waldenv1.Parse[waldenv1.EventKind](kind)
+		return &waldenv1.Event{Index: i, UnixMs: int64(i) * 100, EventKind: k, BrokerId: broker, Message: msg}
 	}
 	h := brokerHistory([]*waldenv1.Event{
 		ev(1, "register", "b1", "registered with epoch 1"),

@@ -133,7 +133,7 @@ func (c *Coordinator) FailOver(brokerID string, recoveredWAL int64) (uint64, err
 			return 0, err
 		}
 	}
-	if _, err := c.Apply(&waldenv1.FinishJob{JobId: d.GetJobId(), Attempt: 1, State: "succeeded", RecoveredWalOffset: recoveredWAL}); err != nil {
+	if _, err := c.Apply(&waldenv1.FinishJob{JobId: d.GetJobId(), Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, RecoveredWalOffset: recoveredWAL}); err != nil {
 		return 0, err
 	}
 	return d.GetNewEpoch(), nil

@@ -166,7 +166,7 @@ func (r *Recorder) Interceptor() grpc.UnaryClientInterceptor {
 			if err == nil {
 				for _, b := range reply.(*waldenv1.ListBrokersResponse).GetBrokers() {
 					r.Add(Op{Kind: KindBroker, Call: call, Return: ret, Broker: b.GetBrokerId(),
-						Epoch: b.GetEpoch(), Fenced: b.GetFenced(), State: b.GetState()})
+						Epoch: b.GetEpoch(), Fenced: b.GetFenced(), State: b.GetBrokerState().Name()})
 				}
 			}
 		}

@@ -51,9 +51,9 @@ func printBrokers(w io.Writer, brokers []*waldenv1.Broker, wide bool) {
 	for _, b := range brokers {
 		var obs []string
 		for _, o := range b.GetObservations() {
-			obs = append(obs, o.GetObserverId()+"="+o.GetState())
+			obs = append(obs, o.GetObserverId()+"="+o.GetObservationState().Name())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%s", b.GetBrokerId(), b.GetState(), b.GetEpoch(),
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%s", b.GetBrokerId(), b.GetBrokerState().Name(), b.GetEpoch(),
 			leaseText(b.GetLeaseRemainingMs()), orDash(strings.Join(obs, ",")), b.GetFailovers(), orDash(b.GetLastJobId()))
 		if wide {
 			fmt.Fprintf(w, "\t%t\t%t\t%s\t%s\t%s", b.GetFenced(), b.GetMaintenance(), orDash(b.GetAgentAddr()),
@@ -129,7 +129,7 @@ register again, with a new epoch.`,
 				return err
 			}
 			return c.print(resp, func(w io.Writer) {
-				fmt.Fprintf(w, "broker %s removed (it had epoch %d, state %s)\n", resp.GetBroker().GetBrokerId(), resp.GetBroker().GetEpoch(), resp.GetBroker().GetState())
+				fmt.Fprintf(w, "broker %s removed (it had epoch %d, state %s)\n", resp.GetBroker().GetBrokerId(), resp.GetBroker().GetEpoch(), resp.GetBroker().GetBrokerState().Name())
 			})
 		},
 	}
@@ -137,7 +137,7 @@ register again, with a new epoch.`,
 
 func printBroker(w io.Writer, b *waldenv1.Broker) {
 	fmt.Fprintf(w, "broker:\t%s\n", b.GetBrokerId())
-	fmt.Fprintf(w, "state:\t%s\n", b.GetState())
+	fmt.Fprintf(w, "state:\t%s\n", b.GetBrokerState().Name())
 	fmt.Fprintf(w, "epoch:\t%d\n", b.GetEpoch())
 	fmt.Fprintf(w, "fenced:\t%t\n", b.GetFenced())
 	fmt.Fprintf(w, "maintenance:\t%t%s\n", b.GetMaintenance(), maintenanceText(b))
@@ -154,7 +154,7 @@ func printBroker(w io.Writer, b *waldenv1.Broker) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "OBSERVER\tSTATE\tSINCE\tREASON")
 	for _, o := range b.GetObservations() {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", o.GetObserverId(), o.GetState(), unixText(o.GetSinceUnixMs()), orDash(o.GetReason()))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", o.GetObserverId(), o.GetObservationState().Name(), unixText(o.GetSinceUnixMs()), orDash(o.GetReason()))
 	}
 }
 
@@ -221,7 +221,7 @@ func printFailoverPreview(w io.Writer, r *waldenv1.FailoverResponse) {
 	}
 	var obs []string
 	for _, o := range r.GetEvidence().GetObservations() {
-		obs = append(obs, o.GetObserverId()+"="+o.GetState())
+		obs = append(obs, o.GetObserverId()+"="+o.GetObservationState().Name())
 	}
 	fmt.Fprintf(w, "  evidence\tobservations %s\n", orDash(strings.Join(obs, ", ")))
 	fmt.Fprintln(w, "An automatic failover would wait, because:")
@@ -247,7 +247,7 @@ func newAckCmd(c *cli) *cobra.Command {
 				return err
 			}
 			return c.print(resp, func(w io.Writer) {
-				fmt.Fprintf(w, "broker %s acknowledged (state %s, epoch %d)\n", resp.GetBroker().GetBrokerId(), resp.GetBroker().GetState(), resp.GetBroker().GetEpoch())
+				fmt.Fprintf(w, "broker %s acknowledged (state %s, epoch %d)\n", resp.GetBroker().GetBrokerId(), resp.GetBroker().GetBrokerState().Name(), resp.GetBroker().GetEpoch())
 			})
 		},
 	}
@@ -297,7 +297,7 @@ func newMaintenanceCmd(c *cli) *cobra.Command {
 			}
 			return c.print(resp, func(w io.Writer) {
 				b := resp.GetBroker()
-				fmt.Fprintf(w, "broker %s maintenance %s (state %s)%s\n", b.GetBrokerId(), args[0], b.GetState(), maintenanceText(b))
+				fmt.Fprintf(w, "broker %s maintenance %s (state %s)%s\n", b.GetBrokerId(), args[0], b.GetBrokerState().Name(), maintenanceText(b))
 			})
 		},
 	}, &reason, &ttl)

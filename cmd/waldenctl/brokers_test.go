@@ -38,7 +38,7 @@ func (f *fakeBrokers) Failover(_ context.Context, r *waldenv1.FailoverRequest) (
 	if r.GetPreview() {
 		return &waldenv1.FailoverResponse{BrokerId: r.GetBrokerId(), Preview: true, Epoch: 3, NewEpoch: 9, JobId: "job-b2-9",
 			AssigneeId: "c2", LeaseWaitMs: 2700, Holds: []string{"suspected by 1 of the 2 coordinators needed (suspicion_quorum)"},
-			Evidence: &waldenv1.Evidence{Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "suspect"}}}}, nil
+			Evidence: &waldenv1.Evidence{Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT}}}}, nil
 	}
 	f.got = append(f.got, r)
 	return &waldenv1.FailoverResponse{BrokerId: r.GetBrokerId(), NewEpoch: 8, JobId: "job-b1-8"}, nil
@@ -46,7 +46,7 @@ func (f *fakeBrokers) Failover(_ context.Context, r *waldenv1.FailoverRequest) (
 
 func (f *fakeBrokers) SetMaintenance(_ context.Context, r *waldenv1.SetMaintenanceRequest) (*waldenv1.SetMaintenanceResponse, error) {
 	f.got = append(f.got, r)
-	return &waldenv1.SetMaintenanceResponse{Broker: &waldenv1.Broker{BrokerId: r.GetBrokerId(), State: "maintenance"}}, nil
+	return &waldenv1.SetMaintenanceResponse{Broker: &waldenv1.Broker{BrokerId: r.GetBrokerId(), BrokerState: waldenv1.BrokerState_BROKER_STATE_MAINTENANCE}}, nil
 }
 
 func (f *fakeBrokers) SetPolicy(_ context.Context, r *waldenv1.SetPolicyRequest) (*waldenv1.SetPolicyResponse, error) {
@@ -59,7 +59,7 @@ func (f *fakeBrokers) SetPolicy(_ context.Context, r *waldenv1.SetPolicyRequest)
 
 func (f *fakeBrokers) ListEvents(_ context.Context, r *waldenv1.ListEventsRequest) (*waldenv1.ListEventsResponse, error) {
 	f.got = append(f.got, r)
-	return &waldenv1.ListEventsResponse{Events: []*waldenv1.Event{{Index: 9, UnixMs: 1700000000000, Kind: "decision", BrokerId: "b1", Actor: "c1", Message: "declared failed"}}}, nil
+	return &waldenv1.ListEventsResponse{Events: []*waldenv1.Event{{Index: 9, UnixMs: 1700000000000, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", Actor: "c1", Message: "declared failed"}}}, nil
 }
 
 func serveBrokers(t *testing.T, f waldenv1.BrokersServer) string {
@@ -77,9 +77,9 @@ func serveBrokers(t *testing.T, f waldenv1.BrokersServer) string {
 
 func sampleBrokers() []*waldenv1.Broker {
 	return []*waldenv1.Broker{
-		{BrokerId: "b1", State: "failed", Epoch: 7, Fenced: true, LeaseRemainingMs: 0, Failovers: 1,
-			Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "dead", SinceUnixMs: 1700000000000, Reason: "gossip: dead"}}},
-		{BrokerId: "b2", State: "alive", Epoch: 3, LeaseRemainingMs: 2500},
+		{BrokerId: "b1", BrokerState: waldenv1.BrokerState_BROKER_STATE_FAILED, Epoch: 7, Fenced: true, LeaseRemainingMs: 0, Failovers: 1,
+			Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, SinceUnixMs: 1700000000000, Reason: "gossip: dead"}}},
+		{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_ALIVE, Epoch: 3, LeaseRemainingMs: 2500},
 	}
 }
 

@@ -281,6 +281,16 @@ func plural(n int64, one, many string) string {
 // closest returns the candidate nearest to s by edit distance when it is
 // near enough to be a typo (at most a third of s's length, at least 1),
 // else "".
+// badWord refuses a flag's value that is not one of words: what it is
+// not, the words, and the closest one.
+func badWord(flag, value, what string, words []string) *callError {
+	e := &callError{Message: fmt.Sprintf("%s: %q is not %s (%s)", flag, value, what, strings.Join(words, ", "))}
+	if s := closest(value, words); s != "" {
+		e.Hint = "did you mean " + s + "?"
+	}
+	return e
+}
+
 func closest(s string, candidates []string) string {
 	best, bestD := "", -1
 	for _, c := range candidates {

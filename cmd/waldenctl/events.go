@@ -23,9 +23,8 @@ import (
 
 func init() { commands = append(commands, newEventsCmd) }
 
-// eventKinds are the kinds of the event log (proto/walden/v1/broker.proto).
-var eventKinds = []string{"register", "observation", "decision", "dry_run", "freeze", "unfreeze", "cooldown",
-	"policy", "maintenance", "ack", "lease", "job", "stream", "recovery"}
+// eventKinds are the kinds of the event log (EventKind, types.proto).
+var eventKinds = waldenv1.Names[waldenv1.EventKind]()
 
 // eventFilter selects events on the client: the API filters by broker and
 // the newest N only.
@@ -35,7 +34,7 @@ type eventFilter struct {
 }
 
 func (f eventFilter) keep(e *waldenv1.Event) bool {
-	return (len(f.kinds) == 0 || slices.Contains(f.kinds, e.GetKind())) && e.GetUnixMs() >= f.sinceMs
+	return (len(f.kinds) == 0 || slices.Contains(f.kinds, e.GetEventKind().Name())) && e.GetUnixMs() >= f.sinceMs
 }
 
 // parseSince reads --since: a duration before now (10m, 1h30m) or a time
@@ -73,11 +72,7 @@ func newEventsCmd(c *cli) *cobra.Command {
 			f := eventFilter{kinds: kinds}
 			for _, k := range kinds {
 				if !slices.Contains(eventKinds, k) {
-					e := &callError{Message: fmt.Sprintf("--kind: %q is not a kind of event (%s)", k, strings.Join(eventKinds, ", "))}
-					if s := closest(k, eventKinds); s != "" {
-						e.Hint = "did you mean " + s + "?"
-					}
-					return e
+					return badWord("--kind", k, "a kind of event", eventKinds)
 				}
 			}
 			var err error
@@ -230,7 +225,7 @@ func (c *cli) printEventLine(e *waldenv1.Event) error {
 		_, err = fmt.Fprintln(c.stdout, line)
 		return err
 	}
-	_, err := fmt.Fprintln(c.stdout, eventRow(fmt.Sprint(e.GetIndex()), eventTime(e), e.GetKind(), orDash(e.GetBrokerId()), orDash(e.GetActor()), e.GetMessage()))
+	_, err := fmt.Fprintln(c.stdout, eventRow(fmt.Sprint(e.GetIndex()), eventTime(e), e.GetEventKind().Name(), orDash(e.GetBrokerId()), orDash(e.GetActor()), e.GetMessage()))
 	return err
 }
 
@@ -262,7 +257,7 @@ func printEvents(w io.Writer, events []*waldenv1.Event, wide bool) {
 	}
 	fmt.Fprintln(w, head)
 	for _, e := range events {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s", e.GetIndex(), eventTime(e), e.GetKind(), orDash(e.GetBrokerId()), orDash(e.GetActor()), e.GetMessage())
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s", e.GetIndex(), eventTime(e), e.GetEventKind().Name(), orDash(e.GetBrokerId()), orDash(e.GetActor()), e.GetMessage())
 		if wide {
 			fmt.Fprintf(w, "\t%s", orDash(e.GetJobId()))
 		}

@@ -31,7 +31,8 @@ func (g *growingLog) ListEvents(_ context.Context, r *waldenv1.ListEventsRequest
 	defer g.mu.Unlock()
 	g.next++
 	kind := []string{"observation", "decision", "job"}[g.next%3]
-	g.events = append(g.events, &waldenv1.Event{Index: 100 + g.next, UnixMs: time.Now().UnixMilli(), Kind: kind, BrokerId: "b1", Message: kind})
+	k, _ := waldenv1.Parse[waldenv1.EventKind](kind)
+	g.events = append(g.events, &waldenv1.Event{Index: 100 + g.next, UnixMs: time.Now().UnixMilli(), EventKind: k, BrokerId: "b1", Message: kind})
 	var out []*waldenv1.Event
 	for _, e := range g.events {
 		if r.GetBrokerId() == "" || e.GetBrokerId() == r.GetBrokerId() {
@@ -45,10 +46,10 @@ func TestEventsFilters(t *testing.T) {
 	now := time.Now()
 	f := &fakeBrokers{}
 	addr := serveBrokers(t, &eventsServer{fakeBrokers: f, events: []*waldenv1.Event{
-		{Index: 1, UnixMs: now.Add(-time.Hour).UnixMilli(), Kind: "register", BrokerId: "b1", Message: "registered"},
-		{Index: 2, UnixMs: now.Add(-time.Minute).UnixMilli(), Kind: "observation", BrokerId: "b1", Message: "c1 observes dead"},
-		{Index: 3, UnixMs: now.Add(-30 * time.Second).UnixMilli(), Kind: "decision", BrokerId: "b1", Message: "declared failed"},
-		{Index: 4, UnixMs: now.Add(-10 * time.Second).UnixMilli(), Kind: "job", BrokerId: "b1", Message: "attempt 1 running on c2"},
+		{Index: 1, UnixMs: now.Add(-time.Hour).UnixMilli(), EventKind: waldenv1.EventKind_EVENT_KIND_REGISTER, BrokerId: "b1", Message: "registered"},
+		{Index: 2, UnixMs: now.Add(-time.Minute).UnixMilli(), EventKind: waldenv1.EventKind_EVENT_KIND_OBSERVATION, BrokerId: "b1", Message: "c1 observes dead"},
+		{Index: 3, UnixMs: now.Add(-30 * time.Second).UnixMilli(), EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", Message: "declared failed"},
+		{Index: 4, UnixMs: now.Add(-10 * time.Second).UnixMilli(), EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: "b1", Message: "attempt 1 running on c2"},
 	}})
 	for args, want := range map[string]string{
 		"events":                                 "1,2,3,4",
@@ -148,8 +149,9 @@ func (w *watchingLog) Watch(r *waldenv1.WatchRequest, st grpc.ServerStreamingSer
 	n := len(w.starts)
 	w.mu.Unlock()
 	ev := func(i uint64, kind string) *waldenv1.Change {
+		k, _ := waldenv1.Parse[waldenv1.EventKind](kind)
 		return &waldenv1.Change{Revision: i, Kind: waldenv1.WatchKind_WATCH_KIND_EVENT,
-			Value: &waldenv1.Change_Event{Event: &waldenv1.Event{Index: i, UnixMs: time.Now().UnixMilli(), Kind: kind, BrokerId: "b1", Message: kind}}}
+			Value: &waldenv1.Change_Event{Event: &waldenv1.Event{Index: i, UnixMs: time.Now().UnixMilli(), EventKind: k, BrokerId: "b1", Message: kind}}}
 	}
 	switch n {
 	case 1:

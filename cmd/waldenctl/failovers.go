@@ -85,11 +85,11 @@ func printFailovers(w io.Writer, fs []*waldenv1.Failover, wide bool, now int64) 
 	fmt.Fprintln(w, head)
 	for _, f := range fs {
 		d, r, o, total := failoverTimes(f)
-		if f.GetFinishedUnixMs() == 0 && (f.GetState() == "running" || f.GetState() == "pending") {
+		if f.GetFinishedUnixMs() == 0 && (f.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING || f.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING) {
 			r = now - f.GetDecidedUnixMs()
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d→%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d reopened",
-			f.GetId(), f.GetBrokerId(), f.GetState(), f.GetOldEpoch(), f.GetNewEpoch(), orDash(f.GetDecidedBy()),
+			f.GetId(), f.GetBrokerId(), f.GetJobState().Name(), f.GetOldEpoch(), f.GetNewEpoch(), orDash(f.GetDecidedBy()),
 			orDash(strings.Join(f.GetAssignees(), "→")), msOrDash(d), msOrDash(r), msOrDash(o), msOrDash(total),
 			size(f.GetBytesUploaded()), f.GetStreamsReopened(), f.GetStreamsTotal())
 		if wide {
@@ -135,9 +135,9 @@ func printFailover(w io.Writer, f *waldenv1.Failover, now int64) {
 	d, r, o, total := failoverTimes(f)
 	fmt.Fprintf(w, "failover\t%s\n", f.GetId())
 	fmt.Fprintf(w, "broker\t%s: epoch %d fenced, new epoch %d\n", f.GetBrokerId(), f.GetOldEpoch(), f.GetNewEpoch())
-	fmt.Fprintf(w, "state\t%s", f.GetState())
-	if f.GetStep() != "" && f.GetStep() != "done" {
-		fmt.Fprintf(w, " (step %s)", f.GetStep())
+	fmt.Fprintf(w, "state\t%s", f.GetJobState().Name())
+	if f.GetJobStep() != waldenv1.JobStep_JOB_STEP_UNSPECIFIED && f.GetJobStep() != waldenv1.JobStep_JOB_STEP_DONE {
+		fmt.Fprintf(w, " (step %s)", f.GetJobStep().Name())
 	}
 	fmt.Fprintln(w)
 	how := "automatic"

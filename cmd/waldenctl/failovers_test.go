@@ -36,17 +36,17 @@ func (f *fakeFailovers) GetFailover(_ context.Context, r *waldenv1.GetFailoverRe
 
 func sampleFailover() *waldenv1.Failover {
 	const t0 = int64(1_700_000_000_000)
-	j := &waldenv1.Job{JobId: "job-b1-7", BrokerId: "b1", Token: 7, Attempt: 1, AssigneeId: "c2", State: "succeeded", Step: "done",
+	j := &waldenv1.Job{JobId: "job-b1-7", BrokerId: "b1", Token: 7, Attempt: 1, AssigneeId: "c2", JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, JobStep: waldenv1.JobStep_JOB_STEP_DONE,
 		CreatedUnixMs: t0 + 5000, FinishedUnixMs: t0 + 6500, StreamsTotal: 3, StreamsClosed: 3, StreamsReopened: 3, ReopenedUnixMs: t0 + 7000,
 		BytesUploaded: 3 << 20, BytesTotal: 3 << 20, Objects: []string{"o1"}, RecordsUploaded: 12, LeaseWaitMs: 200,
-		Checkpoints: []*waldenv1.Checkpoint{{Step: "fence", Attempt: 1, UnixMs: t0 + 5400}, {Step: "attach", Attempt: 1, UnixMs: t0 + 5450},
-			{Step: "read", Attempt: 1, UnixMs: t0 + 5500}, {Step: "upload", Attempt: 1, UnixMs: t0 + 6200, Detail: "uploaded 1 object"},
-			{Step: "commit", Attempt: 1, UnixMs: t0 + 6300}, {Step: "close", Attempt: 1, UnixMs: t0 + 6400}, {Step: "detach", Attempt: 1, UnixMs: t0 + 6450}}}
+		Checkpoints: []*waldenv1.Checkpoint{{JobStep: waldenv1.JobStep_JOB_STEP_FENCE, Attempt: 1, UnixMs: t0 + 5400}, {JobStep: waldenv1.JobStep_JOB_STEP_ATTACH, Attempt: 1, UnixMs: t0 + 5450},
+			{JobStep: waldenv1.JobStep_JOB_STEP_READ, Attempt: 1, UnixMs: t0 + 5500}, {JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD, Attempt: 1, UnixMs: t0 + 6200, Detail: "uploaded 1 object"},
+			{JobStep: waldenv1.JobStep_JOB_STEP_COMMIT, Attempt: 1, UnixMs: t0 + 6300}, {JobStep: waldenv1.JobStep_JOB_STEP_CLOSE, Attempt: 1, UnixMs: t0 + 6400}, {JobStep: waldenv1.JobStep_JOB_STEP_DETACH, Attempt: 1, UnixMs: t0 + 6450}}}
 	ev := []*waldenv1.Event{
-		{Index: 9, Kind: "decision", BrokerId: "b1", JobId: "job-b1-7", Actor: "c1", UnixMs: t0 + 5000, Message: "declared failed: epoch 4 fenced, new epoch 7",
+		{Index: 9, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", JobId: "job-b1-7", Actor: "c1", UnixMs: t0 + 5000, Message: "declared failed: epoch 4 fenced, new epoch 7",
 			Evidence: &waldenv1.Evidence{DecidedBy: "c1", SuspectForMs: 5000, FailureTimeoutMs: 5000, LeaseExpiredForMs: 1200,
-				Observations: []*waldenv1.Observation{{ObserverId: "c1", State: "dead", SinceUnixMs: t0}, {ObserverId: "c3", State: "suspect", SinceUnixMs: t0 + 300}}}},
-		{Index: 10, Kind: "job", BrokerId: "b1", JobId: "job-b1-7", Actor: "c2", UnixMs: t0 + 5010, Message: "attempt 1 running on c2"},
+				Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, SinceUnixMs: t0}, {ObserverId: "c3", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, SinceUnixMs: t0 + 300}}}},
+		{Index: 10, EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: "b1", JobId: "job-b1-7", Actor: "c2", UnixMs: t0 + 5010, Message: "attempt 1 running on c2"},
 	}
 	return timeline.Build(j, ev)
 }

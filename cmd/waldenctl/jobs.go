@@ -39,10 +39,17 @@ func newJobsCmd(c *cli) *cobra.Command {
 		Short: "List recovery jobs: state, assignee, attempt, bytes uploaded and streams closed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var js waldenv1.JobState
+			if state != "" {
+				var ok bool
+				if js, ok = waldenv1.Parse[waldenv1.JobState](state); !ok {
+					return badWord("--state", state, "a job state", waldenv1.Names[waldenv1.JobState]())
+				}
+			}
 			var resp *waldenv1.ListJobsResponse
 			err := c.call(cmd.Context(), op{verb: "list", kind: "jobs"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
-				resp, err = jobsClient(conn).ListJobs(ctx, &waldenv1.ListJobsRequest{BrokerId: broker, State: state}, opts...)
+				resp, err = jobsClient(conn).ListJobs(ctx, &waldenv1.ListJobsRequest{BrokerId: broker, JobState: js}, opts...)
 				return err
 			})
 			if err != nil {
@@ -53,6 +60,7 @@ func newJobsCmd(c *cli) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&broker, "broker", "", "only the jobs of this broker")
 	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: pending, running, succeeded, failed or cancelled")
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(waldenv1.Names[waldenv1.JobState](), cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(newJobsWatchCmd(c))
 	return cmd
 }
@@ -64,7 +72,7 @@ func printJobs(w io.Writer, jobs []*waldenv1.Job, wide bool) {
 	}
 	fmt.Fprintln(w, head)
 	for _, j := range jobs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d/%d\t%s", j.GetJobId(), j.GetBrokerId(), j.GetState(), orDash(j.GetStep()),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d/%d\t%s", j.GetJobId(), j.GetBrokerId(), j.GetJobState().Name(), orDash(j.GetJobStep().Name()),
 			orDash(j.GetAssigneeId()), j.GetAttempt(), bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()),
 			j.GetStreamsClosed(), j.GetStreamsTotal(), orDash(oneLine(j.GetError(), 80)))
 		if wide {
@@ -135,8 +143,8 @@ func newJobCmd(c *cli) *cobra.Command {
 func printJob(w io.Writer, j *waldenv1.Job) {
 	fmt.Fprintf(w, "job\t%s\n", j.GetJobId())
 	fmt.Fprintf(w, "broker\t%s\n", j.GetBrokerId())
-	fmt.Fprintf(w, "state\t%s\n", j.GetState())
-	fmt.Fprintf(w, "step\t%s\n", orDash(j.GetStep()))
+	fmt.Fprintf(w, "state\t%s\n", j.GetJobState().Name())
+	fmt.Fprintf(w, "step\t%s\n", orDash(j.GetJobStep().Name()))
 	fmt.Fprintf(w, "assignee\t%s (attempt %d, token %d)\n", orDash(j.GetAssigneeId()), j.GetAttempt(), j.GetToken())
 	fmt.Fprintf(w, "lease renewed\t%s\n", unixText(j.GetLeaseRenewedUnixMs()))
 	fmt.Fprintf(w, "uploaded\t%s\n", bytesOf(j.GetBytesUploaded(), j.GetBytesTotal()))
@@ -159,7 +167,7 @@ func printJob(w io.Writer, j *waldenv1.Job) {
 		fmt.Fprintln(w, "\nSTEP\tATTEMPT\tINDEX\tDONE AT\tTOOK\tDETAIL")
 		prev := j.GetCreatedUnixMs()
 		for _, cp := range j.GetCheckpoints() {
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\n", cp.GetStep(), cp.GetAttempt(), cp.GetIndex(),
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\n", cp.GetJobStep().Name(), cp.GetAttempt(), cp.GetIndex(),
 				msText(cp.GetUnixMs()), durationText(cp.GetUnixMs()-prev), cp.GetDetail())
 			prev = cp.GetUnixMs()
 		}
@@ -181,7 +189,7 @@ func durationText(ms int64) string {
 }
 
 func finished(j *waldenv1.Job) bool {
-	return j.GetState() != "pending" && j.GetState() != "running"
+	return j.GetJobState() != waldenv1.JobState_JOB_STATE_PENDING && j.GetJobState() != waldenv1.JobState_JOB_STATE_RUNNING
 }
 
 func newJobsWatchCmd(c *cli) *cobra.Command {
@@ -396,7 +404,7 @@ func (c *cli) printJobChange(j *waldenv1.Job, now time.Time, rate float64, eta t
 		on += fmt.Sprintf("#%d", j.GetAttempt())
 	}
 	uploaded := size(j.GetBytesUploaded()) + "/" + size(j.GetBytesTotal())
-	_, err := fmt.Fprintln(c.stdout, watchRow(now.Format("15:04:05.000"), j.GetJobId(), j.GetState(), orDash(j.GetStep()), on,
+	_, err := fmt.Fprintln(c.stdout, watchRow(now.Format("15:04:05.000"), j.GetJobId(), j.GetJobState().Name(), orDash(j.GetJobStep().Name()), on,
 		progressBar(j.GetBytesUploaded(), j.GetBytesTotal()), uploaded, rateText(rate), etaText(eta, j),
 		fmt.Sprintf("%d/%d", j.GetStreamsClosed(), j.GetStreamsTotal()), orDash(oneLine(j.GetError(), 60))))
 	return err

@@ -38,7 +38,7 @@ func (f *fakeCluster) MemberList(context.Context, *waldenv1.MemberListRequest) (
 
 func (f *fakeCluster) MemberAdd(_ context.Context, r *waldenv1.MemberAddRequest) (*waldenv1.MemberAddResponse, error) {
 	f.calls.Add(1)
-	m := &waldenv1.Member{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), AdminAddr: r.GetAdminAddr(), Role: "learner"}
+	m := &waldenv1.Member{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), AdminAddr: r.GetAdminAddr(), MemberRole: waldenv1.MemberRole_MEMBER_ROLE_LEARNER}
 	return &waldenv1.MemberAddResponse{Member: m, Members: append(f.status.GetMembers(), m)}, nil
 }
 
@@ -80,9 +80,9 @@ func sampleStatus() *waldenv1.StatusResponse {
 	return &waldenv1.StatusResponse{
 		ClusterName: "demo", NodeId: "c1", LeaderId: "c1", Term: 3, CommitIndex: 12, AppliedIndex: 12, RaftState: "leader",
 		Members: []*waldenv1.Member{
-			{Id: "c1", RaftId: 11, RaftAddr: "127.0.0.1:7101", AdminAddr: "127.0.0.1:7001", Role: "leader", Reachable: true, MatchIndex: 12},
+			{Id: "c1", RaftId: 11, RaftAddr: "127.0.0.1:7101", AdminAddr: "127.0.0.1:7001", MemberRole: waldenv1.MemberRole_MEMBER_ROLE_LEADER, Reachable: true, MatchIndex: 12},
 			// A member with zero values: json must still show every field.
-			{Id: "c2", RaftId: 12, RaftAddr: "127.0.0.1:7102", AdminAddr: "127.0.0.1:7002", Role: "follower"},
+			{Id: "c2", RaftId: 12, RaftAddr: "127.0.0.1:7102", AdminAddr: "127.0.0.1:7002", MemberRole: waldenv1.MemberRole_MEMBER_ROLE_FOLLOWER},
 		},
 	}
 }

@@ -63,7 +63,7 @@ func newMemberAddCmd(c *cli) *cobra.Command {
 				return err
 			}
 			return c.print(resp, func(w io.Writer) {
-				fmt.Fprintf(w, "added member %s as %s\n\n", resp.GetMember().GetId(), orDash(resp.GetMember().GetRole()))
+				fmt.Fprintf(w, "added member %s as %s\n\n", resp.GetMember().GetId(), orDash(resp.GetMember().GetMemberRole().Name()))
 				printMembers(w, resp.GetMembers())
 			})
 		},

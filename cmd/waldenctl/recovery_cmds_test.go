@@ -60,7 +60,9 @@ func serveRecovery(t *testing.T, c *fakeCatalog, j *fakeJobs) string {
 }
 
 func sampleJob(state, step string, up uint64, closed uint32) *waldenv1.Job {
-	return &waldenv1.Job{JobId: "job-b1-4", BrokerId: "b1", State: state, Step: step, AssigneeId: "c2", Attempt: 2, Token: 4,
+	js, _ := waldenv1.Parse[waldenv1.JobState](state)
+	st, _ := waldenv1.Parse[waldenv1.JobStep](step)
+	return &waldenv1.Job{JobId: "job-b1-4", BrokerId: "b1", JobState: js, JobStep: st, AssigneeId: "c2", Attempt: 2, Token: 4,
 		BytesUploaded: up, BytesTotal: 3 << 20, StreamsClosed: closed, StreamsTotal: 2}
 }
 

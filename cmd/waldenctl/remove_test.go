@@ -21,7 +21,7 @@ func (f *removingBrokers) RemoveBroker(_ context.Context, r *waldenv1.RemoveBrok
 			map[string]string{"streams": "101,102"})
 		return nil, rpcerr.Status(err).Err()
 	}
-	return &waldenv1.RemoveBrokerResponse{Broker: &waldenv1.Broker{BrokerId: r.GetBrokerId(), Epoch: 4, State: "alive"}}, nil
+	return &waldenv1.RemoveBrokerResponse{Broker: &waldenv1.Broker{BrokerId: r.GetBrokerId(), Epoch: 4, BrokerState: waldenv1.BrokerState_BROKER_STATE_ALIVE}}, nil
 }
 
 func TestBrokerRemove(t *testing.T) {

@@ -43,6 +43,6 @@ func newStatusCmd(c *cli) *cobra.Command {
 func printMembers(w io.Writer, members []*waldenv1.Member) {
 	fmt.Fprintln(w, "ID\tROLE\tRAFT ADDR\tADMIN ADDR\tREACHABLE\tMATCH INDEX")
 	for _, m := range members {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%d\n", m.GetId(), orDash(m.GetRole()), m.GetRaftAddr(), m.GetAdminAddr(), m.GetReachable(), m.GetMatchIndex())
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%d\n", m.GetId(), orDash(m.GetMemberRole().Name()), m.GetRaftAddr(), m.GetAdminAddr(), m.GetReachable(), m.GetMatchIndex())
 	}
 }

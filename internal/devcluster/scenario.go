@@ -387,7 +387,7 @@ func (w *watcher) poll(ctx context.Context) {
 				continue
 			}
 			w.events = e.GetIndex()
-			line := fmt.Sprintf("event %-12s %-4s %s", e.GetKind(), e.GetBrokerId(), e.GetMessage())
+			line := fmt.Sprintf("event %-12s %-4s %s", e.GetEventKind().Name(), e.GetBrokerId(), e.GetMessage())
 			if ev := e.GetEvidence(); ev != nil && ev.GetSuspectForMs() > 0 {
 				line += fmt.Sprintf(" [suspect for %d ms by %d/%d, lease expired for %d ms]", ev.GetSuspectForMs(),
 					len(ev.GetObservations()), ev.GetSuspicionQuorum(), ev.GetLeaseExpiredForMs())
@@ -400,7 +400,7 @@ func (w *watcher) poll(ctx context.Context) {
 	w.mu.Unlock()
 	if bs, err := w.c.ListBrokers(ctx); err == nil {
 		for _, b := range bs {
-			key := fmt.Sprintf("%s epoch %d fenced %v", b.GetState(), b.GetEpoch(), b.GetFenced())
+			key := fmt.Sprintf("%s epoch %d fenced %v", b.GetBrokerState().Name(), b.GetEpoch(), b.GetFenced())
 			if w.brokers[b.GetBrokerId()] != key {
 				w.brokers[b.GetBrokerId()] = key
 				w.f.say("broker %s: %s", b.GetBrokerId(), key)
@@ -418,7 +418,7 @@ func (w *watcher) poll(ctx context.Context) {
 	if js, err := w.c.ListJobs(ctx, ""); err == nil {
 		for _, j := range js {
 			key := fmt.Sprintf("%s step %s attempt %d on %s, uploaded %s/%s (%d records), streams closed %d/%d",
-				j.GetState(), j.GetStep(), j.GetAttempt(), j.GetAssigneeId(), FormatBytes(j.GetBytesUploaded()),
+				j.GetJobState().Name(), j.GetJobStep().Name(), j.GetAttempt(), j.GetAssigneeId(), FormatBytes(j.GetBytesUploaded()),
 				FormatBytes(j.GetBytesTotal()), j.GetRecordsUploaded(), j.GetStreamsClosed(), j.GetStreamsTotal())
 			if j.GetError() != "" {
 				key += ", error: " + j.GetError()
@@ -486,7 +486,7 @@ func (w *watcher) poll(ctx context.Context) {
 func reopenAfterClose(j *waldenv1.Job) int64 {
 	var closed int64
 	for _, cp := range j.GetCheckpoints() {
-		if cp.GetStep() == "close" {
+		if cp.GetJobStep() == waldenv1.JobStep_JOB_STEP_CLOSE {
 			closed = cp.GetUnixMs()
 		}
 	}
@@ -514,8 +514,8 @@ func (w *watcher) failoverErr() error {
 	if w.hookErr != nil {
 		return w.hookErr
 	}
-	if w.job != nil && (w.job.GetState() == "failed" || w.job.GetState() == "cancelled") {
-		return fmt.Errorf("recovery job %s %s: %s", w.job.GetJobId(), w.job.GetState(), w.job.GetError())
+	if w.job != nil && (w.job.GetJobState() == waldenv1.JobState_JOB_STATE_FAILED || w.job.GetJobState() == waldenv1.JobState_JOB_STATE_CANCELLED) {
+		return fmt.Errorf("recovery job %s %s: %s", w.job.GetJobId(), w.job.GetJobState().Name(), w.job.GetError())
 	}
 	return nil
 }
@@ -524,7 +524,7 @@ func (w *watcher) done() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	hooked := w.hookDone || w.f.DuringRecovery == nil
-	return hooked && w.failedMs != 0 && w.job != nil && w.job.GetState() == "succeeded" && !w.reopened.IsZero()
+	return hooked && w.failedMs != 0 && w.job != nil && w.job.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED && !w.reopened.IsZero()
 }
 
 func (w *watcher) progress() string {
@@ -533,7 +533,7 @@ func (w *watcher) progress() string {
 	var parts []string
 	parts = append(parts, fmt.Sprintf("failed decision seen %v", w.failedMs != 0))
 	if w.job != nil {
-		parts = append(parts, fmt.Sprintf("job %s %s step %s", w.job.GetJobId(), w.job.GetState(), w.job.GetStep()))
+		parts = append(parts, fmt.Sprintf("job %s %s step %s", w.job.GetJobId(), w.job.GetJobState().Name(), w.job.GetJobStep().Name()))
 	} else {
 		parts = append(parts, "no job yet")
 	}

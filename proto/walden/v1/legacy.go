@@ -2,6 +2,7 @@ package waldenv1
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -35,12 +36,24 @@ var legacyFields = map[protoreflect.FullName][]legacyField{
 	"walden.v1.Failover":        {{"job_state", "state"}, {"job_step", "step"}},
 }
 
+// LegacyNameError is a deprecated string that names no value of its enum.
+type LegacyNameError struct {
+	// Field is the string field's name ("state"), Value its value.
+	Field, Value string
+	// Names are the names of the enum's values.
+	Names []string
+}
+
+func (e *LegacyNameError) Error() string {
+	return fmt.Sprintf("%s %q is not %s", e.Field, e.Value, oneOf(e.Names))
+}
+
 // UpgradeLegacy rewrites m, and every message within it, into this
 // version's form: each deprecated string that names a value sets the enum
 // field that replaced it (unless the enum is already set: a writer that
 // set both meant the enum) and is cleared. A string that names no value is
-// left in place, and the first such is returned as an error; the rest of m
-// is upgraded all the same.
+// left in place, and the first such is returned (a *LegacyNameError); the
+// rest of m is upgraded all the same.
 func UpgradeLegacy(m proto.Message) error {
 	var first error
 	walkLegacy(m.ProtoReflect(), func(msg protoreflect.Message, enum, str protoreflect.FieldDescriptor) {
@@ -52,7 +65,7 @@ func UpgradeLegacy(m proto.Message) error {
 			n, ok := namesOf(enum.Enum()).byName[s]
 			if !ok {
 				if first == nil {
-					first = fmt.Errorf("%s: %q is not a %s", str.FullName(), s, enum.Enum().Name())
+					first = &LegacyNameError{Field: string(str.Name()), Value: s, Names: namesOf(enum.Enum()).names}
 				}
 				return
 			}
@@ -61,6 +74,24 @@ func UpgradeLegacy(m proto.Message) error {
 		msg.Clear(str)
 	})
 	return first
+}
+
+// HasLegacy reports whether m, or a message within it, carries a
+// deprecated string (what an older walden wrote).
+func HasLegacy(m proto.Message) bool {
+	found := false
+	walkLegacy(m.ProtoReflect(), func(msg protoreflect.Message, _, str protoreflect.FieldDescriptor) {
+		found = found || msg.Has(str)
+	})
+	return found
+}
+
+// oneOf spells names as "a, b or c".
+func oneOf(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // AddLegacy sets every deprecated string field in m, and in every message
@@ -94,7 +125,9 @@ func walkLegacy(m protoreflect.Message, fn func(msg protoreflect.Message, enum, 
 	}
 	md := m.Descriptor()
 	for _, f := range legacyFields[md.FullName()] {
-		fn(m, md.Fields().ByName(f.enum), md.Fields().ByName(f.str))
+		if e, s := md.Fields().ByName(f.enum), md.Fields().ByName(f.str); e != nil && s != nil {
+			fn(m, e, s)
+		}
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {

@@ -119,7 +119,7 @@ func TestUpgradeLegacy(t *testing.T) {
 	// upgraded.
 	s := &StateSnapshot{Brokers: []*Broker{{BrokerId: "b1", State: "zombie"}, {BrokerId: "b2", State: "alive"}}}
 	err := UpgradeLegacy(s)
-	if err == nil || !strings.Contains(err.Error(), `"zombie"`) || !strings.Contains(err.Error(), "BrokerState") {
+	if err == nil || err.Error() != `state "zombie" is not alive, suspect, failed, recovering, recovered or maintenance` {
 		t.Fatalf("UpgradeLegacy(zombie) = %v", err)
 	}
 	if s.Brokers[0].GetState() != "zombie" || s.Brokers[1].GetBrokerState() != BrokerState_BROKER_STATE_ALIVE {

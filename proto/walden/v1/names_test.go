@@ -35,8 +35,8 @@ func TestNames(t *testing.T) {
 		{Names[JobState](), []string{"pending", "running", "succeeded", "failed", "cancelled"}},
 		{Names[JobStep](), []string{"fence", "attach", "read", "upload", "commit", "close", "detach", "done"}},
 		{Names[MemberRole](), []string{"voter", "learner", "leader", "follower"}},
-		{Names[EventKind](), []string{"register", "observation", "lease", "decision", "dry_run", "failover_requested", "freeze",
-			"unfreeze", "cooldown", "policy", "maintenance", "ack", "job", "remove", "recovery", "stream"}},
+		{Names[EventKind](), []string{"register", "observation", "decision", "dry_run", "freeze", "unfreeze", "cooldown",
+			"policy", "maintenance", "ack", "lease", "job", "stream", "recovery", "remove", "failover_requested"}},
 	}
 	for _, l := range lists {
 		if !slices.Equal(l.got, l.want) {

@@ -345,37 +345,38 @@ const (
 	EventKind_EVENT_KIND_REGISTER EventKind = 1
 	// A coordinator's observation of a broker changed.
 	EventKind_EVENT_KIND_OBSERVATION EventKind = 2
-	// A coordinator attested that its lease grant expired, or withdrew it.
-	EventKind_EVENT_KIND_LEASE EventKind = 3
 	// A failover decision (with its evidence).
-	EventKind_EVENT_KIND_DECISION EventKind = 4
+	EventKind_EVENT_KIND_DECISION EventKind = 3
 	// A decision recorded only, under the policy's dry_run.
-	EventKind_EVENT_KIND_DRY_RUN EventKind = 5
-	// An operator requested a manual failover.
-	EventKind_EVENT_KIND_FAILOVER_REQUESTED EventKind = 6
+	EventKind_EVENT_KIND_DRY_RUN EventKind = 4
 	// The leader froze automatic failover (too many brokers suspected).
-	EventKind_EVENT_KIND_FREEZE EventKind = 7
+	EventKind_EVENT_KIND_FREEZE EventKind = 5
 	// The leader lifted the freeze.
-	EventKind_EVENT_KIND_UNFREEZE EventKind = 8
+	EventKind_EVENT_KIND_UNFREEZE EventKind = 6
 	// A broker looked failed again within the cooldown: automatic failover
 	// waits for an operator's ack.
-	EventKind_EVENT_KIND_COOLDOWN EventKind = 9
+	EventKind_EVENT_KIND_COOLDOWN EventKind = 7
 	// The policy changed (seeded or set).
-	EventKind_EVENT_KIND_POLICY EventKind = 10
+	EventKind_EVENT_KIND_POLICY EventKind = 8
 	// A broker's maintenance was turned on or off.
-	EventKind_EVENT_KIND_MAINTENANCE EventKind = 11
+	EventKind_EVENT_KIND_MAINTENANCE EventKind = 9
 	// An operator acknowledged a broker (cleared its cooldown block).
-	EventKind_EVENT_KIND_ACK EventKind = 12
+	EventKind_EVENT_KIND_ACK EventKind = 10
+	// A coordinator attested that its lease grant expired, or withdrew it.
+	EventKind_EVENT_KIND_LEASE EventKind = 11
 	// A recovery job changed state (running, reassigned, finished, cancelled,
 	// retried).
-	EventKind_EVENT_KIND_JOB EventKind = 13
-	// A broker's registration was removed.
-	EventKind_EVENT_KIND_REMOVE EventKind = 14
-	// A recovery executor's note (e.g. how long it waited for a lease).
-	EventKind_EVENT_KIND_RECOVERY EventKind = 15
+	EventKind_EVENT_KIND_JOB EventKind = 12
 	// Reserved for catalog events; walden records none so far (waldenctl
 	// events --kind accepts it, as it always has).
-	EventKind_EVENT_KIND_STREAM EventKind = 16
+	EventKind_EVENT_KIND_STREAM EventKind = 13
+	// A recovery executor's note (what the read step skipped or where it
+	// stopped at a gap).
+	EventKind_EVENT_KIND_RECOVERY EventKind = 14
+	// A broker's registration was removed.
+	EventKind_EVENT_KIND_REMOVE EventKind = 15
+	// An operator requested a manual failover.
+	EventKind_EVENT_KIND_FAILOVER_REQUESTED EventKind = 16
 )
 
 // Enum value maps for EventKind.
@@ -384,39 +385,39 @@ var (
 		0:  "EVENT_KIND_UNSPECIFIED",
 		1:  "EVENT_KIND_REGISTER",
 		2:  "EVENT_KIND_OBSERVATION",
-		3:  "EVENT_KIND_LEASE",
-		4:  "EVENT_KIND_DECISION",
-		5:  "EVENT_KIND_DRY_RUN",
-		6:  "EVENT_KIND_FAILOVER_REQUESTED",
-		7:  "EVENT_KIND_FREEZE",
-		8:  "EVENT_KIND_UNFREEZE",
-		9:  "EVENT_KIND_COOLDOWN",
-		10: "EVENT_KIND_POLICY",
-		11: "EVENT_KIND_MAINTENANCE",
-		12: "EVENT_KIND_ACK",
-		13: "EVENT_KIND_JOB",
-		14: "EVENT_KIND_REMOVE",
-		15: "EVENT_KIND_RECOVERY",
-		16: "EVENT_KIND_STREAM",
+		3:  "EVENT_KIND_DECISION",
+		4:  "EVENT_KIND_DRY_RUN",
+		5:  "EVENT_KIND_FREEZE",
+		6:  "EVENT_KIND_UNFREEZE",
+		7:  "EVENT_KIND_COOLDOWN",
+		8:  "EVENT_KIND_POLICY",
+		9:  "EVENT_KIND_MAINTENANCE",
+		10: "EVENT_KIND_ACK",
+		11: "EVENT_KIND_LEASE",
+		12: "EVENT_KIND_JOB",
+		13: "EVENT_KIND_STREAM",
+		14: "EVENT_KIND_RECOVERY",
+		15: "EVENT_KIND_REMOVE",
+		16: "EVENT_KIND_FAILOVER_REQUESTED",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":        0,
 		"EVENT_KIND_REGISTER":           1,
 		"EVENT_KIND_OBSERVATION":        2,
-		"EVENT_KIND_LEASE":              3,
-		"EVENT_KIND_DECISION":           4,
-		"EVENT_KIND_DRY_RUN":            5,
-		"EVENT_KIND_FAILOVER_REQUESTED": 6,
-		"EVENT_KIND_FREEZE":             7,
-		"EVENT_KIND_UNFREEZE":           8,
-		"EVENT_KIND_COOLDOWN":           9,
-		"EVENT_KIND_POLICY":             10,
-		"EVENT_KIND_MAINTENANCE":        11,
-		"EVENT_KIND_ACK":                12,
-		"EVENT_KIND_JOB":                13,
-		"EVENT_KIND_REMOVE":             14,
-		"EVENT_KIND_RECOVERY":           15,
-		"EVENT_KIND_STREAM":             16,
+		"EVENT_KIND_DECISION":           3,
+		"EVENT_KIND_DRY_RUN":            4,
+		"EVENT_KIND_FREEZE":             5,
+		"EVENT_KIND_UNFREEZE":           6,
+		"EVENT_KIND_COOLDOWN":           7,
+		"EVENT_KIND_POLICY":             8,
+		"EVENT_KIND_MAINTENANCE":        9,
+		"EVENT_KIND_ACK":                10,
+		"EVENT_KIND_LEASE":              11,
+		"EVENT_KIND_JOB":                12,
+		"EVENT_KIND_STREAM":             13,
+		"EVENT_KIND_RECOVERY":           14,
+		"EVENT_KIND_REMOVE":             15,
+		"EVENT_KIND_FAILOVER_REQUESTED": 16,
 	}
 )
 
@@ -492,22 +493,22 @@ const file_walden_v1_types_proto_rawDesc = "" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_REGISTER\x10\x01\x12\x1a\n" +
-	"\x16EVENT_KIND_OBSERVATION\x10\x02\x12\x14\n" +
-	"\x10EVENT_KIND_LEASE\x10\x03\x12\x17\n" +
-	"\x13EVENT_KIND_DECISION\x10\x04\x12\x16\n" +
-	"\x12EVENT_KIND_DRY_RUN\x10\x05\x12!\n" +
-	"\x1dEVENT_KIND_FAILOVER_REQUESTED\x10\x06\x12\x15\n" +
-	"\x11EVENT_KIND_FREEZE\x10\a\x12\x17\n" +
-	"\x13EVENT_KIND_UNFREEZE\x10\b\x12\x17\n" +
-	"\x13EVENT_KIND_COOLDOWN\x10\t\x12\x15\n" +
-	"\x11EVENT_KIND_POLICY\x10\n" +
-	"\x12\x1a\n" +
-	"\x16EVENT_KIND_MAINTENANCE\x10\v\x12\x12\n" +
-	"\x0eEVENT_KIND_ACK\x10\f\x12\x12\n" +
-	"\x0eEVENT_KIND_JOB\x10\r\x12\x15\n" +
-	"\x11EVENT_KIND_REMOVE\x10\x0e\x12\x17\n" +
-	"\x13EVENT_KIND_RECOVERY\x10\x0f\x12\x15\n" +
-	"\x11EVENT_KIND_STREAM\x10\x10B!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
+	"\x16EVENT_KIND_OBSERVATION\x10\x02\x12\x17\n" +
+	"\x13EVENT_KIND_DECISION\x10\x03\x12\x16\n" +
+	"\x12EVENT_KIND_DRY_RUN\x10\x04\x12\x15\n" +
+	"\x11EVENT_KIND_FREEZE\x10\x05\x12\x17\n" +
+	"\x13EVENT_KIND_UNFREEZE\x10\x06\x12\x17\n" +
+	"\x13EVENT_KIND_COOLDOWN\x10\a\x12\x15\n" +
+	"\x11EVENT_KIND_POLICY\x10\b\x12\x1a\n" +
+	"\x16EVENT_KIND_MAINTENANCE\x10\t\x12\x12\n" +
+	"\x0eEVENT_KIND_ACK\x10\n" +
+	"\x12\x14\n" +
+	"\x10EVENT_KIND_LEASE\x10\v\x12\x12\n" +
+	"\x0eEVENT_KIND_JOB\x10\f\x12\x15\n" +
+	"\x11EVENT_KIND_STREAM\x10\r\x12\x17\n" +
+	"\x13EVENT_KIND_RECOVERY\x10\x0e\x12\x15\n" +
+	"\x11EVENT_KIND_REMOVE\x10\x0f\x12!\n" +
+	"\x1dEVENT_KIND_FAILOVER_REQUESTED\x10\x10B!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
 
 var (
 	file_walden_v1_types_proto_rawDescOnce sync.Once
