@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +36,7 @@ var (
 //	ratio            upload-MiB/s ÷ direct-MiB/s (goal ≥ 0.9)
 //	recovery-MiB/s   bytes ÷ (decision → all streams closed)
 //	decision-to-closed-s
+//	closed/direct    (decision → all streams closed) ÷ the transfer manager's time for the same bytes (goal ≤ 1.2)
 //
 // Run: go test -run '^$' -bench BenchmarkRecovery -benchtime 1x ./recovery [-args -recovery.size=1073741824]
 func BenchmarkRecovery(b *testing.B) {
@@ -66,12 +69,22 @@ func BenchmarkRecovery(b *testing.B) {
 				b.ReportMetric(up/direct, "ratio")
 				b.ReportMetric(float64(r.bytes)/r.total.Seconds()/(1<<20), "recovery-MiB/s")
 				b.ReportMetric(r.total.Seconds(), "decision-to-closed-s")
-				b.Logf("%s: %d bytes in %d objects: direct %.0f MiB/s, recovery upload %.0f MiB/s (ratio %.2f), decision → closed %s (read %s, upload %s, commit+close %s)",
-					name, r.bytes, r.objects, direct, up, up/direct, r.total.Round(time.Millisecond), r.read.Round(time.Millisecond),
-					r.upload.Round(time.Millisecond), r.rest.Round(time.Millisecond))
+				directTime := time.Duration(float64(written) / (direct * (1 << 20)) * float64(time.Second))
+				b.ReportMetric(r.total.Seconds()/directTime.Seconds(), "closed/direct")
+				b.Logf("%s: %d bytes in %d objects: direct %.0f MiB/s (%s for the bytes), recovery upload %.0f MiB/s (ratio %.2f), decision → closed %s = %.2f× the direct upload (read %s, upload %s, commit+close %s); load average %s",
+					name, r.bytes, r.objects, direct, directTime.Round(time.Millisecond), up, up/direct, r.total.Round(time.Millisecond), r.total.Seconds()/directTime.Seconds(),
+					r.read.Round(time.Millisecond), r.upload.Round(time.Millisecond), r.rest.Round(time.Millisecond), loadavg())
 			}
 		})
 	}
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 // writeBenchWAL writes size bytes of payload for streams 1..8 and returns

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ var (
 	benchWindow = flag.Duration("detect.window", 20*time.Second, "detection benchmark: kills are spread at random over this window")
 	benchAlone  = flag.Bool("detect.memberlist-alone", false, "detection benchmark: also run memberlist in a pool of its own")
 	benchSoak   = flag.Duration("detect.soak", 2*time.Minute, "detection benchmark: duration of the false-positive soak (0 skips it)")
-	benchSoakOn = flag.String("detect.soak-on", "follower", "detection benchmark: the soak's faults are on the links of a \"follower\" or of the \"leader\"")
+	benchSoakOn = flag.String("detect.soak-on", "both", "detection benchmark: the soak's faults are on the links of a \"follower\", of the \"leader\", or \"both\" one after the other")
 )
 
 // latencies summarises detection latencies.
@@ -45,20 +46,21 @@ func (l latencies) pct(p float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
-// tunedPolicy is the "tuned" configuration: sub-second probes and a 1.5 s
-// failure timeout.
+// tunedConfig is the "tuned" policy of the failover goals: failure_timeout
+// 2s, lease_ttl 1s, drift_margin 200ms; the probes, gossip and raft keep
+// their defaults, as for an operator who changes only the policy.
 func tunedConfig(cfg *config.Server) {
-	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = tProbeInterval, tProbeTimeout
-	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
-	benchGates(cfg)
+	defaultConfig(cfg)
+	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = 2*time.Second, time.Second, 200*time.Millisecond
 }
 
-// defaultConfig restores every default of gossip and policy.
+// defaultConfig restores every default of gossip, raft and policy.
 func defaultConfig(cfg *config.Server) {
 	def := config.DefaultServerConfig()
-	bind, join := cfg.Gossip.BindAddr, cfg.Gossip.Join
+	bind, join, faults := cfg.Gossip.BindAddr, cfg.Gossip.Join, cfg.Gossip.Faults
 	cfg.Gossip = def.Gossip
-	cfg.Gossip.BindAddr, cfg.Gossip.Join = bind, join
+	cfg.Gossip.BindAddr, cfg.Gossip.Join, cfg.Gossip.Faults = bind, join, faults
+	cfg.Raft = def.Raft
 	cfg.Policy = def.Policy
 	benchGates(cfg)
 }
@@ -294,8 +296,9 @@ func measureMemberlist(b *testing.B, n int) latencies {
 
 // soakResult is what the false-positive soak measured.
 type soakResult struct {
-	// node is the coordinator whose links were degraded.
-	node string
+	// node is the coordinator whose links were degraded, on the one that
+	// led at the start (on: "follower" or "leader").
+	node, on string
 	// failovers sums the brokers' failover counters; decisions counts the
 	// decision events (both must stay 0).
 	failovers, decisions int
@@ -304,30 +307,71 @@ type soakResult struct {
 	// counts the 100 ms samples in which no member was leader.
 	terms               uint64
 	samples, leaderless int
+	// checks counts the agents' lease checks (one per agent every 10 ms,
+	// as a broker checks before it acknowledges a write); refused those
+	// answered "lease not valid", and lapses the times an agent's lease
+	// went from valid to not valid.
+	checks, refused, lapses int
 }
 
 // soak runs the tuned configuration with 20% loss and 0–100 ms jitter on
 // every link of one coordinator, a follower or the leader at the start (its
-// direct probes, its gossip to and from every member, its raft streams both
-// ways) and counts the failovers.
+// direct probes, the agents' lease renewals to it and their answers, its
+// gossip to and from every member, its raft streams both ways) and counts
+// the failovers, and the writes the brokers would have refused for lack of
+// a lease.
 func soak(b *testing.B, d time.Duration, on string) soakResult {
 	c := newDetCluster(b, tunedConfig)
+	c.agentGossip, c.agentMargin = gossip.DefaultConfig(), config.DefaultLeaseSafetyMargin
 	ids := []string{"s1", "s2", "s3", "s4", "s5"}
+	var agents []*agent.Agent
 	for _, id := range ids {
-		c.startAgent(id, nil)
+		agents = append(agents, c.startAgent(id, nil))
 	}
 	c.waitAllAlive(ids...)
-	var r soakResult
+	r := soakResult{on: on}
 	term0 := c.leader().node.Status().Term
 	before := c.faults.counts()
 	r.node = c.pick(on)
 	c.degradeCoordinator(r.node, 0.2, 0, 100*time.Millisecond)
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(10 * time.Millisecond)
+			defer t.Stop()
+			valid := true
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+				err := a.Check()
+				mu.Lock()
+				r.checks++
+				if errors.Is(err, agent.ErrLeaseExpired) {
+					r.refused++
+				}
+				if valid && err != nil {
+					r.lapses++
+				}
+				mu.Unlock()
+				valid = err == nil
+			}
+		}()
+	}
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		r.samples++
 		if !slices.ContainsFunc(c.servers, func(s *Server) bool { return s.node.IsLeader() }) {
 			r.leaderless++
 		}
 	}
+	close(stop)
+	wg.Wait()
 	r.faults = c.faults.counts().sub(before)
 	for _, id := range ids {
 		r.failovers += int(c.broker(id).GetFailovers())
@@ -352,69 +396,85 @@ func BenchmarkDetection(b *testing.B) {
 // before the next one starts.
 func detectionLatency(b *testing.B, out io.Writer) {
 	loadBefore := loadavg()
-	defGossip := gossip.DefaultConfig()
-	tunedGossip := gossip.DefaultConfig()
-	tunedGossip.ProbeInterval, tunedGossip.ProbeTimeout = tProbeInterval, tProbeTimeout
+	start := time.Now()
 	var def, tuned runResult
 	var ml latencies
 	b.Run("default", func(b *testing.B) {
-		def = measureWalden(b, "walden default", defaultConfig, defGossip, config.DefaultLeaseSafetyMargin)
+		def = measureWalden(b, "walden default", defaultConfig, gossip.DefaultConfig(), config.DefaultLeaseSafetyMargin)
 	})
 	b.Run("tuned", func(b *testing.B) {
-		tuned = measureWalden(b, "walden tuned", tunedConfig, tunedGossip, 150*time.Millisecond)
+		tuned = measureWalden(b, "walden tuned", tunedConfig, gossip.DefaultConfig(), config.DefaultLeaseSafetyMargin)
 	})
 	if *benchAlone {
 		b.Run("memberlist", func(b *testing.B) { ml = measureMemberlist(b, *benchTrials) })
 	}
 
-	fmt.Fprintf(out, "\nDetection latency: agent killed → FAILED committed (walden) / first dead event (memberlist); %d trials each, kills at random instants over %v, 3 coordinators on loopback, load average %s before, %s after\n\n",
-		*benchTrials, *benchWindow, loadBefore, loadavg())
-	fmt.Fprintln(out, "| configuration | median | p99 | min | max | declared before the kill | raft terms during the run |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
+	fmt.Fprintf(out, "\nDetection latency: agent killed → FAILED committed (walden) / first dead event (memberlist); %d trials each, kills at random instants over %v, 3 coordinators on loopback; %s, load average %s before, %s after\n\n",
+		*benchTrials, *benchWindow, start.UTC().Format(time.DateTime), loadBefore, loadavg())
+	fmt.Fprintln(out, "| configuration | median | p99 | min | max | goal (p99) | declared before the kill | raft terms during the run |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
 	for _, r := range []struct {
-		name string
-		r    runResult
-		ml   bool
+		name, goal string
+		r          runResult
+		ml         bool
 	}{
-		{"walden, default policy (failure_timeout 5s, lease_ttl 3s, probes 1s/500ms, 3 failed probes)", def, false},
-		{"walden, tuned (failure_timeout 1.5s, lease_ttl 600ms, drift 200ms, probes 200ms/100ms)", tuned, false},
-		{"memberlist, DefaultLANConfig: the same kills in the default run, first of the 3 coordinators' pools to say dead", runResult{lat: def.gossip}, true},
-		{"memberlist, tuned pools (probe 200ms/100ms): the same kills in the tuned run", runResult{lat: tuned.gossip}, true},
-		{"memberlist alone, DefaultLANConfig, its own pool of 3 observers + the killed members", runResult{lat: ml}, true},
+		{"walden, default policy (failure_timeout 5s, lease_ttl 3s, drift 500ms; probes 1s/500ms)", "≤ 5500 ms", def, false},
+		{"walden, tuned policy (failure_timeout 2s, lease_ttl 1s, drift 200ms; probes 1s/500ms)", "≤ 2500 ms", tuned, false},
+		{"memberlist, DefaultLANConfig: the same kills in the default run, first of the 3 coordinators' pools to say dead", "", runResult{lat: def.gossip}, true},
+		{"memberlist, DefaultLANConfig: the same kills in the tuned run", "", runResult{lat: tuned.gossip}, true},
+		{"memberlist alone, DefaultLANConfig, its own pool of 3 observers + the killed members", "", runResult{lat: ml}, true},
 	} {
 		if len(r.r.lat) == 0 {
 			continue
 		}
-		early, terms := fmt.Sprint(r.r.early), fmt.Sprint(r.r.terms)
+		early, terms, goal := fmt.Sprint(r.r.early), fmt.Sprint(r.r.terms), r.goal
 		if r.ml {
-			early, terms = "n/a", "n/a"
+			early, terms, goal = "n/a", "n/a", "n/a"
 		}
 		l := r.r.lat
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name+trialsNote(len(l)), ms(l.pct(0.5)), ms(l.pct(0.99)), ms(l.pct(0)), ms(l.pct(1)), early, terms)
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name+trialsNote(len(l)), ms(l.pct(0.5)), ms(l.pct(0.99)), ms(l.pct(0)), ms(l.pct(1)), goal, early, terms)
 	}
 	b.ReportMetric(float64(def.lat.pct(0.5).Milliseconds()), "default-median-ms")
+	b.ReportMetric(float64(def.lat.pct(0.99).Milliseconds()), "default-p99-ms")
 	b.ReportMetric(float64(tuned.lat.pct(0.5).Milliseconds()), "tuned-median-ms")
+	b.ReportMetric(float64(tuned.lat.pct(0.99).Milliseconds()), "tuned-p99-ms")
 	b.ReportMetric(float64(def.gossip.pct(0.5).Milliseconds()), "memberlist-median-ms")
 }
 
-// soakTable runs the false-positive soak and prints its table.
+// soakTable runs the false-positive soak (on a follower, the leader, or
+// both one after the other) and prints its table.
 func soakTable(b *testing.B, out io.Writer) {
-	if *benchSoakOn != "follower" && *benchSoakOn != "leader" {
-		b.Fatalf("-detect.soak-on %q: want follower or leader", *benchSoakOn)
+	var ons []string
+	switch *benchSoakOn {
+	case "follower", "leader":
+		ons = []string{*benchSoakOn}
+	case "both":
+		ons = []string{"follower", "leader"}
+	default:
+		b.Fatalf("-detect.soak-on %q: want follower, leader or both", *benchSoakOn)
 	}
-	var r soakResult
-	if !b.Run("soak", func(b *testing.B) { r = soak(b, *benchSoak, *benchSoakOn) }) {
-		return
+	start := time.Now()
+	var rs []soakResult
+	for _, on := range ons {
+		var r soakResult
+		if !b.Run("soak-"+on, func(b *testing.B) { r = soak(b, *benchSoak, on) }) {
+			return
+		}
+		rs = append(rs, r)
 	}
-	f := r.faults
-	fmt.Fprintf(out, "\nFalse-positive soak: %v, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of coordinator %s (%s at the start; probes, gossip both ways, raft both ways), load average %s after\n\n", *benchSoak, r.node, *benchSoakOn, loadavg())
-	fmt.Fprintln(out, "| duration | brokers | its probes (dropped) | gossip packets dropped / delayed, streams blocked | raft chunks (lost → retransmitted) | raft terms | samples without a leader | false failovers (decisions) |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
-	fmt.Fprintf(out, "| %v | 5 | %d (%d) | %d / %d, %d | %d (%d) | %d | %d of %d | %d (%d) |\n", *benchSoak, f.probes, f.probesDropped,
-		f.gossipDropped, f.gossipDelayed, f.gossipStreamsBlocked, f.raftChunks, f.raftLost, r.terms, r.leaderless, r.samples, r.failovers, r.decisions)
-	b.ReportMetric(float64(r.failovers), "false-failovers")
-	if r.failovers != 0 || r.decisions != 0 {
-		b.Errorf("%d false failovers (%d decisions) under loss and jitter on one coordinator", r.failovers, r.decisions)
+	fmt.Fprintf(out, "\nFalse-positive soak: %v each, tuned policy, 5 brokers, 20%% loss + 0–100 ms jitter on every link of one coordinator (probes, the agents' renewals and their answers, gossip both ways, raft both ways); %s, load average %s after\n\n", *benchSoak, start.UTC().Format(time.DateTime), loadavg())
+	fmt.Fprintln(out, "| faults on | its probes (dropped) | renewal chunks (lost → retransmitted) | gossip packets dropped / delayed, streams blocked | raft chunks (lost → retransmitted) | raft terms | samples without a leader | writes refused for lack of lease (of checks), lapses | false failovers (decisions) |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		f := r.faults
+		fmt.Fprintf(out, "| %s (%s) | %d (%d) | %d (%d) | %d / %d, %d | %d (%d) | %d | %d of %d | %d (of %d), %d | %d (%d) |\n", r.on, r.node, f.probes, f.probesDropped,
+			f.agentChunks, f.agentLost, f.gossipDropped, f.gossipDelayed, f.gossipStreamsBlocked, f.raftChunks, f.raftLost, r.terms, r.leaderless, r.samples,
+			r.refused, r.checks, r.lapses, r.failovers, r.decisions)
+		b.ReportMetric(float64(r.failovers), "false-failovers-"+r.on)
+		b.ReportMetric(float64(r.refused), "lease-refusals-"+r.on)
+		if r.failovers != 0 || r.decisions != 0 {
+			b.Errorf("%d false failovers (%d decisions) under loss and jitter on the %s", r.failovers, r.decisions, r.on)
+		}
 	}
 }
 
