@@ -260,7 +260,9 @@ func (c *testCluster) declare(broker string, epoch uint64, live ...string) *wald
 
 func testConfig() recovery.Config {
 	cfg := recovery.DefaultConfig()
-	cfg.JobLease = 600 * time.Millisecond
+	// Long enough that a loaded machine does not let a running job's lease
+	// lapse (renewals every JobLease/3) in tests that do not wait for one.
+	cfg.JobLease = 2 * time.Second
 	cfg.RetryMin = 20 * time.Millisecond
 	cfg.RetryMax = 200 * time.Millisecond
 	cfg.PartSize = 5 << 20
