@@ -1,0 +1,27 @@
+// Command scale measures how many brokers one walden cluster supervises: it
+// runs 3 coordinator processes (`walden server`, default policy unless
+// -policy tuned) against 10, 100, 1,000 and 5,000 brokers and prints, per
+// number of brokers, each coordinator's CPU (cores) and RSS, the raft
+// entries and the lease renewals per second, the probes the agents
+// answered per second, and the detection latency (kill → FAILED committed,
+// on the leader) of brokers killed among them, with the false failovers and
+// the lease lapses of the live brokers; -o json prints the same rows for
+// scripts.
+//
+// The brokers are lightweight simulated agents hosted by load processes
+// (this binary run with -load, -per-process agents each), so that the load
+// generator's limits stay apart from the coordinators': each agent has an
+// address of its own in 127.0.0.0/8, registers, renews its lease with every
+// voter on connections of its own as package agent does, answers the
+// coordinators' probes through the agent's HTTP limits, and, for the first
+// -gossip-members of them, is a memberlist gossip member. The load
+// processes' own CPU and memory are reported beside the coordinators'.
+//
+// It owns only its temporary directory (removed on exit unless -keep), the
+// processes it starts (killed if it dies) and the loopback addresses it
+// binds; every phase is bounded in time.
+//
+// Usage (from the bench module):
+//
+//	go run ./scale [-brokers 10,100,1000,5000] [-kills 20] [-steady 60s] [-policy default|tuned] [-o table|json]
+package main

@@ -1,0 +1,748 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	waldenv1 "walden/proto/walden/v1"
+)
+
+// errUsage marks a bad command line.
+var errUsage = errors.New("scale: usage")
+
+// options are the command-line flags.
+type options struct {
+	Walden        string
+	Baseline      string
+	Brokers       []int
+	Kills         int
+	Window        time.Duration
+	Steady        time.Duration
+	Settle        time.Duration
+	PerProcess    int
+	GossipMembers int
+	RegisterRate  int
+	Policy        string
+	Format        string
+	Dir           string
+	Keep          bool
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-load" {
+		loadMain()
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Walden, "walden", "", "the walden binary the coordinators run (empty: built from the repository into the run's directory)")
+	fs.StringVar(&o.Baseline, "baseline", "", "another walden binary (e.g. built from an earlier commit), measured side by side: before each measurement of -walden, the same measurement of it")
+	brokers := fs.String("brokers", "10,100,1000,5000", "comma-separated numbers of brokers, one measurement each")
+	fs.IntVar(&o.Kills, "kills", 20, "brokers killed per measurement (in rounds of at most half the brokers, revived between rounds)")
+	fs.DurationVar(&o.Window, "window", 20*time.Second, "the kills of a round happen at random instants over this window")
+	fs.DurationVar(&o.Steady, "steady", 60*time.Second, "the steady-state window over which CPU, RSS, raft entries, renewals and probes are measured")
+	fs.DurationVar(&o.Settle, "settle", 10*time.Second, "wait after every broker is observed alive, before the steady window")
+	fs.IntVar(&o.PerProcess, "per-process", 1000, "simulated agents per load process")
+	fs.IntVar(&o.GossipMembers, "gossip-members", 1000, "how many of the agents are memberlist gossip members (each holds the whole pool: memory grows as its square in the load processes)")
+	fs.IntVar(&o.RegisterRate, "register-rate", 100, "registrations per second per load process at start")
+	fs.StringVar(&o.Policy, "policy", "default", "default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
+	fs.StringVar(&o.Format, "o", "table", "output: table or json")
+	fs.StringVar(&o.Dir, "dir", "", "parent of the run's temporary directory (default: the system's)")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory (configs, data, logs)")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	for _, f := range strings.Split(*brokers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("%w: -brokers: %q is not a positive number", errUsage, f)
+		}
+		o.Brokers = append(o.Brokers, n)
+	}
+	switch {
+	case o.Policy != "default" && o.Policy != "tuned":
+		return o, fmt.Errorf("%w: -policy: default or tuned, not %q", errUsage, o.Policy)
+	case o.Format != "table" && o.Format != "json":
+		return o, fmt.Errorf("%w: -o: table or json, not %q", errUsage, o.Format)
+	case o.Kills < 0 || o.PerProcess < 1 || o.RegisterRate < 1 || o.GossipMembers < 0:
+		return o, fmt.Errorf("%w: -kills, -per-process, -register-rate and -gossip-members must be positive", errUsage)
+	case o.Window <= 0 || o.Steady <= 0:
+		return o, fmt.Errorf("%w: -window and -steady must be positive", errUsage)
+	}
+	return o, nil
+}
+
+// row is one measurement.
+type row struct {
+	// Build is "walden", or "baseline" for the -baseline binary.
+	Build         string `json:"build"`
+	Brokers       int    `json:"brokers"`
+	GossipMembers int    `json:"gossip_members"`
+	// GossipSeen is the fewest agents a coordinator's gossip pool had
+	// alive when the steady window started.
+	GossipSeen    int    `json:"gossip_seen"`
+	LoadProcesses int    `json:"load_processes"`
+	Policy        string `json:"policy"`
+	// StartupS is from the first agent started to every coordinator
+	// observing every broker alive.
+	StartupS float64 `json:"startup_s"`
+	// Per coordinator (c1, c2, c3) over the steady window.
+	Leader          string     `json:"leader"`
+	CoordCores      [3]float64 `json:"coordinator_cores"`
+	CoordRSSMB      [3]float64 `json:"coordinator_rss_mb"`
+	CoordPeakRSSMB  [3]float64 `json:"coordinator_peak_rss_mb"`
+	CoordGoroutines [3]int     `json:"coordinator_goroutines"`
+	RaftEntriesPerS float64    `json:"raft_entries_per_s"`
+	// Renewals granted per second, all coordinators together, and the
+	// renewal round trip's p99 (upper bound of its histogram bucket) as
+	// the agents saw it.
+	RenewalsPerS    float64           `json:"renewals_per_s"`
+	RenewalP99Ms    float64           `json:"renewal_p99_ms"`
+	RenewalsRefused map[string]uint64 `json:"renewals_refused"`
+	RenewalsFailed  uint64            `json:"renewals_failed"`
+	ProbesPerS      float64           `json:"probes_per_s"`
+	// Detection: kill → FAILED committed, seen on the leader.
+	Kills          int     `json:"kills"`
+	Detected       int     `json:"detected"`
+	DetectP50Ms    float64 `json:"detection_p50_ms"`
+	DetectP99Ms    float64 `json:"detection_p99_ms"`
+	DetectMinMs    float64 `json:"detection_min_ms"`
+	DetectMaxMs    float64 `json:"detection_max_ms"`
+	FalseFailovers int     `json:"false_failovers"`
+	// Lapses counts live agents whose lease went from valid to not valid
+	// during the whole measurement (never a killed one).
+	Lapses uint64 `json:"lease_lapses"`
+	// CoordWait and LoadWait are how long the coordinators (the most
+	// waiting one) and the load processes (together) waited runnable for
+	// a CPU per second they ran, over the steady window: above 1 the
+	// machine, not the process, set the pace.
+	CoordWait float64 `json:"coordinator_cpu_wait_per_run"`
+	LoadWait  float64 `json:"load_cpu_wait_per_run"`
+	// Error says why a measurement stopped short.
+	Error string `json:"error,omitempty"`
+	// The load processes together over the steady window.
+	LoadCores  float64 `json:"load_cores"`
+	LoadRSSMB  float64 `json:"load_rss_mb"`
+	LoadBefore string  `json:"load_average_before"`
+	LoadAfter  string  `json:"load_average_after"`
+	Date       string  `json:"date"`
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	top, err := os.MkdirTemp(o.Dir, "walden-scale-")
+	if err != nil {
+		return err
+	}
+	if o.Keep {
+		fmt.Fprintf(stderr, "run directory: %s\n", top)
+	} else {
+		defer os.RemoveAll(top)
+	}
+	if o.Walden == "" {
+		o.Walden = filepath.Join(top, "walden")
+		fmt.Fprintln(stderr, "building walden ...")
+		root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "walden").Output()
+		if err != nil {
+			return fmt.Errorf("scale: find the walden module: %w", err)
+		}
+		b := exec.CommandContext(ctx, "go", "build", "-C", strings.TrimSpace(string(root)), "-o", o.Walden, "./cmd/walden")
+		b.Stdout, b.Stderr = stderr, stderr
+		if err := b.Run(); err != nil {
+			return fmt.Errorf("scale: build walden: %w", err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var rows []row
+	builds := []struct{ name, bin string }{{"walden", o.Walden}}
+	if o.Baseline != "" {
+		builds = append([]struct{ name, bin string }{{"baseline", o.Baseline}}, builds...)
+	}
+	for _, n := range o.Brokers {
+		for _, b := range builds {
+			fmt.Fprintf(stderr, "%s, %d brokers: starting (load average %s)\n", b.name, n, loadavg())
+			r, err := measure(ctx, o, b.bin, self, top, n, stderr)
+			r.Build = b.name
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				// A measurement that stopped short is a result too: say
+				// why, and go on with the next.
+				r.Error = err.Error()
+				fmt.Fprintf(stderr, "%s, %d brokers: stopped: %v\n", b.name, n, err)
+			}
+			rows = append(rows, r)
+			fmt.Fprintf(stderr, "%s, %d brokers: done: %s\n", b.name, n, summary(r))
+		}
+	}
+	if o.Format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	printTable(stdout, rows)
+	fmt.Fprintf(stdout, "\n%s, %d CPUs, go run ./scale %s\n", time.Now().Format(time.DateTime), runtime.NumCPU(), strings.Join(args, " "))
+	return nil
+}
+
+func summary(r row) string {
+	return fmt.Sprintf("cores %.3f/%.3f/%.3f, rss %.0f/%.0f/%.0f MB, entries/s %.1f, renewals/s %.0f (p99 ≤%.0f ms), lapses %d, CPU wait/run %.1f coordinators %.1f load; detection p50 %.0f ms p99 %.0f ms (%d of %d)",
+		r.CoordCores[0], r.CoordCores[1], r.CoordCores[2], r.CoordRSSMB[0], r.CoordRSSMB[1], r.CoordRSSMB[2],
+		r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, r.Lapses, r.CoordWait, r.LoadWait, r.DetectP50Ms, r.DetectP99Ms, r.Detected, r.Kills)
+}
+
+func printTable(w io.Writer, rows []row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "build\tbrokers\tgossip (seen)\tcores c1/c2/c3\tRSS MB c1/c2/c3\tgoroutines\tentries/s\trenewals/s\trenewal p99\tprobes/s\tdetection p50\tp99\tmin–max\tfalse failovers\tlapses\tload cores\tload RSS MB\tCPU wait/run coord, load\tstartup\tload avg")
+	for _, r := range rows {
+		mark := func(i int, s string) string {
+			if fmt.Sprintf("c%d", i+1) == r.Leader {
+				return s + "*"
+			}
+			return s
+		}
+		var c, m, g []string
+		for i := range 3 {
+			c = append(c, mark(i, fmt.Sprintf("%.3f", r.CoordCores[i])))
+			m = append(m, mark(i, fmt.Sprintf("%.0f", r.CoordRSSMB[i])))
+			g = append(g, fmt.Sprint(r.CoordGoroutines[i]))
+		}
+		if r.Error != "" {
+			fmt.Fprintf(tw, "%s\t%d\tstopped: %s\n", r.Build, r.Brokers, r.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d (%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d\t%.2f\t%.0f\t%.1f, %.1f\t%.0f s\t%s→%s\n",
+			r.Build, r.Brokers, r.GossipMembers, r.GossipSeen, strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
+			r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, r.ProbesPerS,
+			r.DetectP50Ms, r.DetectP99Ms, r.DetectMinMs, r.DetectMaxMs, r.FalseFailovers, r.Lapses,
+			r.LoadCores, r.LoadRSSMB, r.CoordWait, r.LoadWait, r.StartupS, r.LoadBefore, r.LoadAfter)
+	}
+	tw.Flush()
+}
+
+// brokerIP gives broker i an address of its own in 127.0.0.0/8.
+func brokerIP(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) }
+
+// run state of one measurement's load processes.
+type loads struct {
+	procs  []*loadProcess
+	byID   map[string]*loadProcess
+	ready  chan int
+	killed chan reply
+	stats  map[*loadProcess]chan loadStats
+}
+
+func (l *loads) dispatch(lp *loadProcess, errs io.Writer) {
+	for r := range lp.replies {
+		switch r.Op {
+		case "ready":
+			l.ready <- r.Valid
+		case "killed":
+			l.killed <- r
+		case "stats":
+			l.stats[lp] <- *r.Stats
+		case "error":
+			fmt.Fprintf(errs, "load process %d: %s\n", lp.cmd.Process.Pid, r.Error)
+		}
+	}
+}
+
+// collect asks every load process for its counters and sums them.
+func (l *loads) collect(ctx context.Context) (loadStats, error) {
+	sum := loadStats{Granted: map[string]uint64{}, Refused: map[string]uint64{}}
+	for _, lp := range l.procs {
+		if err := lp.send(command{Op: "stats"}); err != nil {
+			return sum, err
+		}
+	}
+	for _, lp := range l.procs {
+		select {
+		case s := <-l.stats[lp]:
+			sum.Agents += s.Agents
+			sum.Registered += s.Registered
+			sum.Valid += s.Valid
+			sum.Registrations += s.Registrations
+			for k, v := range s.Granted {
+				sum.Granted[k] += v
+			}
+			for k, v := range s.Refused {
+				sum.Refused[k] += v
+			}
+			sum.Failed += s.Failed
+			for i := range s.Latency {
+				sum.Latency[i] += s.Latency[i]
+			}
+			sum.Lapses += s.Lapses
+			sum.Probes += s.Probes
+			sum.GossipMembers += s.GossipMembers
+		case <-time.After(30 * time.Second):
+			return sum, fmt.Errorf("scale: a load process did not answer stats")
+		case <-ctx.Done():
+			return sum, ctx.Err()
+		}
+	}
+	return sum, nil
+}
+
+func (l *loads) stop() {
+	var wg sync.WaitGroup
+	for _, lp := range l.procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); lp.stop() }()
+	}
+	wg.Wait()
+}
+
+// measure runs one measurement with n brokers.
+func measure(ctx context.Context, o options, bin, self, top string, n int, log io.Writer) (row, error) {
+	r := row{Brokers: n, Policy: o.Policy, LoadBefore: loadavg(), Date: time.Now().Format(time.RFC3339)}
+	dir, err := os.MkdirTemp(top, fmt.Sprintf("n%d-", n))
+	if err != nil {
+		return r, err
+	}
+	cl, err := startCluster(ctx, bin, dir, o.Policy)
+	if err != nil {
+		return r, err
+	}
+	defer cl.stop()
+
+	var coordAddrs, join []string
+	for _, m := range cl.coords {
+		coordAddrs = append(coordAddrs, m.admin)
+		join = append(join, m.gossip)
+	}
+	brokers := make([]simBroker, n)
+	for i := range brokers {
+		brokers[i] = simBroker{ID: fmt.Sprintf("b%05d", i), IP: brokerIP(i), Gossip: i < o.GossipMembers}
+		if brokers[i].Gossip {
+			r.GossipMembers++
+		}
+	}
+	l := &loads{byID: map[string]*loadProcess{}, ready: make(chan int, 64), killed: make(chan reply, 1024), stats: map[*loadProcess]chan loadStats{}}
+	defer l.stop()
+	start := time.Now()
+	for i := 0; i < n; i += o.PerProcess {
+		part := brokers[i:min(i+o.PerProcess, n)]
+		lp, err := startLoad(self, filepath.Join(dir, fmt.Sprintf("load-%d.log", len(l.procs))), loadConfig{
+			ClusterName: "scale", Coordinators: coordAddrs, GossipJoin: join, Brokers: part,
+			RegisterRate: o.RegisterRate, Margin: 500 * time.Millisecond,
+		})
+		if err != nil {
+			return r, err
+		}
+		l.procs = append(l.procs, lp)
+		l.stats[lp] = make(chan loadStats, 1)
+		for _, b := range part {
+			l.byID[b.ID] = lp
+		}
+		go l.dispatch(lp, log)
+	}
+	r.LoadProcesses = len(l.procs)
+	readyBy := time.Now().Add(3*time.Minute + time.Duration(n/o.RegisterRate/len(l.procs))*time.Second)
+	for range l.procs {
+		select {
+		case <-l.ready:
+		case <-time.After(time.Until(readyBy)):
+			s, _ := l.collect(ctx)
+			return r, fmt.Errorf("agents not ready in time: %d of %d hold a valid lease, %d registered; renewals granted %v, refused %v, failed %d", s.Valid, n, s.Registered, s.Granted, s.Refused, s.Failed)
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+	}
+	fmt.Fprintf(log, "%d brokers: every agent holds a valid lease after %v\n", n, time.Since(start).Round(time.Second))
+	if err := waitObserved(ctx, cl, brokers, 5*time.Minute); err != nil {
+		return r, err
+	}
+	r.StartupS = time.Since(start).Seconds()
+	fmt.Fprintf(log, "%d brokers: every coordinator observes every broker alive after %.0f s\n", n, r.StartupS)
+	// The gossip members join a few at a time per load process: wait
+	// (bounded) until every coordinator's pool has them all.
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		r.GossipSeen = r.GossipMembers
+		for _, m := range cl.coords {
+			r.GossipSeen = min(r.GossipSeen, cl.gossipAgents(ctx, m))
+		}
+		if r.GossipSeen >= r.GossipMembers || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 2*time.Second)
+	}
+	fmt.Fprintf(log, "%d brokers: the coordinators' gossip pools have %d of %d agent members after %.0f s; settling %v\n",
+		n, r.GossipSeen, r.GossipMembers, time.Since(start).Seconds(), o.Settle)
+	sleep(ctx, o.Settle)
+
+	if err := steady(ctx, o, cl, l, &r); err != nil {
+		return r, err
+	}
+	fmt.Fprintf(log, "%d brokers: steady window done: %s; killing %d\n", n, summary(r), o.Kills)
+	lat, err := killRounds(ctx, o, cl, l, brokers, log)
+	if err != nil {
+		return r, err
+	}
+	r.Kills, r.Detected = o.Kills, len(lat)
+	if len(lat) > 0 {
+		r.DetectP50Ms, r.DetectP99Ms = pct(lat, 0.5), pct(lat, 0.99)
+		r.DetectMinMs, r.DetectMaxMs = pct(lat, 0), pct(lat, 1)
+	}
+	final, err := l.collect(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Lapses = final.Lapses
+	if ld, err := cl.leader(ctx); err == nil {
+		if bs, err := cl.brokers(ctx, ld); err == nil {
+			total := 0
+			for _, b := range bs {
+				total += int(b.GetFailovers())
+			}
+			r.FalseFailovers = total - len(lat)
+		}
+	}
+	r.LoadAfter = loadavg()
+	return r, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// waitObserved waits until every coordinator's state holds an alive
+// observation of every broker by every coordinator at its epoch.
+func waitObserved(ctx context.Context, cl *cluster, brokers []simBroker, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		missing := 0
+		for _, m := range cl.coords {
+			bs, err := cl.brokers(ctx, m)
+			if err != nil {
+				missing = len(brokers)
+				break
+			}
+			missing += len(brokers) - countAlive(bs)
+		}
+		if missing == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v, %d broker views are not alive on every coordinator yet", d, missing)
+		}
+		sleep(ctx, 2*time.Second)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// countAlive counts the brokers that every coordinator observes alive at
+// their current epoch.
+func countAlive(bs []*waldenv1.Broker) int {
+	n := 0
+	for _, b := range bs {
+		if aliveEverywhere(b) {
+			n++
+		}
+	}
+	return n
+}
+
+func aliveEverywhere(b *waldenv1.Broker) bool {
+	if b.GetFenced() {
+		return false
+	}
+	alive := 0
+	for _, o := range b.GetObservations() {
+		if o.GetEpoch() == b.GetEpoch() && o.GetState() == "alive" && !o.GetLeaseExpired() {
+			alive++
+		}
+	}
+	return alive == 3
+}
+
+// steady measures CPU, RSS, goroutines, raft entries, renewals and probes
+// over the steady window.
+func steady(ctx context.Context, o options, cl *cluster, l *loads, r *row) error {
+	ld, err := cl.leader(ctx)
+	if err != nil {
+		return err
+	}
+	r.Leader = ld.id
+	st0, err := cl.status(ctx, ld)
+	if err != nil {
+		return err
+	}
+	s0, err := l.collect(ctx)
+	if err != nil {
+		return err
+	}
+	c0 := make([]procSample, 3)
+	cs0 := make([]schedSample, 3)
+	for i, m := range cl.coords {
+		if c0[i], err = readProc(m.cmd.Process.Pid); err != nil {
+			return err
+		}
+		cs0[i] = readSched(m.cmd.Process.Pid)
+	}
+	l0 := make([]procSample, len(l.procs))
+	var ls0 schedSample
+	for i, lp := range l.procs {
+		l0[i], _ = readProc(lp.cmd.Process.Pid)
+		ss := readSched(lp.cmd.Process.Pid)
+		ls0.run, ls0.wait = ls0.run+ss.run, ls0.wait+ss.wait
+	}
+	t0 := time.Now()
+	var rssSum [3]float64
+	samples := 0
+	var loadRSS float64
+	for end := t0.Add(o.Steady); time.Now().Before(end); {
+		sleep(ctx, time.Second)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		samples++
+		for i, m := range cl.coords {
+			s, _ := readProc(m.cmd.Process.Pid)
+			rssSum[i] += float64(s.rss)
+			if samples%5 == 1 {
+				r.CoordGoroutines[i] = max(r.CoordGoroutines[i], cl.goroutines(ctx, m))
+			}
+		}
+		var lr float64
+		for _, lp := range l.procs {
+			s, _ := readProc(lp.cmd.Process.Pid)
+			lr += float64(s.rss)
+		}
+		loadRSS = max(loadRSS, lr)
+	}
+	wall := time.Since(t0).Seconds()
+	for i, m := range cl.coords {
+		s, err := readProc(m.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		r.CoordCores[i] = cores(c0[i], s)
+		r.CoordWait = max(r.CoordWait, waitPerRun(cs0[i], readSched(m.cmd.Process.Pid)))
+		r.CoordRSSMB[i] = rssSum[i] / float64(samples) / (1 << 20)
+		r.CoordPeakRSSMB[i] = float64(s.hwm) / (1 << 20)
+	}
+	var ls1 schedSample
+	for i, lp := range l.procs {
+		s, _ := readProc(lp.cmd.Process.Pid)
+		r.LoadCores += cores(l0[i], s)
+		ss := readSched(lp.cmd.Process.Pid)
+		ls1.run, ls1.wait = ls1.run+ss.run, ls1.wait+ss.wait
+	}
+	r.LoadWait = waitPerRun(ls0, ls1)
+	r.LoadRSSMB = loadRSS / (1 << 20)
+	st1, err := cl.status(ctx, ld)
+	if err != nil {
+		return err
+	}
+	r.RaftEntriesPerS = float64(st1.GetAppliedIndex()-st0.GetAppliedIndex()) / wall
+	s1, err := l.collect(ctx)
+	if err != nil {
+		return err
+	}
+	var granted uint64
+	for k, v := range s1.Granted {
+		granted += v - s0.Granted[k]
+	}
+	r.RenewalsPerS = float64(granted) / wall
+	r.ProbesPerS = float64(s1.Probes-s0.Probes) / wall
+	r.RenewalsFailed = s1.Failed - s0.Failed
+	r.RenewalsRefused = map[string]uint64{}
+	for k, v := range s1.Refused {
+		if d := v - s0.Refused[k]; d > 0 {
+			r.RenewalsRefused[k] = d
+		}
+	}
+	var hist [len(latencyBuckets) + 1]uint64
+	var total uint64
+	for i := range hist {
+		hist[i] = s1.Latency[i] - s0.Latency[i]
+		total += hist[i]
+	}
+	var cum uint64
+	for i, h := range hist {
+		cum += h
+		if total > 0 && float64(cum) >= 0.99*float64(total) {
+			if i < len(latencyBuckets) {
+				r.RenewalP99Ms = float64(latencyBuckets[i]) / 1000
+			} else {
+				r.RenewalP99Ms = float64(latencyBuckets[len(latencyBuckets)-1]) / 1000
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// killRounds kills o.Kills brokers, in rounds of at most half of them at
+// random instants over o.Window, and returns each kill → FAILED committed
+// latency in milliseconds, seen on the leader. The killed brokers are
+// revived between rounds.
+func killRounds(ctx context.Context, o options, cl *cluster, l *loads, brokers []simBroker, log io.Writer) ([]float64, error) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	var lat []float64
+	killedBefore := make([]bool, len(brokers))
+	timeout := 5 * time.Second
+	if o.Policy == "tuned" {
+		timeout = 2 * time.Second
+	}
+	for left := o.Kills; left > 0; {
+		k := min(left, max(1, len(brokers)/2))
+		left -= k
+		// Brokers never killed first: a kill of a revived broker is the
+		// same measurement, but keep them apart while there are others.
+		perm := rng.Perm(len(brokers))
+		slices.SortStableFunc(perm, func(a, b int) int { return cmpBool(killedBefore[a], killedBefore[b]) })
+		victims := perm[:k]
+		for _, v := range victims {
+			killedBefore[v] = true
+		}
+		for _, v := range victims {
+			id := brokers[v].ID
+			d := time.Duration(rng.Int64N(int64(o.Window)))
+			go func() {
+				sleep(ctx, d)
+				_ = l.byID[id].send(command{Op: "kill", IDs: []string{id}})
+			}()
+		}
+		type kill struct {
+			epoch uint64
+			at    time.Time
+			done  bool
+		}
+		kills := map[string]*kill{}
+		deadline := time.Now().Add(o.Window + 3*time.Minute)
+		detected := 0
+		for detected < k {
+			if time.Now().After(deadline) {
+				return lat, fmt.Errorf("%d of %d killed brokers not declared failed within %v", k-detected, k, o.Window+3*time.Minute)
+			}
+			for drained := false; !drained; {
+				select {
+				case rep := <-l.killed:
+					kills[rep.ID] = &kill{epoch: rep.Epoch, at: time.Unix(0, rep.AtUnixNs)}
+				default:
+					drained = true
+				}
+			}
+			ld, err := cl.leader(ctx)
+			if err != nil {
+				sleep(ctx, 100*time.Millisecond)
+				continue
+			}
+			for id, kl := range kills {
+				if kl.done || time.Since(kl.at) < timeout/2 {
+					continue
+				}
+				b, err := cl.broker(ctx, ld, id)
+				if err != nil {
+					continue
+				}
+				if (b.GetFenced() && b.GetEpoch() == kl.epoch) || b.GetEpoch() > kl.epoch {
+					kl.done = true
+					detected++
+					lat = append(lat, float64(time.Since(kl.at))/float64(time.Millisecond))
+				}
+			}
+			sleep(ctx, 20*time.Millisecond)
+			if ctx.Err() != nil {
+				return lat, ctx.Err()
+			}
+		}
+		fmt.Fprintf(log, "  round of %d kills detected; reviving them\n", k)
+		if left == 0 {
+			break
+		}
+		// Revive the victims and wait until they are observed alive at a
+		// new epoch, so that the next round starts from n live brokers.
+		var ids []string
+		for id := range kills {
+			ids = append(ids, id)
+		}
+		for _, id := range ids {
+			_ = l.byID[id].send(command{Op: "revive", IDs: []string{id}})
+		}
+		reviveBy := time.Now().Add(3 * time.Minute)
+		for _, id := range ids {
+			for {
+				ld, err := cl.leader(ctx)
+				if err == nil {
+					if b, err := cl.broker(ctx, ld, id); err == nil && b.GetEpoch() > kills[id].epoch && aliveEverywhere(b) {
+						break
+					}
+				}
+				if time.Now().After(reviveBy) {
+					return lat, fmt.Errorf("broker %s not alive again within 3 minutes of its revival", id)
+				}
+				sleep(ctx, 200*time.Millisecond)
+				if ctx.Err() != nil {
+					return lat, ctx.Err()
+				}
+			}
+		}
+	}
+	return lat, nil
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
+// pct returns the p-th quantile (nearest rank) of xs.
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p+0.5)]
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"testing"
+	"time"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with spaces and parentheses; utime 150, stime 50.
+	line := []byte("4242 (walden (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 12 0 100 0 0")
+	got, err := parseStatCPU(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * time.Second; got != want {
+		t.Fatalf("cpu %v, want %v", got, want)
+	}
+	if _, err := parseStatCPU([]byte("4242 (walden) S 1")); err == nil {
+		t.Fatal("a short line parsed")
+	}
+}
+
+func TestParseStatusKB(t *testing.T) {
+	st := []byte("Name:\twalden\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n")
+	if got := parseStatusKB(st, "VmRSS:"); got != 102400 {
+		t.Fatalf("VmRSS %d", got)
+	}
+	if got := parseStatusKB(st, "VmHWM:"); got != 204800 {
+		t.Fatalf("VmHWM %d", got)
+	}
+}
+
+func TestPct(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3}
+	for _, tc := range []struct{ p, want float64 }{{0, 1}, {0.5, 3}, {0.99, 5}, {1, 5}} {
+		if got := pct(xs, tc.p); got != tc.want {
+			t.Fatalf("pct(%v) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if pct(nil, 0.5) != 0 {
+		t.Fatal("pct of nothing")
+	}
+}
+
+func TestFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-brokers", "10, 1000", "-policy", "tuned"}, io.Discard)
+	if err != nil || len(o.Brokers) != 2 || o.Brokers[1] != 1000 || o.Policy != "tuned" {
+		t.Fatalf("%+v %v", o, err)
+	}
+	for _, bad := range [][]string{{"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}} {
+		if _, err := parseFlags(bad, io.Discard); !errors.Is(err, errUsage) {
+			t.Fatalf("%v: %v, want a usage error", bad, err)
+		}
+	}
+}
+
+func TestBrokerIPsAreDistinct(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 5000 {
+		ip := brokerIP(i)
+		if seen[ip] {
+			t.Fatalf("%s twice", ip)
+		}
+		seen[ip] = true
+	}
+}
