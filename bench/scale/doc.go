@@ -13,9 +13,10 @@
 // generator's limits stay apart from the coordinators': each agent has an
 // address of its own in 127.0.0.0/8, registers, renews its lease with every
 // voter on connections of its own as package agent does, answers the
-// coordinators' probes through the agent's HTTP limits, and, for the first
-// -gossip-members of them, is a memberlist gossip member. The load
-// processes' own CPU and memory are reported beside the coordinators'.
+// coordinators' probes through the agent's HTTP limits, and, for
+// -gossip-members of them spread evenly over the load processes, is a
+// memberlist gossip member. The load processes' own CPU and memory are
+// reported beside the coordinators'.
 //
 // It owns only its temporary directory (removed on exit unless -keep), the
 // processes it starts (killed if it dies) and the loopback addresses it
@@ -23,5 +24,8 @@
 //
 // Usage (from the bench module):
 //
-//	go run ./scale [-brokers 10,100,1000,5000] [-kills 20] [-steady 60s] [-policy default|tuned] [-o table|json]
+//	go run ./scale [-brokers 10,100,1000,5000] [-kills 20] [-steady 60s]
+//		[-per-process 1000] [-gossip-members 1000] [-policy default|tuned] [-o table|json]
+//
+// The figures and what they say: docs/scale.md.
 package main

@@ -73,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.Steady, "steady", 60*time.Second, "the steady-state window over which CPU, RSS, raft entries, renewals and probes are measured")
 	fs.DurationVar(&o.Settle, "settle", 10*time.Second, "wait after every broker is observed alive, before the steady window")
 	fs.IntVar(&o.PerProcess, "per-process", 1000, "simulated agents per load process")
-	fs.IntVar(&o.GossipMembers, "gossip-members", 1000, "how many of the agents are memberlist gossip members (each holds the whole pool: memory grows as its square in the load processes)")
+	fs.IntVar(&o.GossipMembers, "gossip-members", 1000, "how many of the agents are memberlist gossip members, spread evenly over the load processes (each holds the whole pool: memory grows as its square in the load processes)")
 	fs.IntVar(&o.RegisterRate, "register-rate", 100, "registrations per second per load process at start")
 	fs.StringVar(&o.Policy, "policy", "default", "default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
 	fs.StringVar(&o.Format, "o", "table", "output: table or json")
@@ -348,10 +348,14 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 		coordAddrs = append(coordAddrs, m.admin)
 		join = append(join, m.gossip)
 	}
+	// The gossip members are spread evenly over the brokers, so over the
+	// load processes: each process carries its share of memberlist's work.
 	brokers := make([]simBroker, n)
+	every := max(1, n/max(1, o.GossipMembers))
 	for i := range brokers {
-		brokers[i] = simBroker{ID: fmt.Sprintf("b%05d", i), IP: brokerIP(i), Gossip: i < o.GossipMembers}
-		if brokers[i].Gossip {
+		gossip := o.GossipMembers > 0 && i%every == 0 && r.GossipMembers < o.GossipMembers
+		brokers[i] = simBroker{ID: fmt.Sprintf("b%05d", i), IP: brokerIP(i), Gossip: gossip}
+		if gossip {
 			r.GossipMembers++
 		}
 	}
