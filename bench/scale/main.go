@@ -495,7 +495,7 @@ func aliveEverywhere(b *waldenv1.Broker) bool {
 	}
 	alive := 0
 	for _, o := range b.GetObservations() {
-		if o.GetEpoch() == b.GetEpoch() && o.GetState() == "alive" && !o.GetLeaseExpired() {
+		if o.GetEpoch() == b.GetEpoch() && o.GetObservationState() == waldenv1.ObservationState_OBSERVATION_STATE_ALIVE && !o.GetLeaseExpired() {
 			alive++
 		}
 	}
