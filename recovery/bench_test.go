@@ -89,7 +89,7 @@ func loadavg() string {
 
 // writeBenchWAL writes size bytes of payload for streams 1..8 and returns
 // the stream count and the payload bytes written.
-func writeBenchWAL(b *testing.B, path string, size int64) (int, int64) {
+func writeBenchWAL(b testing.TB, path string, size int64) (int, int64) {
 	const payload = 256 << 10
 	const perBlock = 16
 	n := int(size / payload)

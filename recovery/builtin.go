@@ -204,10 +204,11 @@ type built struct {
 // objformat, on out. Batches are written under the stream's current epoch
 // (the epoch the failover commit names).
 //
-// The payload arena and the object buffers are reused (free holds buffers
-// whose upload finished), so a recovery allocates a few objects' worth of
-// memory, not the WAL's size.
-func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, streams []*waldenv1.Stream, p *plan, out chan<- *built, free chan []byte) error {
+// The payload arena and the object buffers (from bufs, which holds at most
+// upload_objects + 1 of them) are allocated once at the plan's largest
+// object and reused, so a recovery holds object_size × (upload_objects + 2)
+// bytes of objects at most, whatever the WAL's size (see Config.MemoryBound).
+func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, streams []*waldenv1.Stream, p *plan, out chan<- *built, bufs *bufferPool) error {
 	defer close(out)
 	rd, err := wal.Open(path)
 	if err != nil {
@@ -215,7 +216,7 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 	}
 	defer rd.Close()
 	f := newFilter(streams)
-	var arena []byte
+	arena := make([]byte, 0, p.maxPayload())
 	prefix := ""
 	if a.e.store != nil {
 		prefix = a.e.store.Prefix()
@@ -223,10 +224,7 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 	for n, po := range p.objects {
 		b := objformat.NewBuilder()
 		// The arena holds the object's payloads (the reader's buffer is
-		// reused by the next record); Build copies them out.
-		if int64(cap(arena)) < po.payload {
-			arena = make([]byte, 0, po.payload)
-		}
+		// reused by the next record); WriteTo copies them out.
 		arena = arena[:0]
 		var prods producer.Summary
 		for b.Len() < po.records {
@@ -246,6 +244,9 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 			bt := rec.Batch
 			bt.Epoch = f.streams[bt.StreamID].GetEpoch()
 			start := len(arena)
+			if len(arena)+len(bt.Payload) > cap(arena) {
+				return fmt.Errorf("recovery: upload: object %d (WAL offsets %d..%d) holds more payload than the read step found: the WAL changed since the read step", n, po.first, po.last)
+			}
 			arena = append(arena, bt.Payload...)
 			bt.Payload = arena[start:len(arena):len(arena)]
 			if err := b.Add(bt); err != nil {
@@ -258,19 +259,16 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 					"stream_id", bt.StreamID, "base_offset", bt.BaseOffset, "wal_offset", rec.Offset, "err", err)
 			}
 		}
-		var buf []byte
-		select {
-		case buf = <-free:
-		default:
+		buf, err := bufs.get(ctx)
+		if err != nil {
+			return err
 		}
-		if int64(cap(buf)) < po.size {
-			buf = make([]byte, 0, po.size)
-		}
-		w := bytes.NewBuffer(buf[:0])
+		w := &fixedBuffer{b: buf[:0]}
 		if _, err := b.WriteTo(w); err != nil {
-			return fmt.Errorf("recovery: upload: %w", err)
+			bufs.put(buf)
+			return fmt.Errorf("recovery: upload: object %d (WAL offsets %d..%d): %w", n, po.first, po.last, err)
 		}
-		data := w.Bytes()
+		data := w.b
 		ix, err := objformat.ReadIndex(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			return fmt.Errorf("recovery: upload: built object: %w", err)
@@ -285,6 +283,81 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 		}
 	}
 	return nil
+}
+
+// maxPayload and maxSize are the largest payload and encoded size of the
+// plan's objects (at most object_size, or one record when a record alone is
+// larger).
+func (p *plan) maxPayload() int64 {
+	var m int64
+	for _, o := range p.objects {
+		m = max(m, o.payload)
+	}
+	return m
+}
+
+func (p *plan) maxSize() int64 {
+	var m int64
+	for _, o := range p.objects {
+		m = max(m, o.size)
+	}
+	return m
+}
+
+// bufferPool hands out object buffers of one size, at most limit of them:
+// get waits for a buffer whose upload finished once limit are out. Only the
+// build goroutine calls get; the uploaders put buffers back.
+type bufferPool struct {
+	size  int64
+	limit int
+	made  int
+	free  chan []byte
+}
+
+func newBufferPool(size int64, limit int) *bufferPool {
+	return &bufferPool{size: size, limit: limit, free: make(chan []byte, limit)}
+}
+
+func (p *bufferPool) get(ctx context.Context) ([]byte, error) {
+	select {
+	case b := <-p.free:
+		return b, nil
+	default:
+	}
+	if p.made < p.limit {
+		p.made++
+		return make([]byte, 0, p.size), nil
+	}
+	select {
+	case b := <-p.free:
+		return b, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (p *bufferPool) put(b []byte) {
+	select {
+	case p.free <- b[:0]:
+	default: // not one of the pool's: dropped
+	}
+}
+
+// errObjectTooLarge means an object encoded to more bytes than the read
+// step planned: the WAL changed in between.
+var errObjectTooLarge = errors.New("the object is larger than the read step planned: the WAL changed since the read step")
+
+// fixedBuffer is an io.Writer into a slice that never grows beyond its
+// capacity (a bytes.Buffer would double it), so an object never takes more
+// memory than its pool buffer.
+type fixedBuffer struct{ b []byte }
+
+func (f *fixedBuffer) Write(p []byte) (int, error) {
+	if len(f.b)+len(p) > cap(f.b) {
+		return 0, errObjectTooLarge
+	}
+	f.b = append(f.b, p...)
+	return len(p), nil
 }
 
 // builtin is the builtin action after fencing: attach → read → upload →
@@ -406,14 +479,17 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ch := make(chan *built, 1)
-	free := make(chan []byte, a.e.cfg.UploadObjects+2)
+	// Unbuffered: a built object waits in the build goroutine for a free
+	// uploader, so at most upload_objects + 1 object buffers exist (one per
+	// uploader, one being built) besides the payload arena.
+	ch := make(chan *built)
+	bufs := newBufferPool(p.maxSize(), a.e.cfg.UploadObjects+1)
 	var buildErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := a.build(ctx, j, path, streams, p, ch, free); err != nil {
+		if err := a.build(ctx, j, path, streams, p, ch, bufs); err != nil {
 			buildErr = err
 			cancel(err)
 		}
@@ -472,6 +548,7 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 					inflight.Delete(o.n)
 					o.crc = res.CRC32C // computed while uploading
 					if err != nil {
+						// The buffer is not reused: the build stops (cancel).
 						mu.Lock()
 						if firstErr == nil {
 							firstErr = err
@@ -482,10 +559,7 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 					}
 				}
 				done.Add(size)
-				select {
-				case free <- o.data:
-				default:
-				}
+				bufs.put(o.data)
 				o.data = nil // in S3; the commit needs the index only
 				out[o.n] = o
 			}

@@ -46,11 +46,14 @@ type Config struct {
 	// 5 MiB).
 	PartSize int64 `yaml:"part_size"`
 	// ObjectSize caps the size of one uploaded object in bytes. Default
-	// 128 MiB (at most 512 MiB, at least PartSize).
+	// 128 MiB (at most 512 MiB, at least PartSize). A recovery holds
+	// ObjectSize × (UploadObjects + 2) bytes of objects at most (see
+	// MemoryBound).
 	ObjectSize int64 `yaml:"object_size"`
 	// UploadObjects is the number of objects uploaded at the same time
 	// (each with UploadConcurrency parts in flight; the next object is built
-	// while one uploads). Default 1.
+	// while one uploads). Default 1. Each one adds ObjectSize +
+	// (UploadConcurrency + 2) × PartSize bytes to MemoryBound.
 	UploadObjects int `yaml:"upload_objects"`
 	// PathTemplate overrides the WAL path of attach local (and gives the
 	// device path of attach ebs when the device is not found by name).
@@ -116,6 +119,31 @@ func DefaultConfig() Config {
 		RetryMin:          200 * time.Millisecond,
 		RetryMax:          30 * time.Second,
 	}
+}
+
+// ObjectMemory is the most memory a builtin recovery holds in objects:
+// the payloads of the object being built (one arena), the object being
+// encoded and one object per uploader, each of at most ObjectSize bytes:
+// ObjectSize × (UploadObjects + 2). It does not depend on the WAL's size.
+func (c Config) ObjectMemory() int64 {
+	return c.ObjectSize * int64(c.UploadObjects+2)
+}
+
+// TransferMemory is the most memory the S3 transfer manager holds in part
+// buffers: per object uploading, UploadConcurrency + 1 parts in its pool
+// and the first part read before the multipart upload starts:
+// UploadObjects × (UploadConcurrency + 2) × PartSize.
+func (c Config) TransferMemory() int64 {
+	return int64(c.UploadObjects) * int64(c.UploadConcurrency+2) * c.PartSize
+}
+
+// MemoryBound is the most memory a builtin recovery uses for data,
+// ObjectMemory + TransferMemory: 464 MiB with the defaults. The WAL is
+// read through a read-only mapping, whose pages are the kernel's page cache
+// (counted in the process's RSS while mapped, but clean and reclaimable),
+// not the heap.
+func (c Config) MemoryBound() int64 {
+	return c.ObjectMemory() + c.TransferMemory()
 }
 
 // ConfigError names the key of an invalid value.
