@@ -121,6 +121,9 @@ func DefaultConfig() Config {
 	}
 }
 
+// MaxMemoryBound is the largest MemoryBound that Validate accepts.
+const MaxMemoryBound = 4 << 30
+
 // ObjectMemory is the most memory a builtin recovery holds in objects:
 // the payloads of the object being built (one arena), the object being
 // encoded and one object per uploader, each of at most ObjectSize bytes:
@@ -199,6 +202,17 @@ func (c Config) Validate() error {
 	}
 	if c.UploadObjects < 1 || c.UploadObjects > 16 {
 		return bad("upload_objects", "%d: want 1..16", c.UploadObjects)
+	}
+	if m := c.MemoryBound(); m > MaxMemoryBound {
+		key := "upload_objects"
+		if c.UploadObjects == 1 {
+			key = "object_size"
+			if c.TransferMemory() > c.ObjectMemory() {
+				key = "part_size"
+			}
+		}
+		return bad(key, "a recovery would hold up to %d MiB (object_size × (upload_objects + 2) + upload_objects × (upload_concurrency + 2) × part_size = %d × %d + %d × %d × %d), above the limit of %d MiB: lower object_size, upload_objects, upload_concurrency or part_size",
+			m>>20, c.ObjectSize, c.UploadObjects+2, c.UploadObjects, c.UploadConcurrency+2, c.PartSize, MaxMemoryBound>>20)
 	}
 	if c.Attach == AttachEBS && c.EBS.InstanceID == "" {
 		return bad("ebs.instance_id", "required by attach ebs")
