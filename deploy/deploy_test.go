@@ -430,3 +430,61 @@ func TestDashboard(t *testing.T) {
 	}
 	t.Logf("%d series referenced: %s", len(series), strings.Join(series, " "))
 }
+
+// TestCoordinatorMemoryFitsARecovery: the coordinators' GOMEMLIMIT leaves
+// room for the recovery's memory bound of every member's configuration
+// (plus the member's own state) and stays below the container's memory
+// limit, so that a large failover is not OOM-killed.
+func TestCoordinatorMemoryFitsARecovery(t *testing.T) {
+	const memberState = 128 << 20 // catalog, raft log cache, gRPC, stacks
+	var bound int64
+	var limit, goLimit int64
+	for _, d := range yamlDocs(t, "kubernetes/coordinators.yaml") {
+		switch d["kind"] {
+		case "ConfigMap":
+			for name, v := range d["data"].(map[string]any) {
+				cfg, err := config.ParseServer(name, []byte(v.(string)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				bound = max(bound, cfg.Recovery.MemoryBound())
+			}
+		case "StatefulSet":
+			c := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			limit = k8sBytes(t, fmt.Sprint(c["resources"].(map[string]any)["limits"].(map[string]any)["memory"]))
+			for _, e := range c["env"].([]any) {
+				if e := e.(map[string]any); e["name"] == "GOMEMLIMIT" {
+					goLimit = k8sBytes(t, strings.TrimSuffix(fmt.Sprint(e["value"]), "B"))
+				}
+			}
+		}
+	}
+	if bound == 0 || limit == 0 {
+		t.Fatalf("no recovery bound (%d) or memory limit (%d) found", bound, limit)
+	}
+	if goLimit == 0 {
+		t.Fatal("the coordinators set no GOMEMLIMIT: the heap may grow to twice a recovery's live memory, past the limit")
+	}
+	if goLimit > limit*9/10 {
+		t.Errorf("GOMEMLIMIT %d MiB leaves under 10%% of the %d MiB limit for the runtime", goLimit>>20, limit>>20)
+	}
+	if bound+memberState > goLimit {
+		t.Errorf("a recovery needs up to %d MiB (+ %d MiB for the member), above GOMEMLIMIT %d MiB", bound>>20, memberState>>20, goLimit>>20)
+	}
+}
+
+// k8sBytes parses a Kubernetes quantity in binary units ("1Gi", "800Mi").
+func k8sBytes(t *testing.T, q string) int64 {
+	t.Helper()
+	for suffix, mult := range map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30} {
+		if n, ok := strings.CutSuffix(q, suffix); ok {
+			var v int64
+			if _, err := fmt.Sscanf(n, "%d", &v); err != nil {
+				t.Fatalf("quantity %q: %v", q, err)
+			}
+			return v * mult
+		}
+	}
+	t.Fatalf("quantity %q: want Ki, Mi or Gi", q)
+	return 0
+}
