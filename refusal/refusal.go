@@ -66,6 +66,7 @@ const (
 	PermissionDenied Reason = "PERMISSION_DENIED"
 	Unauthenticated  Reason = "UNAUTHENTICATED"
 	Compacted        Reason = "COMPACTED"
+	MemberRemoved    Reason = "MEMBER_REMOVED"
 )
 
 // Info is a reason and what it means, in a sentence for people.
@@ -129,6 +130,9 @@ var Reasons = []Info{
 	{Unauthenticated, "The caller presented no verified certificate."},
 	{Compacted, "A watch from a revision the member no longer keeps; metadata compact_revision names " +
 		"the oldest it has."},
+	{MemberRemoved, "A raft peer refuses the messages of a member whose removal from the cluster it has " +
+		"applied; metadata member and removed_index name the member and the raft entry that removed it. " +
+		"The member stops, unless it has applied that entry itself (then its own configuration decides)."},
 }
 
 // Error is a refusal: a reason and a message for people. Wrap it with

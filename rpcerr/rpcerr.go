@@ -67,6 +67,7 @@ var codeOf = map[refusal.Reason]codes.Code{
 	refusal.PermissionDenied: codes.PermissionDenied,
 	refusal.Unauthenticated:  codes.Unauthenticated,
 	refusal.Compacted:        codes.OutOfRange,
+	refusal.MemberRemoved:    codes.FailedPrecondition,
 }
 
 // Code is the gRPC code of reason.
