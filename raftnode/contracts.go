@@ -91,4 +91,8 @@ type Handler interface {
 	ReportUnreachable(id uint64)
 	// ReportSnapshot tells raft whether a snapshot sent to id was delivered.
 	ReportSnapshot(id uint64, status raft.SnapshotStatus)
+	// ReportRemoved tells the node that peer id refused its messages
+	// because it applied this member's removal, by the raft entry at index
+	// (Process's RemovedError on the peer's side).
+	ReportRemoved(id, index uint64)
 }

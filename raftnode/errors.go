@@ -1,6 +1,9 @@
 package raftnode
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors of a running member; the storage's are beside DiskStorage.
 var (
@@ -45,4 +48,26 @@ var (
 	// the way back is `waldenctl member remove` and `member add` with an
 	// empty data directory.
 	ErrLogWentBackwards = errors.New("raftnode: this member's raft log went backwards")
+	// ErrRemoved is matched by a RemovedError: the message came from a
+	// member that was removed from the cluster.
+	ErrRemoved = errors.New("raftnode: member removed from the cluster")
 )
+
+// RemovedError is Process's answer to a message from a member whose
+// removal this member has applied (and no addition since): the message is
+// not stepped into raft, and the transport hands the refusal back to the
+// sender (ReportRemoved), which stops unless it has applied the entry at
+// Index itself. errors.Is(err, ErrRemoved) matches it.
+type RemovedError struct {
+	// Member is the removed member's name (its raft id in hex when this
+	// member never learnt the name).
+	Member string
+	// Index is the raft index of the entry that removed it.
+	Index uint64
+}
+
+func (e *RemovedError) Error() string {
+	return fmt.Sprintf("raftnode: member %s was removed from the cluster by raft entry %d; its messages are refused", e.Member, e.Index)
+}
+
+func (e *RemovedError) Unwrap() error { return ErrRemoved }

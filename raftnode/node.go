@@ -44,6 +44,10 @@ type Node struct {
 
 	// Owned by the run goroutine.
 	snapshotIndex uint64
+	// confIndex is the index of the configuration applied last: of the
+	// last membership change, or of the snapshot restored. Owned by the run
+	// goroutine.
+	confIndex uint64
 	// snapshotsApplied counts snapshots received from a leader and applied.
 	snapshotsApplied atomic.Uint64
 
@@ -52,6 +56,11 @@ type Node struct {
 	members   map[uint64]*waldenv1.Member // by raft id, from sm.Members()
 	names     map[uint64]string           // every member id ever seen, by raft id
 	promoting map[uint64]bool             // learners with a promotion in flight
+	// removedPeers holds, by raft id, every member whose removal this
+	// member applied (and no addition since): Process refuses their
+	// messages, so that a removed member that missed its removal learns of
+	// it from the answer.
+	removedPeers map[uint64]*removedPeer
 
 	readMu sync.Mutex
 	reads  map[string]chan uint64 // ReadIndex request ctx -> read index
@@ -66,9 +75,12 @@ type Node struct {
 	// transferring is set while TransferLeadership runs: raft drops
 	// proposals during a transfer, so they take the path that reports it.
 	transferring atomic.Int32
-	// removed is set once this member applied its own removal; it stops
-	// shortly after.
+	// removed is set once this member applied its own removal, or a peer
+	// refused its messages for it; it stops shortly after.
 	removed atomic.Bool
+	// removalReports carries the refusals of peers that applied this
+	// member's removal (ReportRemoved) to the run goroutine.
+	removalReports chan removalReport
 
 	stopOnce sync.Once
 	stopc    chan struct{}
@@ -118,8 +130,11 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		promoting:  make(map[uint64]bool),
 		reads:      make(map[string]chan uint64),
 		propSignal: make(chan struct{}, 1),
-		stopc:      make(chan struct{}),
-		donec:      make(chan struct{}),
+
+		removedPeers:   make(map[uint64]*removedPeer),
+		removalReports: make(chan removalReport, 4),
+		stopc:          make(chan struct{}),
+		donec:          make(chan struct{}),
 	}
 	for _, m := range cfg.InitialCluster {
 		n.names[RaftID(m.GetId())] = m.GetId()
@@ -144,6 +159,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		}
 	}
 	n.snapshotIndex = snapIndex
+	n.confIndex = snapIndex
 	// The state machine may lag the snapshot index by entries it never sees
 	// (the empty entries of new leaders).
 	applied := max(sm.AppliedIndex(), snapIndex)
@@ -245,39 +261,50 @@ func (n *Node) run() {
 	defer n.shutdown()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
-	// removedc fires a while after this member applied its own removal.
+	// removedc fires a while after this member learnt of its removal: it
+	// applied the entry that removed it, or a peer that applied it refused
+	// its messages. removedAt is that entry's index.
 	var removedc <-chan time.Time
+	var removedAt uint64
 	for {
 		select {
 		case <-ticker.C:
 			n.raft.Tick()
 			n.maybePromoteLearners()
 		case rd := <-n.raft.Ready():
-			removed, err := n.handleReady(rd)
+			own, err := n.handleReady(rd)
 			if err != nil {
 				n.fail(err)
 				return
 			}
-			if (removed || removedc != nil) && n.inConfig() {
+			removedAt = max(removedAt, own)
+			if removedAt == 0 {
+				continue
+			}
+			if n.confIndex > removedAt && n.inConfig() {
 				// Added again after its removal (a replacement under the
 				// same name replays both from the leader's log): it stays.
 				if removedc != nil {
 					n.logger.Info("raftnode: this member was added again after its removal; it keeps running")
 				}
-				removed, removedc = false, nil
+				removedc, removedAt = nil, 0
 				n.removed.Store(false)
+				continue
 			}
-			if removed && removedc == nil {
-				// Linger before stopping, as etcd does: a removed leader
-				// must still deliver the commit index of its removal (and
-				// vote and append for the survivors while they have not
-				// applied it), else the survivors keep a configuration
-				// that needs this member; with two voters, forever.
-				n.removed.Store(true)
-				wait := 2 * n.electionTimeout()
-				n.logger.Warn("raftnode: this member was removed from the cluster, stopping", "in", wait)
-				removedc = time.After(wait)
+			if removedc == nil {
+				removedc = n.lingerRemoved("raftnode: this member was removed from the cluster, stopping", "removed_index", removedAt)
 			}
+		case r := <-n.removalReports:
+			// A peer that applied this member's removal refuses its
+			// messages. Unless this member applied that entry itself (then
+			// its own configuration decides: removed, or added again), it
+			// missed its removal: nobody sends to it any more.
+			if r.index <= n.applied.Load() || removedc != nil {
+				continue
+			}
+			removedAt = r.index
+			removedc = n.lingerRemoved("raftnode: a peer refuses this member's messages: it was removed from the cluster by a raft entry "+
+				"this member never received; stopping", "peer", n.nameOf(r.by), "removed_index", r.index, "applied_index", n.applied.Load())
 		case <-removedc:
 			return
 		case <-n.stopc:
@@ -286,9 +313,31 @@ func (n *Node) run() {
 	}
 }
 
-// handleReady handles one Ready. It reports whether this member applied its
-// own removal. An error is fatal: the member stops.
-func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
+// lingerRemoved marks this member removed and returns the timer of its stop.
+// It lingers before stopping, as etcd does: a removed leader must still
+// deliver the commit index of its removal (and vote and append for the
+// survivors while they have not applied it), else the survivors keep a
+// configuration that needs this member; with two voters, forever.
+func (n *Node) lingerRemoved(msg string, args ...any) <-chan time.Time {
+	n.removed.Store(true)
+	wait := 2 * n.electionTimeout()
+	n.logger.Warn(msg, append(args, "in", wait)...)
+	return time.After(wait)
+}
+
+// removedPeer is a member whose removal this member applied.
+type removedPeer struct {
+	index  uint64 // the entry that removed it
+	warned bool   // its first refused message was logged
+}
+
+// removalReport is a peer's refusal of this member's messages.
+type removalReport struct{ by, index uint64 }
+
+// handleReady handles one Ready. It reports the index of the entry that
+// removed this member, if it applied one (else 0). An error is fatal: the
+// member stops.
+func (n *Node) handleReady(rd raft.Ready) (removed uint64, err error) {
 	// 1. Volatile state: leader and role, for callers and metrics.
 	if rd.SoftState != nil {
 		n.updateSoftState(rd.SoftState)
@@ -314,7 +363,7 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 	applyFirst := leading && raft.IsEmptySnap(rd.Snapshot)
 	if applyFirst {
 		if removed, err = n.applyEntries(rd.CommittedEntries); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 
@@ -326,7 +375,7 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 	//    only once it is on a quorum's disks, and on the leader's own disk
 	//    when the leader's copy is part of that quorum.
 	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
-		return false, fmt.Errorf("raftnode: persist ready: %w", err)
+		return 0, fmt.Errorf("raftnode: persist ready: %w", err)
 	}
 	if rd.HardState != nil {
 		n.term.Store(rd.HardState.GetTerm())
@@ -349,21 +398,21 @@ func (n *Node) handleReady(rd raft.Ready) (removed bool, err error) {
 	// 7. Apply a snapshot received from the leader.
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.applySnapshot(rd.Snapshot); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 
 	// 8. Apply the committed entries in log order (unless done in 3).
 	if !applyFirst {
 		if removed, err = n.applyEntries(rd.CommittedEntries); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 
 	// 9. Snapshot the state machine and compact the log every
 	//    SnapshotCount applied entries, once the applied entries are stored.
 	if err := n.maybeSnapshot(); err != nil {
-		return false, err
+		return 0, err
 	}
 
 	// 10. Tell raft this Ready is done.
@@ -396,9 +445,16 @@ func (n *Node) applySnapshot(snap *raftpb.Snapshot) error {
 	if err := n.sm.Restore(snap.GetData()); err != nil {
 		return fmt.Errorf("raftnode: restore snapshot at index %d: %w", index, err)
 	}
+	cs := raftpb.EnsureConfState(snap.GetMetadata().GetConfState())
 	n.mu.Lock()
-	n.confState = proto.Clone(raftpb.EnsureConfState(snap.GetMetadata().GetConfState())).(*raftpb.ConfState)
+	n.confState = proto.Clone(cs).(*raftpb.ConfState)
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		for _, id := range ids {
+			delete(n.removedPeers, id) // added again since
+		}
+	}
 	n.mu.Unlock()
+	n.confIndex = index
 	n.refreshMembers()
 	// Follow the membership of the snapshot in the transport.
 	n.mu.RLock()
@@ -415,13 +471,13 @@ func (n *Node) applySnapshot(snap *raftpb.Snapshot) error {
 	return nil
 }
 
-// applyEntries applies committed entries; it reports whether one of them
-// removed this member.
-func (n *Node) applyEntries(ents []*raftpb.Entry) (removed bool, err error) {
+// applyEntries applies committed entries; it reports the index of the last
+// one that removed this member (0: none did).
+func (n *Node) applyEntries(ents []*raftpb.Entry) (removed uint64, err error) {
 	if len(ents) > 0 && ents[0].GetIndex() > n.applied.Load()+1 {
 		// Entries between the applied index and these are missing: the
 		// state machine would silently diverge.
-		return false, fmt.Errorf("raftnode: committed entries start at index %d, applied index is %d",
+		return 0, fmt.Errorf("raftnode: committed entries start at index %d, applied index is %d",
 			ents[0].GetIndex(), n.applied.Load())
 	}
 	for _, e := range ents {
@@ -433,15 +489,17 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) (removed bool, err error) {
 		case raftpb.EntryNormal:
 			if !replay {
 				if err := n.applyNormal(e); err != nil {
-					return false, err
+					return 0, err
 				}
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			r, err := n.applyConfChange(e, !replay)
 			if err != nil {
-				return false, err
+				return 0, err
 			}
-			removed = removed || r
+			if r {
+				removed = index
+			}
 		}
 		if !replay {
 			n.setApplied(index)
@@ -504,10 +562,24 @@ func (n *Node) applyConfChange(e *raftpb.Entry, toStateMachine bool) (removed bo
 	}
 
 	cs := n.raft.ApplyConfChange(cc)
+	n.confIndex = e.GetIndex()
 	n.mu.Lock()
 	n.confState = proto.Clone(raftpb.EnsureConfState(cs)).(*raftpb.ConfState)
 	if m := ctx.GetMember(); m.GetId() != "" {
 		n.names[RaftID(m.GetId())] = m.GetId()
+	}
+	// Refuse a removed member's messages from now on (they would reach raft
+	// from a member it no longer counts), and accept them again once it is
+	// added back: raft sends to it only after this Ready.
+	for _, ch := range cc.GetChanges() {
+		switch id := ch.GetNodeId(); ch.GetType() {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			delete(n.removedPeers, id)
+		case raftpb.ConfChangeRemoveNode:
+			if id != n.id {
+				n.removedPeers[id] = &removedPeer{index: e.GetIndex()}
+			}
+		}
 	}
 	n.mu.Unlock()
 
@@ -635,7 +707,8 @@ func (n *Node) Stop() {
 }
 
 // Done is closed once the member stopped: after Stop, two election
-// timeouts after it applied its own removal, or after a fatal fault (which
+// timeouts after it learnt of its own removal (it applied the entry, or a
+// peer that applied it refused its messages), or after a fatal fault (which
 // it logs, and Err returns).
 func (n *Node) Done() <-chan struct{} { return n.donec }
 
@@ -684,8 +757,17 @@ func (n *Node) stopped() bool {
 	}
 }
 
-// Process steps a message received from a peer into raft (Handler).
+// Process steps a message received from a peer into raft (Handler). A
+// message from a member whose removal this member applied is refused with a
+// RemovedError (the transport hands it back to the sender: ReportRemoved),
+// unless a leader sends it to its followers: this member may lag behind the
+// entry that added the sender again, and learns it only from that leader.
 func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
+	if !leaderToFollower(m.GetType()) {
+		if err := n.refuseRemoved(m.GetFrom()); err != nil {
+			return err
+		}
+	}
 	if err := n.checkLogNotBehind(m); err != nil {
 		n.fail(err)
 		return ErrStopped
@@ -722,6 +804,54 @@ func (n *Node) checkLogNotBehind(m *raftpb.Message) error {
 		"then start it with initial_cluster_state: existing",
 		ErrLogWentBackwards, n.nameOf(m.GetFrom()), n.cfg.NodeID, m.GetCommit(), m.GetTerm(), n.dataDir(), last, n.term.Load(),
 		n.cfg.NodeID, n.cfg.NodeID, n.dataDir(), n.cfg.NodeID)
+}
+
+// leaderToFollower reports whether t is a message that only a leader sends,
+// to its followers.
+func leaderToFollower(t raftpb.MessageType) bool {
+	switch t {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap, raftpb.MsgTimeoutNow, raftpb.MsgReadIndexResp:
+		return true
+	}
+	return false
+}
+
+// refuseRemoved returns a RemovedError when from is a member whose removal
+// this member applied (logged once per member), else nil.
+func (n *Node) refuseRemoved(from uint64) error {
+	n.mu.RLock()
+	p, ok := n.removedPeers[from]
+	n.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	n.mu.Lock()
+	first := !p.warned
+	p.warned = true
+	index := p.index
+	n.mu.Unlock()
+	err := &RemovedError{Member: n.nameOf(from), Index: index}
+	if first {
+		n.logger.Warn("raftnode: refusing the messages of a removed member; it stops on this answer",
+			"member", err.Member, "removed_index", err.Index)
+	}
+	return err
+}
+
+// ReportRemoved tells this member that peer id refused its messages because
+// the peer applied this member's removal at index (Handler). Unless this
+// member applied that entry itself (its own configuration then decides), it
+// stops after the same linger as on applying its removal.
+func (n *Node) ReportRemoved(id, index uint64) {
+	if index <= n.applied.Load() {
+		n.logger.Debug("raftnode: a peer refuses this member's messages for a removal this member applied",
+			"peer", n.nameOf(id), "removed_index", index)
+		return
+	}
+	select {
+	case n.removalReports <- removalReport{by: id, index: index}:
+	default: // reports are pending already
+	}
 }
 
 // ReportUnreachable tells raft that a message to id was not delivered

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // MaxRaftMessageBytes is the largest raft frame the gRPC transport sends or
@@ -208,6 +211,14 @@ func (t *GRPCTransport) Stream(stream waldenv1.Raft_StreamServer) error {
 			return status.Error(codes.Unavailable, "raftnode: raft node not running")
 		}
 		if err := h.Process(stream.Context(), m); err != nil {
+			var removed *RemovedError
+			if errors.As(err, &removed) {
+				// The sender stops on this answer (ReportRemoved on its side).
+				t.cfg.Metrics.refused()
+				return rpcerr.New(refusal.MemberRemoved, removed.Error(), map[string]string{
+					"member": removed.Member, "removed_index": strconv.FormatUint(removed.Index, 10),
+				})
+			}
 			if errors.Is(err, ErrStopped) {
 				return status.Error(codes.Unavailable, "raftnode: raft node stopped")
 			}
@@ -487,6 +498,7 @@ func (p *grpcPeer) stream() error {
 				if status.Code(err) == codes.PermissionDenied {
 					p.t.logger.Error("raftnode: peer refused our frames", "peer", p.name, "addr", p.addr, "err", err)
 				}
+				p.reportIfRemoved(err)
 			}
 			return fmt.Errorf("raftnode: send to %s: %w", p.addr, err)
 		}
@@ -539,6 +551,22 @@ func (p *grpcPeer) frame(m *raftpb.Message) (*waldenv1.RaftFrame, error) {
 		return nil, fmt.Errorf("raftnode: marshal raft message: %w", err)
 	}
 	return &waldenv1.RaftFrame{ClusterName: p.t.cfg.ClusterName, FromId: p.t.cfg.NodeID, Message: data}, nil
+}
+
+// reportIfRemoved hands the peer's refusal of this member's messages for
+// its removal (refusal.MemberRemoved) to the handler.
+func (p *grpcPeer) reportIfRemoved(err error) {
+	if rpcerr.Reason(err) != refusal.MemberRemoved {
+		return
+	}
+	index, perr := strconv.ParseUint(rpcerr.Metadata(err)["removed_index"], 10, 64)
+	if perr != nil || index == 0 {
+		p.t.logger.Warn("raftnode: peer says this member was removed, without a valid removal index", "peer", p.name, "err", err)
+		return
+	}
+	if h := p.t.handlerOf(); h != nil {
+		h.ReportRemoved(p.id, index)
+	}
 }
 
 // fail reports an undelivered message to raft.

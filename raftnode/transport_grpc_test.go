@@ -164,6 +164,24 @@ func TestGRPCTransportRefusesForeignFrames(t *testing.T) {
 	}
 }
 
+// TestGRPCTransportReportsRemoval: a receiver that refuses a removed
+// member's messages answers MEMBER_REMOVED with the removal index, and the
+// sending transport hands it to its node (ReportRemoved).
+func TestGRPCTransportReportsRemoval(t *testing.T) {
+	a := serveTransport(t, "demo", "a", "")
+	b := serveTransport(t, "demo", "b", "")
+	b.h.Refuse(&raftnode.RemovedError{Member: "a", Index: 42})
+	a.tr.AddPeer(raftnode.RaftID("b"), b.addr)
+	// The refusal ends the stream; the next send on it reads the answer.
+	testutil.EventuallyTrue(t, 10*time.Second, "a told it was removed", func() bool {
+		a.tr.Send([]*raftpb.Message{{Type: raftpb.MsgPreVote.Enum(), From: new(raftnode.RaftID("a")), To: new(raftnode.RaftID("b"))}})
+		return a.h.Removed()[raftnode.RaftID("b")] == 42
+	})
+	if n, _, _ := b.h.Counts(); n != 0 {
+		t.Fatalf("%d refused messages recorded as stepped", n)
+	}
+}
+
 // BenchmarkGRPCCluster3 measures proposals/s and commit latency of a
 // 3-member cluster over the gRPC transport on loopback with disk storage
 // (fsync per Ready), the fsm state machine and production timings, with

@@ -2,6 +2,7 @@ package raftnodetest
 
 import (
 	"context"
+	"errors"
 	"math/rand"
 	"sync"
 	"time"
@@ -23,7 +24,10 @@ import (
 // goroutine; a delayed message also delays the ones queued behind it on the
 // same link. A message cut by a partition, or sent to a member that is down,
 // is reported unreachable to the sender (and a snapshot reported failed), as
-// a broken stream would be; a randomly dropped message is lost silently.
+// a broken stream would be; a randomly dropped message is lost silently. A
+// message the receiver refuses because it removed the sender
+// (raftnode.RemovedError) is reported to the sender with ReportRemoved, as
+// the gRPC transport does.
 type Network struct {
 	mu         sync.Mutex
 	rng        *rand.Rand
@@ -416,6 +420,12 @@ func (t *MemTransport) deliver(to uint64, env memEnvelope) bool {
 	defer cancel()
 	if err := h.Process(ctx, m); err != nil {
 		t.countDrop()
+		var removed *raftnode.RemovedError
+		if errors.As(err, &removed) {
+			if self := t.handlerOf(); self != nil {
+				self.ReportRemoved(to, removed.Index)
+			}
+		}
 		return false
 	}
 	t.nw.mu.Lock()
