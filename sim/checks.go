@@ -46,6 +46,14 @@ type checker struct {
 	liveness bool
 	// maxTTL is the longest lease_ttl in force in the last window.
 	ttlHistory []ttlAt
+	// promisedAt is the last time each coordinator was seen holding its
+	// attestation for an agent's epoch (key: coordinator, agent, epoch).
+	promisedAt map[promiseKey]int64
+}
+
+type promiseKey struct {
+	coord, agent string
+	epoch        uint64
 }
 
 type ttlAt struct {
@@ -54,7 +62,7 @@ type ttlAt struct {
 }
 
 func newChecker(w *World) *checker {
-	return &checker{w: w, readAt: map[string]map[uint64]int64{}, agentEpochs: map[string]uint64{}, liveness: true}
+	return &checker{w: w, readAt: map[string]map[uint64]int64{}, agentEpochs: map[string]uint64{}, liveness: true, promisedAt: map[promiseKey]int64{}}
 }
 
 func (k *checker) fail(kind, format string, args ...any) {
@@ -162,6 +170,11 @@ func (k *checker) window() int64 {
 // running coordinators for the window, must hold a valid lease.
 func (k *checker) checkLiveness(a *Agent) {
 	w := k.w
+	for _, c := range w.coords {
+		if c.grantor.Promised(lease.Key{Broker: a.name, Epoch: a.epoch}) {
+			k.promisedAt[promiseKey{c.name, a.name, a.epoch}] = w.now
+		}
+	}
 	if !k.liveness || !a.host().runnable(w.now) || !a.registered || a.fenced {
 		return
 	}
@@ -186,8 +199,10 @@ func (k *checker) checkLiveness(a *Agent) {
 			continue
 		}
 		// A coordinator that attested must withdraw through raft before it
-		// grants again: it needs the leader both ways.
-		if c.grantor.Promised(lease.Key{Broker: a.name, Epoch: a.epoch}) {
+		// grants again: it needs the leader both ways, for the window after
+		// it last held the attestation too (a withdrawal just applied has
+		// not been followed by a renewal yet).
+		if at, ok := k.promisedAt[promiseKey{c.name, a.name, a.epoch}]; ok && w.now-at < win {
 			l := w.raft.leader
 			if l < 0 || (l != c.idx && (!w.links[c.idx][l].perfect() || !w.links[l][c.idx].perfect() ||
 				w.now-w.links[c.idx][l].goodSince < win || w.now-w.links[l][c.idx].goodSince < win)) {
