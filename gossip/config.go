@@ -33,6 +33,12 @@ type Config struct {
 	// Faults, when set, injects network faults into what this member sends
 	// (tests only; nil in production).
 	Faults *Faults `yaml:"-"`
+	// NoCompression makes this member send its messages uncompressed
+	// (every member reads both). Compression costs a fresh LZW table per
+	// message sent: nothing for one member on its host, but most of the CPU
+	// of a load generator that hosts hundreds of members in one process
+	// (bench/scale). Production members leave it false.
+	NoCompression bool `yaml:"-"`
 
 	// BindAddr is the "ip:port" memberlist listens on, UDP and TCP on the
 	// same port. The host must be an IP literal; port 0 picks a free port.

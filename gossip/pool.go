@@ -220,6 +220,7 @@ func (p *Pool) memberlistConfig(key []byte) (*memberlist.Config, error) {
 	mc.PushPullInterval = cfg.PushPullInterval
 	mc.TCPTimeout = cfg.TCPTimeout
 	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
+	mc.EnableCompression = !cfg.NoCompression
 
 	mc.Delegate = delegate{p}
 	mc.Events = eventDelegate{p}

@@ -174,6 +174,16 @@ func threePools(t *testing.T, h *harness, tweak func(*Config)) (pools []*Pool, w
 	return pools, want
 }
 
+// demoMembers is what every member of coordinator/c1, agent/b1 and agent/b2
+// of cluster "demo" should see.
+func demoMembers() map[string]Meta {
+	return map[string]Meta{
+		"coordinator/c1": withCluster(coordMeta("c1"), "demo"),
+		"agent/b1":       withCluster(agentMeta("b1"), "demo"),
+		"agent/b2":       withCluster(agentMeta("b2"), "demo"),
+	}
+}
+
 func TestPoolsJoinAndSeeEachOther(t *testing.T) {
 	h := newHarness(t)
 	a := h.start(fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs))
@@ -187,11 +197,7 @@ func TestPoolsJoinAndSeeEachOther(t *testing.T) {
 	if n, err := c.Join([]string{b.Addr()}); n != 1 || err != nil {
 		t.Fatalf("c.Join(b) = %d, %v", n, err)
 	}
-	want := map[string]Meta{
-		"coordinator/c1": withCluster(coordMeta("c1"), "demo"),
-		"agent/b1":       withCluster(agentMeta("b1"), "demo"),
-		"agent/b2":       withCluster(agentMeta("b2"), "demo"),
-	}
+	want := demoMembers()
 	for _, p := range []*Pool{a, b, c} {
 		testutil.Eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })
 	}
@@ -636,5 +642,30 @@ func TestAloneMemberRetriesJoin(t *testing.T) {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q", want)
 		}
+	}
+}
+
+// A member that sends uncompressed (the scale benchmark's simulated agents)
+// and members that compress read each other, directly and relayed.
+func TestUncompressedMemberJoinsCompressingPool(t *testing.T) {
+	h := newHarness(t)
+	a := h.start(fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs))
+	cb := fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
+	cb.NoCompression = true
+	cb.Join = []string{a.Addr()}
+	b := h.start(cb)
+	if mc, err := b.memberlistConfig(nil); err != nil || mc.EnableCompression {
+		t.Fatalf("NoCompression: memberlist EnableCompression = %v (%v)", mc != nil && mc.EnableCompression, err)
+	}
+	if mc, err := a.memberlistConfig(nil); err != nil || !mc.EnableCompression {
+		t.Fatalf("default: memberlist EnableCompression = %v (%v), want true", mc != nil && mc.EnableCompression, err)
+	}
+	// c knows only b: a learns of c from b, and c of a.
+	cc := fastConfig(t, "demo", "agent/b2", agentMeta("b2"), &h.logs)
+	cc.Join = []string{b.Addr()}
+	c := h.start(cc)
+	want := demoMembers()
+	for _, p := range []*Pool{a, b, c} {
+		testutil.Eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })
 	}
 }
