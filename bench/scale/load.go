@@ -12,7 +12,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -53,6 +55,8 @@ type loadConfig struct {
 	Brokers      []simBroker `json:"brokers"`
 	// RegisterRate bounds registrations per second at start.
 	RegisterRate int `json:"register_rate"`
+	// JoinRate bounds gossip joins per second at start.
+	JoinRate int `json:"join_rate"`
 	// Margin is the agents' lease_safety_margin.
 	Margin time.Duration `json:"margin"`
 }
@@ -65,14 +69,14 @@ type simBroker struct {
 
 // command is a line the controller sends.
 type command struct {
-	Op  string   `json:"op"` // kill, revive, stats
+	Op  string   `json:"op"` // register, kill, revive, stats
 	IDs []string `json:"ids,omitempty"`
 }
 
 // reply is a line a load process writes.
 type reply struct {
-	Op string `json:"op"` // ready, killed, stats, error
-	// ready: how many agents hold a valid lease.
+	Op string `json:"op"` // joined, killed, stats, error
+	// joined: how many agents are gossip members.
 	Valid int `json:"valid,omitempty"`
 	// killed: the broker, its epoch and when it stopped answering.
 	ID       string     `json:"id,omitempty"`
@@ -144,41 +148,59 @@ func runLoad(in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// Start the agents at the registration rate, then say ready once every
-	// one holds a valid lease.
+	// Start every agent's endpoint, make the gossip members join at the
+	// join rate and say joined; register on "register", at the
+	// registration rate. Joining first keeps the join storm (every member
+	// hears of every new one from several others) off the lease renewals:
+	// on a machine that hosts a thousand members, both at once starved the
+	// renewals and churned the fleet before it ever held its leases.
 	go func() {
-		rate := max(cfg.RegisterRate, 1)
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
 		var wg sync.WaitGroup
+		tick := time.NewTicker(time.Second / time.Duration(max(cfg.JoinRate, 1)))
+		defer tick.Stop()
 		for _, b := range cfg.Brokers {
+			a, err := p.start(ctx, b)
+			if err != nil {
+				p.send(reply{Op: "error", Error: err.Error()})
+				continue
+			}
+			p.mu.Lock()
+			p.agents[b.ID] = a
+			p.mu.Unlock()
+			if !b.Gossip {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a, err := p.start(ctx, b)
-				if err != nil {
-					p.send(reply{Op: "error", Error: err.Error()})
-					return
-				}
-				p.mu.Lock()
-				p.agents[b.ID] = a
-				p.mu.Unlock()
-			}()
+			go func() { defer wg.Done(); a.joinGossip(ctx) }()
+		}
+		wg.Wait()
+		p.send(reply{Op: "joined", Valid: p.stats().GossipMembers})
+	}()
+	registerAll := func() {
+		p.mu.Lock()
+		agents := make([]*simAgent, 0, len(cfg.Brokers))
+		for _, b := range cfg.Brokers {
+			if a := p.agents[b.ID]; a != nil {
+				agents = append(agents, a)
+			}
+		}
+		p.mu.Unlock()
+		tick := time.NewTicker(time.Second / time.Duration(max(cfg.RegisterRate, 1)))
+		defer tick.Stop()
+		for _, a := range agents {
+			a.run()
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
 		}
-		wg.Wait()
-		for ctx.Err() == nil {
-			if v := p.countValid(); v == len(cfg.Brokers) {
-				p.send(reply{Op: "ready", Valid: v})
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	}
 
 	for {
 		line, err := br.ReadBytes('\n')
@@ -195,6 +217,8 @@ func runLoad(in io.Reader, out io.Writer) error {
 			continue
 		}
 		switch c.Op {
+		case "register":
+			go registerAll()
 		case "kill":
 			for _, id := range c.IDs {
 				go p.kill(id)
@@ -216,22 +240,6 @@ func (p *loadProc) send(r reply) {
 	p.outMu.Lock()
 	defer p.outMu.Unlock()
 	_ = p.out.Encode(r)
-}
-
-func (p *loadProc) countValid() int {
-	p.mu.Lock()
-	agents := make([]*simAgent, 0, len(p.agents))
-	for _, a := range p.agents {
-		agents = append(agents, a)
-	}
-	p.mu.Unlock()
-	n := 0
-	for _, a := range agents {
-		if ok, _ := a.valid(); ok {
-			n++
-		}
-	}
-	return n
 }
 
 func (p *loadProc) stats() loadStats {
@@ -317,6 +325,8 @@ func (p *loadProc) revive(ctx context.Context, id string) {
 	p.mu.Lock()
 	p.agents[id] = a
 	p.mu.Unlock()
+	a.joinGossip(a.ctx)
+	a.run()
 }
 
 // simAgent is one lightweight agent.
@@ -327,6 +337,7 @@ type simAgent struct {
 	srv    *http.Server
 	conns  []*grpc.ClientConn // by coordinator index
 	pool   *gossip.Pool
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -338,8 +349,8 @@ type simAgent struct {
 	stopped    bool
 }
 
-// start binds the agent's endpoint on its IP, joins gossip if asked, and
-// registers and renews in the background.
+// start binds the agent's endpoint on its IP and makes its connections;
+// joinGossip and run make it a gossip member and register it.
 func (p *loadProc) start(ctx context.Context, b simBroker) (*simAgent, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(b.IP, "0"))
 	if err != nil {
@@ -372,41 +383,55 @@ func (p *loadProc) start(ctx context.Context, b simBroker) (*simAgent, error) {
 		}
 		a.conns = append(a.conns, conn)
 	}
-	actx, cancel := context.WithCancel(ctx)
-	a.cancel = cancel
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.loop(actx)
-	}()
-	if b.Gossip {
-		// Joining the pool exchanges its whole state with a member: a
-		// thousand agents of one process joining at once would only
-		// time out. They join a few at a time, after they registered.
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			select {
-			case p.joins <- struct{}{}:
-			case <-actx.Done():
-				return
-			}
-			defer func() { <-p.joins }()
-			a.joinGossip(actx)
-		}()
-	}
+	a.ctx, a.cancel = context.WithCancel(ctx)
 	return a, nil
 }
 
+// run registers and renews in the background.
+func (a *simAgent) run() {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.loop(a.ctx)
+	}()
+}
+
 // joinGossip makes the agent a member of the gossip pool, as the agent
-// package does.
+// package does, if it is one of the gossip members. At most a few join at
+// once: a join exchanges the whole pool's state with a member.
 func (a *simAgent) joinGossip(ctx context.Context) {
+	if !a.b.Gossip {
+		return
+	}
+	select {
+	case a.p.joins <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-a.p.joins }()
 	g := gossip.DefaultConfig()
 	g.ClusterName, g.NodeName = a.p.cfg.ClusterName, "agent/"+a.b.ID
 	g.BindAddr = net.JoinHostPort(a.b.IP, "0")
 	g.Join = a.p.cfg.GossipJoin
 	g.Meta = gossip.Meta{Role: gossip.RoleAgent, ID: a.b.ID, AgentAddr: a.addr}
 	g.Logger = slog.New(slog.DiscardHandler)
+	// Hundreds of members share this process's CPU, where a real agent has
+	// its host's: at walden's defaults the load processes spent their time
+	// in garbage (a fresh LZW table per packet sent, a 64 KiB buffer per
+	// packet received), their starved members missed probes, were
+	// suspected and declared dead by the hundred, and the pool never
+	// settled. The simulated agents therefore send uncompressed (the
+	// coordinators read both) and probe, gossip and sync at a fifth of the
+	// pace, with a longer timeout and suspicion. The coordinators keep
+	// walden's defaults: they hold the same thousand-member pool, probe
+	// it and are probed by it as before (a coordinator is probed about
+	// once per second in all by the agents at the default pace, 0.2 times
+	// at this one).
+	g.NoCompression = true
+	g.ProbeInterval, g.ProbeTimeout = 5*time.Second, 3*time.Second
+	g.SuspicionMult = 8
+	g.GossipInterval, g.RetransmitMult = time.Second, 2
+	g.PushPullInterval = 2 * time.Minute
 	pool, err := gossip.Start(g)
 	if err != nil {
 		a.p.send(reply{Op: "error", Error: fmt.Sprintf("agent %s: gossip: %v", a.b.ID, err)})
@@ -656,6 +681,23 @@ func loadMain() {
 			_ = pprof.StartCPUProfile(f)
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
+	}
+	// WALDEN_SCALE_PPROF makes it serve Go's profiles too, on an address
+	// it writes to its log (load-N.log in the run's directory).
+	if os.Getenv("WALDEN_SCALE_PPROF") != "" {
+		if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			fmt.Fprintf(os.Stderr, "pprof at http://%s/debug/pprof/\n", ln.Addr())
+			mux := http.NewServeMux()
+			mux.HandleFunc("/debug/pprof/", httppprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+			go func() { _ = http.Serve(ln, mux) }()
+		}
+	}
+	// The memberlist instances churn through small objects: a load
+	// process trades memory (plentiful) for garbage collection (which took
+	// a third of its CPU at the default GOGC), unless GOGC is set.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
 	}
 	if err := runLoad(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)

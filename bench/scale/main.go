@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -38,6 +39,8 @@ type options struct {
 	PerProcess    int
 	GossipMembers int
 	RegisterRate  int
+	JoinRate      int
+	MinReady      float64
 	Policy        string
 	Format        string
 	Dir           string
@@ -75,6 +78,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.PerProcess, "per-process", 1000, "simulated agents per load process")
 	fs.IntVar(&o.GossipMembers, "gossip-members", 1000, "how many of the agents are memberlist gossip members, spread evenly over the load processes (each holds the whole pool: memory grows as its square in the load processes)")
 	fs.IntVar(&o.RegisterRate, "register-rate", 100, "registrations per second per load process at start")
+	fs.IntVar(&o.JoinRate, "gossip-join-rate", 20, "gossip joins per second at start, all load processes together (the members join before any agent registers)")
+	fs.Float64Var(&o.MinReady, "min-ready", 1, "the steady window starts once this fraction of the agents hold a valid lease and are observed alive by every coordinator (1: all; below 1 for loads the load generator cannot hold whole; kills pick among those)")
 	fs.StringVar(&o.Policy, "policy", "default", "default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
 	fs.StringVar(&o.Format, "o", "table", "output: table or json")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the run's temporary directory (default: the system's)")
@@ -94,8 +99,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("%w: -policy: default or tuned, not %q", errUsage, o.Policy)
 	case o.Format != "table" && o.Format != "json":
 		return o, fmt.Errorf("%w: -o: table or json, not %q", errUsage, o.Format)
-	case o.Kills < 0 || o.PerProcess < 1 || o.RegisterRate < 1 || o.GossipMembers < 0:
-		return o, fmt.Errorf("%w: -kills, -per-process, -register-rate and -gossip-members must be positive", errUsage)
+	case o.Kills < 0 || o.PerProcess < 1 || o.RegisterRate < 1 || o.JoinRate < 1 || o.GossipMembers < 0:
+		return o, fmt.Errorf("%w: -kills, -per-process, -register-rate, -gossip-join-rate and -gossip-members must be positive", errUsage)
+	case !(o.MinReady > 0 && o.MinReady <= 1):
+		return o, fmt.Errorf("%w: -min-ready: a fraction in (0, 1], not %v", errUsage, o.MinReady)
 	case o.Window <= 0 || o.Steady <= 0:
 		return o, fmt.Errorf("%w: -window and -steady must be positive", errUsage)
 	}
@@ -113,9 +120,15 @@ type row struct {
 	GossipSeen    int    `json:"gossip_seen"`
 	LoadProcesses int    `json:"load_processes"`
 	Policy        string `json:"policy"`
-	// StartupS is from the first agent started to every coordinator
-	// observing every broker alive.
+	// JoinS is from the first agent started to every coordinator's pool
+	// holding every gossip member; StartupS from then to every coordinator
+	// observing the brokers alive (-min-ready of them).
+	JoinS    float64 `json:"gossip_join_s"`
 	StartupS float64 `json:"startup_s"`
+	// ReadyFraction is the fraction of the agents that held a valid lease
+	// and were observed alive by every coordinator when the steady window
+	// started (1 unless -min-ready is below 1).
+	ReadyFraction float64 `json:"ready_fraction"`
 	// Per coordinator (c1, c2, c3) over the steady window.
 	Leader          string     `json:"leader"`
 	CoordCores      [3]float64 `json:"coordinator_cores"`
@@ -248,11 +261,11 @@ func printTable(w io.Writer, rows []row) {
 			fmt.Fprintf(tw, "%s\t%d\tstopped: %s\n", r.Build, r.Brokers, r.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d (%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d\t%.2f\t%.0f\t%.1f, %.1f\t%.0f s\t%s→%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d (%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d\t%.2f\t%.0f\t%.1f, %.1f\t%.0f s, %.0f s (%.0f %%)\t%s→%s\n",
 			r.Build, r.Brokers, r.GossipMembers, r.GossipSeen, strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
 			r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, r.ProbesPerS,
 			r.DetectP50Ms, r.DetectP99Ms, r.DetectMinMs, r.DetectMaxMs, r.FalseFailovers, r.Lapses,
-			r.LoadCores, r.LoadRSSMB, r.CoordWait, r.LoadWait, r.StartupS, r.LoadBefore, r.LoadAfter)
+			r.LoadCores, r.LoadRSSMB, r.CoordWait, r.LoadWait, r.JoinS, r.StartupS, 100*r.ReadyFraction, r.LoadBefore, r.LoadAfter)
 	}
 	tw.Flush()
 }
@@ -264,7 +277,7 @@ func brokerIP(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) 
 type loads struct {
 	procs  []*loadProcess
 	byID   map[string]*loadProcess
-	ready  chan int
+	joined chan int
 	killed chan reply
 	stats  map[*loadProcess]chan loadStats
 }
@@ -272,8 +285,8 @@ type loads struct {
 func (l *loads) dispatch(lp *loadProcess, errs io.Writer) {
 	for r := range lp.replies {
 		switch r.Op {
-		case "ready":
-			l.ready <- r.Valid
+		case "joined":
+			l.joined <- r.Valid
 		case "killed":
 			l.killed <- r
 		case "stats":
@@ -359,14 +372,15 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 			r.GossipMembers++
 		}
 	}
-	l := &loads{byID: map[string]*loadProcess{}, ready: make(chan int, 64), killed: make(chan reply, 1024), stats: map[*loadProcess]chan loadStats{}}
+	l := &loads{byID: map[string]*loadProcess{}, joined: make(chan int, 64), killed: make(chan reply, 1024), stats: map[*loadProcess]chan loadStats{}}
 	defer l.stop()
 	start := time.Now()
+	procs := (n + o.PerProcess - 1) / o.PerProcess
 	for i := 0; i < n; i += o.PerProcess {
 		part := brokers[i:min(i+o.PerProcess, n)]
 		lp, err := startLoad(self, filepath.Join(dir, fmt.Sprintf("load-%d.log", len(l.procs))), loadConfig{
 			ClusterName: "scale", Coordinators: coordAddrs, GossipJoin: join, Brokers: part,
-			RegisterRate: o.RegisterRate, Margin: 500 * time.Millisecond,
+			RegisterRate: o.RegisterRate, JoinRate: max(1, o.JoinRate/procs), Margin: 500 * time.Millisecond,
 		})
 		if err != nil {
 			return r, err
@@ -379,25 +393,21 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 		go l.dispatch(lp, log)
 	}
 	r.LoadProcesses = len(l.procs)
-	readyBy := time.Now().Add(3*time.Minute + time.Duration(n/o.RegisterRate/len(l.procs))*time.Second)
+
+	// The gossip members join first, a few per second, and the agents
+	// register only once every coordinator's pool holds them all (bounded)
+	// and the join storm has died down (-settle).
+	joinBound := 5*time.Minute + time.Duration(3*r.GossipMembers/o.JoinRate)*time.Second
+	joinBy := time.Now().Add(joinBound)
 	for range l.procs {
 		select {
-		case <-l.ready:
-		case <-time.After(time.Until(readyBy)):
-			s, _ := l.collect(ctx)
-			return r, fmt.Errorf("agents not ready in time: %d of %d hold a valid lease, %d registered; renewals granted %v, refused %v, failed %d", s.Valid, n, s.Registered, s.Granted, s.Refused, s.Failed)
+		case <-l.joined:
+		case <-time.After(time.Until(joinBy)):
+			return r, fmt.Errorf("the gossip members did not join within %v", joinBound)
 		case <-ctx.Done():
 			return r, ctx.Err()
 		}
 	}
-	fmt.Fprintf(log, "%d brokers: every agent holds a valid lease after %v\n", n, time.Since(start).Round(time.Second))
-	if err := waitObserved(ctx, cl, brokers, 5*time.Minute); err != nil {
-		return r, err
-	}
-	r.StartupS = time.Since(start).Seconds()
-	fmt.Fprintf(log, "%d brokers: every coordinator observes every broker alive after %.0f s\n", n, r.StartupS)
-	// The gossip members join a few at a time per load process: wait
-	// (bounded) until every coordinator's pool has them all.
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		r.GossipSeen = r.GossipMembers
 		for _, m := range cl.coords {
@@ -408,15 +418,53 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 		}
 		sleep(ctx, 2*time.Second)
 	}
-	fmt.Fprintf(log, "%d brokers: the coordinators' gossip pools have %d of %d agent members after %.0f s; settling %v\n",
-		n, r.GossipSeen, r.GossipMembers, time.Since(start).Seconds(), o.Settle)
+	r.JoinS = time.Since(start).Seconds()
+	fmt.Fprintf(log, "%d brokers: the coordinators' gossip pools have %d of %d agent members after %.0f s\n", n, r.GossipSeen, r.GossipMembers, r.JoinS)
+	if r.GossipMembers > 0 {
+		sleep(ctx, o.Settle)
+	}
+
+	registered := time.Now()
+	for _, lp := range l.procs {
+		if err := lp.send(command{Op: "register"}); err != nil {
+			return r, err
+		}
+	}
+	need := int(math.Ceil(o.MinReady * float64(n)))
+	readyBy := time.Now().Add(3*time.Minute + time.Duration(n/o.RegisterRate/len(l.procs))*time.Second)
+	for {
+		s, err := l.collect(ctx)
+		if err != nil {
+			return r, err
+		}
+		if s.Valid >= need {
+			fmt.Fprintf(log, "%d brokers: %d agents hold a valid lease after %v\n", n, s.Valid, time.Since(registered).Round(time.Second))
+			break
+		}
+		if time.Now().After(readyBy) {
+			return r, fmt.Errorf("agents not ready in time: %d of %d hold a valid lease (%d needed), %d registered; renewals granted %v, refused %v, failed %d", s.Valid, n, need, s.Registered, s.Granted, s.Refused, s.Failed)
+		}
+		sleep(ctx, 2*time.Second)
+	}
+	alive, err := waitObserved(ctx, cl, need, 5*time.Minute)
+	if err != nil {
+		return r, err
+	}
+	r.ReadyFraction = float64(alive) / float64(n)
+	r.StartupS = time.Since(registered).Seconds()
+	fmt.Fprintf(log, "%d brokers: every coordinator observes %d brokers alive %.0f s after they started registering; settling %v\n", n, alive, r.StartupS, o.Settle)
 	sleep(ctx, o.Settle)
 
 	if err := steady(ctx, o, cl, l, &r); err != nil {
 		return r, err
 	}
 	fmt.Fprintf(log, "%d brokers: steady window done: %s; killing %d\n", n, summary(r), o.Kills)
+	tctx, tstop := context.WithCancel(ctx)
+	traced := make(chan struct{})
+	go func() { defer close(traced); traceLapses(tctx, l, log) }()
 	lat, err := killRounds(ctx, o, cl, l, brokers, log)
+	tstop()
+	<-traced
 	if err != nil {
 		return r, err
 	}
@@ -443,6 +491,26 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 	return r, nil
 }
 
+// traceLapses says every 5 s how the live agents' lease lapses and failed
+// renewals grow while brokers are killed: a failover must not cost the
+// others their leases.
+func traceLapses(ctx context.Context, l *loads, log io.Writer) {
+	start := time.Now()
+	prev, err := l.collect(ctx)
+	for err == nil && ctx.Err() == nil {
+		sleep(ctx, 5*time.Second)
+		if ctx.Err() != nil {
+			return
+		}
+		var s loadStats
+		if s, err = l.collect(ctx); err == nil {
+			fmt.Fprintf(log, "  %3.0f s: lease lapses %d (+%d), renewals failed %d (+%d), refused %v\n", time.Since(start).Seconds(),
+				s.Lapses, s.Lapses-prev.Lapses, s.Failed, s.Failed-prev.Failed, s.Refused)
+			prev = s
+		}
+	}
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
@@ -451,28 +519,31 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // waitObserved waits until every coordinator's state holds an alive
-// observation of every broker by every coordinator at its epoch.
-func waitObserved(ctx context.Context, cl *cluster, brokers []simBroker, d time.Duration) error {
+// observation by every coordinator, at its epoch, of at least need brokers,
+// and returns the fewest any coordinator holds.
+func waitObserved(ctx context.Context, cl *cluster, need int, d time.Duration) (int, error) {
 	deadline := time.Now().Add(d)
 	for {
-		missing := 0
+		fewest := -1
 		for _, m := range cl.coords {
 			bs, err := cl.brokers(ctx, m)
 			if err != nil {
-				missing = len(brokers)
+				fewest = 0
 				break
 			}
-			missing += len(brokers) - countAlive(bs)
+			if c := countAlive(bs); fewest < 0 || c < fewest {
+				fewest = c
+			}
 		}
-		if missing == 0 {
-			return nil
+		if fewest >= need {
+			return fewest, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after %v, %d broker views are not alive on every coordinator yet", d, missing)
+			return fewest, fmt.Errorf("after %v, a coordinator observes %d brokers alive everywhere, fewer than the %d needed", d, max(fewest, 0), need)
 		}
 		sleep(ctx, 2*time.Second)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return fewest, ctx.Err()
 		}
 	}
 }
@@ -637,7 +708,25 @@ func killRounds(ctx context.Context, o options, cl *cluster, l *loads, brokers [
 		left -= k
 		// Brokers never killed first: a kill of a revived broker is the
 		// same measurement, but keep them apart while there are others.
-		perm := rng.Perm(len(brokers))
+		// Among the brokers every coordinator observes alive (all of them
+		// unless -min-ready is below 1).
+		var perm []int
+		if ld, err := cl.leader(ctx); err == nil {
+			if bs, err := cl.brokers(ctx, ld); err == nil {
+				alive := map[string]bool{}
+				for _, b := range bs {
+					alive[b.GetBrokerId()] = aliveEverywhere(b)
+				}
+				for _, i := range rng.Perm(len(brokers)) {
+					if alive[brokers[i].ID] {
+						perm = append(perm, i)
+					}
+				}
+			}
+		}
+		if len(perm) < k {
+			return lat, fmt.Errorf("%d brokers alive everywhere, fewer than the %d to kill", len(perm), k)
+		}
 		slices.SortStableFunc(perm, func(a, b int) int { return cmpBool(killedBefore[a], killedBefore[b]) })
 		victims := perm[:k]
 		for _, v := range victims {

@@ -49,7 +49,7 @@ func TestFlags(t *testing.T) {
 	if err != nil || len(o.Brokers) != 2 || o.Brokers[1] != 1000 || o.Policy != "tuned" {
 		t.Fatalf("%+v %v", o, err)
 	}
-	for _, bad := range [][]string{{"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}} {
+	for _, bad := range [][]string{{"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}, {"-min-ready", "0"}, {"-min-ready", "1.5"}, {"-gossip-join-rate", "0"}} {
 		if _, err := parseFlags(bad, io.Discard); !errors.Is(err, errUsage) {
 			t.Fatalf("%v: %v, want a usage error", bad, err)
 		}
