@@ -121,13 +121,14 @@ type row struct {
 	LoadProcesses int    `json:"load_processes"`
 	Policy        string `json:"policy"`
 	// JoinS is from the first agent started to every coordinator's pool
-	// holding every gossip member; StartupS from then to every coordinator
-	// observing the brokers alive (-min-ready of them).
+	// holding every gossip member; StartupS from the registrations' start
+	// to every coordinator observing the brokers alive (-min-ready of
+	// them).
 	JoinS    float64 `json:"gossip_join_s"`
 	StartupS float64 `json:"startup_s"`
-	// ReadyFraction is the fraction of the agents that held a valid lease
-	// and were observed alive by every coordinator when the steady window
-	// started (1 unless -min-ready is below 1).
+	// ReadyFraction is the fraction of the brokers that every coordinator
+	// observed alive when the steady window started (1 unless -min-ready
+	// is below 1).
 	ReadyFraction float64 `json:"ready_fraction"`
 	// Per coordinator (c1, c2, c3) over the steady window.
 	Leader          string     `json:"leader"`
