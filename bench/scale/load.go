@@ -14,7 +14,6 @@ import (
 	"net/http"
 	httppprof "net/http/pprof"
 	"os"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -692,12 +691,6 @@ func loadMain() {
 			mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
 			go func() { _ = http.Serve(ln, mux) }()
 		}
-	}
-	// The memberlist instances churn through small objects: a load
-	// process trades memory (plentiful) for garbage collection (which took
-	// a third of its CPU at the default GOGC), unless GOGC is set.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
 	}
 	if err := runLoad(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)

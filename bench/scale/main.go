@@ -78,7 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.PerProcess, "per-process", 1000, "simulated agents per load process")
 	fs.IntVar(&o.GossipMembers, "gossip-members", 1000, "how many of the agents are memberlist gossip members, spread evenly over the load processes (each holds the whole pool: memory grows as its square in the load processes)")
 	fs.IntVar(&o.RegisterRate, "register-rate", 100, "registrations per second per load process at start")
-	fs.IntVar(&o.JoinRate, "gossip-join-rate", 20, "gossip joins per second at start, all load processes together (the members join before any agent registers)")
+	fs.IntVar(&o.JoinRate, "gossip-join-rate", 5, "gossip joins per second at start, all load processes together (the members join before any agent registers)")
 	fs.Float64Var(&o.MinReady, "min-ready", 1, "the steady window starts once this fraction of the agents hold a valid lease and are observed alive by every coordinator (1: all; below 1 for loads the load generator cannot hold whole; kills pick among those)")
 	fs.StringVar(&o.Policy, "policy", "default", "default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
 	fs.StringVar(&o.Format, "o", "table", "output: table or json")
