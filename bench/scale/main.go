@@ -244,7 +244,7 @@ func summary(r row) string {
 
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "build\tbrokers\tgossip (seen)\tcores c1/c2/c3\tRSS MB c1/c2/c3\tgoroutines\tentries/s\trenewals/s\trenewal p99\tprobes/s\tdetection p50\tp99\tmin–max\tfalse failovers\tlapses\tload cores\tload RSS MB\tCPU wait/run coord, load\tstartup\tload avg")
+	fmt.Fprintln(tw, "build\tbrokers\tgossip (seen)\tcores c1/c2/c3\tRSS MB c1/c2/c3\tgoroutines\tentries/s\trenewals/s\trenewal p99\tprobes/s\tdetection p50\tp99\tmin–max\tfalse failovers\tlapses\tload cores\tload RSS MB\tCPU wait/run coord, load\tjoin, startup (ready)\tload avg")
 	for _, r := range rows {
 		mark := func(i int, s string) string {
 			if fmt.Sprintf("c%d", i+1) == r.Leader {
