@@ -12,7 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	httppprof "net/http/pprof"
+	_ "net/http/pprof" // registers /debug/pprof/ on http.DefaultServeMux (WALDEN_SCALE_PPROF)
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -75,8 +75,6 @@ type command struct {
 // reply is a line a load process writes.
 type reply struct {
 	Op string `json:"op"` // joined, killed, stats, error
-	// joined: how many agents are gossip members.
-	Valid int `json:"valid,omitempty"`
 	// killed: the broker, its epoch and when it stopped answering.
 	ID       string     `json:"id,omitempty"`
 	Epoch    uint64     `json:"epoch,omitempty"`
@@ -178,7 +176,7 @@ func runLoad(in io.Reader, out io.Writer) error {
 			go func() { defer wg.Done(); a.joinGossip(ctx) }()
 		}
 		wg.Wait()
-		p.send(reply{Op: "joined", Valid: p.stats().GossipMembers})
+		p.send(reply{Op: "joined"})
 	}()
 	registerAll := func() {
 		p.mu.Lock()
@@ -686,10 +684,8 @@ func loadMain() {
 	if os.Getenv("WALDEN_SCALE_PPROF") != "" {
 		if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
 			fmt.Fprintf(os.Stderr, "pprof at http://%s/debug/pprof/\n", ln.Addr())
-			mux := http.NewServeMux()
-			mux.HandleFunc("/debug/pprof/", httppprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
-			go func() { _ = http.Serve(ln, mux) }()
+			go func() { _ = http.Serve(ln, nil) }() // net/http/pprof's routes
+
 		}
 	}
 	if err := runLoad(os.Stdin, os.Stdout); err != nil {

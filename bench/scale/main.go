@@ -278,7 +278,7 @@ func brokerIP(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) 
 type loads struct {
 	procs  []*loadProcess
 	byID   map[string]*loadProcess
-	joined chan int
+	joined chan struct{}
 	killed chan reply
 	stats  map[*loadProcess]chan loadStats
 }
@@ -287,7 +287,7 @@ func (l *loads) dispatch(lp *loadProcess, errs io.Writer) {
 	for r := range lp.replies {
 		switch r.Op {
 		case "joined":
-			l.joined <- r.Valid
+			l.joined <- struct{}{}
 		case "killed":
 			l.killed <- r
 		case "stats":
@@ -373,7 +373,7 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 			r.GossipMembers++
 		}
 	}
-	l := &loads{byID: map[string]*loadProcess{}, joined: make(chan int, 64), killed: make(chan reply, 1024), stats: map[*loadProcess]chan loadStats{}}
+	l := &loads{byID: map[string]*loadProcess{}, joined: make(chan struct{}, 64), killed: make(chan reply, 1024), stats: map[*loadProcess]chan loadStats{}}
 	defer l.stop()
 	start := time.Now()
 	procs := (n + o.PerProcess - 1) / o.PerProcess
@@ -460,11 +460,10 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 		return r, err
 	}
 	fmt.Fprintf(log, "%d brokers: steady window done: %s; killing %d\n", n, summary(r), o.Kills)
-	tctx, tstop := context.WithCancel(ctx)
-	traced := make(chan struct{})
-	go func() { defer close(traced); traceLapses(tctx, l, log) }()
+	stopTrace, traced := make(chan struct{}), make(chan struct{})
+	go func() { defer close(traced); traceLapses(ctx, stopTrace, l, log) }()
 	lat, err := killRounds(ctx, o, cl, l, brokers, log)
-	tstop()
+	close(stopTrace)
 	<-traced
 	if err != nil {
 		return r, err
@@ -493,15 +492,20 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 }
 
 // traceLapses says every 5 s how the live agents' lease lapses and failed
-// renewals grow while brokers are killed: a failover must not cost the
-// others their leases.
-func traceLapses(ctx context.Context, l *loads, log io.Writer) {
+// renewals grow while brokers are killed, until stop is closed: a failover
+// must not cost the others their leases. A collection in progress when stop
+// closes is finished, not abandoned: its answers would otherwise be taken
+// for those of the measurement's final collection.
+func traceLapses(ctx context.Context, stop <-chan struct{}, l *loads, log io.Writer) {
 	start := time.Now()
 	prev, err := l.collect(ctx)
-	for err == nil && ctx.Err() == nil {
-		sleep(ctx, 5*time.Second)
-		if ctx.Err() != nil {
+	for err == nil {
+		select {
+		case <-stop:
 			return
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
 		}
 		var s loadStats
 		if s, err = l.collect(ctx); err == nil {
@@ -696,21 +700,12 @@ func steady(ctx context.Context, o options, cl *cluster, l *loads, r *row) error
 // random instants over o.Window, and returns each kill → FAILED committed
 // latency in milliseconds, seen on the leader. The killed brokers are
 // revived between rounds.
-func killRounds(ctx context.Context, o options, cl *cluster, l *loads, brokers []simBroker, log io.Writer) ([]float64, error) {
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
-	var lat []float64
-	killedBefore := make([]bool, len(brokers))
-	timeout := 5 * time.Second
-	if o.Policy == "tuned" {
-		timeout = 2 * time.Second
-	}
-	for left := o.Kills; left > 0; {
-		k := min(left, max(1, len(brokers)/2))
-		left -= k
-		// Brokers never killed first: a kill of a revived broker is the
-		// same measurement, but keep them apart while there are others.
-		// Among the brokers every coordinator observes alive (all of them
-		// unless -min-ready is below 1).
+// killable returns the indexes of the brokers every coordinator observes
+// alive, in random order, once there are at least k (waiting at most 30 s:
+// a leader may be between terms).
+func killable(ctx context.Context, cl *cluster, brokers []simBroker, k int, rng *rand.Rand) ([]int, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		var perm []int
 		if ld, err := cl.leader(ctx); err == nil {
 			if bs, err := cl.brokers(ctx, ld); err == nil {
@@ -725,8 +720,34 @@ func killRounds(ctx context.Context, o options, cl *cluster, l *loads, brokers [
 				}
 			}
 		}
-		if len(perm) < k {
-			return lat, fmt.Errorf("%d brokers alive everywhere, fewer than the %d to kill", len(perm), k)
+		if len(perm) >= k {
+			return perm, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("%d brokers alive on every coordinator, fewer than the %d to kill", len(perm), k)
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+func killRounds(ctx context.Context, o options, cl *cluster, l *loads, brokers []simBroker, log io.Writer) ([]float64, error) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	var lat []float64
+	killedBefore := make([]bool, len(brokers))
+	timeout := 5 * time.Second
+	if o.Policy == "tuned" {
+		timeout = 2 * time.Second
+	}
+	for left := o.Kills; left > 0; {
+		k := min(left, max(1, len(brokers)/2))
+		left -= k
+		// Brokers never killed first: a kill of a revived broker is the
+		// same measurement, but keep them apart while there are others.
+		// Among the brokers every coordinator observes alive (all of them
+		// unless -min-ready is below 1), as the leader lists them.
+		perm, err := killable(ctx, cl, brokers, k, rng)
+		if err != nil {
+			return lat, err
 		}
 		slices.SortStableFunc(perm, func(a, b int) int { return cmpBool(killedBefore[a], killedBefore[b]) })
 		victims := perm[:k]
