@@ -8,6 +8,9 @@
 #
 #   chromium  headless browser of the web view's end-to-end test (webui
 #             is driven through the Chrome DevTools protocol by chromedp)
+#   libnss3-tools  pk12util and certutil: the browser test imports the
+#             PKCS#12 bundle of `walden certs issue --p12` into the NSS
+#             store Chromium reads, as a person does through the browser
 #   iproute2  ip: the chaos harness's network namespaces, veths and bridge
 #   nftables  nft: the chaos harness's link cuts in the bridge
 #   iptables  iptables -j NFQUEUE: the chaos harness's loss and jitter
@@ -15,7 +18,7 @@
 # Usage: scripts/install-deps.sh   (make deps calls it)
 set -euo pipefail
 
-PACKAGES=(chromium iproute2 nftables iptables)
+PACKAGES=(chromium libnss3-tools iproute2 nftables iptables)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -174,11 +173,11 @@ that (--wait); if the wait ends first, the request stands and the failover compl
 		ValidArgsFunction: c.completeIDs("broker", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" && !dryRun {
-				return errors.New("failover: --reason is required: say why the broker is failed over (kept in the event log)")
+				return usagef("failover: --reason is required: say why the broker is failed over (kept in the event log)")
 			}
 			req := &waldenv1.FailoverRequest{BrokerId: args[0], Reason: reason, Preview: dryRun}
 			var resp *waldenv1.FailoverResponse
-			err := c.callFor(cmd.Context(), op{verb: "fail over", kind: "broker", id: args[0]}, false, max(wait, c.timeout), func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.callFor(cmd.Context(), op{verb: "fail over", kind: "broker", id: args[0], check: "waldenctl failover show " + args[0]}, false, max(wait, c.timeout), func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = brokersClient(conn).Failover(ctx, req, opts...)
 				return err
@@ -273,17 +272,17 @@ func newMaintenanceCmd(c *cli) *cobra.Command {
 				on = true
 			case "off":
 				if ttl != 0 {
-					return errors.New("maintenance off: --ttl goes with maintenance on")
+					return usagef("maintenance off: --ttl goes with maintenance on")
 				}
 			default:
-				e := &callError{Message: fmt.Sprintf("maintenance: the first argument must be on or off, not %q", args[0])}
+				e := &callError{Message: fmt.Sprintf("maintenance: the first argument must be on or off, not %q", args[0]), Exit: exitUsage}
 				if s := closest(args[0], []string{"on", "off"}); s != "" {
 					e.Hint = "did you mean " + s + "?"
 				}
 				return e
 			}
 			if ttl < 0 {
-				return fmt.Errorf("--ttl: must not be negative, got %s", ttl)
+				return usagef("--ttl: must not be negative, got %s", ttl)
 			}
 			req := &waldenv1.SetMaintenanceRequest{BrokerId: args[1], On: on, Reason: reason, TtlMs: ttl.Milliseconds()}
 			var resp *waldenv1.SetMaintenanceResponse

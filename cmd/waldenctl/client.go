@@ -249,15 +249,30 @@ func (c *cli) callFor(ctx context.Context, o op, retryable bool, perTry time.Dur
 	if !errors.As(err, &none) {
 		e := explain(o, status.Convert(err), c.timeout)
 		c.suggestID(ctx, o, e)
-		return e
+		return c.unansweredWrite(o, retryable, e)
 	}
 	if ctx.Err() != nil {
 		return errInterrupted
 	}
 	if last := none.Last(); none.Ctx != nil && !moveOn(status.Code(last.Err)) {
-		return explain(o, status.Convert(last.Err), c.timeout)
+		return c.unansweredWrite(o, retryable, explain(o, status.Convert(last.Err), c.timeout))
 	}
-	return explainNoAnswer(none, c.timeout)
+	return c.unansweredWrite(o, retryable, explainNoAnswer(none, c.timeout, c.noClientCert()))
+}
+
+// unansweredWrite says of a request that changes something (not
+// retryable) and got no answer that it may have been carried out all the
+// same, and how to check.
+func (c *cli) unansweredWrite(o op, retryable bool, e *callError) *callError {
+	if retryable {
+		return e
+	}
+	return unanswered(o, e)
+}
+
+// noClientCert reports whether TLS is on without a client certificate.
+func (c *cli) noClientCert() bool {
+	return c.cert == "" && c.creds != nil && c.creds.Info().SecurityProtocol == "tls"
 }
 
 // wide reports whether tables show their extra columns (-o wide).

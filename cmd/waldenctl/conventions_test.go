@@ -48,7 +48,7 @@ func TestEveryGlobalFlagHasAnEnvironmentVariable(t *testing.T) {
 	}
 	t.Setenv("WALDENCTL_TIMEOUT", "soon")
 	code, _, errOut = runCtl(t, "status")
-	if code != 1 || !strings.Contains(errOut, `WALDENCTL_TIMEOUT="soon"`) {
+	if code != exitUsage || !strings.Contains(errOut, `WALDENCTL_TIMEOUT=\"soon\"`) || !strings.Contains(errOut, `"exit_code":2`) {
 		t.Fatalf("bad env value: exit %d %q", code, errOut)
 	}
 }
@@ -144,7 +144,7 @@ func TestRefusalsReadAsSentences(t *testing.T) {
 	r.brokers = sampleBrokers()
 	addr := serveRefusing(t, r)
 	code, out, errOut := runCtl(t, "--endpoints", addr, "failover", "b1", "--reason", "again")
-	if code != 1 || out != "" || errOut != "waldenctl: broker b1 is already failed over: it was fenced and has not registered again since\n" {
+	if code != exitRefused || out != "" || errOut != "waldenctl: broker b1 is already failed over: it was fenced and has not registered again since\n" {
 		t.Fatalf("exit %d stdout %q stderr %q", code, out, errOut)
 	}
 	// -o json keeps the code, the reason and the server's message.
@@ -152,7 +152,7 @@ func TestRefusalsReadAsSentences(t *testing.T) {
 	var doc struct {
 		Error callError `json:"error"`
 	}
-	if err := json.Unmarshal([]byte(errOut), &doc); code != 1 || err != nil {
+	if err := json.Unmarshal([]byte(errOut), &doc); code != exitRefused || err != nil || doc.Error.Exit != exitRefused {
 		t.Fatalf("json error: exit %d %v %q", code, err, errOut)
 	}
 	if doc.Error.Code != "FailedPrecondition" || doc.Error.Reason != "EPOCH_EXPIRED" || !strings.Contains(doc.Error.Detail, "fsm: declare") ||
@@ -177,7 +177,7 @@ func TestNoPackagePrefixes(t *testing.T) {
 	}}
 	addr := serveFake(t, f)
 	code, _, errOut := runCtl(t, "--endpoints", addr, "leader", "transfer", "c9")
-	if code != 1 || errOut != "waldenctl: there is no member c9 in the cluster\ndid you mean c1?\n" {
+	if code != exitNotFound || errOut != "waldenctl: there is no member c9 in the cluster\ndid you mean c1?\n" {
 		t.Fatalf("exit %d %q", code, errOut)
 	}
 }
@@ -191,7 +191,7 @@ func TestTypoSuggestionsOnTheirOwnLine(t *testing.T) {
 	} {
 		code, out, errOut := runCtl(t, strings.Fields(args)...)
 		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
-		if code != 1 || out != "" || !strings.HasPrefix(lines[0], "waldenctl: ") {
+		if code != exitUsage || out != "" || !strings.HasPrefix(lines[0], "waldenctl: ") {
 			t.Errorf("%s: exit %d %q %q", args, code, out, errOut)
 			continue
 		}
@@ -207,7 +207,7 @@ func TestTypoSuggestionsOnTheirOwnLine(t *testing.T) {
 	}
 	addr := serveBrokers(t, &fakeBrokers{brokers: sampleBrokers()})
 	code, _, errOut := runCtl(t, "--endpoints", addr, "broker", "b3")
-	if code != 1 || errOut != "waldenctl: broker b3 is not registered\ndid you mean b1?\n" {
+	if code != exitNotFound || errOut != "waldenctl: broker b3 is not registered\ndid you mean b1?\n" {
 		t.Fatalf("unknown broker: exit %d %q", code, errOut)
 	}
 }

@@ -21,6 +21,121 @@ import (
 // (refusal.Err*), of the membership API and of gRPC itself. The code, the
 // reason and the server's own message stay available in -o json.
 
+// Exit codes: the one table of what waldenctl's exit status means, for
+// scripts (docs/waldenctl.md#exit-codes). A refusal's gRPC code decides it
+// (exitCodeOf); errors found before any call are usage errors.
+const (
+	// exitOK: the command did what it was asked.
+	exitOK = 0
+	// exitError: any other error (a file that cannot be written, an
+	// answer that cannot be printed, an internal error, Ctrl-C).
+	exitError = 1
+	// exitUsage: the command line is wrong (unknown command or flag, a
+	// missing or malformed argument), or the cluster refused an argument
+	// as invalid (InvalidArgument). Nothing was sent, or nothing changed.
+	exitUsage = 2
+	// exitUnavailable: no member answered in time, or none could (no
+	// leader, shutting down). A request that changes something may or may
+	// not have been carried out: the message says how to check.
+	exitUnavailable = 3
+	// exitRefused: the cluster refused the request in its current state
+	// (FailedPrecondition: fenced, expired epoch, a job running; Aborted;
+	// AlreadyExists; OutOfRange). Nothing changed.
+	exitRefused = 4
+	// exitNotFound: the broker, job, member, stream or failover named does
+	// not exist (NotFound).
+	exitNotFound = 5
+	// exitDenied: the certificate's role does not allow the request, or
+	// no usable certificate was given (PermissionDenied, Unauthenticated).
+	exitDenied = 6
+)
+
+// exitTable says in words what each exit status means: waldenctl --help
+// and docs/waldenctl.md print it.
+var exitTable = []struct {
+	Code    int
+	Meaning string
+}{
+	{exitOK, "success"},
+	{exitError, "any other error (a file that cannot be written, an internal error, Ctrl-C)"},
+	{exitUsage, "usage: an unknown command or flag, a missing or malformed argument, or an argument the cluster refused as invalid (InvalidArgument); nothing changed"},
+	{exitUnavailable, "unavailable or timed out: no member answered in time, or none could (no leader, shutting down). A request that changes something may or may not have been carried out: the message says so and names the command that tells"},
+	{exitRefused, "refused in the cluster's current state: failed precondition (a fenced broker, an expired epoch, a job still running), aborted, conflict (already exists); nothing changed"},
+	{exitNotFound, "not found: the broker, job, member, stream or failover named does not exist"},
+	{exitDenied, "permission denied: the role of the certificate does not allow the request, or no usable certificate was given"},
+}
+
+// exitHelp is exitTable as the help text prints it.
+func exitHelp() string {
+	var b strings.Builder
+	b.WriteString("Exit status:\n")
+	for _, r := range exitTable {
+		fmt.Fprintf(&b, "  %d  %s\n", r.Code, r.Meaning)
+	}
+	b.WriteString("With -o json (or yaml) an error is one JSON object on stderr: message, code (gRPC),\nreason (the refusal's reason), exit_code and, when the answer never came,\nmay_have_been_carried_out and the hint of how to check.")
+	return b.String()
+}
+
+// exitCodeOf is the exit status of a call refused with code.
+func exitCodeOf(code codes.Code) int {
+	switch code {
+	case codes.OK:
+		return exitOK
+	case codes.InvalidArgument:
+		return exitUsage
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return exitUnavailable
+	case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists, codes.OutOfRange:
+		return exitRefused
+	case codes.NotFound:
+		return exitNotFound
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return exitDenied
+	}
+	return exitError
+}
+
+// usageErr marks err as a mistake on the command line (exit status 2).
+func usageErr(err error) error {
+	var ce *callError
+	if errors.As(err, &ce) {
+		if ce.Exit == 0 {
+			ce.Exit = exitUsage
+		}
+		return ce
+	}
+	return &callError{Message: err.Error(), Exit: exitUsage}
+}
+
+// usagef is a usage error (exit status 2) with a message of its own.
+func usagef(format string, args ...any) error {
+	return &callError{Message: fmt.Sprintf(format, args...), Exit: exitUsage}
+}
+
+// cobraUsage are the beginnings of the errors cobra and pflag return for a
+// wrong command line that waldenctl's own checks do not see first.
+var cobraUsage = []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag(s)",
+	"invalid argument", "flag needs an argument", "bad flag syntax", "accepts ", "requires at least", "requires at most"}
+
+// exitCode is the exit status of a command that ended with err.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ce *callError
+	if errors.As(err, &ce) {
+		if ce.Exit != 0 {
+			return ce.Exit
+		}
+	}
+	for _, p := range cobraUsage {
+		if strings.HasPrefix(err.Error(), p) {
+			return exitUsage
+		}
+	}
+	return exitError
+}
+
 // op says what a call was about, so that a refusal can be told in the
 // user's terms ("broker b1 is already failed over").
 type op struct {
@@ -28,6 +143,29 @@ type op struct {
 	verb string
 	// kind and id name the object: "broker", "job", "member", "stream".
 	kind, id string
+	// check is the command that shows whether a request that changes
+	// something was carried out after all, when its answer never came
+	// (default: by kind, checkCommand).
+	check string
+}
+
+// checkCommand is the command that shows whether a change o asked for was
+// carried out.
+func (o op) checkCommand() string {
+	if o.check != "" {
+		return o.check
+	}
+	switch o.kind {
+	case "broker":
+		return "waldenctl broker " + o.id
+	case "job":
+		return "waldenctl job " + o.id
+	case "member":
+		return "waldenctl member list"
+	case "policy":
+		return "waldenctl policy get"
+	}
+	return "waldenctl status"
 }
 
 func (o op) object() string {
@@ -42,7 +180,7 @@ func (o op) object() string {
 // fields are printed with -o json or yaml.
 type callError struct {
 	Message  string            `json:"message"`
-	Code     string            `json:"code"`
+	Code     string            `json:"code,omitempty"`
 	Reason   string            `json:"reason,omitempty"`
 	Field    string            `json:"field,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
@@ -51,11 +189,17 @@ type callError struct {
 	// Endpoints are the per-endpoint failures when no member answered.
 	Endpoints []endpointError `json:"endpoints,omitempty"`
 	Hint      string          `json:"hint,omitempty"`
+	// Exit is the exit status (the table above); 0 means: from Code.
+	Exit int `json:"exit_code"`
+	// MaybeDone is set when a request that changes something got no
+	// answer: it may or may not have been carried out (Hint says how to
+	// check).
+	MaybeDone bool `json:"may_have_been_carried_out,omitempty"`
 }
 
 type endpointError struct {
 	Endpoint string `json:"endpoint"`
-	Code     string `json:"code"`
+	Code     string `json:"code,omitempty"`
 	Message  string `json:"message"`
 	Detail   string `json:"detail,omitempty"`
 }
@@ -64,7 +208,7 @@ func (e *callError) Error() string { return e.Message }
 
 // explain turns the status of a refused call about o into a callError.
 func explain(o op, s *status.Status, timeout time.Duration) *callError {
-	e := &callError{Code: s.Code().String(), Detail: s.Message()}
+	e := &callError{Code: s.Code().String(), Detail: s.Message(), Exit: exitCodeOf(s.Code())}
 	if info := rpcerr.InfoOf(s); info != nil {
 		e.Reason, e.Metadata = info.GetReason(), info.GetMetadata()
 	}
@@ -209,6 +353,13 @@ func plain(msg string) string {
 	return strings.Join(strings.Fields(out), " ")
 }
 
+// What transport says of a member that refuses the certificates given.
+const (
+	certUntrusted = "its certificate is not signed by the CA given with --cacert"
+	certRequired  = "it requires a client certificate signed by the cluster's CA (--cert, --key)"
+	connClosed    = "the connection was closed (does it expect TLS? give --cacert, --cert and --key)"
+)
+
 // transport describes a connection failure in a few words.
 func transport(msg string) string {
 	m := strings.ToLower(msg)
@@ -216,13 +367,14 @@ func transport(msg string) string {
 	case strings.Contains(m, "connection refused"):
 		return "connection refused (is a coordinator listening there?)"
 	case strings.Contains(m, "certificate signed by unknown authority"), strings.Contains(m, "certificate is not trusted"):
-		return "its certificate is not signed by the CA given with --cacert"
+		return certUntrusted
 	case strings.Contains(m, "first record does not look like a tls handshake"):
 		return "it does not speak TLS (drop --cacert/--cert, or use an http:// endpoint)"
 	case strings.Contains(m, "certificate required"), strings.Contains(m, "bad certificate"):
-		return "it requires a client certificate signed by the cluster's CA (--cert, --key)"
-	case strings.Contains(m, "error reading server preface"), strings.Contains(m, "connection reset"), strings.Contains(m, "eof"):
-		return "the connection was closed (does it expect TLS? give --cacert, --cert and --key)"
+		return certRequired
+	case strings.Contains(m, "error reading server preface"), strings.Contains(m, "connection reset"), strings.Contains(m, "eof"),
+		strings.Contains(m, "broken pipe"):
+		return connClosed
 	case strings.Contains(m, "no such host"):
 		return "no such host"
 	case strings.Contains(m, "i/o timeout"), strings.Contains(m, "deadline exceeded"):
@@ -232,13 +384,20 @@ func transport(msg string) string {
 }
 
 // explainNoAnswer describes a call that no endpoint answered.
-func explainNoAnswer(none *coordclient.NoAnswerError, timeout time.Duration) *callError {
-	e := &callError{Code: codes.Unavailable.String()}
+// noClientCert says that TLS was used without a client certificate: a
+// member that closes the connection then refuses the missing certificate
+// (with TLS 1.3 the client learns it only when it writes).
+func explainNoAnswer(none *coordclient.NoAnswerError, timeout time.Duration, noClientCert bool) *callError {
+	e := &callError{Code: codes.Unavailable.String(), Exit: exitUnavailable}
 	var parts []string
+	certOnly := len(none.Failures) > 0
 	for _, f := range none.Failures {
 		ee := endpointError{Endpoint: f.Addr}
 		if s, ok := status.FromError(f.Err); ok {
 			ee.Code, ee.Detail = s.Code().String(), s.Message()
+			if info := rpcerr.InfoOf(s); info != nil {
+				e.Reason = info.GetReason() // the last member's reason
+			}
 			switch {
 			case s.Code() == codes.DeadlineExceeded:
 				ee.Message = fmt.Sprintf("no answer within %s", timeout)
@@ -250,8 +409,12 @@ func explainNoAnswer(none *coordclient.NoAnswerError, timeout time.Duration) *ca
 		} else {
 			ee.Code, ee.Message, ee.Detail = codes.Unknown.String(), transport(f.Err.Error()), f.Err.Error()
 		}
+		if noClientCert && ee.Message == connClosed {
+			ee.Message = certRequired
+		}
 		e.Endpoints = append(e.Endpoints, ee)
 		parts = append(parts, ee.Endpoint+": "+ee.Message)
+		certOnly = certOnly && (ee.Message == certRequired || ee.Message == certUntrusted)
 	}
 	switch {
 	case len(parts) == 0:
@@ -261,10 +424,37 @@ func explainNoAnswer(none *coordclient.NoAnswerError, timeout time.Duration) *ca
 	default:
 		e.Message = "no endpoint answered: " + strings.Join(parts, "; ")
 	}
+	if certOnly {
+		// Every member refused the certificate: no retry will help.
+		e.Exit = exitDenied
+	}
 	if errors.Is(none.Ctx, errInterrupted) {
-		e.Message = "interrupted"
+		e.Message, e.Exit = "interrupted", exitError
 	}
 	return e
+}
+
+// unanswered adds to e, the failure of a request that changes something
+// and got no answer (exit status 3), that it may or may not have been
+// carried out, and the command that tells.
+func unanswered(o op, e *callError) *callError {
+	if e.Exit != exitUnavailable || refusedBeforeProposal(e.Reason) {
+		return e
+	}
+	e.MaybeDone = true
+	e.Message += ": the request may or may not have been carried out"
+	e.Hint = "check with: " + o.checkCommand()
+	return e
+}
+
+// refusedBeforeProposal reports whether a member refused with reason
+// before anything was proposed: the request was not carried out.
+func refusedBeforeProposal(reason string) bool {
+	switch refusal.Reason(reason) {
+	case refusal.NoLeader, refusal.NotLeader, refusal.Stopping, refusal.ShuttingDown, refusal.NotReady:
+		return true
+	}
+	return false
 }
 
 // errInterrupted ends a command on Ctrl-C.
@@ -284,7 +474,7 @@ func plural(n int64, one, many string) string {
 // badWord refuses a flag's value that is not one of words: what it is
 // not, the words, and the closest one.
 func badWord(flag, value, what string, words []string) *callError {
-	e := &callError{Message: fmt.Sprintf("%s: %q is not %s (%s)", flag, value, what, strings.Join(words, ", "))}
+	e := &callError{Message: fmt.Sprintf("%s: %q is not %s (%s)", flag, value, what, strings.Join(words, ", ")), Exit: exitUsage}
 	if s := closest(value, words); s != "" {
 		e.Hint = "did you mean " + s + "?"
 	}

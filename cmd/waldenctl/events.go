@@ -77,7 +77,7 @@ func newEventsCmd(c *cli) *cobra.Command {
 			}
 			var err error
 			if f.sinceMs, err = parseSince(since, time.Now()); err != nil {
-				return err
+				return usageErr(err)
 			}
 			if follow {
 				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -172,7 +172,7 @@ func (c *cli) followEvents(ctx context.Context, broker string, f eventFilter, li
 	case ctx.Err() != nil:
 		return nil
 	case errors.As(err, &none):
-		return explainNoAnswer(none, c.timeout)
+		return explainNoAnswer(none, c.timeout, c.noClientCert())
 	case status.Code(err) == codes.Unimplemented:
 		return c.pollEvents(ctx, broker, f, show)
 	case err != nil:

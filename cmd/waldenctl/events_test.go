@@ -77,10 +77,10 @@ func TestEventsFilters(t *testing.T) {
 		}
 	}
 	code, _, errOut := runCtl(t, "--endpoints", addr, "events", "--kind", "decisoin")
-	if code != 1 || errOut != "waldenctl: --kind: \"decisoin\" is not a kind of event ("+strings.Join(eventKinds, ", ")+")\ndid you mean decision?\n" {
+	if code != exitUsage || errOut != "waldenctl: --kind: \"decisoin\" is not a kind of event ("+strings.Join(eventKinds, ", ")+")\ndid you mean decision?\n" {
 		t.Errorf("bad kind: %d %q", code, errOut)
 	}
-	if code, _, errOut = runCtl(t, "--endpoints", addr, "events", "--since", "yesterday"); code != 1 || !strings.Contains(errOut, "--since") {
+	if code, _, errOut = runCtl(t, "--endpoints", addr, "events", "--since", "yesterday"); code != exitUsage || !strings.Contains(errOut, "--since") {
 		t.Errorf("bad since: %d %q", code, errOut)
 	}
 }

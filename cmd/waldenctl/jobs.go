@@ -439,7 +439,7 @@ func (c *cli) stream(ctx context.Context, o op, call func(ctx context.Context, c
 		}
 		failures = append(failures, coordclient.Failure{Addr: addr, Err: err})
 	}
-	return explainNoAnswer(&coordclient.NoAnswerError{Failures: failures}, c.timeout)
+	return explainNoAnswer(&coordclient.NoAnswerError{Failures: failures}, c.timeout, c.noClientCert())
 }
 
 func newCancelCmd(c *cli) *cobra.Command {

@@ -25,7 +25,7 @@ func newLeaderCmd(c *cli) *cobra.Command {
 		ValidArgsFunction: c.completeIDs("member", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *waldenv1.LeaderTransferResponse
-			err := c.call(cmd.Context(), op{verb: "transfer leadership to", kind: "member", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+			err := c.call(cmd.Context(), op{verb: "transfer leadership to", kind: "member", id: args[0], check: "waldenctl status"}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
 				resp, err = waldenv1.NewClusterClient(conn).LeaderTransfer(ctx, &waldenv1.LeaderTransferRequest{Id: args[0]}, opts...)
 				return err

@@ -170,12 +170,12 @@ func TestMemberCommands(t *testing.T) {
 	}
 
 	code, _, errOut := runCtl(t, "--endpoints", addr, "member", "add", "c4", "--raft", "127.0.0.1:7104")
-	if code != 1 || !strings.Contains(errOut, `"admin" not set`) {
+	if code != exitUsage || !strings.Contains(errOut, `"admin" not set`) {
 		t.Fatalf("missing --admin: exit %d %q", code, errOut)
 	}
 
 	code, out, errOut = runCtl(t, "--endpoints", addr, "member", "remove", "c9")
-	if code != 1 || out != "" || errOut != "waldenctl: there is no member c9 in the cluster\ndid you mean c1?\n" {
+	if code != exitNotFound || out != "" || errOut != "waldenctl: there is no member c9 in the cluster\ndid you mean c1?\n" {
 		t.Fatalf("member remove: exit %d stdout %q stderr %q", code, out, errOut)
 	}
 }
@@ -190,7 +190,7 @@ func TestTriesEveryEndpoint(t *testing.T) {
 	}
 
 	code, out, errOut = runCtl(t, "--endpoints", dead1+","+dead2, "--timeout", "2s", "status")
-	if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "waldenctl: no endpoint answered: "+dead1) || !strings.Contains(errOut, dead2) {
+	if code != exitUnavailable || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "waldenctl: no endpoint answered: "+dead1) || !strings.Contains(errOut, dead2) {
 		t.Fatalf("all dead: exit %d stdout %q stderr %q", code, out, errOut)
 	}
 }
@@ -234,7 +234,7 @@ func TestBadFlags(t *testing.T) {
 		{"nosuchcommand"},
 	} {
 		code, out, errOut := runCtl(t, args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, "waldenctl: ") || strings.Count(errOut, "\n") != 1 {
+		if code != exitUsage || out != "" || !strings.HasPrefix(errOut, "waldenctl: ") || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%v: exit %d stdout %q stderr %q", args, code, out, errOut)
 		}
 	}

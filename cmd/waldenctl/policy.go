@@ -77,12 +77,12 @@ func newPolicySetCmd(c *cli) *cobra.Command {
 			for _, a := range args {
 				k, v, ok := strings.Cut(a, "=")
 				if !ok || k == "" {
-					return fmt.Errorf("policy set: %q is not KEY=VALUE", a)
+					return usagef("policy set: %q is not KEY=VALUE", a)
 				}
 				req.Set[k] = v
 			}
 			if len(req.Set) == 0 && len(req.Unset) == 0 {
-				return fmt.Errorf("policy set: give at least one KEY=VALUE or --unset KEY")
+				return usagef("policy set: give at least one KEY=VALUE or --unset KEY")
 			}
 			var resp *waldenv1.SetPolicyResponse
 			err := c.call(cmd.Context(), op{verb: "change", kind: "policy"}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {

@@ -32,7 +32,7 @@ func TestBrokerRemove(t *testing.T) {
 		t.Fatalf("remove b9 (%d): %q %q", code, out, errOut)
 	}
 	code, _, errOut = runCtl(t, "--endpoints", addr, "broker", "remove", "b1")
-	if code != 1 || errOut != "waldenctl: broker b1 owns opened streams 101,102: fail it over, or stop it gracefully, before removing it\n" {
+	if code != exitRefused || errOut != "waldenctl: broker b1 owns opened streams 101,102: fail it over, or stop it gracefully, before removing it\n" {
 		t.Fatalf("remove b1 (%d): %q", code, errOut)
 	}
 	code, out, _ = runCtl(t, "--endpoints", addr, "broker", "remove", "b9", "-o", "json")

@@ -58,7 +58,7 @@ func newStreamCmd(c *cli) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil {
-				return fmt.Errorf("stream ID: %q is not a number", args[0])
+				return usagef("stream ID: %q is not a number", args[0])
 			}
 			var resp *waldenv1.DescribeStreamResponse
 			err = c.call(cmd.Context(), op{verb: "show", kind: "stream", id: args[0]}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {

@@ -54,7 +54,7 @@ func TestTimeoutBoundsEveryCommand(t *testing.T) {
 		start := time.Now()
 		code, _, errOut := runCtl(t, append([]string{"--endpoints", eps, "--timeout", timeout.String()}, args...)...)
 		took := time.Since(start)
-		if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no answer within 300ms") {
+		if code != exitUnavailable || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no answer within 300ms") {
 			t.Errorf("%v: exit %d %q", args, code, errOut)
 		}
 		// Two endpoints, each tried once: about 600ms; far from unbounded.

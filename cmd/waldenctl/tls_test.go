@@ -82,11 +82,11 @@ func TestMutualTLSFlags(t *testing.T) {
 		t.Fatalf("mTLS status: exit %d %s %s", code, out, errOut)
 	}
 	code, _, errOut = runCtl(t, "--endpoints", addr, "--cacert", p("ca.pem"), "--timeout", "2s", "status")
-	if code != 1 || !strings.HasPrefix(errOut, "waldenctl: ") || strings.Count(errOut, "\n") != 1 {
+	if code != exitDenied || !strings.HasPrefix(errOut, "waldenctl: ") || strings.Count(errOut, "\n") != 1 {
 		t.Fatalf("without client cert: exit %d %q", code, errOut)
 	}
 	code, _, errOut = runCtl(t, "--endpoints", addr, "--timeout", "2s", "status")
-	if code != 1 || !strings.HasPrefix(errOut, "waldenctl: ") {
+	if code != exitUnavailable || !strings.HasPrefix(errOut, "waldenctl: ") {
 		t.Fatalf("plaintext to a TLS member: exit %d %q", code, errOut)
 	}
 }
