@@ -61,6 +61,7 @@ test-race:
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
 	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) ./objformat
+	$(GO) test -run='^$$' -fuzz=FuzzReadObject -fuzztime=$(FUZZTIME) ./automq/object
 	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) ./raftnode
 	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) ./raftnode
 
@@ -71,8 +72,8 @@ fuzz-short:
 deps: versitygw system-deps
 
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
-# concurrent packages and short fuzz runs of the WAL, object and raft log
-# readers.
+# concurrent packages and short fuzz runs of the WAL, object (walden's and
+# AutoMQ's) and raft log readers.
 test: deps lint build test-unit test-race fuzz-short
 
 # bench prints every benchmark table of the README, each measured side by
