@@ -64,6 +64,7 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReadObject -fuzztime=$(FUZZTIME) ./automq/object
 	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) ./raftnode
 	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) ./raftnode
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeFrames -fuzztime=$(FUZZTIME) ./automq/protocol
 
 # deps installs what the tests need beyond Go modules: the pinned versitygw
 # S3 gateway (end-to-end tests) and the system packages of
@@ -73,7 +74,7 @@ deps: versitygw system-deps
 
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
 # concurrent packages and short fuzz runs of the WAL, object (walden's and
-# AutoMQ's) and raft log readers.
+# AutoMQ's) and raft log readers and of AutoMQ's controller frames.
 test: deps lint build test-unit test-race fuzz-short
 
 # bench prints every benchmark table of the README, each measured side by

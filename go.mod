@@ -14,6 +14,8 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/ec2 v1.344.3
 	github.com/florianl/go-nfqueue/v2 v2.0.1
 	github.com/mdlayher/netlink v1.7.2
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
 require (
