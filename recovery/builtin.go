@@ -360,22 +360,23 @@ func (f *fixedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// builtin is the builtin action after fencing: attach → read → upload →
-// commit → close → detach → finish. Every part is idempotent, so a failure
-// anywhere retries the whole sequence.
+// builtinTarget recovers into walden's own catalog and object format:
+// attach → read → upload → commit → close → detach → finish. Every part is
+// idempotent, so a failure anywhere retries the whole sequence.
+type builtinTarget struct{}
+
+func (builtinTarget) Recover(ctx context.Context, r *Run) (waldenv1.JobStep, error) {
+	return r.a.builtin(ctx)
+}
+
+// builtin runs the builtin target.
 func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	j, err := a.job()
 	if err != nil {
 		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_ATTACH}); err != nil {
-		return waldenv1.JobStep_JOB_STEP_ATTACH, err
-	}
-	path, err := a.e.attacher.Attach(ctx, j)
+	path, err := a.attach(ctx)
 	if err != nil {
-		return waldenv1.JobStep_JOB_STEP_ATTACH, err
-	}
-	if err := a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_ATTACH, "attached "+path); err != nil {
 		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
 
@@ -442,11 +443,7 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	if err := a.closeStreams(ctx, j, total); err != nil {
 		return waldenv1.JobStep_JOB_STEP_CLOSE, err
 	}
-	detail, err = a.e.attacher.Detach(ctx, j)
-	if err != nil {
-		return waldenv1.JobStep_JOB_STEP_DETACH, err
-	}
-	if err := a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_DETACH, detail); err != nil {
+	if err := a.detach(ctx); err != nil {
 		return waldenv1.JobStep_JOB_STEP_DETACH, err
 	}
 	a.cleanup(ctx, j)
@@ -502,28 +499,9 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 		inflight.Range(func(_, v any) bool { n += v.(*atomic.Int64).Load(); return true })
 		return uint64(n)
 	}
-	stopProgress := make(chan struct{})
-	var pwg sync.WaitGroup
-	pwg.Add(1)
-	go func() {
-		defer pwg.Done()
-		t := time.NewTicker(a.e.progressEvery)
-		defer t.Stop()
-		var last uint64
-		for {
-			select {
-			case <-stopProgress:
-				return
-			case <-t.C:
-				if n := progress(); n != last {
-					last = n
-					if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD, BytesUploaded: n, BytesTotal: uint64(p.bytes)}); errors.Is(err, ErrStale) {
-						cancel(err)
-					}
-				}
-			}
-		}
-	}()
+	prog := &Progress{}
+	prog.total.Store(uint64(p.bytes))
+	prog.start(ctx, a, waldenv1.JobStep_JOB_STEP_UPLOAD, func(err error) { cancel(err) }, progress)
 
 	out := make([]*built, len(p.objects))
 	var mu sync.Mutex
@@ -567,8 +545,7 @@ func (a *attempt) upload(ctx context.Context, j *waldenv1.Job, path string, stre
 	}
 	uwg.Wait()
 	wg.Wait()
-	close(stopProgress)
-	pwg.Wait()
+	prog.Stop()
 	if firstErr != nil {
 		return nil, fmt.Errorf("recovery: upload: %w", firstErr)
 	}

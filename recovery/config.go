@@ -10,6 +10,7 @@ import (
 const (
 	ActionBuiltin = "builtin"
 	ActionExec    = "exec"
+	ActionAutoMQ  = "automq"
 
 	AttachLocal = "local"
 	AttachEBS   = "ebs"
@@ -167,10 +168,8 @@ func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) error {
 		return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
 	}
-	switch c.Action {
-	case ActionBuiltin, ActionExec:
-	default:
-		return bad("action", "%q is not builtin or exec", c.Action)
+	if !validAction(c.Action) {
+		return bad("action", "%q is not builtin, exec or automq", c.Action)
 	}
 	switch c.Attach {
 	case AttachLocal, AttachEBS, AttachExec:

@@ -10,9 +10,18 @@
 //     renewals on its own monotonic clock and proposes ReassignJob (attempt+1)
 //     after job_lease without one (a new leader starts every clock at its
 //     election);
-//   - the Executor and its steps, each idempotent and checkpointed through
-//     CheckpointJob: fence → attach → read → upload → commit → close →
-//     detach → done, retried with capped exponential backoff;
+//   - the Executor: the job's attempts, the fence step, the retry loop with
+//     capped exponential backoff and the error shown in the job, the step
+//     metrics; it hands everything after fencing to a Target;
+//   - the Target seam (target.go): one interface, the recovery of a fenced
+//     broker's WAL into a system of record, with a registry that
+//     recovery.action names. The builtin target (walden's catalog and object
+//     format: attach → read → upload → commit → close → detach → done, each
+//     step idempotent and checkpointed through CheckpointJob) and the exec
+//     target (the JSON contract) live here; others live in their own package
+//     and register themselves (recovery/automqtarget: AutoMQ's controller).
+//     A Target works through a Run: the job, checkpoints, events, the
+//     attach and detach plugins, progress and the finish;
 //   - the plugins: fence (none, exec, aws-ec2-stop), attach (local, ebs,
 //     exec) and the whole-recovery exec action, with their JSON contract
 //     (docs/recovery.md);
@@ -24,7 +33,9 @@
 // It must never:
 //
 //   - write to the dead broker's WAL (package wal's Reader opens it
-//     read-only);
+//     read-only); a target whose system of record requires it (AutoMQ's
+//     failover resets the WAL's header once its records are committed)
+//     does so itself, explicitly, after the commit;
 //   - make a side effect without the job's (token, attempt): every catalog
 //     write carries the FailoverContext, and an executor whose attempt is no
 //     longer current stops at once;

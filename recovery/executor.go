@@ -46,6 +46,7 @@ type Executor struct {
 	fencer   Fencer
 	attacher Attacher
 	metrics  Metrics
+	target   Target
 	log      *slog.Logger
 	// proposeTimeout bounds one proposal.
 	proposeTimeout time.Duration
@@ -69,7 +70,11 @@ type ExecutorConfig struct {
 	// Metrics receives the duration of every run of a step; nil records
 	// nothing.
 	Metrics Metrics
-	Logger  *slog.Logger
+	// Target recovers the WAL after fencing. Nil means the builtin or exec
+	// target, as Config.Action says; other targets are built with NewTarget
+	// and passed here.
+	Target Target
+	Logger *slog.Logger
 }
 
 // Metrics receives the executor's measurements (metrics.Recovery).
@@ -98,8 +103,14 @@ func NewExecutor(c ExecutorConfig) *Executor {
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
 	}
+	if c.Target == nil {
+		c.Target = builtinTarget{}
+		if c.Config.Action == ActionExec {
+			c.Target = execTarget{}
+		}
+	}
 	return &Executor{cfg: c.Config, nodeID: c.NodeID, state: c.State, cluster: c.Cluster, store: c.Store, s3: c.S3,
-		fencer: c.Fencer, attacher: c.Attacher, metrics: c.Metrics, log: c.Logger.With("component", "recovery", "node_id", c.NodeID),
+		fencer: c.Fencer, attacher: c.Attacher, metrics: c.Metrics, target: c.Target, log: c.Logger.With("component", "recovery", "node_id", c.NodeID),
 		proposeTimeout: 5 * time.Second, progressEvery: 250 * time.Millisecond}
 }
 
@@ -142,12 +153,8 @@ func (e *Executor) Run(ctx context.Context, jobID string, att uint32) error {
 	}); err != nil {
 		return err
 	}
-	if e.cfg.Action == ActionExec {
-		err = a.retry(ctx, a.execAction)
-	} else {
-		err = a.retry(ctx, a.builtin)
-	}
-	if err != nil {
+	run := &Run{a: a}
+	if err := a.retry(ctx, func(ctx context.Context) (waldenv1.JobStep, error) { return e.target.Recover(ctx, run) }); err != nil {
 		return err
 	}
 	a.log.Info("recovery attempt succeeded", "elapsed", time.Since(start))
@@ -315,61 +322,4 @@ func (a *attempt) finish(ctx context.Context, recovered int64) error {
 		return fmt.Errorf("recovery: finish: %w", err)
 	}
 	return nil
-}
-
-// execAction delegates the whole recovery to the exec command (op
-// "recover"), turning its progress lines into checkpoints; after exit 0 it
-// closes the streams the command left opened and finishes the job.
-func (a *attempt) execAction(ctx context.Context) (waldenv1.JobStep, error) {
-	j, err := a.job()
-	if err != nil {
-		return waldenv1.JobStep_JOB_STEP_ATTACH, err
-	}
-	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
-		return waldenv1.JobStep_JOB_STEP_ATTACH, fmt.Errorf("recovery: read barrier: %w", err)
-	}
-	in := jobJSON("recover", j)
-	open := a.e.state.OpeningStreams(j.GetBrokerId())
-	for _, st := range open {
-		in.Streams = append(in.Streams, StreamJSON{StreamID: st.GetStreamId(), Epoch: st.GetEpoch(), StartOffset: st.GetStartOffset(), EndOffset: st.GetEndOffset()})
-	}
-	in.S3 = a.e.s3
-	step := waldenv1.JobStep_JOB_STEP_ATTACH
-	recovered := int64(-1)
-	var last time.Time
-	var stale error
-	err = runExec(ctx, a.e.cfg.Exec, in, a.log, func(pl ProgressLine) {
-		if pl.RecoveredWALOffset != nil {
-			recovered = *pl.RecoveredWALOffset
-		}
-		if pl.Step != "" && pl.Step != step.Name() {
-			next, ok := waldenv1.Parse[waldenv1.JobStep](pl.Step)
-			if !ok {
-				a.log.Warn("exec action printed an unknown step", "step", pl.Step)
-				return
-			}
-			a.stepEnded(step, false)
-			step = next
-			last = time.Time{}
-		}
-		if time.Since(last) < a.e.progressEvery {
-			return
-		}
-		last = time.Now()
-		cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: step, Detail: pl.Detail, BytesUploaded: pl.BytesUploaded, BytesTotal: pl.BytesTotal,
-			StreamsClosed: pl.StreamsClosed, StreamsTotal: pl.StreamsTotal})
-		if errors.Is(cerr, ErrStale) {
-			stale = cerr
-		}
-	})
-	if stale != nil {
-		return step, stale
-	}
-	if err != nil {
-		return step, err
-	}
-	if err := a.closeStreams(ctx, j, len(open)); err != nil {
-		return waldenv1.JobStep_JOB_STEP_CLOSE, err
-	}
-	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, recovered)
 }

@@ -38,7 +38,11 @@ func newRecoveryRunner(cfg *config.Server, node *raftnode.Node, state *fsm.State
 	if err != nil {
 		return nil, fmt.Errorf("server: recovery plugins: %w", err)
 	}
+	target, err := recovery.NewTarget(ctx, recovery.TargetDeps{Config: rc, NodeID: cfg.NodeID, Store: store, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("server: recovery target: %w", err)
+	}
 	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: rc, NodeID: cfg.NodeID, State: state, Cluster: node,
-		Store: store, S3: s3, Fencer: fencer, Attacher: attacher, Metrics: m, Logger: logger})
+		Store: store, S3: s3, Fencer: fencer, Attacher: attacher, Metrics: m, Target: target, Logger: logger})
 	return recovery.NewRunner(rc, cfg.NodeID, state, node, exe, logger), nil
 }
