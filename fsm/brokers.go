@@ -31,6 +31,9 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 	if id == "" {
 		return nil, invalid("register broker: broker_id is empty")
 	}
+	if a := op.GetAutomq(); a != nil && (a.GetNodeId() < 0 || a.GetNodeEpoch() < 0) {
+		return nil, invalid("register broker %q: automq node_id %d and node_epoch %d must not be negative", id, a.GetNodeId(), a.GetNodeEpoch())
+	}
 	if j := s.activeJobOf(id); j != nil {
 		return nil, fmt.Errorf("register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	}
@@ -48,6 +51,9 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 	b.BrokerAddr = op.GetBrokerAddr()
 	b.Wal = clone(op.GetWal())
 	b.GossipName = op.GetGossipName()
+	// An entry of an older walden has no AutoMQ node: the registration
+	// replaces the broker's, so a broker no longer AutoMQ's shows none.
+	b.Automq = clone(op.GetAutomq())
 	b.Observations = nil
 	b.FailoverRequested = nil
 	b.RegisteredUnixMs = s.now()

@@ -271,3 +271,24 @@ func TestReassignJobRefusedInAnotherTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRegisterBrokerAutomqNode: a registration keeps the AutoMQ node its
+// agent reported; one without it (an older walden's entry, or a broker no
+// longer AutoMQ's) leaves none; a negative id or epoch changes nothing.
+func TestRegisterBrokerAutomqNode(t *testing.T) {
+	h := newHarness(t)
+	h.ok(&waldenv1.RegisterBroker{BrokerId: "b1", AgentAddr: "a", Automq: &waldenv1.AutomqNode{NodeId: 0, NodeEpoch: 1732870000000}})
+	if a := h.broker("b1").GetAutomq(); a == nil || a.GetNodeId() != 0 || a.GetNodeEpoch() != 1732870000000 {
+		t.Fatalf("automq after registration = %v", a)
+	}
+	for _, bad := range []*waldenv1.AutomqNode{{NodeId: -1}, {NodeId: 3, NodeEpoch: -5}} {
+		h.refuse(&waldenv1.RegisterBroker{BrokerId: "b1", Automq: bad}, refusal.ErrInvalidArgument)
+	}
+	if a := h.broker("b1").GetAutomq(); a.GetNodeEpoch() != 1732870000000 || h.broker("b1").GetEpoch() != 1 {
+		t.Fatalf("a refused registration changed the broker: %v", h.broker("b1"))
+	}
+	h.ok(&waldenv1.RegisterBroker{BrokerId: "b1", AgentAddr: "a"})
+	if a := h.broker("b1").GetAutomq(); a != nil {
+		t.Fatalf("automq after a registration without it = %v", a)
+	}
+}

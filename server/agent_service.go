@@ -44,6 +44,14 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 			return nil, err
 		}
 	}
+	if a := req.GetAutomq(); a != nil {
+		if a.GetNodeId() < 0 {
+			return nil, invalidArg("automq.node_id", fmt.Sprintf("must not be negative, got %d", a.GetNodeId()))
+		}
+		if a.GetNodeEpoch() < 0 {
+			return nil, invalidArg("automq.node_epoch", fmt.Sprintf("must not be negative, got %d", a.GetNodeEpoch()))
+		}
+	}
 	leader, st := d.isLeader()
 	if !leader {
 		return forwardToLeader(ctx, d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.RegisterResponse, error) {
@@ -52,7 +60,7 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 	}
 	res, err := d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{
 		BrokerId: req.GetBrokerId(), AgentAddr: req.GetAgentAddr(), BrokerAddr: req.GetBrokerAddr(),
-		Wal: req.GetWal(), GossipName: req.GetGossipName(), Actor: authz.Actor(ctx),
+		Wal: req.GetWal(), GossipName: req.GetGossipName(), Actor: authz.Actor(ctx), Automq: req.GetAutomq(),
 	}}})
 	if err != nil {
 		// The agent retries while its broker's recovery runs: routine.
@@ -69,7 +77,7 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 		"agent_addr", req.GetAgentAddr(), "recovered_wal_offset", r.GetRecoveredWalOffset())
 	return &waldenv1.RegisterResponse{
 		BrokerId: req.GetBrokerId(), Epoch: r.GetEpoch(), LeaseTtlMs: p.GetLeaseTtlMs(),
-		RecoveredWalOffset: r.GetRecoveredWalOffset(),
+		RecoveredWalOffset: r.GetRecoveredWalOffset(), FailureTimeoutMs: p.GetFailureTimeoutMs(),
 	}, nil
 }
 

@@ -40,6 +40,19 @@ func TestHardeningAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	epoch := reg.GetEpoch()
+	if reg.GetFailureTimeoutMs() != cfg.Policy.FailureTimeout.Milliseconds() {
+		t.Fatalf("registration answered failure_timeout_ms %d, the policy says %s", reg.GetFailureTimeoutMs(), cfg.Policy.FailureTimeout)
+	}
+	// An agent beside an AutoMQ broker reports its node; the broker record
+	// shows it.
+	if _, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: "b2", AgentAddr: "127.0.0.1:2",
+		Wal: &waldenv1.WalLocation{Path: "/wal/b2"}, Automq: &waldenv1.AutomqNode{NodeId: 0, NodeEpoch: 1732870000000}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := brokers.GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "b2"}); err != nil ||
+		got.GetBroker().GetAutomq() == nil || got.GetBroker().GetAutomq().GetNodeEpoch() != 1732870000000 {
+		t.Fatalf("GetBroker(b2) = %v, %v; want its AutoMQ node 0 at epoch 1732870000000", got, err)
+	}
 	if _, err := catalog.OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +165,16 @@ func TestHardeningAPI(t *testing.T) {
 		{"a 2 KiB volume id", "wal.volume_id", func() error {
 			_, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: "b9", AgentAddr: "127.0.0.1:1",
 				Wal: &waldenv1.WalLocation{Path: "/w", VolumeId: long(2048)}})
+			return err
+		}},
+		{"a negative AutoMQ node id", "automq.node_id", func() error {
+			_, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: "b9", AgentAddr: "127.0.0.1:1",
+				Wal: &waldenv1.WalLocation{Path: "/w"}, Automq: &waldenv1.AutomqNode{NodeId: -1}})
+			return err
+		}},
+		{"a negative AutoMQ node epoch", "automq.node_epoch", func() error {
+			_, err := agent.Register(ctx, &waldenv1.RegisterRequest{ClusterName: cfg.ClusterName, BrokerId: "b9", AgentAddr: "127.0.0.1:1",
+				Wal: &waldenv1.WalLocation{Path: "/w"}, Automq: &waldenv1.AutomqNode{NodeId: 1, NodeEpoch: -1}})
 			return err
 		}},
 		{"a 2 KiB S3 key", "object.key", func() error {

@@ -29,7 +29,7 @@ func (fakeSource) Status(context.Context) (*waldenv1.StatusResponse, error) {
 func (fakeSource) Brokers(context.Context) ([]*waldenv1.Broker, map[string][]string, error) {
 	return []*waldenv1.Broker{
 			{BrokerId: "b1", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERING, Epoch: 7, LeaseRemainingMs: 0},
-			{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_SUSPECT, Epoch: 2, LeaseRemainingMs: 1200, Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, SinceUnixMs: t0}}},
+			{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_SUSPECT, Epoch: 2, LeaseRemainingMs: 1200, Automq: &waldenv1.AutomqNode{NodeId: 4, NodeEpoch: 1732870000000}, Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, SinceUnixMs: t0}}},
 		},
 		map[string][]string{"b2": {"suspected by 1 of the 2 coordinators needed"}}, nil
 }
@@ -137,6 +137,11 @@ func TestOverview(t *testing.T) {
 		len(doc.Holds["b2"]) != 1 || len(doc.Jobs) != 1 || len(doc.Failovers) != 1 || doc.Policy["failure_timeout_ms"] != "5000" ||
 		len(doc.Problems) != 0 {
 		t.Fatalf("overview: %s", body)
+	}
+	// The broker table shows an AutoMQ broker's node (app.js reads
+	// automq.node_id and automq.node_epoch); other brokers carry none.
+	if a, _ := doc.Brokers[1]["automq"].(map[string]any); a == nil || a["node_id"] != float64(4) || a["node_epoch"] != "1732870000000" || doc.Brokers[0]["automq"] != nil {
+		t.Fatalf("brokers' AutoMQ nodes: %v, %v", doc.Brokers[0]["automq"], doc.Brokers[1]["automq"])
 	}
 	if ps, _ := doc.Failovers[0]["phases"].([]any); len(ps) < 4 {
 		t.Fatalf("failover phases: %v", doc.Failovers[0])

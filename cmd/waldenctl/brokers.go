@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,12 @@ func newBrokersCmd(c *cli) *cobra.Command {
 
 func printBrokers(w io.Writer, brokers []*waldenv1.Broker, wide bool) {
 	head := "BROKER\tSTATE\tEPOCH\tLEASE\tOBSERVATIONS\tFAILOVERS\tLAST JOB"
+	// The AutoMQ column appears once any broker's agent reports an AutoMQ
+	// node: a cluster of AutoMQ brokers shows it, others are unchanged.
+	automq := slices.ContainsFunc(brokers, func(b *waldenv1.Broker) bool { return b.GetAutomq() != nil })
+	if automq {
+		head += "\tAUTOMQ NODE"
+	}
 	if wide {
 		head += "\tFENCED\tMAINTENANCE\tAGENT\tBROKER ADDR\tWAL"
 	}
@@ -54,12 +61,27 @@ func printBrokers(w io.Writer, brokers []*waldenv1.Broker, wide bool) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%s", b.GetBrokerId(), b.GetBrokerState().Name(), b.GetEpoch(),
 			leaseText(b.GetLeaseRemainingMs()), orDash(strings.Join(obs, ",")), b.GetFailovers(), orDash(b.GetLastJobId()))
+		if automq {
+			fmt.Fprintf(w, "\t%s", automqText(b.GetAutomq()))
+		}
 		if wide {
 			fmt.Fprintf(w, "\t%t\t%t\t%s\t%s\t%s", b.GetFenced(), b.GetMaintenance(), orDash(b.GetAgentAddr()),
 				orDash(b.GetBrokerAddr()), orDash(b.GetWal().GetPath()))
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// automqText shows a broker's AutoMQ node: "3 (epoch 1732870000000)", "3"
+// when its WAL named no epoch, "-" for a broker that is not AutoMQ's.
+func automqText(a *waldenv1.AutomqNode) string {
+	switch {
+	case a == nil:
+		return "-"
+	case a.GetNodeEpoch() == 0:
+		return fmt.Sprint(a.GetNodeId())
+	}
+	return fmt.Sprintf("%d (epoch %d)", a.GetNodeId(), a.GetNodeEpoch())
 }
 
 // leaseText shows lease_remaining_ms: "-" when the answering member cannot
@@ -144,6 +166,9 @@ func printBroker(w io.Writer, b *waldenv1.Broker) {
 	fmt.Fprintf(w, "agent:\t%s\n", orDash(b.GetAgentAddr()))
 	fmt.Fprintf(w, "broker addr:\t%s\n", orDash(b.GetBrokerAddr()))
 	fmt.Fprintf(w, "wal:\t%s %s\n", orDash(b.GetWal().GetVolumeId()), orDash(b.GetWal().GetPath()))
+	if b.GetAutomq() != nil {
+		fmt.Fprintf(w, "automq node:\t%s\n", automqText(b.GetAutomq()))
+	}
 	fmt.Fprintf(w, "registered:\t%s\n", unixText(b.GetRegisteredUnixMs()))
 	fmt.Fprintf(w, "failed:\t%s\n", unixText(b.GetFailedUnixMs()))
 	fmt.Fprintf(w, "recovered:\t%s\n", unixText(b.GetRecoveredUnixMs()))

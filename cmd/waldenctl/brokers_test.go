@@ -83,6 +83,40 @@ func sampleBrokers() []*waldenv1.Broker {
 	}
 }
 
+// TestBrokersAutomqNode: the AutoMQ node an agent reported shows in both
+// tables and in -o json; a list without AutoMQ brokers has no such column.
+func TestBrokersAutomqNode(t *testing.T) {
+	bs := sampleBrokers()
+	bs[1].Automq = &waldenv1.AutomqNode{NodeId: 0, NodeEpoch: 1732870000000}
+	addr := serveBrokers(t, &fakeBrokers{brokers: bs})
+	code, out, _ := runCtl(t, "--endpoints", addr, "brokers")
+	if code != 0 || !strings.Contains(out, "AUTOMQ NODE") || !strings.Contains(out, "0 (epoch 1732870000000)") {
+		t.Fatalf("brokers table (%d):\n%s", code, out)
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "broker", "b2")
+	if code != 0 || !strings.Contains(out, "automq node:") || !strings.Contains(out, "0 (epoch 1732870000000)") {
+		t.Fatalf("broker table (%d):\n%s", code, out)
+	}
+	code, out, _ = runCtl(t, "--endpoints", addr, "brokers", "-o", "json")
+	var doc struct {
+		Brokers []struct {
+			Automq *struct {
+				NodeID    *int32 `json:"node_id"`
+				NodeEpoch string `json:"node_epoch"`
+			} `json:"automq"`
+		} `json:"brokers"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Brokers) != 2 || doc.Brokers[0].Automq != nil ||
+		doc.Brokers[1].Automq == nil || doc.Brokers[1].Automq.NodeID == nil || *doc.Brokers[1].Automq.NodeID != 0 ||
+		doc.Brokers[1].Automq.NodeEpoch != "1732870000000" {
+		t.Fatalf("brokers -o json (%d, %v):\n%s", code, err, out)
+	}
+	code, out, _ = runCtl(t, "--endpoints", serveBrokers(t, &fakeBrokers{brokers: sampleBrokers()}), "brokers")
+	if code != 0 || strings.Contains(out, "AUTOMQ") {
+		t.Fatalf("brokers table without AutoMQ brokers (%d):\n%s", code, out)
+	}
+}
+
 func TestBrokersJSONShape(t *testing.T) {
 	addr := serveBrokers(t, &fakeBrokers{brokers: sampleBrokers()})
 	code, out, errOut := runCtl(t, "--endpoints", addr, "brokers", "-o", "json")

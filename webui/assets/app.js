@@ -110,8 +110,11 @@ function renderBrokers(o) {
     const why = (holds[b.broker_id] || []).map((h) => el("li", {}, h));
     const hist = ((o.history || {})[b.broker_id] || []).map((t, i, all) => el("span", { class: "hist", "data-state": t.state, title: clock(t.unix_ms) },
       i === 0 ? "" : " → ", badge(t.state), " ", i === 0 ? clock(t.unix_ms).slice(11) : "+" + duration(num(t.unix_ms) - num(all[i - 1].unix_ms))));
+    // An AutoMQ broker's node as its agent reported it at registration.
+    const automq = b.automq ? el("div", { class: "muted automq" }, "AutoMQ node " + b.automq.node_id +
+      (num(b.automq.node_epoch) ? " · epoch " + b.automq.node_epoch : "")) : null;
     return el("tr", { "data-broker": b.broker_id, "data-state": b.state },
-      el("td", {}, b.broker_id),
+      el("td", {}, b.broker_id, automq),
       el("td", {}, badge(b.state), b.maintenance && (b.maintenance_reason || num(b.maintenance_until_unix_ms))
         ? el("div", { class: "muted" }, (b.maintenance_reason || "") + (num(b.maintenance_until_unix_ms) ? " (until about " + clock(b.maintenance_until_unix_ms).slice(11, 19) + ")" : "")) : null),
       el("td", { class: "num" }, b.epoch),

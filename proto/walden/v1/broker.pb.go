@@ -77,6 +77,66 @@ func (x *WalLocation) GetPath() string {
 	return ""
 }
 
+// AutomqNode is the AutoMQ 1.x identity of a broker whose agent reports one
+// (its configuration names an AutoMQ node id). Absent for other brokers.
+type AutomqNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the broker's AutoMQ (KRaft) node id, from the agent's
+	// configuration.
+	NodeId int32 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// node_epoch is the node epoch in the broker's WAL header when the agent
+	// registered (the epoch of the broker's last start before then); 0 when
+	// the WAL had no valid header or named another node. The recovery reads
+	// the header itself and asks AutoMQ's controller; the larger epoch wins.
+	NodeEpoch     int64 `protobuf:"varint,2,opt,name=node_epoch,json=nodeEpoch,proto3" json:"node_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutomqNode) Reset() {
+	*x = AutomqNode{}
+	mi := &file_walden_v1_broker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutomqNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutomqNode) ProtoMessage() {}
+
+func (x *AutomqNode) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutomqNode.ProtoReflect.Descriptor instead.
+func (*AutomqNode) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AutomqNode) GetNodeId() int32 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *AutomqNode) GetNodeEpoch() int64 {
+	if x != nil {
+		return x.NodeEpoch
+	}
+	return 0
+}
+
 // Observation is one coordinator's view of one broker.
 type Observation struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -113,7 +173,7 @@ type Observation struct {
 
 func (x *Observation) Reset() {
 	*x = Observation{}
-	mi := &file_walden_v1_broker_proto_msgTypes[1]
+	mi := &file_walden_v1_broker_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +185,7 @@ func (x *Observation) String() string {
 func (*Observation) ProtoMessage() {}
 
 func (x *Observation) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[1]
+	mi := &file_walden_v1_broker_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +198,7 @@ func (x *Observation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Observation.ProtoReflect.Descriptor instead.
 func (*Observation) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{1}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Observation) GetObserverId() string {
@@ -222,7 +282,7 @@ type FailoverRequested struct {
 
 func (x *FailoverRequested) Reset() {
 	*x = FailoverRequested{}
-	mi := &file_walden_v1_broker_proto_msgTypes[2]
+	mi := &file_walden_v1_broker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +294,7 @@ func (x *FailoverRequested) String() string {
 func (*FailoverRequested) ProtoMessage() {}
 
 func (x *FailoverRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[2]
+	mi := &file_walden_v1_broker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +307,7 @@ func (x *FailoverRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequested.ProtoReflect.Descriptor instead.
 func (*FailoverRequested) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{2}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FailoverRequested) GetEpoch() uint64 {
@@ -356,16 +416,20 @@ type Broker struct {
 	// "lease", "frozen", "max_concurrent_recoveries", "cooldown",
 	// "dry_run_done" (empty when not answered by the leader, or nothing
 	// holds it).
-	Hold          string      `protobuf:"bytes,26,opt,name=hold,proto3" json:"hold,omitempty"`
-	HoldDetail    string      `protobuf:"bytes,27,opt,name=hold_detail,json=holdDetail,proto3" json:"hold_detail,omitempty"`
-	BrokerState   BrokerState `protobuf:"varint,28,opt,name=broker_state,json=brokerState,proto3,enum=walden.v1.BrokerState" json:"broker_state,omitempty"`
+	Hold        string      `protobuf:"bytes,26,opt,name=hold,proto3" json:"hold,omitempty"`
+	HoldDetail  string      `protobuf:"bytes,27,opt,name=hold_detail,json=holdDetail,proto3" json:"hold_detail,omitempty"`
+	BrokerState BrokerState `protobuf:"varint,28,opt,name=broker_state,json=brokerState,proto3,enum=walden.v1.BrokerState" json:"broker_state,omitempty"`
+	// automq is the broker's AutoMQ node as its agent reported it at the
+	// last registration; absent for brokers that are not AutoMQ's (and in
+	// what an older walden wrote).
+	Automq        *AutomqNode `protobuf:"bytes,29,opt,name=automq,proto3" json:"automq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Broker) Reset() {
 	*x = Broker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[3]
+	mi := &file_walden_v1_broker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +441,7 @@ func (x *Broker) String() string {
 func (*Broker) ProtoMessage() {}
 
 func (x *Broker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[3]
+	mi := &file_walden_v1_broker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +454,7 @@ func (x *Broker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Broker.ProtoReflect.Descriptor instead.
 func (*Broker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{3}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Broker) GetBrokerId() string {
@@ -590,6 +654,13 @@ func (x *Broker) GetBrokerState() BrokerState {
 	return BrokerState_BROKER_STATE_UNSPECIFIED
 }
 
+func (x *Broker) GetAutomq() *AutomqNode {
+	if x != nil {
+		return x.Automq
+	}
+	return nil
+}
+
 // Evidence is what a failover decision was based on. It is committed in the
 // decision entry and kept in the event log.
 type Evidence struct {
@@ -632,7 +703,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_walden_v1_broker_proto_msgTypes[4]
+	mi := &file_walden_v1_broker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +715,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[4]
+	mi := &file_walden_v1_broker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +728,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{4}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Evidence) GetObservations() []*Observation {
@@ -783,7 +854,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_walden_v1_broker_proto_msgTypes[5]
+	mi := &file_walden_v1_broker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +866,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[5]
+	mi := &file_walden_v1_broker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +879,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{5}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Event) GetIndex() uint64 {
@@ -897,7 +968,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[6]
+	mi := &file_walden_v1_broker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +980,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[6]
+	mi := &file_walden_v1_broker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +993,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{6}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Policy) GetFailureTimeoutMs() int64 {
@@ -1004,7 +1075,7 @@ type PolicyEntry struct {
 
 func (x *PolicyEntry) Reset() {
 	*x = PolicyEntry{}
-	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1087,7 @@ func (x *PolicyEntry) String() string {
 func (*PolicyEntry) ProtoMessage() {}
 
 func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1100,7 @@ func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEntry.ProtoReflect.Descriptor instead.
 func (*PolicyEntry) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{7}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PolicyEntry) GetKey() string {
@@ -1071,14 +1142,16 @@ type RegisterBroker struct {
 	Wal        *WalLocation           `protobuf:"bytes,4,opt,name=wal,proto3" json:"wal,omitempty"`
 	GossipName string                 `protobuf:"bytes,5,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
 	// actor is the identity that registered (the agent's certificate name).
-	Actor         string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	// automq is the broker's AutoMQ node, when its agent reports one.
+	Automq        *AutomqNode `protobuf:"bytes,7,opt,name=automq,proto3" json:"automq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterBroker) Reset() {
 	*x = RegisterBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1163,7 @@ func (x *RegisterBroker) String() string {
 func (*RegisterBroker) ProtoMessage() {}
 
 func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1176,7 @@ func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBroker.ProtoReflect.Descriptor instead.
 func (*RegisterBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterBroker) GetBrokerId() string {
@@ -1148,6 +1221,13 @@ func (x *RegisterBroker) GetActor() string {
 	return ""
 }
 
+func (x *RegisterBroker) GetAutomq() *AutomqNode {
+	if x != nil {
+		return x.Automq
+	}
+	return nil
+}
+
 type RegisterBrokerResult struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Epoch              uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -1158,7 +1238,7 @@ type RegisterBrokerResult struct {
 
 func (x *RegisterBrokerResult) Reset() {
 	*x = RegisterBrokerResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1250,7 @@ func (x *RegisterBrokerResult) String() string {
 func (*RegisterBrokerResult) ProtoMessage() {}
 
 func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1263,7 @@ func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResult.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RegisterBrokerResult) GetEpoch() uint64 {
@@ -1229,7 +1309,7 @@ type ObserveBroker struct {
 
 func (x *ObserveBroker) Reset() {
 	*x = ObserveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1321,7 @@ func (x *ObserveBroker) String() string {
 func (*ObserveBroker) ProtoMessage() {}
 
 func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1334,7 @@ func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveBroker.ProtoReflect.Descriptor instead.
 func (*ObserveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ObserveBroker) GetObserverId() string {
@@ -1345,7 +1425,7 @@ type DeclareFailed struct {
 
 func (x *DeclareFailed) Reset() {
 	*x = DeclareFailed{}
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1437,7 @@ func (x *DeclareFailed) String() string {
 func (*DeclareFailed) ProtoMessage() {}
 
 func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1450,7 @@ func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailed.ProtoReflect.Descriptor instead.
 func (*DeclareFailed) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeclareFailed) GetBrokerId() string {
@@ -1426,7 +1506,7 @@ type DeclareFailedResult struct {
 
 func (x *DeclareFailedResult) Reset() {
 	*x = DeclareFailedResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1518,7 @@ func (x *DeclareFailedResult) String() string {
 func (*DeclareFailedResult) ProtoMessage() {}
 
 func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1531,7 @@ func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailedResult.ProtoReflect.Descriptor instead.
 func (*DeclareFailedResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeclareFailedResult) GetNewEpoch() uint64 {
@@ -1488,7 +1568,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1580,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1593,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetPolicy) GetSet() map[string]string {
@@ -1547,7 +1627,7 @@ type AckBroker struct {
 
 func (x *AckBroker) Reset() {
 	*x = AckBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1639,7 @@ func (x *AckBroker) String() string {
 func (*AckBroker) ProtoMessage() {}
 
 func (x *AckBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1652,7 @@ func (x *AckBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckBroker.ProtoReflect.Descriptor instead.
 func (*AckBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AckBroker) GetBrokerId() string {
@@ -1608,7 +1688,7 @@ type SetMaintenance struct {
 
 func (x *SetMaintenance) Reset() {
 	*x = SetMaintenance{}
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1700,7 @@ func (x *SetMaintenance) String() string {
 func (*SetMaintenance) ProtoMessage() {}
 
 func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1713,7 @@ func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenance.ProtoReflect.Descriptor instead.
 func (*SetMaintenance) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetMaintenance) GetBrokerId() string {
@@ -1692,7 +1772,7 @@ type RequestFailover struct {
 
 func (x *RequestFailover) Reset() {
 	*x = RequestFailover{}
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1784,7 @@ func (x *RequestFailover) String() string {
 func (*RequestFailover) ProtoMessage() {}
 
 func (x *RequestFailover) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1797,7 @@ func (x *RequestFailover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestFailover.ProtoReflect.Descriptor instead.
 func (*RequestFailover) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RequestFailover) GetBrokerId() string {
@@ -1761,7 +1841,7 @@ type SeedPolicy struct {
 
 func (x *SeedPolicy) Reset() {
 	*x = SeedPolicy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1853,7 @@ func (x *SeedPolicy) String() string {
 func (*SeedPolicy) ProtoMessage() {}
 
 func (x *SeedPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1866,7 @@ func (x *SeedPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeedPolicy.ProtoReflect.Descriptor instead.
 func (*SeedPolicy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SeedPolicy) GetPolicy() *Policy {
@@ -1814,7 +1894,7 @@ type RecordEvent struct {
 
 func (x *RecordEvent) Reset() {
 	*x = RecordEvent{}
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1906,7 @@ func (x *RecordEvent) String() string {
 func (*RecordEvent) ProtoMessage() {}
 
 func (x *RecordEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1919,7 @@ func (x *RecordEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEvent.ProtoReflect.Descriptor instead.
 func (*RecordEvent) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RecordEvent) GetEvent() *Event {
@@ -1850,20 +1930,23 @@ func (x *RecordEvent) GetEvent() *Event {
 }
 
 type RegisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterName   string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
-	BrokerId      string                 `protobuf:"bytes,2,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	AgentAddr     string                 `protobuf:"bytes,3,opt,name=agent_addr,json=agentAddr,proto3" json:"agent_addr,omitempty"`
-	BrokerAddr    string                 `protobuf:"bytes,4,opt,name=broker_addr,json=brokerAddr,proto3" json:"broker_addr,omitempty"`
-	Wal           *WalLocation           `protobuf:"bytes,5,opt,name=wal,proto3" json:"wal,omitempty"`
-	GossipName    string                 `protobuf:"bytes,6,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	BrokerId    string                 `protobuf:"bytes,2,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	AgentAddr   string                 `protobuf:"bytes,3,opt,name=agent_addr,json=agentAddr,proto3" json:"agent_addr,omitempty"`
+	BrokerAddr  string                 `protobuf:"bytes,4,opt,name=broker_addr,json=brokerAddr,proto3" json:"broker_addr,omitempty"`
+	Wal         *WalLocation           `protobuf:"bytes,5,opt,name=wal,proto3" json:"wal,omitempty"`
+	GossipName  string                 `protobuf:"bytes,6,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
+	// automq is the broker's AutoMQ node (an agent beside an AutoMQ 1.x
+	// broker); absent otherwise.
+	Automq        *AutomqNode `protobuf:"bytes,7,opt,name=automq,proto3" json:"automq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +1958,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +1971,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterRequest) GetClusterName() string {
@@ -1933,19 +2016,31 @@ func (x *RegisterRequest) GetGossipName() string {
 	return ""
 }
 
+func (x *RegisterRequest) GetAutomq() *AutomqNode {
+	if x != nil {
+		return x.Automq
+	}
+	return nil
+}
+
 type RegisterResponse struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	BrokerId           string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
 	Epoch              uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	LeaseTtlMs         int64                  `protobuf:"varint,3,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
 	RecoveredWalOffset int64                  `protobuf:"varint,4,opt,name=recovered_wal_offset,json=recoveredWalOffset,proto3" json:"recovered_wal_offset,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// failure_timeout_ms is the cluster's failure_timeout when it registered
+	// the broker: an agent whose broker died waits that long (and a lease) so
+	// that the cluster can fail the dead broker over before it registers
+	// again. 0 from an older walden.
+	FailureTimeoutMs int64 `protobuf:"varint,5,opt,name=failure_timeout_ms,json=failureTimeoutMs,proto3" json:"failure_timeout_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2052,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2065,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterResponse) GetBrokerId() string {
@@ -2001,6 +2096,13 @@ func (x *RegisterResponse) GetRecoveredWalOffset() int64 {
 	return 0
 }
 
+func (x *RegisterResponse) GetFailureTimeoutMs() int64 {
+	if x != nil {
+		return x.FailureTimeoutMs
+	}
+	return 0
+}
+
 type RenewLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
@@ -2011,7 +2113,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2125,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2138,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenewLeaseRequest) GetBrokerId() string {
@@ -2072,7 +2174,7 @@ type RenewLeaseResponse struct {
 
 func (x *RenewLeaseResponse) Reset() {
 	*x = RenewLeaseResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2186,7 @@ func (x *RenewLeaseResponse) String() string {
 func (*RenewLeaseResponse) ProtoMessage() {}
 
 func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2199,7 @@ func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenewLeaseResponse) GetEpoch() uint64 {
@@ -2152,7 +2254,7 @@ type Voter struct {
 
 func (x *Voter) Reset() {
 	*x = Voter{}
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2266,7 @@ func (x *Voter) String() string {
 func (*Voter) ProtoMessage() {}
 
 func (x *Voter) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2279,7 @@ func (x *Voter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Voter.ProtoReflect.Descriptor instead.
 func (*Voter) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Voter) GetId() string {
@@ -2202,7 +2304,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2316,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2329,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 type ListBrokersResponse struct {
@@ -2239,7 +2341,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2353,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2366,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*Broker {
@@ -2283,7 +2385,7 @@ type GetBrokerRequest struct {
 
 func (x *GetBrokerRequest) Reset() {
 	*x = GetBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2397,7 @@ func (x *GetBrokerRequest) String() string {
 func (*GetBrokerRequest) ProtoMessage() {}
 
 func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2410,7 @@ func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerRequest.ProtoReflect.Descriptor instead.
 func (*GetBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetBrokerRequest) GetBrokerId() string {
@@ -2327,7 +2429,7 @@ type GetBrokerResponse struct {
 
 func (x *GetBrokerResponse) Reset() {
 	*x = GetBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2441,7 @@ func (x *GetBrokerResponse) String() string {
 func (*GetBrokerResponse) ProtoMessage() {}
 
 func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2454,7 @@ func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerResponse.ProtoReflect.Descriptor instead.
 func (*GetBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetBrokerResponse) GetBroker() *Broker {
@@ -2377,7 +2479,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2491,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2504,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FailoverRequest) GetBrokerId() string {
@@ -2453,7 +2555,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2567,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2580,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FailoverResponse) GetBrokerId() string {
@@ -2560,7 +2662,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2674,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2687,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AckRequest) GetBrokerId() string {
@@ -2604,7 +2706,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2718,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2731,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AckResponse) GetBroker() *Broker {
@@ -2654,7 +2756,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2768,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2781,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetMaintenanceRequest) GetBrokerId() string {
@@ -2719,7 +2821,7 @@ type SetMaintenanceResponse struct {
 
 func (x *SetMaintenanceResponse) Reset() {
 	*x = SetMaintenanceResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2833,7 @@ func (x *SetMaintenanceResponse) String() string {
 func (*SetMaintenanceResponse) ProtoMessage() {}
 
 func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2846,7 @@ func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetMaintenanceResponse) GetBroker() *Broker {
@@ -2766,7 +2868,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2880,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2893,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListEventsRequest) GetBrokerId() string {
@@ -2817,7 +2919,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +2931,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +2944,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2860,7 +2962,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2974,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2987,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
 }
 
 type GetPolicyResponse struct {
@@ -2906,7 +3008,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3020,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3033,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -2979,7 +3081,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3093,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3106,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetPolicyRequest) GetSet() map[string]string {
@@ -3031,7 +3133,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3145,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3158,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -3082,7 +3184,7 @@ type RemoveBrokerRequest struct {
 
 func (x *RemoveBrokerRequest) Reset() {
 	*x = RemoveBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3196,7 @@ func (x *RemoveBrokerRequest) String() string {
 func (*RemoveBrokerRequest) ProtoMessage() {}
 
 func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3209,7 @@ func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveBrokerRequest) GetBrokerId() string {
@@ -3127,7 +3229,7 @@ type RemoveBrokerResponse struct {
 
 func (x *RemoveBrokerResponse) Reset() {
 	*x = RemoveBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3241,7 @@ func (x *RemoveBrokerResponse) String() string {
 func (*RemoveBrokerResponse) ProtoMessage() {}
 
 func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3254,7 @@ func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveBrokerResponse) GetBroker() *Broker {
@@ -3175,7 +3277,7 @@ type RemoveBroker struct {
 
 func (x *RemoveBroker) Reset() {
 	*x = RemoveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3289,7 @@ func (x *RemoveBroker) String() string {
 func (*RemoveBroker) ProtoMessage() {}
 
 func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3302,7 @@ func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBroker.ProtoReflect.Descriptor instead.
 func (*RemoveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveBroker) GetBrokerId() string {
@@ -3224,7 +3326,12 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x16walden/v1/broker.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\">\n" +
 	"\vWalLocation\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\xc5\x02\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"D\n" +
+	"\n" +
+	"AutomqNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"node_epoch\x18\x02 \x01(\x03R\tnodeEpoch\"\xc5\x02\n" +
 	"\vObservation\x12\x1f\n" +
 	"\vobserver_id\x18\x01 \x01(\tR\n" +
 	"observerId\x12\x18\n" +
@@ -3241,7 +3348,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\"\xe5\b\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"\x94\t\n" +
 	"\x06Broker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x18\n" +
 	"\x05state\x18\x02 \x01(\tB\x02\x18\x01R\x05state\x12\x14\n" +
@@ -3275,7 +3382,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x04hold\x18\x1a \x01(\tR\x04hold\x12\x1f\n" +
 	"\vhold_detail\x18\x1b \x01(\tR\n" +
 	"holdDetail\x129\n" +
-	"\fbroker_state\x18\x1c \x01(\x0e2\x16.walden.v1.BrokerStateR\vbrokerState\"\xa1\x04\n" +
+	"\fbroker_state\x18\x1c \x01(\x0e2\x16.walden.v1.BrokerStateR\vbrokerState\x12-\n" +
+	"\x06automq\x18\x1d \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\"\xa1\x04\n" +
 	"\bEvidence\x12:\n" +
 	"\fobservations\x18\x01 \x03(\v2\x16.walden.v1.ObservationR\fobservations\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12,\n" +
@@ -3320,7 +3428,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12\x1b\n" +
-	"\tset_index\x18\x04 \x01(\x04R\bsetIndex\"\xce\x01\n" +
+	"\tset_index\x18\x04 \x01(\x04R\bsetIndex\"\xfd\x01\n" +
 	"\x0eRegisterBroker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x1d\n" +
 	"\n" +
@@ -3330,7 +3438,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x03wal\x18\x04 \x01(\v2\x16.walden.v1.WalLocationR\x03wal\x12\x1f\n" +
 	"\vgossip_name\x18\x05 \x01(\tR\n" +
 	"gossipName\x12\x14\n" +
-	"\x05actor\x18\x06 \x01(\tR\x05actor\"^\n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\x12-\n" +
+	"\x06automq\x18\a \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\"^\n" +
 	"\x14RegisterBrokerResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
 	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"\xd1\x02\n" +
@@ -3383,7 +3492,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x06policy\x18\x01 \x01(\v2\x11.walden.v1.PolicyR\x06policy\x12\x1b\n" +
 	"\tseeded_by\x18\x02 \x01(\tR\bseededBy\"5\n" +
 	"\vRecordEvent\x12&\n" +
-	"\x05event\x18\x01 \x01(\v2\x10.walden.v1.EventR\x05event\"\xdc\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x10.walden.v1.EventR\x05event\"\x8b\x02\n" +
 	"\x0fRegisterRequest\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x1d\n" +
@@ -3393,13 +3502,15 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"brokerAddr\x12(\n" +
 	"\x03wal\x18\x05 \x01(\v2\x16.walden.v1.WalLocationR\x03wal\x12\x1f\n" +
 	"\vgossip_name\x18\x06 \x01(\tR\n" +
-	"gossipName\"\x99\x01\n" +
+	"gossipName\x12-\n" +
+	"\x06automq\x18\a \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\"\xc7\x01\n" +
 	"\x10RegisterResponse\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12 \n" +
 	"\flease_ttl_ms\x18\x03 \x01(\x03R\n" +
 	"leaseTtlMs\x120\n" +
-	"\x14recovered_wal_offset\x18\x04 \x01(\x03R\x12recoveredWalOffset\"F\n" +
+	"\x14recovered_wal_offset\x18\x04 \x01(\x03R\x12recoveredWalOffset\x12,\n" +
+	"\x12failure_timeout_ms\x18\x05 \x01(\x03R\x10failureTimeoutMs\"F\n" +
 	"\x11RenewLeaseRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xd9\x01\n" +
@@ -3509,113 +3620,117 @@ func file_walden_v1_broker_proto_rawDescGZIP() []byte {
 	return file_walden_v1_broker_proto_rawDescData
 }
 
-var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_walden_v1_broker_proto_goTypes = []any{
 	(*WalLocation)(nil),            // 0: walden.v1.WalLocation
-	(*Observation)(nil),            // 1: walden.v1.Observation
-	(*FailoverRequested)(nil),      // 2: walden.v1.FailoverRequested
-	(*Broker)(nil),                 // 3: walden.v1.Broker
-	(*Evidence)(nil),               // 4: walden.v1.Evidence
-	(*Event)(nil),                  // 5: walden.v1.Event
-	(*Policy)(nil),                 // 6: walden.v1.Policy
-	(*PolicyEntry)(nil),            // 7: walden.v1.PolicyEntry
-	(*RegisterBroker)(nil),         // 8: walden.v1.RegisterBroker
-	(*RegisterBrokerResult)(nil),   // 9: walden.v1.RegisterBrokerResult
-	(*ObserveBroker)(nil),          // 10: walden.v1.ObserveBroker
-	(*DeclareFailed)(nil),          // 11: walden.v1.DeclareFailed
-	(*DeclareFailedResult)(nil),    // 12: walden.v1.DeclareFailedResult
-	(*SetPolicy)(nil),              // 13: walden.v1.SetPolicy
-	(*AckBroker)(nil),              // 14: walden.v1.AckBroker
-	(*SetMaintenance)(nil),         // 15: walden.v1.SetMaintenance
-	(*RequestFailover)(nil),        // 16: walden.v1.RequestFailover
-	(*SeedPolicy)(nil),             // 17: walden.v1.SeedPolicy
-	(*RecordEvent)(nil),            // 18: walden.v1.RecordEvent
-	(*RegisterRequest)(nil),        // 19: walden.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 20: walden.v1.RegisterResponse
-	(*RenewLeaseRequest)(nil),      // 21: walden.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),     // 22: walden.v1.RenewLeaseResponse
-	(*Voter)(nil),                  // 23: walden.v1.Voter
-	(*ListBrokersRequest)(nil),     // 24: walden.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),    // 25: walden.v1.ListBrokersResponse
-	(*GetBrokerRequest)(nil),       // 26: walden.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),      // 27: walden.v1.GetBrokerResponse
-	(*FailoverRequest)(nil),        // 28: walden.v1.FailoverRequest
-	(*FailoverResponse)(nil),       // 29: walden.v1.FailoverResponse
-	(*AckRequest)(nil),             // 30: walden.v1.AckRequest
-	(*AckResponse)(nil),            // 31: walden.v1.AckResponse
-	(*SetMaintenanceRequest)(nil),  // 32: walden.v1.SetMaintenanceRequest
-	(*SetMaintenanceResponse)(nil), // 33: walden.v1.SetMaintenanceResponse
-	(*ListEventsRequest)(nil),      // 34: walden.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 35: walden.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),       // 36: walden.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 37: walden.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),       // 38: walden.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),      // 39: walden.v1.SetPolicyResponse
-	(*RemoveBrokerRequest)(nil),    // 40: walden.v1.RemoveBrokerRequest
-	(*RemoveBrokerResponse)(nil),   // 41: walden.v1.RemoveBrokerResponse
-	(*RemoveBroker)(nil),           // 42: walden.v1.RemoveBroker
-	nil,                            // 43: walden.v1.SetPolicy.SetEntry
-	nil,                            // 44: walden.v1.SetPolicyRequest.SetEntry
-	(ObservationState)(0),          // 45: walden.v1.ObservationState
-	(BrokerState)(0),               // 46: walden.v1.BrokerState
-	(EventKind)(0),                 // 47: walden.v1.EventKind
+	(*AutomqNode)(nil),             // 1: walden.v1.AutomqNode
+	(*Observation)(nil),            // 2: walden.v1.Observation
+	(*FailoverRequested)(nil),      // 3: walden.v1.FailoverRequested
+	(*Broker)(nil),                 // 4: walden.v1.Broker
+	(*Evidence)(nil),               // 5: walden.v1.Evidence
+	(*Event)(nil),                  // 6: walden.v1.Event
+	(*Policy)(nil),                 // 7: walden.v1.Policy
+	(*PolicyEntry)(nil),            // 8: walden.v1.PolicyEntry
+	(*RegisterBroker)(nil),         // 9: walden.v1.RegisterBroker
+	(*RegisterBrokerResult)(nil),   // 10: walden.v1.RegisterBrokerResult
+	(*ObserveBroker)(nil),          // 11: walden.v1.ObserveBroker
+	(*DeclareFailed)(nil),          // 12: walden.v1.DeclareFailed
+	(*DeclareFailedResult)(nil),    // 13: walden.v1.DeclareFailedResult
+	(*SetPolicy)(nil),              // 14: walden.v1.SetPolicy
+	(*AckBroker)(nil),              // 15: walden.v1.AckBroker
+	(*SetMaintenance)(nil),         // 16: walden.v1.SetMaintenance
+	(*RequestFailover)(nil),        // 17: walden.v1.RequestFailover
+	(*SeedPolicy)(nil),             // 18: walden.v1.SeedPolicy
+	(*RecordEvent)(nil),            // 19: walden.v1.RecordEvent
+	(*RegisterRequest)(nil),        // 20: walden.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 21: walden.v1.RegisterResponse
+	(*RenewLeaseRequest)(nil),      // 22: walden.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),     // 23: walden.v1.RenewLeaseResponse
+	(*Voter)(nil),                  // 24: walden.v1.Voter
+	(*ListBrokersRequest)(nil),     // 25: walden.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),    // 26: walden.v1.ListBrokersResponse
+	(*GetBrokerRequest)(nil),       // 27: walden.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),      // 28: walden.v1.GetBrokerResponse
+	(*FailoverRequest)(nil),        // 29: walden.v1.FailoverRequest
+	(*FailoverResponse)(nil),       // 30: walden.v1.FailoverResponse
+	(*AckRequest)(nil),             // 31: walden.v1.AckRequest
+	(*AckResponse)(nil),            // 32: walden.v1.AckResponse
+	(*SetMaintenanceRequest)(nil),  // 33: walden.v1.SetMaintenanceRequest
+	(*SetMaintenanceResponse)(nil), // 34: walden.v1.SetMaintenanceResponse
+	(*ListEventsRequest)(nil),      // 35: walden.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 36: walden.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),       // 37: walden.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 38: walden.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),       // 39: walden.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),      // 40: walden.v1.SetPolicyResponse
+	(*RemoveBrokerRequest)(nil),    // 41: walden.v1.RemoveBrokerRequest
+	(*RemoveBrokerResponse)(nil),   // 42: walden.v1.RemoveBrokerResponse
+	(*RemoveBroker)(nil),           // 43: walden.v1.RemoveBroker
+	nil,                            // 44: walden.v1.SetPolicy.SetEntry
+	nil,                            // 45: walden.v1.SetPolicyRequest.SetEntry
+	(ObservationState)(0),          // 46: walden.v1.ObservationState
+	(BrokerState)(0),               // 47: walden.v1.BrokerState
+	(EventKind)(0),                 // 48: walden.v1.EventKind
 }
 var file_walden_v1_broker_proto_depIdxs = []int32{
-	45, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
+	46, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
 	0,  // 1: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
-	1,  // 2: walden.v1.Broker.observations:type_name -> walden.v1.Observation
-	2,  // 3: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
-	46, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
-	1,  // 5: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
-	4,  // 6: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
-	47, // 7: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
-	0,  // 8: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
-	45, // 9: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
-	4,  // 10: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
-	43, // 11: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
-	6,  // 12: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
-	5,  // 13: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
-	0,  // 14: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
-	23, // 15: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
-	3,  // 16: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
-	3,  // 17: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
-	4,  // 18: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
-	3,  // 19: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
-	3,  // 20: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
-	5,  // 21: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
-	7,  // 22: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	6,  // 23: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	44, // 24: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
-	7,  // 25: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	6,  // 26: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	3,  // 27: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
-	19, // 28: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	21, // 29: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	24, // 30: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	26, // 31: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	28, // 32: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	30, // 33: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	32, // 34: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	34, // 35: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	36, // 36: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	38, // 37: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	40, // 38: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
-	20, // 39: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	22, // 40: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	25, // 41: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	27, // 42: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	29, // 43: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	31, // 44: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	33, // 45: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	35, // 46: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	37, // 47: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	39, // 48: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	41, // 49: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
-	39, // [39:50] is the sub-list for method output_type
-	28, // [28:39] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	2,  // 2: walden.v1.Broker.observations:type_name -> walden.v1.Observation
+	3,  // 3: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
+	47, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
+	1,  // 5: walden.v1.Broker.automq:type_name -> walden.v1.AutomqNode
+	2,  // 6: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
+	5,  // 7: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
+	48, // 8: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
+	0,  // 9: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
+	1,  // 10: walden.v1.RegisterBroker.automq:type_name -> walden.v1.AutomqNode
+	46, // 11: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
+	5,  // 12: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
+	44, // 13: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
+	7,  // 14: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
+	6,  // 15: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
+	0,  // 16: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
+	1,  // 17: walden.v1.RegisterRequest.automq:type_name -> walden.v1.AutomqNode
+	24, // 18: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
+	4,  // 19: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
+	4,  // 20: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
+	5,  // 21: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
+	4,  // 22: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
+	4,  // 23: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
+	6,  // 24: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
+	8,  // 25: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	7,  // 26: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
+	45, // 27: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	8,  // 28: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	7,  // 29: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
+	4,  // 30: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
+	20, // 31: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	22, // 32: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	25, // 33: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	27, // 34: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	29, // 35: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	31, // 36: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	33, // 37: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	35, // 38: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	37, // 39: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	39, // 40: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	41, // 41: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
+	21, // 42: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	23, // 43: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	26, // 44: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	28, // 45: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	30, // 46: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	32, // 47: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	34, // 48: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	36, // 49: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	38, // 50: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	40, // 51: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	42, // 52: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
+	42, // [42:53] is the sub-list for method output_type
+	31, // [31:42] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
@@ -3630,7 +3745,7 @@ func file_walden_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_broker_proto_rawDesc), len(file_walden_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

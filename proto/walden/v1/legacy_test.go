@@ -157,6 +157,25 @@ func TestAddAndToLegacy(t *testing.T) {
 	}
 }
 
+// addedFields are the fields added to the samples' messages after the
+// testdata was written: new keys, which a script reading the old ones never
+// sees. Every other key must print exactly as before.
+var addedFields = []string{`,"automq":null`}
+
+// withoutAddedFields drops addedFields from the compacted JSON js.
+func withoutAddedFields(t *testing.T, js []byte) []byte {
+	t.Helper()
+	var c bytes.Buffer
+	if err := json.Compact(&c, js); err != nil {
+		t.Fatal(err)
+	}
+	out := c.String()
+	for _, f := range addedFields {
+		out = strings.ReplaceAll(out, f, "")
+	}
+	return []byte(out)
+}
+
 // TestMarshalJSONAsBefore checks that MarshalJSON prints what walden printed
 // before the enums: testdata/json-before-enums.json is the proto JSON of
 // jsonSamples (UseProtoNames, EmitUnpopulated, compacted) written by the
@@ -183,6 +202,7 @@ func TestMarshalJSONAsBefore(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		got = withoutAddedFields(t, got)
 		var c bytes.Buffer
 		if err := json.Compact(&c, got); err != nil {
 			t.Fatal(err)
