@@ -46,6 +46,13 @@ var (
 	// ErrFailed means an earlier write or fdatasync failed; the Writer
 	// acknowledges nothing after that and must be reopened.
 	ErrFailed = errors.New("WAL writer failed")
+	// ErrWrongNode means Reset found a header naming another node than
+	// the one it was told the WAL belongs to; nothing was written.
+	ErrWrongNode = errors.New("the WAL belongs to another node")
+	// ErrTrimMismatch means Reset found a header whose trim offset is
+	// before the one the caller read the WAL from: not the log it read;
+	// nothing was written.
+	ErrTrimMismatch = errors.New("the WAL's trim offset is not the one it was read from")
 )
 
 // fileError wraps err with the package prefix and the file name.
