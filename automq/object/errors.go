@@ -34,6 +34,9 @@ var (
 	ErrObjectTooLarge = errors.New("index does not fit the footer's 32-bit size")
 	// ErrClosed means the Writer was already closed.
 	ErrClosed = errors.New("object writer is closed")
+	// ErrSizeOutOfRange means ReadIndex was given an object size above
+	// MaxObjectSize, S3's largest object: a caller's mistake, not damage.
+	ErrSizeOutOfRange = errors.New("object size above S3's 5 TiB limit")
 )
 
 // Errors of the key rule and the attributes.

@@ -8,6 +8,11 @@ import (
 	"math"
 )
 
+// MaxObjectSize is the largest object size ReadIndex accepts: S3's largest
+// object, 5 TiB. It bounds what a wrong size can make the reader allocate
+// (the tail read of a 5 TiB object is 180 MiB).
+const MaxObjectSize = 5 << 40
+
 // TailReadSize is how many bytes at the end of an object of the given size
 // AutoMQ's ObjectReader reads first, hoping they hold the index and the
 // footer: 8192 bytes plus 36 per whole MiB of the object, at most the
@@ -43,10 +48,14 @@ type Object struct {
 // start offset), leave no gap or overlap within a stream, and describe
 // blocks that lie back to back from byte 0 to the index. A failure matches
 // ErrCorrupt and a more precise error (ErrTruncated, ErrFooterMagic,
-// ErrIndexBounds, ErrIndexOrder); an error of r is returned wrapped.
+// ErrIndexBounds, ErrIndexOrder); an error of r is returned wrapped, and a
+// size above MaxObjectSize is ErrSizeOutOfRange.
 func ReadIndex(r io.ReaderAt, size int64) (*Object, error) {
 	if size < FooterSize {
 		return nil, fmt.Errorf("automq object: %d bytes, shorter than the %d-byte footer: %w", size, FooterSize, ErrTruncated)
+	}
+	if size > MaxObjectSize {
+		return nil, fmt.Errorf("automq object: size %d: %w", size, ErrSizeOutOfRange)
 	}
 	tail := make([]byte, TailReadSize(size))
 	if err := readFull(r, tail, size-int64(len(tail))); err != nil {

@@ -198,6 +198,9 @@ func TestReaderErrors(t *testing.T) {
 	if _, err := ReadIndex(bytes.NewReader(p), int64(len(p)+1)); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("size too large: %v", err)
 	}
+	if _, err := ReadIndex(bytes.NewReader(p), MaxObjectSize+1); !errors.Is(err, ErrSizeOutOfRange) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("size above 5 TiB: %v", err)
+	}
 	// An I/O error is returned as it is, not as damage.
 	if _, err := ReadIndex(errReaderAt{}, int64(len(p))); !errors.Is(err, errDisk) || errors.Is(err, ErrCorrupt) {
 		t.Fatalf("I/O error: %v", err)
