@@ -47,6 +47,12 @@ type Record struct {
 	// Reader.Next is a view, not a copy (see Next for how long it stays
 	// valid); Recover and RecoverFile copy it.
 	Batch Batch
+	// Body is the record's body as written: the encoded stream record batch
+	// (magic 0x22, ids, offsets, payload length and payload), whose payload
+	// is Batch.Payload. It is a view with the same lifetime as the payload,
+	// for readers that copy a record on without encoding it again (AutoMQ's
+	// objects hold exactly this encoding).
+	Body []byte
 }
 
 // Skip is one run of bytes the scan stepped over.
@@ -294,6 +300,12 @@ func (rd *Reader) readHeader() error {
 // Header returns the header of the winning slot.
 func (rd *Reader) Header() Header { return rd.header }
 
+// Mapped reports whether the Reader reads through a read-only mapping of
+// the WAL (Open maps regular files and devices when the system allows it):
+// then the payloads and bodies Next returns stay valid until Close, not
+// only until the next call.
+func (rd *Reader) Mapped() bool { return rd.mapped != nil }
+
 // Slot returns the index (0 or 1) of the winning header slot.
 func (rd *Reader) Slot() int { return rd.slot }
 
@@ -522,7 +534,7 @@ func parseRecord[S source](src S, at, capacity, recordCap int64, crcTab *headerC
 	if !decodeBodyInto(bp, &rec.Batch) {
 		return nextBlock(end), ReasonMalformedBody, nil
 	}
-	rec.Offset, rec.Size = at, RecordHeaderSize+int(bodyLength)
+	rec.Offset, rec.Size, rec.Body = at, RecordHeaderSize+int(bodyLength), bp
 	return 0, "", nil
 }
 
@@ -636,7 +648,8 @@ func (rd *Reader) collect() (*Recovery, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.Batch.Payload = append([]byte(nil), r.Batch.Payload...)
+		r.Body = append([]byte(nil), r.Body...)
+		r.Batch.Payload = r.Body[BodyHeaderSize:]
 		rec.Records = append(rec.Records, r)
 	}
 	rec.Stats = rd.Stats()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -541,6 +542,58 @@ func TestHealthyWALReportsNoDamage(t *testing.T) {
 		case ReasonBlockTail, ReasonTrimmedRecord, ReasonPadding:
 		default:
 			t.Errorf("healthy WAL: %d bytes skipped as %q", n, reason)
+		}
+	}
+}
+
+// TestRecordBodyIsTheEncodedBatch: a record's Body is the body as written
+// (the stream record batch encoding, payload included), for readers that
+// copy records on without encoding them again; Open maps the file, so the
+// views outlive the next call.
+func TestRecordBodyIsTheEncodedBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "body.wal")
+	w, err := Create(path, CreateOptions{Capacity: MinCapacity * 4, NodeID: 3, NodeEpoch: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []Batch{{StreamID: 7, Epoch: 2, BaseOffset: 10, Count: 3, Payload: []byte("hello")}, {StreamID: 8, Epoch: 1, BaseOffset: 0, Count: 1, Payload: []byte("")}}
+	if _, err := w.AppendAll(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if !rd.Mapped() {
+		t.Fatal("Open did not map a regular file")
+	}
+	var recs []Record
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != len(in) {
+		t.Fatalf("%d records, want %d", len(recs), len(in))
+	}
+	for i, r := range recs {
+		want := make([]byte, BodyHeaderSize, BodyHeaderSize+len(in[i].Payload))
+		encodeBodyHeader(want, &in[i])
+		want = append(want, in[i].Payload...)
+		if !bytes.Equal(r.Body, want) {
+			t.Errorf("record %d: body %x, want %x", i, r.Body, want)
+		}
+		if !bytes.Equal(r.Body[BodyHeaderSize:], in[i].Payload) {
+			t.Errorf("record %d: the body's payload is not the batch's", i)
 		}
 	}
 }
