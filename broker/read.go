@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"walden/fieldlimit"
 	"walden/objformat"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
@@ -44,7 +45,10 @@ func (c *indexCache) put(key string, ix *objformat.Index) {
 // which serves the rest.
 func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*waldenv1.ReadResponse, error) {
 	b := s.b
-	max := int(req.GetMaxRecords())
+	max, err := fieldlimit.Count("max_records", uint64(req.GetMaxRecords()), fieldlimit.MaxRepeated)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	if max <= 0 {
 		max = DefaultMaxReadRecords
 	}

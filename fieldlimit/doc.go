@@ -2,7 +2,11 @@
 // map of every request a coordinator accepts, before a handler sees it: a
 // 3 MB wal.path would otherwise be stored in the replicated state and make
 // every later answer that carries it too large to send (ResourceExhausted
-// for everyone who lists brokers or jobs).
+// for everyone who lists brokers or jobs). It also bounds every duration
+// and count of a request before any arithmetic is done with it: Millis and
+// Count are the one helper every handler uses, and the interceptors refuse
+// a duration (a field ending in _ms) that is negative or longer than 30
+// days whatever the handler would do with it.
 //
 // What it owns: the limits (one default per kind, a few by field name)
 // and a walk over any protobuf message that names the first field over

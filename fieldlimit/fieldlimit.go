@@ -3,6 +3,9 @@ package fieldlimit
 import (
 	"context"
 	"fmt"
+	"math"
+	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -26,6 +29,12 @@ const (
 	// MaxMapEntries bounds the entries of a map field (policy keys).
 	MaxMapEntries = 1_000
 )
+
+// MaxDuration bounds every duration of a request (a field counted in
+// milliseconds: a name ending in _ms, but not the times, _unix_ms): 30
+// days, the bound of the configuration's durations. A handler bounds its
+// own fields tighter with Millis.
+const MaxDuration = 30 * 24 * time.Hour
 
 // stringLimits are the limits of string fields by name, where they differ
 // from MaxString.
@@ -102,10 +111,80 @@ func checkValue(path string, fd protoreflect.FieldDescriptor, v protoreflect.Val
 	switch fd.Kind() {
 	case protoreflect.StringKind:
 		return checkString(path, fd, v.String())
+	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
+		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
+		if isDuration(fd) {
+			return checkDuration(path, v.Int())
+		}
+	case protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
+		if isDuration(fd) {
+			return checkDuration(path, clampInt64(v.Uint()))
+		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return check(v.Message(), path)
 	}
 	return nil
+}
+
+// isDuration reports whether fd holds a duration in milliseconds (and not
+// a time: those end in _unix_ms).
+func isDuration(fd protoreflect.FieldDescriptor) bool {
+	n := string(fd.Name())
+	return strings.HasSuffix(n, "_ms") && !strings.HasSuffix(n, "_unix_ms")
+}
+
+func clampInt64(u uint64) int64 {
+	if u > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(u)
+}
+
+// checkDuration refuses a duration of a request that no handler accepts:
+// negative, or longer than MaxDuration.
+func checkDuration(path string, ms int64) *Violation {
+	if ms < 0 {
+		return &Violation{path, fmt.Sprintf("%s is negative: a duration is at least 0", msText(ms))}
+	}
+	if _, err := Millis(path, ms, 0, MaxDuration); err != nil {
+		return &Violation{path, fmt.Sprintf("%s is longer than any duration walden accepts (%s)", msText(ms), MaxDuration)}
+	}
+	return nil
+}
+
+// Millis returns the duration of field, ms milliseconds, or a *Violation
+// naming field when it is below lo or above hi. It compares the
+// milliseconds before it multiplies: time.Duration(ms) * time.Millisecond
+// wraps for ms beyond 2^63/10^6 (SetMaintenance with ttl_ms 2^63-1 once
+// passed a 168 h bound that way and lasted 1.5 s). Every duration of a
+// request goes through it before any arithmetic.
+func Millis(field string, ms int64, lo, hi time.Duration) (time.Duration, error) {
+	switch {
+	case ms < lo.Milliseconds():
+		return 0, &Violation{field, fmt.Sprintf("%s is less than the %s allowed", msText(ms), lo)}
+	case ms > hi.Milliseconds():
+		return 0, &Violation{field, fmt.Sprintf("%s is more than the %s allowed", msText(ms), hi)}
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// msText writes ms for a refusal, with its Go form when it has one.
+func msText(ms int64) string {
+	if ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return fmt.Sprintf("%d ms", ms)
+	}
+	return fmt.Sprintf("%d ms (%s)", ms, time.Duration(ms)*time.Millisecond)
+}
+
+// Count returns the count n of field as an int, or a *Violation naming
+// field when it is above hi: every count of a request (a limit, a
+// maximum of records or objects) goes through it before it sizes
+// anything.
+func Count(field string, n uint64, hi int) (int, error) {
+	if hi < 0 || n > uint64(hi) {
+		return 0, &Violation{field, fmt.Sprintf("%d is more than the %d allowed", n, hi)}
+	}
+	return int(n), nil
 }
 
 func checkString(path string, fd protoreflect.FieldDescriptor, s string) *Violation {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/authz"
+	"walden/fieldlimit"
 	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
@@ -169,8 +170,8 @@ func (s *brokersService) SetMaintenance(ctx context.Context, req *waldenv1.SetMa
 	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
 		return nil, err
 	}
-	if req.GetTtlMs() < 0 || time.Duration(req.GetTtlMs())*time.Millisecond > maxMaintenanceTTL {
-		return nil, invalidArg("ttl_ms", fmt.Sprintf("must be between 0 (no ttl) and %s", maxMaintenanceTTL))
+	if _, err := fieldlimit.Millis("ttl_ms", req.GetTtlMs(), 0, maxMaintenanceTTL); err != nil {
+		return nil, fieldErr(err)
 	}
 	if !req.GetOn() && req.GetTtlMs() != 0 {
 		return nil, invalidArg("ttl_ms", "only maintenance on takes a ttl")
@@ -185,10 +186,14 @@ func (s *brokersService) SetMaintenance(ctx context.Context, req *waldenv1.SetMa
 }
 
 func (s *brokersService) ListEvents(ctx context.Context, req *waldenv1.ListEventsRequest) (*waldenv1.ListEventsResponse, error) {
+	limit, err := fieldlimit.Count("limit", uint64(req.GetLimit()), fieldlimit.MaxRepeated)
+	if err != nil {
+		return nil, fieldErr(err)
+	}
 	if err := s.d.read(ctx); err != nil {
 		return nil, err
 	}
-	return &waldenv1.ListEventsResponse{Events: s.d.state.Events(req.GetBrokerId(), int(req.GetLimit()))}, nil
+	return &waldenv1.ListEventsResponse{Events: s.d.state.Events(req.GetBrokerId(), limit)}, nil
 }
 
 // GetPolicy answers the cluster's policy from this member's replicated

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"walden/fieldlimit"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
@@ -219,6 +220,10 @@ func (s *catalogService) ListStreams(ctx context.Context, req *waldenv1.ListStre
 }
 
 func (s *catalogService) DescribeStream(ctx context.Context, req *waldenv1.DescribeStreamRequest) (*waldenv1.DescribeStreamResponse, error) {
+	maxObjects, err := fieldlimit.Count("max_objects", uint64(req.GetMaxObjects()), fieldlimit.MaxRepeated)
+	if err != nil {
+		return nil, fieldErr(err)
+	}
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
@@ -226,5 +231,5 @@ func (s *catalogService) DescribeStream(ctx context.Context, req *waldenv1.Descr
 	if !ok {
 		return nil, rpcerr.Status(fmt.Errorf("stream %d: %w", req.GetStreamId(), refusal.ErrUnknownStream)).Err()
 	}
-	return &waldenv1.DescribeStreamResponse{Stream: st, Objects: s.state.StreamObjects(req.GetStreamId(), req.GetFromOffset(), int(req.GetMaxObjects()))}, nil
+	return &waldenv1.DescribeStreamResponse{Stream: st, Objects: s.state.StreamObjects(req.GetStreamId(), req.GetFromOffset(), maxObjects)}, nil
 }

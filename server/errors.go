@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"walden/fieldlimit"
 	"walden/policy"
 	"walden/raftnode"
 	"walden/refusal"
@@ -67,6 +68,16 @@ func invalidArg(field, reason string) error {
 		s = d
 	}
 	return s.Err()
+}
+
+// fieldErr maps a *fieldlimit.Violation (a duration or count out of
+// bounds) to InvalidArgument naming its field.
+func fieldErr(err error) error {
+	var v *fieldlimit.Violation
+	if errors.As(err, &v) {
+		return invalidArg(v.Field, v.Reason)
+	}
+	return status.Error(codes.InvalidArgument, err.Error())
 }
 
 // policyErr maps a policy error to InvalidArgument naming its key.

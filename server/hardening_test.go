@@ -200,6 +200,29 @@ func TestHardeningAPI(t *testing.T) {
 			_, err := brokers.SetPolicy(ctx, &waldenv1.SetPolicyRequest{Set: map[string]string{"restart_grace": "2562047h"}})
 			return err
 		}},
+		// Durations and counts are bounded before any arithmetic: a ttl
+		// of 2^63-1 ms once passed the 168 h bound (the check multiplied
+		// and wrapped) and the maintenance ended 1.5 s later.
+		{"a maintenance ttl of 2^63-1 ms", "ttl_ms", func() error {
+			_, err := brokers.SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: "b1", On: true, TtlMs: math.MaxInt64})
+			return err
+		}},
+		{"a maintenance ttl of 2^63/1000 ms", "ttl_ms", func() error {
+			_, err := brokers.SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: "b1", On: true, TtlMs: math.MaxInt64/1000 + 1})
+			return err
+		}},
+		{"a maintenance ttl of 200h", "ttl_ms", func() error {
+			_, err := brokers.SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: "b1", On: true, TtlMs: (200 * time.Hour).Milliseconds()})
+			return err
+		}},
+		{"an event limit of 2^32-1", "limit", func() error {
+			_, err := brokers.ListEvents(ctx, &waldenv1.ListEventsRequest{Limit: math.MaxUint32})
+			return err
+		}},
+		{"a max_objects of 2^32-1", "max_objects", func() error {
+			_, err := catalog.DescribeStream(ctx, &waldenv1.DescribeStreamRequest{StreamId: 1, MaxObjects: math.MaxUint32})
+			return err
+		}},
 		// MemberAdd: addresses of another member.
 		{"a member on c1's raft address", "raft_addr", func() error {
 			st, _ := cluster.Status(ctx, &waldenv1.StatusRequest{})

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"walden/fieldlimit"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
@@ -22,6 +23,8 @@ const (
 	watchProgressDefault = 5 * time.Second
 	// watchProgressMin is the shortest progress interval a request may ask.
 	watchProgressMin = 100 * time.Millisecond
+	// watchProgressMax is the longest.
+	watchProgressMax = time.Hour
 	// watchMaxResponseBytes splits a larger batch of changes (a snapshot of
 	// a big cluster) into fragments, below gRPC's 4 MiB default.
 	watchMaxResponseBytes = 1 << 20
@@ -61,9 +64,9 @@ func (s *watchService) Watch(req *waldenv1.WatchRequest, stream grpc.ServerStrea
 	}
 	progress := watchProgressDefault
 	if ms := req.GetProgressIntervalMs(); ms != 0 {
-		progress = time.Duration(ms) * time.Millisecond
-		if progress < watchProgressMin {
-			return invalidArg("progress_interval_ms", fmt.Sprintf("%d is below the minimum of %d", ms, watchProgressMin.Milliseconds()))
+		var err error
+		if progress, err = fieldlimit.Millis("progress_interval_ms", int64(ms), watchProgressMin, watchProgressMax); err != nil {
+			return fieldErr(err)
 		}
 	}
 	keep := func(c *waldenv1.Change) bool {
