@@ -283,6 +283,9 @@ func (s *State) applySetMaintenance(index uint64, cmd *waldenv1.Command, op *wal
 	if !ok {
 		return nil, unknownBroker("set maintenance", op.GetBrokerId())
 	}
+	if ttl := op.GetTtlMs(); cmd.GetChecks() >= ChecksBounded && (ttl < 0 || ttl > MaxMaintenanceTTLMs) {
+		return nil, invalid("set maintenance %q: ttl_ms: %d ms is not between 0 (no ttl) and %s", op.GetBrokerId(), ttl, msText(MaxMaintenanceTTLMs))
+	}
 	msg := s.setMaintenance(b, op)
 	if msg == "" {
 		return brokerResult(b), nil // set again since: nothing to do

@@ -80,8 +80,9 @@ func checkOwner(st *waldenv1.Stream, brokerID string, epoch, streamEpoch uint64,
 // name a distinct opened stream owned by the broker at the stream's epoch and
 // start exactly at its end offset; the producers' last batches it names
 // must lie inside their stream's range. They are merged into the streams'
-// producer tables.
-func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest) (*waldenv1.Result, error) {
+// producer tables. From level ChecksBounded on, the ranges must also fit
+// the object and their offsets their bytes (CheckObject).
+func (s *State) applyCommitObject(index uint64, checks uint32, op *waldenv1.CommitObjectRequest) (*waldenv1.Result, error) {
 	obj := op.GetObject()
 	if obj.GetObjectId() == "" {
 		return nil, invalid("commit object: object.object_id is empty")
@@ -91,6 +92,11 @@ func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest
 	}
 	if len(obj.GetRanges()) == 0 {
 		return nil, invalid("commit object %s: object.ranges is empty", obj.GetObjectId())
+	}
+	if checks >= ChecksBounded {
+		if fe := CheckObject(obj); fe != nil {
+			return nil, invalid("commit object %s: %s", obj.GetObjectId(), fe)
+		}
 	}
 	job, err := s.checkBroker(op.GetBrokerId(), op.GetBrokerEpoch(), op.GetFailover())
 	if err != nil {
@@ -123,7 +129,7 @@ func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest
 		}
 	}
 
-	if err := checkProducers(obj, op.GetProducers()); err != nil {
+	if err := checkProducers(obj, op.GetProducers(), checks); err != nil {
 		return nil, err
 	}
 
@@ -162,7 +168,7 @@ func (s *State) applyCommitObject(index uint64, op *waldenv1.CommitObjectRequest
 // checkProducers validates a commit's producer summary against the
 // object's ranges: a stream of the object, once; per producer one batch,
 // of at least one record, inside the stream's range.
-func checkProducers(obj *waldenv1.Object, sps []*waldenv1.StreamProducers) error {
+func checkProducers(obj *waldenv1.Object, sps []*waldenv1.StreamProducers, checks uint32) error {
 	ranges := map[uint64]*waldenv1.ObjectRange{}
 	for _, r := range obj.GetRanges() {
 		ranges[r.GetStreamId()] = r
@@ -187,7 +193,7 @@ func checkProducers(obj *waldenv1.Object, sps []*waldenv1.StreamProducers) error
 				return invalid("commit object %s: %s.producer_id: producer %d appears twice", obj.GetObjectId(), field, p.GetProducerId())
 			case p.GetCount() == 0:
 				return invalid("commit object %s: %s.count: must not be 0", obj.GetObjectId(), field)
-			case p.GetOffset() < r.GetStartOffset() || p.GetOffset()+uint64(p.GetCount()) > r.GetEndOffset():
+			case !producerInside(checks, p.GetOffset(), p.GetCount(), r.GetStartOffset(), r.GetEndOffset()):
 				return invalid("commit object %s: %s: offsets [%d, %d) outside the stream's range [%d, %d)", obj.GetObjectId(), field,
 					p.GetOffset(), p.GetOffset()+uint64(p.GetCount()), r.GetStartOffset(), r.GetEndOffset())
 			}

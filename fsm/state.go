@@ -186,7 +186,7 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 	case *waldenv1.Command_OpenStream:
 		res, err = s.applyOpenStream(index, op.OpenStream)
 	case *waldenv1.Command_CommitObject:
-		res, err = s.applyCommitObject(index, op.CommitObject)
+		res, err = s.applyCommitObject(index, cmd.GetChecks(), op.CommitObject)
 	case *waldenv1.Command_CloseStream:
 		res, err = s.applyCloseStream(index, op.CloseStream)
 	case *waldenv1.Command_RenewJobLease:

@@ -31,18 +31,22 @@ func upgradeCommand(cmd *waldenv1.Command) (*waldenv1.Command, error) {
 	return cmd, nil
 }
 
-// PrepareProposal adds to cmd, about to be proposed, the deprecated
-// strings beside its enums (waldenv1.AddLegacy), so that a member of an
-// older walden, which reads only the strings, applies the entry as this
-// version does while a cluster is upgraded one member at a time (otherwise
-// it would refuse an observation or a job's end that the others apply, and
-// the members' states, fencing tokens included, would part). This version
-// reads the enums and ignores the strings. raftnode calls it
-// (Config.PrepareProposal) on its own copy of every command.
+// PrepareProposal completes cmd, about to be proposed; raftnode calls it
+// (Config.PrepareProposal) on its own copy of every command:
 //
-// To be dropped in the release after the one that introduced the enums:
-// from then on no member of a cluster reads only the strings.
+//   - it sets the level of the checks the entry is applied with
+//     (Command.checks, this version's Checks; see checks.go);
+//   - it adds the deprecated strings beside the enums (waldenv1.AddLegacy),
+//     so that a member of an older walden, which reads only the strings,
+//     applies the entry as this version does while a cluster is upgraded
+//     one member at a time (otherwise it would refuse an observation or a
+//     job's end that the others apply, and the members' states, fencing
+//     tokens included, would part). This version reads the enums and
+//     ignores the strings. To be dropped in the release after the one that
+//     introduced the enums: from then on no member of a cluster reads only
+//     the strings.
 func PrepareProposal(cmd *waldenv1.Command) {
+	cmd.Checks = Checks
 	if op := namedOp(cmd); op != nil {
 		waldenv1.AddLegacy(op)
 	}

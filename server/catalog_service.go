@@ -59,37 +59,14 @@ func checkStreamID(field string, id uint64) error {
 	return nil
 }
 
-// checkRanges validates an object's ranges: each a non-empty section
-// inside the object, the sections in ascending positions without overlap,
-// each stream once, its offsets ascending.
+// checkRanges validates an object's ranges as the catalog keeps them
+// (fsm.CheckObject): each a non-empty section inside the object between
+// its header and its index, the sections in ascending positions without
+// overlap, each stream once, its offsets ascending, below 2^63 and no more
+// than its bytes can hold.
 func checkRanges(o *waldenv1.Object) error {
-	seen := map[uint64]bool{}
-	var prevEnd uint64
-	for i, r := range o.GetRanges() {
-		field := fmt.Sprintf("object.ranges[%d]", i)
-		if err := checkStreamID(field+".stream_id", r.GetStreamId()); err != nil {
-			return err
-		}
-		if r.GetEndOffset() <= r.GetStartOffset() {
-			return invalidArg(field+".end_offset", fmt.Sprintf("%d is not beyond start_offset %d", r.GetEndOffset(), r.GetStartOffset()))
-		}
-		if r.GetStreamEpoch() == 0 {
-			return invalidArg(field+".stream_epoch", "must not be 0")
-		}
-		if seen[r.GetStreamId()] {
-			return invalidArg(field+".stream_id", fmt.Sprintf("stream %d appears twice", r.GetStreamId()))
-		}
-		seen[r.GetStreamId()] = true
-		if r.GetLength() == 0 {
-			return invalidArg(field+".length", "must not be 0: a range holds the stream's records")
-		}
-		if r.GetPosition() > o.GetSize() || r.GetLength() > o.GetSize()-r.GetPosition() {
-			return invalidArg(field+".length", fmt.Sprintf("position %d + length %d is beyond the object's size %d", r.GetPosition(), r.GetLength(), o.GetSize()))
-		}
-		if r.GetPosition() < prevEnd {
-			return invalidArg(field+".position", fmt.Sprintf("%d is inside the previous range (which ends at %d): ranges are in ascending positions and do not overlap", r.GetPosition(), prevEnd))
-		}
-		prevEnd = r.GetPosition() + r.GetLength()
+	if fe := fsm.CheckObject(o); fe != nil {
+		return invalidArg(fe.Field, fe.Reason)
 	}
 	return nil
 }

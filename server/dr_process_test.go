@@ -76,8 +76,8 @@ func writeCatalog(t *testing.T, cluster, leaderAdmin string) {
 		start, end uint64
 	}{{"b1", 1, 0, 10}, {"b2", 3, 0, 7}} {
 		_, err := cat.CommitObject(ctx, &waldenv1.CommitObjectRequest{BrokerId: o.broker, BrokerEpoch: epochs[o.broker], Object: &waldenv1.Object{
-			ObjectId: fmt.Sprintf("obj-%d", i), Key: fmt.Sprintf("k/%d", i), Size: 100,
-			Ranges: []*waldenv1.ObjectRange{{StreamId: o.stream, StreamEpoch: 1, StartOffset: o.start, EndOffset: o.end, Length: 100}},
+			ObjectId: fmt.Sprintf("obj-%d", i), Key: fmt.Sprintf("k/%d", i), Size: 200,
+			Ranges: []*waldenv1.ObjectRange{{StreamId: o.stream, StreamEpoch: 1, StartOffset: o.start, EndOffset: o.end, Position: 16, Length: 64}},
 		}})
 		if err != nil {
 			t.Fatalf("commit object %d: %v", i, err)

@@ -66,7 +66,7 @@ func TestHardeningAPI(t *testing.T) {
 	rng := func(stream, start, end, pos, length uint64) *waldenv1.ObjectRange {
 		return &waldenv1.ObjectRange{StreamId: stream, StreamEpoch: 1, StartOffset: start, EndOffset: end, Position: pos, Length: length}
 	}
-	if err := commit(&waldenv1.Object{ObjectId: "o1", Key: "k/o1", Size: 200, Ranges: []*waldenv1.ObjectRange{rng(1, 0, 10, 16, 100), rng(2, 0, 5, 116, 50)}}); err != nil {
+	if err := commit(&waldenv1.Object{ObjectId: "o1", Key: "k/o1", Size: 400, Ranges: []*waldenv1.ObjectRange{rng(1, 0, 10, 16, 100), rng(2, 0, 5, 116, 50)}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -132,16 +132,36 @@ func TestHardeningAPI(t *testing.T) {
 			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 16, 0)}})
 		}},
 		{"overlapping ranges", "object.ranges[1].position", func() error {
-			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 16, 40), rng(2, 5, 9, 40, 20)}})
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 400, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 16, 40), rng(2, 5, 9, 40, 20)}})
 		}},
 		{"ranges in descending positions", "object.ranges[1].position", func() error {
-			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 60, 20), rng(2, 5, 9, 16, 20)}})
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 400, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 60, 20), rng(2, 5, 9, 16, 20)}})
 		}},
 		{"offsets descending", "object.ranges[0].end_offset", func() error {
 			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 9, 16, 20)}})
 		}},
 		{"a range of stream 0", "object.ranges[0].stream_id", func() error {
 			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(0, 0, 9, 16, 20)}})
+		}},
+		// CommitObject: the offsets must fit what the object can hold.
+		// The commit claimed [311, 2^64-1) in 10 bytes at
+		// position 0: the stream then claimed 2^64 records, every later
+		// upload of its broker failed and acknowledged records were in no
+		// object.
+		{"the offsets [10, 2^64-1) in 10 bytes", "object.ranges[0].end_offset", func() error {
+			return commit(&waldenv1.Object{ObjectId: "k5", Key: "k5", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, math.MaxUint64, 0, 10)}})
+		}},
+		{"an end offset of 2^63", "object.ranges[0].end_offset", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 400, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 1<<63, 16, 32)}})
+		}},
+		{"more offsets than 32 bytes can hold", "object.ranges[0].end_offset", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 400, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 10+1<<33, 16, 32)}})
+		}},
+		{"a section inside the object's header", "object.ranges[0].position", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 400, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 0, 32)}})
+		}},
+		{"a section reaching into the object's index", "object.ranges[0].length", func() error {
+			return commit(&waldenv1.Object{ObjectId: "o2", Key: "k/o2", Size: 100, Ranges: []*waldenv1.ObjectRange{rng(1, 10, 20, 16, 60)}})
 		}},
 		// Stream ids 0 and 2^64-1.
 		{"opening stream 0", "stream_id", func() error {

@@ -5,11 +5,12 @@ import (
 	"log/slog"
 	"time"
 
+	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 )
 
 // maxMaintenanceTTL bounds `waldenctl maintenance on --ttl`.
-const maxMaintenanceTTL = 7 * 24 * time.Hour
+const maxMaintenanceTTL = time.Duration(fsm.MaxMaintenanceTTLMs) * time.Millisecond
 
 // maintenanceExpiry ends a broker's maintenance once its TTL ran out. Only
 // the leader acts, and it counts each TTL on its own monotonic clock from

@@ -56,7 +56,7 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 		}
 	}
 	if _, err := catalog.CommitObject(ctx, &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: epoch, Object: &waldenv1.Object{
-		ObjectId: "o1", Key: "k/o1", Size: 10, Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 1, StartOffset: 0, EndOffset: 5, Length: 10}}}}); err != nil {
+		ObjectId: "o1", Key: "k/o1", Size: 200, Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 1, StartOffset: 0, EndOffset: 5, Position: 16, Length: 16}}}}); err != nil {
 		t.Fatal(err)
 	}
 	// The WAL holds stream 1 from 5 and stream 2 from 0.
@@ -115,7 +115,7 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 	}
 	// The fenced broker's own writes are refused.
 	_, err = catalog.CommitObject(ctx, &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: epoch, Object: &waldenv1.Object{
-		ObjectId: "o2", Key: "k/o2", Size: 4, Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 1, StartOffset: 5, EndOffset: 7, Length: 4}}}})
+		ObjectId: "o2", Key: "k/o2", Size: 200, Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 1, StartOffset: 5, EndOffset: 7, Position: 16, Length: 16}}}})
 	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || rpcerr.Reason(err) != "NODE_FENCED" {
 		t.Fatalf("fenced commit: %v", err)
 	}

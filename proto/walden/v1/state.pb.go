@@ -36,6 +36,12 @@ type Command struct {
 	ProposedUnixMs int64 `protobuf:"varint,2,opt,name=proposed_unix_ms,json=proposedUnixMs,proto3" json:"proposed_unix_ms,omitempty"`
 	// proposer_id is the member that proposed the command.
 	ProposerId string `protobuf:"bytes,3,opt,name=proposer_id,json=proposerId,proto3" json:"proposer_id,omitempty"`
+	// checks is the level of the state machine's input checks the entry is
+	// applied with (fsm.Checks): a check added later applies only to entries
+	// of its level or above, so that replaying an older entry gives the state
+	// it gave when it was committed. Entries of a walden before the levels
+	// carry 0.
+	Checks uint32 `protobuf:"varint,4,opt,name=checks,proto3" json:"checks,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_Noop
@@ -112,6 +118,13 @@ func (x *Command) GetProposerId() string {
 		return x.ProposerId
 	}
 	return ""
+}
+
+func (x *Command) GetChecks() uint32 {
+	if x != nil {
+		return x.Checks
+	}
+	return 0
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -1102,14 +1115,15 @@ var File_walden_v1_state_proto protoreflect.FileDescriptor
 
 const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xd2\n" +
+	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xea\n" +
 	"\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12(\n" +
 	"\x10proposed_unix_ms\x18\x02 \x01(\x03R\x0eproposedUnixMs\x12\x1f\n" +
 	"\vproposer_id\x18\x03 \x01(\tR\n" +
-	"proposerId\x12%\n" +
+	"proposerId\x12\x16\n" +
+	"\x06checks\x18\x04 \x01(\rR\x06checks\x12%\n" +
 	"\x04noop\x18\n" +
 	" \x01(\v2\x0f.walden.v1.NoopH\x00R\x04noop\x12D\n" +
 	"\x0fregister_broker\x18\x14 \x01(\v2\x19.walden.v1.RegisterBrokerH\x00R\x0eregisterBroker\x12A\n" +
