@@ -53,7 +53,7 @@ func TestCommitObjectBounded(t *testing.T) {
 		{ProducerId: 7, Sequence: 1, Offset: math.MaxUint64 - 1, Count: 3}}}}
 	for _, c := range []struct {
 		name, msg string
-		op       any
+		op        any
 	}{
 		{"the issue's commit: [311, 2^64-1) in 10 bytes at position 0", "object.ranges[0].end_offset: 18446744073709551615 is not below 2^63",
 			commit(issue)},
@@ -69,7 +69,12 @@ func TestCommitObjectBounded(t *testing.T) {
 		{"a section beyond the object", "position 16 + length 1000 is beyond the object's size",
 			commit(&waldenv1.Object{ObjectId: "o2", Key: "k", Size: 100, Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 1, StartOffset: 311, EndOffset: 312, Position: 16, Length: 1000}}})},
 		{"overlapping sections", "object.ranges[1].position: 48 is inside the previous range",
-			commit(func() *waldenv1.Object { o := section("o2", 311, 400, 64); o.Size += 72; o.Ranges = append(o.Ranges, twoStreams.Ranges[1]); return o }())},
+			commit(func() *waldenv1.Object {
+				o := section("o2", 311, 400, 64)
+				o.Size += 72
+				o.Ranges = append(o.Ranges, twoStreams.Ranges[1])
+				return o
+			}())},
 		{"the second stream's offsets beyond its bytes", "object.ranges[1].end_offset",
 			commit(func() *waldenv1.Object {
 				o := section("o2", 311, 400, 32)
