@@ -11,10 +11,10 @@ import (
 // returns, so the Writer holds no data, only the index and the stream
 // ranges (about 40 bytes per block). Close writes the index and footer.
 //
-// The Writer writes straight to w: one Write per block header, per encoded
-// record (two per decoded record: its 33-byte header, then its payload),
-// one for the index and one for the footer. Wrap w in a bufio.Writer if
-// small writes are costly for it.
+// The Writer writes straight to w: one Write per block header, one per
+// encoded record (per decoded record, one for its 33-byte header and one
+// for its payload unless empty), and one for the index and footer
+// together. Wrap w in a bufio.Writer if small writes are costly for it.
 //
 // Once w returns an error the Writer is broken: every later call returns
 // that error. A Writer is not safe for concurrent use.
