@@ -214,6 +214,7 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 		LeaseWaitMs:        max(op.GetEvidence().GetLeaseWaitMs(), 0),
 	}
 	j.Wal = clone(b.GetWal())
+	j.Automq = clone(b.GetAutomq())
 	s.jobs[j.GetJobId()] = j
 	b.LastJobId = j.GetJobId()
 	s.deriveState(b)

@@ -177,6 +177,10 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	if op.GetStepDone() && step == waldenv1.JobStep_JOB_STEP_UNSPECIFIED {
 		return nil, invalid("checkpoint job %s: step_done without step", j.GetJobId())
 	}
+	if r := op.GetTargetReport(); r != nil && (len(r.GetStreams()) > MaxTargetReportItems || len(r.GetObjects()) > MaxTargetReportItems) {
+		return nil, invalid("checkpoint job %s: target_report: %d streams and %d objects, more than %d", j.GetJobId(),
+			len(r.GetStreams()), len(r.GetObjects()), MaxTargetReportItems)
+	}
 	if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING {
 		// The attempt started with a checkpoint, before any lease renewal.
 		j.JobState = waldenv1.JobState_JOB_STATE_RUNNING
@@ -198,6 +202,9 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	if len(op.GetGaps()) > 0 {
 		j.Gaps = append([]string(nil), op.GetGaps()...)
 	}
+	if r := op.GetTargetReport(); r != nil {
+		j.TargetReport = clone(r)
+	}
 	j.Error = op.GetError()
 	j.UpdatedUnixMs = s.now()
 	if op.GetStepDone() {
@@ -209,6 +216,10 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	}
 	return jobResult(j), nil
 }
+
+// MaxTargetReportItems bounds the streams and the objects of a job's
+// target report (an AutoMQ node holds a few thousand streams at most).
+const MaxTargetReportItems = 1 << 16
 
 func setNonZero[T uint32 | uint64](dst *T, v T) {
 	if v != 0 {

@@ -3,6 +3,9 @@ package fsm_test
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
+	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 )
@@ -128,5 +131,39 @@ func TestAssigneeBalance(t *testing.T) {
 	}
 	if jobs := h.s.Jobs("", waldenv1.JobState_JOB_STATE_UNSPECIFIED); len(jobs) != 6 || jobs[0].GetBrokerId() != "b1" || jobs[5].GetBrokerId() != "b6" {
 		t.Fatalf("Jobs not in token order: %v", jobs)
+	}
+}
+
+// TestJobKeepsTheTargetsTerms: a job copies the broker's AutoMQ node when
+// it is created, a checkpoint's target report replaces the job's, and an
+// oversized report is refused without changing the job.
+func TestJobKeepsTheTargetsTerms(t *testing.T) {
+	h := newHarness(t)
+	e := h.ok(&waldenv1.RegisterBroker{BrokerId: "b1", Wal: &waldenv1.WalLocation{Path: "/wal"},
+		Automq: &waldenv1.AutomqNode{NodeId: 3, NodeEpoch: 1733}}).GetRegisterBroker().GetEpoch()
+	d := h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: e, LiveMembers: []string{"c1"}}).GetDeclareFailed()
+	j := h.job(d.GetJobId())
+	if j.GetAutomq().GetNodeId() != 3 || j.GetAutomq().GetNodeEpoch() != 1733 {
+		t.Fatalf("job's AutoMQ node %v, want node 3 epoch 1733", j.GetAutomq())
+	}
+	rep := &waldenv1.TargetReport{Target: "automq", NodeId: 3, NodeEpoch: 1800, Fenced: true,
+		Streams: []*waldenv1.TargetStream{{StreamId: 7, StreamEpoch: 2, EndOffsetBefore: 10, EndOffsetAfter: 15, Records: 2, Closed: true}},
+		Objects: []*waldenv1.TargetObject{{ObjectId: 42, Key: "24000000/_kafka_c/42", Size: 200, Kind: "stream_set", State: "committed"}}}
+	h.ok(&waldenv1.CheckpointJob{JobId: j.GetJobId(), Attempt: 1, JobStep: waldenv1.JobStep_JOB_STEP_COMMIT, TargetReport: rep})
+	if got := h.job(j.GetJobId()).GetTargetReport(); !proto.Equal(got, rep) {
+		t.Fatalf("target report %v, want %v", got, rep)
+	}
+	// A checkpoint without a report leaves it as it is.
+	h.ok(&waldenv1.CheckpointJob{JobId: j.GetJobId(), Attempt: 1, BytesUploaded: 5})
+	if got := h.job(j.GetJobId()).GetTargetReport(); !proto.Equal(got, rep) {
+		t.Fatalf("a checkpoint without a report changed it: %v", got)
+	}
+	big := &waldenv1.TargetReport{Target: "automq", Streams: make([]*waldenv1.TargetStream, fsm.MaxTargetReportItems+1)}
+	for i := range big.Streams {
+		big.Streams[i] = &waldenv1.TargetStream{StreamId: int64(i)}
+	}
+	h.refuse(&waldenv1.CheckpointJob{JobId: j.GetJobId(), Attempt: 1, TargetReport: big}, refusal.ErrInvalidArgument)
+	if got := h.job(j.GetJobId()).GetTargetReport(); !proto.Equal(got, rep) {
+		t.Fatalf("a refused report changed the job's: %d streams", len(got.GetStreams()))
 	}
 }

@@ -163,7 +163,14 @@ type Job struct {
 	ReopenedUnixMs      int64    `protobuf:"varint,27,opt,name=reopened_unix_ms,json=reopenedUnixMs,proto3" json:"reopened_unix_ms,omitempty"`
 	JobState            JobState `protobuf:"varint,28,opt,name=job_state,json=jobState,proto3,enum=walden.v1.JobState" json:"job_state,omitempty"`
 	// job_step is the step the current attempt is in.
-	JobStep       JobStep `protobuf:"varint,29,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
+	JobStep JobStep `protobuf:"varint,29,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
+	// automq is the broker's AutoMQ node when the job was created (copied
+	// from the broker record); absent for brokers that are not AutoMQ's.
+	Automq *AutomqNode `protobuf:"bytes,30,opt,name=automq,proto3" json:"automq,omitempty"`
+	// target_report is what the recovery target reports in its own terms
+	// (the automq target: AutoMQ's node and epoch, object ids, per-stream end
+	// offsets before and after); absent for the builtin and exec targets.
+	TargetReport  *TargetReport `protobuf:"bytes,31,opt,name=target_report,json=targetReport,proto3" json:"target_report,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,6 +410,309 @@ func (x *Job) GetJobStep() JobStep {
 	return JobStep_JOB_STEP_UNSPECIFIED
 }
 
+func (x *Job) GetAutomq() *AutomqNode {
+	if x != nil {
+		return x.Automq
+	}
+	return nil
+}
+
+func (x *Job) GetTargetReport() *TargetReport {
+	if x != nil {
+		return x.TargetReport
+	}
+	return nil
+}
+
+// TargetReport is a recovery target's account of a job in the terms of the
+// system of record it recovers into (for the automq target, AutoMQ's
+// controller): what `waldenctl job`, the web view and the metrics show.
+// Each checkpoint that carries one replaces the job's.
+type TargetReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is the recovery.action that wrote it ("automq").
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// node_id and node_epoch are the broker's identity at the target (AutoMQ:
+	// the node id and the node epoch the failover used).
+	NodeId    int64 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeEpoch int64 `protobuf:"varint,3,opt,name=node_epoch,json=nodeEpoch,proto3" json:"node_epoch,omitempty"`
+	// fenced says the node is fenced at the target (AutoMQ: GetOpeningStreams
+	// in failover mode was answered).
+	Fenced  bool            `protobuf:"varint,4,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	Streams []*TargetStream `protobuf:"bytes,5,rep,name=streams,proto3" json:"streams,omitempty"`
+	Objects []*TargetObject `protobuf:"bytes,6,rep,name=objects,proto3" json:"objects,omitempty"`
+	// wal_reset says the broker's WAL was reset (AutoMQ's failover empties
+	// it once everything it held is committed).
+	WalReset bool `protobuf:"varint,7,opt,name=wal_reset,json=walReset,proto3" json:"wal_reset,omitempty"`
+	// bytes_uploaded counts the bytes of the objects uploaded.
+	BytesUploaded uint64 `protobuf:"varint,8,opt,name=bytes_uploaded,json=bytesUploaded,proto3" json:"bytes_uploaded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetReport) Reset() {
+	*x = TargetReport{}
+	mi := &file_walden_v1_jobs_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetReport) ProtoMessage() {}
+
+func (x *TargetReport) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_jobs_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetReport.ProtoReflect.Descriptor instead.
+func (*TargetReport) Descriptor() ([]byte, []int) {
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TargetReport) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *TargetReport) GetNodeId() int64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *TargetReport) GetNodeEpoch() int64 {
+	if x != nil {
+		return x.NodeEpoch
+	}
+	return 0
+}
+
+func (x *TargetReport) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
+}
+
+func (x *TargetReport) GetStreams() []*TargetStream {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+func (x *TargetReport) GetObjects() []*TargetObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *TargetReport) GetWalReset() bool {
+	if x != nil {
+		return x.WalReset
+	}
+	return false
+}
+
+func (x *TargetReport) GetBytesUploaded() uint64 {
+	if x != nil {
+		return x.BytesUploaded
+	}
+	return 0
+}
+
+// TargetStream is one stream the broker held opened at the target.
+type TargetStream struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	StreamId    int64                  `protobuf:"varint,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	StreamEpoch int64                  `protobuf:"varint,2,opt,name=stream_epoch,json=streamEpoch,proto3" json:"stream_epoch,omitempty"`
+	// end_offset_before is the stream's end offset at the target when the
+	// failover first read it; end_offset_after once the recovery committed.
+	EndOffsetBefore int64 `protobuf:"varint,3,opt,name=end_offset_before,json=endOffsetBefore,proto3" json:"end_offset_before,omitempty"`
+	EndOffsetAfter  int64 `protobuf:"varint,4,opt,name=end_offset_after,json=endOffsetAfter,proto3" json:"end_offset_after,omitempty"`
+	// records counts the record batches the recovery committed to it.
+	Records uint64 `protobuf:"varint,5,opt,name=records,proto3" json:"records,omitempty"`
+	Closed  bool   `protobuf:"varint,6,opt,name=closed,proto3" json:"closed,omitempty"`
+	// problem says why the stream was left opened (a gap between the
+	// target's end offset and the WAL's records), empty when none.
+	Problem       string `protobuf:"bytes,7,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetStream) Reset() {
+	*x = TargetStream{}
+	mi := &file_walden_v1_jobs_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetStream) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetStream) ProtoMessage() {}
+
+func (x *TargetStream) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_jobs_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetStream.ProtoReflect.Descriptor instead.
+func (*TargetStream) Descriptor() ([]byte, []int) {
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TargetStream) GetStreamId() int64 {
+	if x != nil {
+		return x.StreamId
+	}
+	return 0
+}
+
+func (x *TargetStream) GetStreamEpoch() int64 {
+	if x != nil {
+		return x.StreamEpoch
+	}
+	return 0
+}
+
+func (x *TargetStream) GetEndOffsetBefore() int64 {
+	if x != nil {
+		return x.EndOffsetBefore
+	}
+	return 0
+}
+
+func (x *TargetStream) GetEndOffsetAfter() int64 {
+	if x != nil {
+		return x.EndOffsetAfter
+	}
+	return 0
+}
+
+func (x *TargetStream) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *TargetStream) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+func (x *TargetStream) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+// TargetObject is one object the recovery wrote at the target.
+type TargetObject struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ObjectId int64                  `protobuf:"varint,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Size     uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// kind is "stream_set" or "stream".
+	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// state is "prepared", "uploaded" or "committed".
+	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetObject) Reset() {
+	*x = TargetObject{}
+	mi := &file_walden_v1_jobs_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetObject) ProtoMessage() {}
+
+func (x *TargetObject) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_jobs_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetObject.ProtoReflect.Descriptor instead.
+func (*TargetObject) Descriptor() ([]byte, []int) {
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TargetObject) GetObjectId() int64 {
+	if x != nil {
+		return x.ObjectId
+	}
+	return 0
+}
+
+func (x *TargetObject) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TargetObject) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *TargetObject) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *TargetObject) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // RenewJobLease is proposed by the assignee while it works; the leader
 // reassigns the job when renewals stop for job_lease.
 type RenewJobLease struct {
@@ -416,7 +726,7 @@ type RenewJobLease struct {
 
 func (x *RenewJobLease) Reset() {
 	*x = RenewJobLease{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[2]
+	mi := &file_walden_v1_jobs_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +738,7 @@ func (x *RenewJobLease) String() string {
 func (*RenewJobLease) ProtoMessage() {}
 
 func (x *RenewJobLease) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[2]
+	mi := &file_walden_v1_jobs_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +751,7 @@ func (x *RenewJobLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewJobLease.ProtoReflect.Descriptor instead.
 func (*RenewJobLease) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{2}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenewJobLease) GetJobId() string {
@@ -484,7 +794,7 @@ type ReassignJob struct {
 
 func (x *ReassignJob) Reset() {
 	*x = ReassignJob{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[3]
+	mi := &file_walden_v1_jobs_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +806,7 @@ func (x *ReassignJob) String() string {
 func (*ReassignJob) ProtoMessage() {}
 
 func (x *ReassignJob) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[3]
+	mi := &file_walden_v1_jobs_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +819,7 @@ func (x *ReassignJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignJob.ProtoReflect.Descriptor instead.
 func (*ReassignJob) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{3}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReassignJob) GetJobId() string {
@@ -571,13 +881,15 @@ type CheckpointJob struct {
 	StepDone        bool    `protobuf:"varint,13,opt,name=step_done,json=stepDone,proto3" json:"step_done,omitempty"`
 	RecordsUploaded uint64  `protobuf:"varint,14,opt,name=records_uploaded,json=recordsUploaded,proto3" json:"records_uploaded,omitempty"`
 	JobStep         JobStep `protobuf:"varint,15,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// target_report, when set, replaces the job's.
+	TargetReport  *TargetReport `protobuf:"bytes,16,opt,name=target_report,json=targetReport,proto3" json:"target_report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointJob) Reset() {
 	*x = CheckpointJob{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[4]
+	mi := &file_walden_v1_jobs_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +901,7 @@ func (x *CheckpointJob) String() string {
 func (*CheckpointJob) ProtoMessage() {}
 
 func (x *CheckpointJob) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[4]
+	mi := &file_walden_v1_jobs_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +914,7 @@ func (x *CheckpointJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointJob.ProtoReflect.Descriptor instead.
 func (*CheckpointJob) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{4}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckpointJob) GetJobId() string {
@@ -711,6 +1023,13 @@ func (x *CheckpointJob) GetJobStep() JobStep {
 	return JobStep_JOB_STEP_UNSPECIFIED
 }
 
+func (x *CheckpointJob) GetTargetReport() *TargetReport {
+	if x != nil {
+		return x.TargetReport
+	}
+	return nil
+}
+
 // FinishJob ends the current attempt: job_state is JOB_STATE_SUCCEEDED or
 // JOB_STATE_FAILED.
 type FinishJob struct {
@@ -731,7 +1050,7 @@ type FinishJob struct {
 
 func (x *FinishJob) Reset() {
 	*x = FinishJob{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[5]
+	mi := &file_walden_v1_jobs_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +1062,7 @@ func (x *FinishJob) String() string {
 func (*FinishJob) ProtoMessage() {}
 
 func (x *FinishJob) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[5]
+	mi := &file_walden_v1_jobs_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +1075,7 @@ func (x *FinishJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishJob.ProtoReflect.Descriptor instead.
 func (*FinishJob) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{5}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FinishJob) GetJobId() string {
@@ -813,7 +1132,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[6]
+	mi := &file_walden_v1_jobs_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +1144,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[6]
+	mi := &file_walden_v1_jobs_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +1157,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{6}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CancelJob) GetJobId() string {
@@ -867,7 +1186,7 @@ type RetryJob struct {
 
 func (x *RetryJob) Reset() {
 	*x = RetryJob{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[7]
+	mi := &file_walden_v1_jobs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1198,7 @@ func (x *RetryJob) String() string {
 func (*RetryJob) ProtoMessage() {}
 
 func (x *RetryJob) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[7]
+	mi := &file_walden_v1_jobs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1211,7 @@ func (x *RetryJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJob.ProtoReflect.Descriptor instead.
 func (*RetryJob) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{7}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RetryJob) GetJobId() string {
@@ -931,7 +1250,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[8]
+	mi := &file_walden_v1_jobs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1262,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[8]
+	mi := &file_walden_v1_jobs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1275,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{8}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListJobsRequest) GetBrokerId() string {
@@ -990,7 +1309,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[9]
+	mi := &file_walden_v1_jobs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1321,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[9]
+	mi := &file_walden_v1_jobs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1334,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{9}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1034,7 +1353,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[10]
+	mi := &file_walden_v1_jobs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1365,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[10]
+	mi := &file_walden_v1_jobs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1378,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{10}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1078,7 +1397,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[11]
+	mi := &file_walden_v1_jobs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1409,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[11]
+	mi := &file_walden_v1_jobs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1422,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{11}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1124,7 +1443,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[12]
+	mi := &file_walden_v1_jobs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1455,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[12]
+	mi := &file_walden_v1_jobs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1468,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{12}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchJobsRequest) GetBrokerId() string {
@@ -1175,7 +1494,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[13]
+	mi := &file_walden_v1_jobs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1506,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[13]
+	mi := &file_walden_v1_jobs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1519,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{13}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1219,7 +1538,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[14]
+	mi := &file_walden_v1_jobs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1550,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[14]
+	mi := &file_walden_v1_jobs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1563,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{14}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1263,7 +1582,7 @@ type RetryJobRequest struct {
 
 func (x *RetryJobRequest) Reset() {
 	*x = RetryJobRequest{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[15]
+	mi := &file_walden_v1_jobs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1594,7 @@ func (x *RetryJobRequest) String() string {
 func (*RetryJobRequest) ProtoMessage() {}
 
 func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[15]
+	mi := &file_walden_v1_jobs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1607,7 @@ func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{15}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RetryJobRequest) GetJobId() string {
@@ -1307,7 +1626,7 @@ type RetryJobResponse struct {
 
 func (x *RetryJobResponse) Reset() {
 	*x = RetryJobResponse{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[16]
+	mi := &file_walden_v1_jobs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1638,7 @@ func (x *RetryJobResponse) String() string {
 func (*RetryJobResponse) ProtoMessage() {}
 
 func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[16]
+	mi := &file_walden_v1_jobs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1651,7 @@ func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{16}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetryJobResponse) GetJob() *Job {
@@ -1354,7 +1673,7 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x16\n" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x12-\n" +
-	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xb5\b\n" +
+	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xa2\t\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
@@ -1387,7 +1706,33 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x16first_reopened_unix_ms\x18\x1a \x01(\x03R\x13firstReopenedUnixMs\x12(\n" +
 	"\x10reopened_unix_ms\x18\x1b \x01(\x03R\x0ereopenedUnixMs\x120\n" +
 	"\tjob_state\x18\x1c \x01(\x0e2\x13.walden.v1.JobStateR\bjobState\x12-\n" +
-	"\bjob_step\x18\x1d \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"a\n" +
+	"\bjob_step\x18\x1d \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\x12-\n" +
+	"\x06automq\x18\x1e \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\x12<\n" +
+	"\rtarget_report\x18\x1f \x01(\v2\x17.walden.v1.TargetReportR\ftargetReport\"\xa0\x02\n" +
+	"\fTargetReport\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x03R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"node_epoch\x18\x03 \x01(\x03R\tnodeEpoch\x12\x16\n" +
+	"\x06fenced\x18\x04 \x01(\bR\x06fenced\x121\n" +
+	"\astreams\x18\x05 \x03(\v2\x17.walden.v1.TargetStreamR\astreams\x121\n" +
+	"\aobjects\x18\x06 \x03(\v2\x17.walden.v1.TargetObjectR\aobjects\x12\x1b\n" +
+	"\twal_reset\x18\a \x01(\bR\bwalReset\x12%\n" +
+	"\x0ebytes_uploaded\x18\b \x01(\x04R\rbytesUploaded\"\xf0\x01\n" +
+	"\fTargetStream\x12\x1b\n" +
+	"\tstream_id\x18\x01 \x01(\x03R\bstreamId\x12!\n" +
+	"\fstream_epoch\x18\x02 \x01(\x03R\vstreamEpoch\x12*\n" +
+	"\x11end_offset_before\x18\x03 \x01(\x03R\x0fendOffsetBefore\x12(\n" +
+	"\x10end_offset_after\x18\x04 \x01(\x03R\x0eendOffsetAfter\x12\x18\n" +
+	"\arecords\x18\x05 \x01(\x04R\arecords\x12\x16\n" +
+	"\x06closed\x18\x06 \x01(\bR\x06closed\x12\x18\n" +
+	"\aproblem\x18\a \x01(\tR\aproblem\"{\n" +
+	"\fTargetObject\x12\x1b\n" +
+	"\tobject_id\x18\x01 \x01(\x03R\bobjectId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"a\n" +
 	"\rRenewJobLease\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1f\n" +
@@ -1398,7 +1743,7 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
 	"\flive_members\x18\x04 \x03(\tR\vliveMembers\x12\x12\n" +
-	"\x04term\x18\x05 \x01(\x04R\x04term\"\xfc\x03\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\"\xba\x04\n" +
 	"\rCheckpointJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
@@ -1416,7 +1761,8 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x14recovered_wal_offset\x18\f \x01(\x03R\x12recoveredWalOffset\x12\x1b\n" +
 	"\tstep_done\x18\r \x01(\bR\bstepDone\x12)\n" +
 	"\x10records_uploaded\x18\x0e \x01(\x04R\x0frecordsUploaded\x12-\n" +
-	"\bjob_step\x18\x0f \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xd0\x01\n" +
+	"\bjob_step\x18\x0f \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\x12<\n" +
+	"\rtarget_report\x18\x10 \x01(\v2\x17.walden.v1.TargetReportR\ftargetReport\"\xd0\x01\n" +
 	"\tFinishJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x18\n" +
@@ -1471,57 +1817,66 @@ func file_walden_v1_jobs_proto_rawDescGZIP() []byte {
 	return file_walden_v1_jobs_proto_rawDescData
 }
 
-var file_walden_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_walden_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_walden_v1_jobs_proto_goTypes = []any{
 	(*Checkpoint)(nil),        // 0: walden.v1.Checkpoint
 	(*Job)(nil),               // 1: walden.v1.Job
-	(*RenewJobLease)(nil),     // 2: walden.v1.RenewJobLease
-	(*ReassignJob)(nil),       // 3: walden.v1.ReassignJob
-	(*CheckpointJob)(nil),     // 4: walden.v1.CheckpointJob
-	(*FinishJob)(nil),         // 5: walden.v1.FinishJob
-	(*CancelJob)(nil),         // 6: walden.v1.CancelJob
-	(*RetryJob)(nil),          // 7: walden.v1.RetryJob
-	(*ListJobsRequest)(nil),   // 8: walden.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),  // 9: walden.v1.ListJobsResponse
-	(*GetJobRequest)(nil),     // 10: walden.v1.GetJobRequest
-	(*GetJobResponse)(nil),    // 11: walden.v1.GetJobResponse
-	(*WatchJobsRequest)(nil),  // 12: walden.v1.WatchJobsRequest
-	(*CancelJobRequest)(nil),  // 13: walden.v1.CancelJobRequest
-	(*CancelJobResponse)(nil), // 14: walden.v1.CancelJobResponse
-	(*RetryJobRequest)(nil),   // 15: walden.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),  // 16: walden.v1.RetryJobResponse
-	(JobStep)(0),              // 17: walden.v1.JobStep
-	(*WalLocation)(nil),       // 18: walden.v1.WalLocation
-	(JobState)(0),             // 19: walden.v1.JobState
+	(*TargetReport)(nil),      // 2: walden.v1.TargetReport
+	(*TargetStream)(nil),      // 3: walden.v1.TargetStream
+	(*TargetObject)(nil),      // 4: walden.v1.TargetObject
+	(*RenewJobLease)(nil),     // 5: walden.v1.RenewJobLease
+	(*ReassignJob)(nil),       // 6: walden.v1.ReassignJob
+	(*CheckpointJob)(nil),     // 7: walden.v1.CheckpointJob
+	(*FinishJob)(nil),         // 8: walden.v1.FinishJob
+	(*CancelJob)(nil),         // 9: walden.v1.CancelJob
+	(*RetryJob)(nil),          // 10: walden.v1.RetryJob
+	(*ListJobsRequest)(nil),   // 11: walden.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),  // 12: walden.v1.ListJobsResponse
+	(*GetJobRequest)(nil),     // 13: walden.v1.GetJobRequest
+	(*GetJobResponse)(nil),    // 14: walden.v1.GetJobResponse
+	(*WatchJobsRequest)(nil),  // 15: walden.v1.WatchJobsRequest
+	(*CancelJobRequest)(nil),  // 16: walden.v1.CancelJobRequest
+	(*CancelJobResponse)(nil), // 17: walden.v1.CancelJobResponse
+	(*RetryJobRequest)(nil),   // 18: walden.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),  // 19: walden.v1.RetryJobResponse
+	(JobStep)(0),              // 20: walden.v1.JobStep
+	(*WalLocation)(nil),       // 21: walden.v1.WalLocation
+	(JobState)(0),             // 22: walden.v1.JobState
+	(*AutomqNode)(nil),        // 23: walden.v1.AutomqNode
 }
 var file_walden_v1_jobs_proto_depIdxs = []int32{
-	17, // 0: walden.v1.Checkpoint.job_step:type_name -> walden.v1.JobStep
+	20, // 0: walden.v1.Checkpoint.job_step:type_name -> walden.v1.JobStep
 	0,  // 1: walden.v1.Job.checkpoints:type_name -> walden.v1.Checkpoint
-	18, // 2: walden.v1.Job.wal:type_name -> walden.v1.WalLocation
-	19, // 3: walden.v1.Job.job_state:type_name -> walden.v1.JobState
-	17, // 4: walden.v1.Job.job_step:type_name -> walden.v1.JobStep
-	17, // 5: walden.v1.CheckpointJob.job_step:type_name -> walden.v1.JobStep
-	19, // 6: walden.v1.FinishJob.job_state:type_name -> walden.v1.JobState
-	19, // 7: walden.v1.ListJobsRequest.job_state:type_name -> walden.v1.JobState
-	1,  // 8: walden.v1.ListJobsResponse.jobs:type_name -> walden.v1.Job
-	1,  // 9: walden.v1.GetJobResponse.job:type_name -> walden.v1.Job
-	1,  // 10: walden.v1.CancelJobResponse.job:type_name -> walden.v1.Job
-	1,  // 11: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
-	8,  // 12: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
-	10, // 13: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
-	12, // 14: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
-	13, // 15: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
-	15, // 16: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
-	9,  // 17: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
-	11, // 18: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
-	9,  // 19: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
-	14, // 20: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
-	16, // 21: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	21, // 2: walden.v1.Job.wal:type_name -> walden.v1.WalLocation
+	22, // 3: walden.v1.Job.job_state:type_name -> walden.v1.JobState
+	20, // 4: walden.v1.Job.job_step:type_name -> walden.v1.JobStep
+	23, // 5: walden.v1.Job.automq:type_name -> walden.v1.AutomqNode
+	2,  // 6: walden.v1.Job.target_report:type_name -> walden.v1.TargetReport
+	3,  // 7: walden.v1.TargetReport.streams:type_name -> walden.v1.TargetStream
+	4,  // 8: walden.v1.TargetReport.objects:type_name -> walden.v1.TargetObject
+	20, // 9: walden.v1.CheckpointJob.job_step:type_name -> walden.v1.JobStep
+	2,  // 10: walden.v1.CheckpointJob.target_report:type_name -> walden.v1.TargetReport
+	22, // 11: walden.v1.FinishJob.job_state:type_name -> walden.v1.JobState
+	22, // 12: walden.v1.ListJobsRequest.job_state:type_name -> walden.v1.JobState
+	1,  // 13: walden.v1.ListJobsResponse.jobs:type_name -> walden.v1.Job
+	1,  // 14: walden.v1.GetJobResponse.job:type_name -> walden.v1.Job
+	1,  // 15: walden.v1.CancelJobResponse.job:type_name -> walden.v1.Job
+	1,  // 16: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
+	11, // 17: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
+	13, // 18: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
+	15, // 19: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
+	16, // 20: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
+	18, // 21: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
+	12, // 22: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
+	14, // 23: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
+	12, // 24: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
+	17, // 25: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
+	19, // 26: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_jobs_proto_init() }
@@ -1537,7 +1892,7 @@ func file_walden_v1_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_jobs_proto_rawDesc), len(file_walden_v1_jobs_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
