@@ -31,7 +31,11 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 )
 
-require github.com/kylelemons/godebug v1.1.0 // indirect
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+)
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0

@@ -26,10 +26,30 @@
 //     and per-stream ranges) or a stream object, or MARK_DESTROYED.
 //   - node registrations for AutomqGetNodes (NodeControlManager).
 //
-// The server (Server, Quorum) speaks the Kafka protocol of a controller
-// listener to walden's AutoMQ client and to the AutoMQ-mode reference
-// broker; Quorum.Snapshot and the HTTP endpoint show the state to tests and
-// verifiers.
+// Controller serves State over the Kafka protocol of a controller listener,
+// to walden's AutoMQ client and to the AutoMQ-mode reference broker
+// (frames and messages from package walden/automq/protocol):
+//
+//   - N voters, one listener each, sharing one State; one is active
+//     (SetActive moves it), the others answer NOT_CONTROLLER as a standby
+//     KRaft controller does — in each stream's answer for OpenStreams and
+//     CloseStreams (each stream is its own controller event in AutoMQ),
+//     top-level for the others;
+//   - ApiVersions v0–v3 (a higher version gets UNSUPPORTED_VERSION with
+//     ApiVersions' own range, KIP-511), always with response header v0;
+//   - optional TLS, optional SASL: SaslHandshake v1 and SaslAuthenticate
+//     v0–v2 with PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, the
+//     server side written here on crypto/pbkdf2 and crypto/hmac; credentials
+//     are kept as salted keys, never passwords). A failed exchange answers
+//     SASL_AUTHENTICATION_FAILED and closes the connection, and any other
+//     request before authentication closes it, as Kafka does;
+//   - test hooks armed through Config.Faults while it runs: an error code
+//     for an API, a garbage answer, a frame cut in the middle (after
+//     applying), a delayed answer, a connection closed after applying and
+//     before answering;
+//   - Snapshot and HTTPHandler show the whole state (nodes, streams with
+//     their ranges, objects with their keys, sizes, kinds and per-stream
+//     ranges, the answers given) to tests and verifiers.
 //
 // # What it simplifies, and why
 //
@@ -56,6 +76,12 @@
 //   - Requests are applied one at a time under one lock, as the active
 //     controller's single event loop does; there is no raft log, and the
 //     "voters" share one State, so moving the active voter loses nothing.
+//   - SASL: no SASLprep of user names and passwords, no SCRAM extensions
+//     (delegation tokens), no re-authentication (KIP-368), no SaslHandshake
+//     v0 (unframed tokens); no ACLs (AutoMQ 1.4.1 checks none on these APIs).
+//   - A request of an API or version the controller does not serve, or one
+//     it cannot decode, closes the connection (Kafka answers some with an
+//     error instead; a client sees a failed request either way).
 //   - Where AutoMQ's behaviour is plainly accidental the answer is the one a
 //     client sees there: a redundant commit of a committed object answers
 //     NONE (not REDUNDANT_OPERATION); a commit whose stream's current range

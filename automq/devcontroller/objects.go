@@ -18,7 +18,7 @@ func (s *State) PrepareObjects(nodeID int32, count int32, ttl time.Duration, now
 	}
 	first := s.nextObjectID
 	for i := int64(0); i < int64(count); i++ {
-		s.objects[first+i] = &object{
+		s.objects[first+i] = &s3Object{
 			state:      ObjectPrepared,
 			preparedAt: now,
 			deadline:   now.Add(ttl),
@@ -31,7 +31,7 @@ func (s *State) PrepareObjects(nodeID int32, count int32, ttl time.Duration, now
 
 // expired is S3Object.isExpired: a prepared object whose deadline has
 // passed.
-func (o *object) expired(now time.Time) bool {
+func (o *s3Object) expired(now time.Time) bool {
 	return o.state == ObjectPrepared && now.After(o.deadline)
 }
 

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"walden/automq/object"
 )
 
 // Snapshot is a copy of the whole state for inspection: what the HTTP
@@ -94,9 +96,10 @@ func (s *State) Snapshot() Snapshot {
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.objects)) {
 		o := s.objects[id]
+		key, _ := object.Key(s.clusterID, id) // ids are never negative; the cluster id is checked by NewState
 		snap.Objects = append(snap.Objects, ObjectView{
 			ObjectID:   id,
-			Key:        ObjectKey(s.clusterID, id),
+			Key:        key,
 			State:      o.state,
 			Kind:       o.kind,
 			Size:       o.size,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"walden/automq/object"
 )
 
 // Sentinel errors of the state machine's configuration.
@@ -13,6 +15,9 @@ var (
 	ErrStreamExists = errors.New("stream already exists")
 	// ErrInvalidStream: a configured stream id is negative.
 	ErrInvalidStream = errors.New("invalid stream id")
+	// ErrInvalidClusterID: the cluster id is empty or holds '/', so it
+	// cannot name the objects' key namespace.
+	ErrInvalidClusterID = errors.New("invalid cluster id")
 	// ErrInvalidNode: a node registration names a negative node id or an
 	// unknown node state.
 	ErrInvalidNode = errors.New("invalid node registration")
@@ -126,9 +131,9 @@ type stream struct {
 // offsets is a half-open offset range [Start, End).
 type offsets struct{ start, end int64 }
 
-// object is an S3 object at the controller (S3Object, with the stream-set or
+// s3Object is an S3 object at the controller (S3Object, with the stream-set or
 // stream object record that committed it).
-type object struct {
+type s3Object struct {
 	state      ObjectState
 	deadline   time.Time // prepared: it expires once now is after this
 	preparedAt time.Time
@@ -162,7 +167,7 @@ type State struct {
 	nodes        map[int32]*node
 	registry     map[int32]*registration
 	streams      map[int64]*stream
-	objects      map[int64]*object
+	objects      map[int64]*s3Object
 	nextObjectID int64
 }
 
@@ -171,12 +176,15 @@ type State struct {
 // AutoMQ's CreateStreams leaves them. clusterID names the object keys'
 // namespace in snapshots.
 func NewState(clusterID string, streamIDs []int64) (*State, error) {
+	if _, err := object.Key(clusterID, 0); err != nil {
+		return nil, fmt.Errorf("devcontroller: cluster id %q cannot name an object namespace: %w", clusterID, ErrInvalidClusterID)
+	}
 	s := &State{
 		clusterID: clusterID,
 		nodes:     make(map[int32]*node),
 		registry:  make(map[int32]*registration),
 		streams:   make(map[int64]*stream),
-		objects:   make(map[int64]*object),
+		objects:   make(map[int64]*s3Object),
 	}
 	for _, id := range streamIDs {
 		if err := s.CreateStream(id); err != nil {

@@ -138,6 +138,11 @@ func TestNewStateStreamsAsCreateStreamsLeavesThem(t *testing.T) {
 	if _, err := NewState("c", []int64{-2}); !errors.Is(err, ErrInvalidStream) {
 		t.Fatalf("negative stream: err = %v, want ErrInvalidStream", err)
 	}
+	for _, id := range []string{"", "a/b"} {
+		if _, err := NewState(id, nil); !errors.Is(err, ErrInvalidClusterID) {
+			t.Fatalf("cluster id %q: err = %v, want ErrInvalidClusterID", id, err)
+		}
+	}
 }
 
 func TestNodeEpochRules(t *testing.T) {
