@@ -83,7 +83,11 @@ func (c *Controller) openStreams(v *voter, r *protocol.OpenStreamsRequest, stand
 		var o Opened
 		code := NotController
 		if !standby {
-			o, code = c.state.OpenStream(r.NodeID, r.NodeEpoch, s.StreamID, s.StreamEpoch)
+			tags := make([]Tag, 0, len(s.Tags))
+			for _, t := range s.Tags {
+				tags = append(tags, Tag{Key: t.Key, Value: t.Value})
+			}
+			o, code = c.state.OpenStream(r.NodeID, r.NodeEpoch, s.StreamID, s.StreamEpoch, tags...)
 		}
 		c.count(r.Key(), code)
 		c.log.Info("OpenStreams", "voter", v.id, "node_id", r.NodeID, "node_epoch", r.NodeEpoch, "stream_id", s.StreamID,

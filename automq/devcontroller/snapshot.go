@@ -42,6 +42,8 @@ type StreamView struct {
 	Ranges      []RangeView `json:"ranges"`
 	// StreamObjects lists the ids of the stream's committed stream objects.
 	StreamObjects []int64 `json:"stream_objects,omitempty"`
+	// Tags are the stream's tags (its topic and partition in AutoMQ).
+	Tags []Tag `json:"tags,omitempty"`
 }
 
 // RangeView is one range of a stream. The current range's end is the
@@ -137,5 +139,6 @@ func (s *State) streamView(id int64) StreamView {
 		v.Ranges = append(v.Ranges, RangeView{Index: idx, NodeID: r.node, Epoch: r.epoch, StartOffset: r.start, EndOffset: end})
 	}
 	v.StreamObjects = slices.Sorted(maps.Keys(st.objects))
+	v.Tags = slices.Clone(st.tags)
 	return v
 }

@@ -126,6 +126,7 @@ type stream struct {
 	end        int64
 	ranges     map[int32]rangeMeta
 	objects    map[int64]offsets // stream objects: id → offsets
+	tags       []Tag             // from the first open that carried any (OpenStreams v1)
 }
 
 // offsets is a half-open offset range [Start, End).

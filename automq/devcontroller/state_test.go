@@ -262,10 +262,19 @@ func TestOpenStreamRules(t *testing.T) {
 		}, nil},
 		{"the first open starts a range at 0 under the request's epoch", []step{
 			opening(1, 1, false),
-			open(1, 1, 1, 7),
+			{name: "open with tags", do: func(h *harness) Code {
+				_, c := h.s.OpenStream(1, 1, 1, 7, Tag{"topic", "orders"})
+				return c
+			}},
+			closeStream(1, 1, 1, 7),
+			{name: "open with other tags", do: func(h *harness) Code {
+				_, c := h.s.OpenStream(1, 1, 1, 8, Tag{"topic", "other"})
+				return c
+			}},
 		}, func(h *harness) {
-			want := StreamView{StreamID: 1, Epoch: 7, State: StreamOpened, Owner: 1, RangeIndex: 0,
-				Ranges: []RangeView{{Index: 0, NodeID: 1, Epoch: 7}}}
+			want := StreamView{StreamID: 1, Epoch: 8, State: StreamOpened, Owner: 1, RangeIndex: 1,
+				Ranges: []RangeView{{Index: 0, NodeID: 1, Epoch: 7}, {Index: 1, NodeID: 1, Epoch: 8}},
+				Tags:   []Tag{{"topic", "orders"}}}
 			if got := h.stream(1); !reflect.DeepEqual(got, want) {
 				h.t.Fatalf("stream = %+v, want %+v", got, want)
 			}

@@ -28,8 +28,8 @@ type Opened struct {
 //     owned by the node, starting at the stream's end offset (0 for the first
 //     range, never below the start offset). The ranges that the stream's
 //     first contiguous run of stream objects covers, except the last, are
-//     removed.
-func (s *State) OpenStream(nodeID int32, nodeEpoch, streamID, streamEpoch int64) (Opened, Code) {
+//     removed. Tags (OpenStreams v1) are kept on a stream that has none yet.
+func (s *State) OpenStream(nodeID int32, nodeEpoch, streamID, streamEpoch int64, tags ...Tag) (Opened, Code) {
 	if code := s.nodeEpochCheck(nodeID, nodeEpoch, true); code != None {
 		return Opened{}, code
 	}
@@ -65,6 +65,9 @@ func (s *State) OpenStream(nodeID int32, nodeEpoch, streamID, streamEpoch int64)
 	st.epoch = streamEpoch
 	st.rangeIndex = newIndex
 	st.state = StreamOpened
+	if len(st.tags) == 0 && len(tags) > 0 {
+		st.tags = slices.Clone(tags)
+	}
 	return Opened{StartOffset: st.start, NextOffset: next}, None
 }
 
