@@ -16,6 +16,8 @@ require (
 	github.com/mdlayher/netlink v1.7.2
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+	golang.org/x/term v0.46.0
+	software.sslmate.com/src/go-pkcs12 v0.7.4
 )
 
 require (
@@ -35,6 +37,7 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 )
 
 require (

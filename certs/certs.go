@@ -321,6 +321,8 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 type Files struct {
 	Cert string `json:"cert_file"`
 	Key  string `json:"key_file"`
+	// P12 is the PKCS#12 bundle written beside them, if any.
+	P12 string `json:"p12_file,omitempty"`
 }
 
 // IssueFiles issues req with the CA of dir and writes NAME.pem and

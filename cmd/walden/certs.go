@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"walden/authz"
 	"walden/certs"
@@ -30,7 +31,9 @@ of Consul's "consul tls":
 
   walden certs init  --dir DIR                 a CA (ca.pem, ca-key.pem) and a gossip key (gossip.key)
   walden certs issue --dir DIR --name NAME --role ROLE [--broker-id ID] [--host H]...
-                                               NAME.pem and NAME-key.pem, signed by the CA of DIR
+                   [--p12 FILE [--p12-password-file F]]
+                                               NAME.pem and NAME-key.pem, signed by the CA of DIR;
+                                               --p12 also a PKCS#12 bundle a browser imports
   walden certs show FILE                       the identity, validity and hosts of a certificate
 
 Every certificate carries one identity: its name (the subject's common name),
@@ -111,7 +114,7 @@ func newCertsInitCmd() *cobra.Command {
 }
 
 func newCertsIssueCmd() *cobra.Command {
-	var dir, out, name, role, brokerID, output string
+	var dir, out, name, role, brokerID, output, p12, p12PasswordFile string
 	var hosts []string
 	var days int
 	cmd := &cobra.Command{
@@ -144,9 +147,30 @@ func newCertsIssueCmd() *cobra.Command {
 			}
 			req := certs.Request{Identity: authz.Identity{Name: name, Role: r, BrokerID: brokerID}, Hosts: hosts,
 				Validity: time.Duration(days) * 24 * time.Hour}
+			var password string
+			if p12 != "" {
+				// Everything the bundle needs is checked before anything
+				// is written.
+				if _, err := os.Lstat(p12); err == nil {
+					return fmt.Errorf("certs issue: --p12: %s already exists", p12)
+				}
+				if password, err = p12Password(cmd, p12PasswordFile); err != nil {
+					return fmt.Errorf("certs issue: %w", err)
+				}
+			} else if p12PasswordFile != "" {
+				return errors.New("certs issue: --p12-password-file goes with --p12 FILE")
+			}
 			files, err := certs.IssueFiles(dir, out, req)
 			if err != nil {
 				return fmt.Errorf("certs issue: %w", certsErr(err))
+			}
+			if p12 != "" {
+				if err := certs.WriteP12(dir, files, p12, password); err != nil {
+					os.Remove(files.Cert)
+					os.Remove(files.Key)
+					return fmt.Errorf("certs issue: --p12: %w", certsErr(err))
+				}
+				files.P12 = p12
 			}
 			info, err := describeCert(files.Cert)
 			if err != nil {
@@ -160,6 +184,9 @@ func newCertsIssueCmd() *cobra.Command {
 				}{files, info})
 			}
 			fmt.Fprintf(w, "wrote %s and %s\n", files.Cert, files.Key)
+			if files.P12 != "" {
+				fmt.Fprintf(w, "wrote %s: the certificate, its key and the CA, for a browser (import it with the passphrase)\n", files.P12)
+			}
 			printCertInfo(w, info)
 			return nil
 		},
@@ -173,7 +200,51 @@ func newCertsIssueCmd() *cobra.Command {
 	f.StringSliceVar(&hosts, "host", nil, "DNS name or IP address the certificate serves (repeatable)")
 	f.IntVar(&days, "days", int(certs.DefaultCertValidity/(24*time.Hour)), "days the certificate is valid (at most as long as the CA)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringVar(&p12, "p12", "", "also write FILE: a PKCS#12 bundle of the certificate, its key and the CA, encrypted with a passphrase, that Chromium and Firefox import (for the web view)")
+	f.StringVar(&p12PasswordFile, "p12-password-file", "", "read the --p12 passphrase from the first line of this file (default: ask on the terminal, twice)")
 	return cmd
+}
+
+// p12Password is the passphrase of a PKCS#12 bundle: the first line of
+// file, or typed twice on the terminal without echo.
+func p12Password(cmd *cobra.Command, file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--p12-password-file: %w", err)
+		}
+		pw, _, _ := strings.Cut(string(b), "\n")
+		pw = strings.TrimSuffix(pw, "\r")
+		if len(pw) < certs.MinP12PasswordLen {
+			return "", fmt.Errorf("--p12-password-file: the passphrase in %s must have at least %d characters", file, certs.MinP12PasswordLen)
+		}
+		return pw, nil
+	}
+	fd := int(os.Stdin.Fd())
+	if !term.IsTerminal(fd) {
+		return "", errors.New("--p12: no terminal to ask the passphrase on: give --p12-password-file FILE")
+	}
+	ask := func(prompt string) (string, error) {
+		fmt.Fprint(cmd.ErrOrStderr(), prompt)
+		b, err := term.ReadPassword(fd)
+		fmt.Fprintln(cmd.ErrOrStderr())
+		return string(b), err
+	}
+	pw, err := ask("passphrase for the PKCS#12 bundle: ")
+	if err != nil {
+		return "", fmt.Errorf("--p12: read the passphrase: %w", err)
+	}
+	if len(pw) < certs.MinP12PasswordLen {
+		return "", fmt.Errorf("--p12: the passphrase must have at least %d characters", certs.MinP12PasswordLen)
+	}
+	again, err := ask("the same passphrase again: ")
+	if err != nil {
+		return "", fmt.Errorf("--p12: read the passphrase: %w", err)
+	}
+	if again != pw {
+		return "", errors.New("--p12: the two passphrases differ; nothing was written")
+	}
+	return pw, nil
 }
 
 func newCertsShowCmd() *cobra.Command {

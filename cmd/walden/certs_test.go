@@ -75,3 +75,57 @@ func TestCertsCommands(t *testing.T) {
 		t.Fatalf("files changed: %v -> %v", before, after)
 	}
 }
+
+// TestCertsIssueP12 writes the browser's bundle beside the PEM files, with
+// the passphrase from a file; every refusal writes nothing at all.
+func TestCertsIssueP12(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	if _, err := runCerts(t, "init", "--dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("correct horse battery\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(t.TempDir(), "short")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p12 := filepath.Join(t.TempDir(), "alice.p12")
+	before, _ := os.ReadDir(dir)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--p12", p12, "--p12-password-file", short}, "at least 8 characters"},
+		{[]string{"--p12", p12, "--p12-password-file", filepath.Join(dir, "missing")}, "--p12-password-file"},
+		{[]string{"--p12-password-file", pw}, "goes with --p12"},
+	} {
+		_, err := runCerts(t, append([]string{"issue", "--dir", dir, "--name", "alice", "--role", "reader"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	after, _ := os.ReadDir(dir)
+	if len(before) != len(after) {
+		t.Fatalf("a refused issue wrote files: %v -> %v", before, after)
+	}
+	if _, err := os.Stat(p12); !os.IsNotExist(err) {
+		t.Fatalf("a refused issue wrote %s", p12)
+	}
+	out, err := runCerts(t, "issue", "--dir", dir, "--name", "alice", "--role", "reader", "--p12", p12, "--p12-password-file", pw, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc["p12_file"] != p12 || doc["role"] != "reader" {
+		t.Fatalf("issue --p12 -o json: %v %s", err, out)
+	}
+	if _, err := runCerts(t, "issue", "--dir", dir, "--name", "bob", "--role", "reader", "--p12", p12, "--p12-password-file", pw); err == nil ||
+		!strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("a bundle over an existing file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bob.pem")); !os.IsNotExist(err) {
+		t.Fatal("bob's certificate was issued although its bundle could not be written")
+	}
+}

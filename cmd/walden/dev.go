@@ -215,7 +215,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		}
 		tlsEnv = fmt.Sprintf("  export WALDENCTL_CACERT=%s WALDENCTL_CERT=%s WALDENCTL_KEY=%s\n", admin.CAFile, admin.CertFile, admin.KeyFile)
 		loadFlags = fmt.Sprintf(" --cacert %s --cert %s --key %s", rd.CAFile, rd.CertFile, rd.KeyFile)
-		web = " (it asks for a client certificate: walden dev --insecure serves it to a browser)"
+		web = fmt.Sprintf(" (it asks for a client certificate: walden certs issue --dir %s --name me --role reader --p12 me.p12, import me.p12 and %s/ca.pem into the browser: docs/operating.md)", c.PKI, c.PKI)
 		reader = fmt.Sprintf("  WALDENCTL_CERT=%s WALDENCTL_KEY=%s waldenctl failover b2 --reason try   # a reader: refused\n", rd.CertFile, rd.KeyFile)
 	}
 	fmt.Fprintf(out, `
