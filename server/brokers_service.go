@@ -176,13 +176,29 @@ func (s *brokersService) SetMaintenance(ctx context.Context, req *waldenv1.SetMa
 	if !req.GetOn() && req.GetTtlMs() != 0 {
 		return nil, invalidArg("ttl_ms", "only maintenance on takes a ttl")
 	}
+	ttl := req.GetTtlMs()
+	if req.GetOn() && ttl == 0 && !req.GetTtlSet() {
+		b, _ := s.d.state.Broker(req.GetBrokerId())
+		ttl = keptTTL(b, time.Now())
+	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_SetMaintenance{SetMaintenance: &waldenv1.SetMaintenance{
-		BrokerId: req.GetBrokerId(), On: req.GetOn(), Actor: authz.Actor(ctx), Reason: req.GetReason(), TtlMs: req.GetTtlMs(),
+		BrokerId: req.GetBrokerId(), On: req.GetOn(), Actor: authz.Actor(ctx), Reason: req.GetReason(), TtlMs: ttl,
 	}}})
 	if err != nil {
 		return nil, s.d.stateErr(ctx, err)
 	}
 	return &waldenv1.SetMaintenanceResponse{Broker: res.GetBroker()}, nil
+}
+
+// keptTTL is what is left of b's maintenance ttl at now, at least 1 ms,
+// when b is in maintenance with a ttl; else 0. Turning maintenance on again
+// without a ttl keeps it: dropping it silently would leave the broker out of
+// automatic failover for good.
+func keptTTL(b *waldenv1.Broker, now time.Time) int64 {
+	if !b.GetMaintenance() || b.GetMaintenanceTtlMs() <= 0 || b.GetMaintenanceUntilUnixMs() <= 0 {
+		return 0
+	}
+	return max(b.GetMaintenanceUntilUnixMs()-now.UnixMilli(), 1)
 }
 
 func (s *brokersService) ListEvents(ctx context.Context, req *waldenv1.ListEventsRequest) (*waldenv1.ListEventsResponse, error) {

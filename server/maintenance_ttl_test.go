@@ -50,3 +50,21 @@ func TestMaintenanceExpiry(t *testing.T) {
 		t.Fatalf("proposed %v", proposed)
 	}
 }
+
+func TestMaintenanceOnAgainKeepsWhatIsLeftOfItsTTL(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	for _, tc := range []struct {
+		b    *waldenv1.Broker
+		want int64
+	}{
+		{&waldenv1.Broker{Maintenance: true, MaintenanceTtlMs: 60_000, MaintenanceUntilUnixMs: 1_030_000}, 30_000},
+		{&waldenv1.Broker{Maintenance: true, MaintenanceTtlMs: 60_000, MaintenanceUntilUnixMs: 999_000}, 1}, // ran out, not yet ended
+		{&waldenv1.Broker{Maintenance: true}, 0},
+		{&waldenv1.Broker{}, 0},
+		{nil, 0},
+	} {
+		if got := keptTTL(tc.b, now); got != tc.want {
+			t.Errorf("keptTTL(%v) = %d, want %d", tc.b, got, tc.want)
+		}
+	}
+}

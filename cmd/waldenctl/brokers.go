@@ -280,9 +280,16 @@ func newAckCmd(c *cli) *cobra.Command {
 func newMaintenanceCmd(c *cli) *cobra.Command {
 	var reason string
 	var ttl time.Duration
-	return withMaintenanceFlags(&cobra.Command{
-		Use:   "maintenance on|off BROKER [--reason TEXT] [--ttl 2h]",
+	var noTTL bool
+	cmd := withMaintenanceFlags(&cobra.Command{
+		Use:   "maintenance on|off BROKER [--reason TEXT] [--ttl 2h | --no-ttl]",
 		Short: "Turn a broker's maintenance on (no automatic failover; --ttl ends it by itself) or off",
+		Long: `maintenance on keeps automatic failover away from a broker (a manual failover still
+works, with its fencing); maintenance off ends it. With --ttl (at most 168h) the leader
+turns it off by itself once it has seen it on for that long, counted on its own clock:
+a leader change restarts the count, so a maintenance may last longer than asked, never
+shorter. Turning maintenance on again without --ttl keeps what is left of the ttl it had
+(and says so); --ttl 0 or --no-ttl drops it.`,
 		Args:  cobra.ExactArgs(2),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) == 0 {
@@ -309,7 +316,14 @@ func newMaintenanceCmd(c *cli) *cobra.Command {
 			if ttl < 0 {
 				return usagef("--ttl: must not be negative, got %s", ttl)
 			}
-			req := &waldenv1.SetMaintenanceRequest{BrokerId: args[1], On: on, Reason: reason, TtlMs: ttl.Milliseconds()}
+			ttlSet := cmd.Flags().Changed("ttl") || noTTL
+			if noTTL && ttl != 0 {
+				return usagef("maintenance on: --no-ttl and --ttl %s contradict each other", ttl)
+			}
+			if !on && noTTL {
+				return usagef("maintenance off: --no-ttl goes with maintenance on")
+			}
+			req := &waldenv1.SetMaintenanceRequest{BrokerId: args[1], On: on, Reason: reason, TtlMs: ttl.Milliseconds(), TtlSet: ttlSet}
 			var resp *waldenv1.SetMaintenanceResponse
 			err := c.call(cmd.Context(), op{verb: "set maintenance of", kind: "broker", id: args[1]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 				var err error
@@ -322,9 +336,14 @@ func newMaintenanceCmd(c *cli) *cobra.Command {
 			return c.print(resp, func(w io.Writer) {
 				b := resp.GetBroker()
 				fmt.Fprintf(w, "broker %s maintenance %s (state %s)%s\n", b.GetBrokerId(), args[0], b.GetBrokerState().Name(), maintenanceText(b))
+				if on && !ttlSet && b.GetMaintenanceUntilUnixMs() > 0 {
+					fmt.Fprintln(w, "it keeps the ttl it had (--ttl 0 or --no-ttl drops it)")
+				}
 			})
 		},
 	}, &reason, &ttl)
+	cmd.Flags().BoolVar(&noTTL, "no-ttl", false, "keep the maintenance until maintenance off, dropping a ttl it had (as --ttl 0)")
+	return cmd
 }
 
 func withMaintenanceFlags(cmd *cobra.Command, reason *string, ttl *time.Duration) *cobra.Command {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -46,7 +48,12 @@ func (f *fakeBrokers) Failover(_ context.Context, r *waldenv1.FailoverRequest) (
 
 func (f *fakeBrokers) SetMaintenance(_ context.Context, r *waldenv1.SetMaintenanceRequest) (*waldenv1.SetMaintenanceResponse, error) {
 	f.got = append(f.got, r)
-	return &waldenv1.SetMaintenanceResponse{Broker: &waldenv1.Broker{BrokerId: r.GetBrokerId(), BrokerState: waldenv1.BrokerState_BROKER_STATE_MAINTENANCE}}, nil
+	b := &waldenv1.Broker{BrokerId: r.GetBrokerId(), BrokerState: waldenv1.BrokerState_BROKER_STATE_MAINTENANCE, Maintenance: r.GetOn()}
+	if r.GetOn() && r.GetTtlMs() == 0 && !r.GetTtlSet() {
+		// As the coordinators do: a ttl it had is kept.
+		b.MaintenanceTtlMs, b.MaintenanceUntilUnixMs = 3_600_000, time.Now().Add(time.Hour).UnixMilli()
+	}
+	return &waldenv1.SetMaintenanceResponse{Broker: b}, nil
 }
 
 func (f *fakeBrokers) SetPolicy(_ context.Context, r *waldenv1.SetPolicyRequest) (*waldenv1.SetPolicyResponse, error) {
@@ -204,5 +211,36 @@ func TestBrokersTables(t *testing.T) {
 	}
 	if code, _, _ = runCtl(t, "--endpoints", addr, "policy", "set", "nokey"); code == 0 {
 		t.Fatal("policy set without = accepted")
+	}
+}
+
+// TestMaintenanceOnAgainKeepsTheTTL: maintenance on without --ttl asks the
+// coordinators to keep a ttl the broker had, and says so; --ttl 0 and
+// --no-ttl replace it.
+func TestMaintenanceOnAgainKeepsTheTTL(t *testing.T) {
+	f := &fakeBrokers{brokers: sampleBrokers()}
+	addr := serveBrokers(t, f)
+	code, out, errOut := runCtl(t, "--endpoints", addr, "maintenance", "on", "b1", "--reason", "kernel")
+	if code != 0 || !strings.Contains(out, "it keeps the ttl it had (--ttl 0 or --no-ttl drops it)") {
+		t.Fatalf("on again: exit %d %q %q", code, out, errOut)
+	}
+	for _, args := range [][]string{{"--ttl", "0"}, {"--no-ttl"}, {"--ttl", "2h"}} {
+		code, out, errOut = runCtl(t, append([]string{"--endpoints", addr, "maintenance", "on", "b1"}, args...)...)
+		if code != 0 || strings.Contains(out, "keeps the ttl") {
+			t.Fatalf("%v: exit %d %q %q", args, code, out, errOut)
+		}
+	}
+	var sets []bool
+	var ttls []int64
+	for _, g := range f.got {
+		r := g.(*waldenv1.SetMaintenanceRequest)
+		sets, ttls = append(sets, r.GetTtlSet()), append(ttls, r.GetTtlMs())
+	}
+	if fmt.Sprint(sets) != "[false true true true]" || fmt.Sprint(ttls) != "[0 0 0 7200000]" {
+		t.Fatalf("requests: ttl_set %v, ttl_ms %v", sets, ttls)
+	}
+	code, _, errOut = runCtl(t, "--endpoints", addr, "maintenance", "on", "b1", "--no-ttl", "--ttl", "1h")
+	if code != exitUsage || !strings.Contains(errOut, "contradict") {
+		t.Fatalf("--no-ttl with --ttl: exit %d %q", code, errOut)
 	}
 }

@@ -217,7 +217,7 @@ func explain(o op, s *status.Status, timeout time.Duration) *callError {
 		case *errdetails.BadRequest:
 			if v := d.GetFieldViolations(); len(v) > 0 {
 				e.Field = v[0].GetField()
-				e.Message = fmt.Sprintf("invalid %s: %s", v[0].GetField(), v[0].GetDescription())
+				e.Message = fmt.Sprintf("%s: %s", asTyped(o, e.Field), v[0].GetDescription())
 			}
 		}
 	}
@@ -225,6 +225,34 @@ func explain(o op, s *status.Status, timeout time.Duration) *callError {
 		e.Message = sentence(o, e, s, timeout)
 	}
 	return e
+}
+
+// flagOfField names the request fields the cluster may refuse as the
+// user typed them: a flag, or the argument's name in the usage line.
+var flagOfField = map[string]string{
+	"ttl_ms":     "--ttl",
+	"reason":     "--reason",
+	"raft_addr":  "--raft",
+	"admin_addr": "--admin",
+	"job_state":  "--state",
+	"set":        "KEY=VALUE",
+	"limit":      "--limit",
+}
+
+// asTyped is a request field as the user gave it: its flag, or the
+// argument naming the object (BROKER, ID) for the id fields of o.
+func asTyped(o op, field string) string {
+	if f, ok := flagOfField[field]; ok {
+		return f
+	}
+	switch field {
+	case "broker_id", "job_id", "id", "stream_id":
+		if o.id != "" {
+			return fmt.Sprintf("%s %q", firstNonEmpty(o.kind, "id"), o.id)
+		}
+		return strings.ToUpper(strings.TrimSuffix(field, "_id"))
+	}
+	return "invalid " + field
 }
 
 // sentence is the table of refusals: by reason first, then by code.

@@ -2748,8 +2748,12 @@ type SetMaintenanceRequest struct {
 	// reason is kept in the event log and shown with the broker.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// ttl_ms turns maintenance off by itself after that long (at most 7
-	// days); 0 keeps it until turned off.
-	TtlMs         int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// days); 0 keeps it until turned off, except as ttl_set says.
+	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// ttl_set says that ttl_ms was given (waldenctl --ttl or --no-ttl). A
+	// broker already in maintenance with a ttl keeps what is left of it when
+	// maintenance is turned on again with ttl_ms 0 and without ttl_set.
+	TtlSet        bool `protobuf:"varint,5,opt,name=ttl_set,json=ttlSet,proto3" json:"ttl_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2810,6 +2814,13 @@ func (x *SetMaintenanceRequest) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *SetMaintenanceRequest) GetTtlSet() bool {
+	if x != nil {
+		return x.TtlSet
+	}
+	return false
 }
 
 type SetMaintenanceResponse struct {
@@ -3555,12 +3566,13 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"AckRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\"8\n" +
 	"\vAckResponse\x12)\n" +
-	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"s\n" +
+	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"\x8c\x01\n" +
 	"\x15SetMaintenanceRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x0e\n" +
 	"\x02on\x18\x02 \x01(\bR\x02on\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"C\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x17\n" +
+	"\attl_set\x18\x05 \x01(\bR\x06ttlSet\"C\n" +
 	"\x16SetMaintenanceResponse\x12)\n" +
 	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"F\n" +
 	"\x11ListEventsRequest\x12\x1b\n" +

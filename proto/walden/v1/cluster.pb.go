@@ -43,7 +43,19 @@ type Member struct {
 	MatchIndex uint64 `protobuf:"varint,7,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
 	// member_role is leader, follower or learner in a member's status (voter
 	// or learner in the replicated state).
-	MemberRole    MemberRole `protobuf:"varint,8,opt,name=member_role,json=memberRole,proto3,enum=walden.v1.MemberRole" json:"member_role,omitempty"`
+	MemberRole MemberRole `protobuf:"varint,8,opt,name=member_role,json=memberRole,proto3,enum=walden.v1.MemberRole" json:"member_role,omitempty"`
+	// version is the walden release the member runs (e.g. "v0.1.0"), as it
+	// announces itself on the raft transport; empty when not known (not
+	// heard from since the answering member started, or a walden older than
+	// the announcement).
+	Version string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	// commits says whether the member takes part in committing entries, as
+	// the leader sees it: the leader heard from it within the last election
+	// timeout and it has acknowledged every entry committed one election
+	// timeout ago. A member may be reachable, and apply entries, yet not
+	// commit (its acknowledgements are lost, its disk is full). Learners never
+	// commit. Valid when progress_by in the status names the leader.
+	Commits       bool `protobuf:"varint,10,opt,name=commits,proto3" json:"commits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -135,6 +147,20 @@ func (x *Member) GetMemberRole() MemberRole {
 	return MemberRole_MEMBER_ROLE_UNSPECIFIED
 }
 
+func (x *Member) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Member) GetCommits() bool {
+	if x != nil {
+		return x.Commits
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -184,7 +210,11 @@ type StatusResponse struct {
 	Members      []*Member `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
 	// raft_state is the answering member's raft role: "leader", "follower",
 	// "candidate", "pre-candidate" or "learner".
-	RaftState     string `protobuf:"bytes,8,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
+	RaftState string `protobuf:"bytes,8,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
+	// progress_by names the leader whose replication view the members'
+	// match_index and commits are (a follower asks the leader for it); empty
+	// when no leader answered: then match_index is 0 and commits false.
+	ProgressBy    string `protobuf:"bytes,9,opt,name=progress_by,json=progressBy,proto3" json:"progress_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +305,13 @@ func (x *StatusResponse) GetRaftState() string {
 	return ""
 }
 
+func (x *StatusResponse) GetProgressBy() string {
+	if x != nil {
+		return x.ProgressBy
+	}
+	return ""
+}
+
 type MemberListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// linearizable makes the answer reflect every configuration change
@@ -322,8 +359,10 @@ func (x *MemberListRequest) GetLinearizable() bool {
 }
 
 type MemberListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// progress_by: as in StatusResponse.
+	ProgressBy    string `protobuf:"bytes,2,opt,name=progress_by,json=progressBy,proto3" json:"progress_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +402,13 @@ func (x *MemberListResponse) GetMembers() []*Member {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *MemberListResponse) GetProgressBy() string {
+	if x != nil {
+		return x.ProgressBy
+	}
+	return ""
 }
 
 type MemberAddRequest struct {
@@ -666,7 +712,7 @@ var File_walden_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17walden/v1/cluster.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xfc\x01\n" +
+	"\x17walden/v1/cluster.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xb0\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\araft_id\x18\x02 \x01(\x04R\x06raftId\x12\x1b\n" +
@@ -678,8 +724,11 @@ const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\vmatch_index\x18\a \x01(\x04R\n" +
 	"matchIndex\x126\n" +
 	"\vmember_role\x18\b \x01(\x0e2\x15.walden.v1.MemberRoleR\n" +
-	"memberRole\"\x0f\n" +
-	"\rStatusRequest\"\x91\x02\n" +
+	"memberRole\x12\x18\n" +
+	"\aversion\x18\t \x01(\tR\aversion\x12\x18\n" +
+	"\acommits\x18\n" +
+	" \x01(\bR\acommits\"\x0f\n" +
+	"\rStatusRequest\"\xb2\x02\n" +
 	"\x0eStatusResponse\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -689,11 +738,15 @@ const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12+\n" +
 	"\amembers\x18\a \x03(\v2\x11.walden.v1.MemberR\amembers\x12\x1d\n" +
 	"\n" +
-	"raft_state\x18\b \x01(\tR\traftState\"7\n" +
+	"raft_state\x18\b \x01(\tR\traftState\x12\x1f\n" +
+	"\vprogress_by\x18\t \x01(\tR\n" +
+	"progressBy\"7\n" +
 	"\x11MemberListRequest\x12\"\n" +
-	"\flinearizable\x18\x01 \x01(\bR\flinearizable\"A\n" +
+	"\flinearizable\x18\x01 \x01(\bR\flinearizable\"b\n" +
 	"\x12MemberListResponse\x12+\n" +
-	"\amembers\x18\x01 \x03(\v2\x11.walden.v1.MemberR\amembers\"^\n" +
+	"\amembers\x18\x01 \x03(\v2\x11.walden.v1.MemberR\amembers\x12\x1f\n" +
+	"\vprogress_by\x18\x02 \x01(\tR\n" +
+	"progressBy\"^\n" +
 	"\x10MemberAddRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1d\n" +
