@@ -290,7 +290,7 @@ turns it off by itself once it has seen it on for that long, counted on its own 
 a leader change restarts the count, so a maintenance may last longer than asked, never
 shorter. Turning maintenance on again without --ttl keeps what is left of the ttl it had
 (and says so); --ttl 0 or --no-ttl drops it.`,
-		Args:  cobra.ExactArgs(2),
+		Args: cobra.ExactArgs(2),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) == 0 {
 				return []cobra.Completion{"on", "off"}, cobra.ShellCompDirectiveNoFileComp
