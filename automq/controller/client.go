@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,7 +320,9 @@ func describeLost(err error, timeout time.Duration) error {
 		return fmt.Errorf("the connection closed in the middle of the answer: %w", err)
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("the connection closed before the answer: %w", err)
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		// Our attempt's context or kgo's read deadline, whichever
+		// fired first: both are the request timeout.
 		return fmt.Errorf("no answer within the request timeout of %s: %w", timeout, err)
 	}
 	return fmt.Errorf("no answer: %w", err)
