@@ -1,6 +1,7 @@
 package devcontroller
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -279,19 +280,7 @@ func (c *Controller) Snapshot() View {
 		v.Requests = append(v.Requests, RequestCount{API: k.api, Code: k.code.String(), Count: n})
 	}
 	slices.SortFunc(v.Requests, func(a, b RequestCount) int {
-		if a.API != b.API {
-			if a.API < b.API {
-				return -1
-			}
-			return 1
-		}
-		if a.Code < b.Code {
-			return -1
-		}
-		if a.Code > b.Code {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.API, b.API), strings.Compare(a.Code, b.Code))
 	})
 	return v
 }
