@@ -169,6 +169,11 @@ func runDevController(cmd *cobra.Command, f *devControllerFlags) error {
 				return fmt.Errorf("dev-controller: --http: %w", err)
 			}
 		}
+		if host, _, err := net.SplitHostPort(hl.Addr().String()); err == nil {
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+				logger.Warn("the inspection endpoint listens beyond loopback: it has no authentication and can move the active voter", "http", hl.Addr().String())
+			}
+		}
 		httpSrv = &http.Server{Handler: ctrl.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
