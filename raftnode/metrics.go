@@ -20,6 +20,8 @@ type nodeMetrics struct {
 	snapshots          prometheus.Counter
 	peerSendFailures   prometheus.Counter
 	hasLeader          prometheus.Gauge
+	readRounds         prometheus.Counter
+	linearizableReads  prometheus.Counter
 }
 
 func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
@@ -56,6 +58,12 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 		hasLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walden_raft_has_leader", Help: "1 while this member knows a leader, else 0.",
 		}),
+		readRounds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walden_raft_read_index_rounds_total", Help: "ReadIndex rounds this member ran (each serves every linearizable read that waited for it).",
+		}),
+		linearizableReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walden_raft_linearizable_reads_total", Help: "Linearizable reads served by this member's ReadIndex rounds.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -68,7 +76,7 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 
 func (m *nodeMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.term, m.leaderChanges, m.commitIndex, m.appliedIndex, m.proposalsCommitted,
-		m.proposalsFailed, m.proposalDuration, m.snapshots, m.peerSendFailures, m.hasLeader}
+		m.proposalsFailed, m.proposalDuration, m.snapshots, m.peerSendFailures, m.hasLeader, m.readRounds, m.linearizableReads}
 }
 
 // unregister removes the series from reg (NewNode failed after creating

@@ -64,6 +64,13 @@ type Node struct {
 
 	readMu sync.Mutex
 	reads  map[string]chan uint64 // ReadIndex request ctx -> read index
+	// readNext is the read round that callers join (see readRound);
+	// readSignal (capacity 1) tells runReads it has callers. readCtx ends
+	// with the node.
+	readNext   *readRound
+	readSignal chan struct{}
+	readCtx    context.Context
+	readCancel context.CancelFunc
 
 	confMu sync.Mutex // one membership change at a time from this member
 
@@ -129,6 +136,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		names:      map[uint64]string{RaftID(cfg.NodeID): cfg.NodeID},
 		promoting:  make(map[uint64]bool),
 		reads:      make(map[string]chan uint64),
+		readSignal: make(chan struct{}, 1),
 		propSignal: make(chan struct{}, 1),
 
 		removedPeers:   make(map[uint64]*removedPeer),
@@ -136,6 +144,8 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		stopc:          make(chan struct{}),
 		donec:          make(chan struct{}),
 	}
+	n.readCtx, n.readCancel = context.WithCancel(context.Background())
+	n.readNext = newReadRound(n.readCtx)
 	for _, m := range cfg.InitialCluster {
 		n.names[RaftID(m.GetId())] = m.GetId()
 	}
@@ -237,6 +247,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 	}
 	go n.run()
 	go n.runProposals()
+	go n.runReads()
 	started = true
 	return n, nil
 }
