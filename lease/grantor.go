@@ -87,7 +87,31 @@ func (g *Grantor) QuietFor() time.Duration {
 func (g *Grantor) Grant(k Key, ttl, drift time.Duration) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := g.clock.Now()
+	return g.grantLocked(k, ttl, drift, g.clock.Now())
+}
+
+// GrantAt is Grant with a boot-clock reading the caller took: one reading
+// for a batch of renewals instead of one each. The reading must be taken
+// after every renewal it is used for was received, so after the agent sent
+// it; it is then no later than the moment of the grant, and a grant taken
+// from it is over on this coordinator's clock no later than one taken at
+// that moment, never before the agent stops counting it (docs/safety.md,
+// "One boot-clock reading per batch"). A reading older than one used
+// before for k counts as that one: the last grant's start never moves
+// back.
+func (g *Grantor) GrantAt(k Key, ttl, drift, now time.Duration) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.grantLocked(k, ttl, drift, now)
+}
+
+func (g *Grantor) grantLocked(k Key, ttl, drift, now time.Duration) error {
+	if last, ok := g.heard[k]; ok && last > now {
+		now = last
+	}
+	if gr, ok := g.grants[k]; ok && gr.at > now {
+		now = gr.at
+	}
 	g.heard[k] = now
 	if _, ok := g.seen[k]; !ok {
 		g.seen[k] = now

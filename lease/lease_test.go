@@ -134,6 +134,56 @@ func TestGrantorAttestsOnlyAfterItsGrantAndDrift(t *testing.T) {
 	}
 }
 
+// A grant taken from a reading of the batch it came in (GrantAt) lasts, on
+// the coordinator's clock, from that reading: the attestation waits for
+// reading + ttl + drift. A reading older than the last grant's does not
+// move the grant's start back, and a reading inside the quiet period is
+// refused even when the clock is past it.
+func TestGrantorGrantAtBatchReading(t *testing.T) {
+	clk := &ManualClock{}
+	g, _ := NewGrantor(clk, &MemStore{}, time.Second, 100*time.Millisecond)
+	k := Key{"b1", 1}
+	clk.Advance(1200 * time.Millisecond)
+	if err := g.GrantAt(k, time.Second, 100*time.Millisecond, 1000*time.Millisecond); !errors.Is(err, ErrQuiet) {
+		t.Fatalf("grant at a reading inside the quiet period: %v", err)
+	}
+	batch := clk.T // read once for the batch
+	clk.Advance(40 * time.Millisecond)
+	if err := g.GrantAt(k, time.Second, 100*time.Millisecond, batch); err != nil {
+		t.Fatal(err)
+	}
+	if rem, _ := g.Remaining(k); rem != time.Second-40*time.Millisecond {
+		t.Fatalf("remaining %s, want the ttl from the batch's reading (960ms)", rem)
+	}
+	clk.T = batch + 1100*time.Millisecond
+	if g.MayAttest(k) {
+		t.Fatal("may attest at the batch's reading + ttl + drift")
+	}
+	clk.Advance(time.Nanosecond)
+	if !g.MayAttest(k) {
+		t.Fatal("may not attest after the batch's reading + ttl + drift")
+	}
+	// A later batch grants at a later reading; then a batch read before it
+	// is handled: the grant keeps the later start.
+	later := clk.T
+	if err := g.GrantAt(k, time.Second, 100*time.Millisecond, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.GrantAt(k, time.Second, 100*time.Millisecond, later-500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if rem, _ := g.Remaining(k); rem != time.Second {
+		t.Fatalf("remaining %s after an older reading: the grant's start moved back", rem)
+	}
+	if at, _ := g.Heard(k); at != later {
+		t.Fatalf("heard at %s, want %s (never moved back)", at, later)
+	}
+	clk.T = later + 1100*time.Millisecond
+	if g.MayAttest(k) {
+		t.Fatal("may attest before the later grant is over")
+	}
+}
+
 func TestGrantorPromiseSurvivesRestartAndSaveFailure(t *testing.T) {
 	dir := t.TempDir()
 	fs := FileStore{Path: filepath.Join(dir, "lease-state.json")}
