@@ -120,3 +120,33 @@ func Encode(m Message) ([]byte, error) {
 	}
 	return m.AppendTo(nil), nil
 }
+
+// Every message of the package is a kmsg request or response that kgo can
+// send and read, and a Message.
+var (
+	_ kmsg.Request  = (*OpenStreamsRequest)(nil)
+	_ kmsg.Request  = (*CloseStreamsRequest)(nil)
+	_ kmsg.Request  = (*PrepareS3ObjectRequest)(nil)
+	_ kmsg.Request  = (*CommitStreamSetObjectRequest)(nil)
+	_ kmsg.Request  = (*GetOpeningStreamsRequest)(nil)
+	_ kmsg.Request  = (*AutomqGetNodesRequest)(nil)
+	_ kmsg.Response = (*OpenStreamsResponse)(nil)
+	_ kmsg.Response = (*CloseStreamsResponse)(nil)
+	_ kmsg.Response = (*PrepareS3ObjectResponse)(nil)
+	_ kmsg.Response = (*CommitStreamSetObjectResponse)(nil)
+	_ kmsg.Response = (*GetOpeningStreamsResponse)(nil)
+	_ kmsg.Response = (*AutomqGetNodesResponse)(nil)
+
+	_ Message = (*OpenStreamsRequest)(nil)
+	_ Message = (*CloseStreamsRequest)(nil)
+	_ Message = (*PrepareS3ObjectRequest)(nil)
+	_ Message = (*CommitStreamSetObjectRequest)(nil)
+	_ Message = (*GetOpeningStreamsRequest)(nil)
+	_ Message = (*AutomqGetNodesRequest)(nil)
+	_ Message = (*OpenStreamsResponse)(nil)
+	_ Message = (*CloseStreamsResponse)(nil)
+	_ Message = (*PrepareS3ObjectResponse)(nil)
+	_ Message = (*CommitStreamSetObjectResponse)(nil)
+	_ Message = (*GetOpeningStreamsResponse)(nil)
+	_ Message = (*AutomqGetNodesResponse)(nil)
+)
