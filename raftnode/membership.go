@@ -148,7 +148,13 @@ func (n *Node) proposeConfChange(ctx context.Context, op string, cc *raftpb.Conf
 		return fmt.Errorf("raftnode: %s: request id %x already pending", op, reqID)
 	}
 	defer n.wait.Cancel(reqID)
-	if err := n.raft.ProposeConfChange(ctx, cc); err != nil {
+	if n.forwardProposals.Load() {
+		entry, err := proto.Marshal(cc)
+		if err != nil {
+			return fmt.Errorf("raftnode: %s: marshal change: %w", op, err)
+		}
+		n.forwardProposal(raftpb.EntryConfChangeV2, entry)
+	} else if err := n.raft.ProposeConfChange(ctx, cc); err != nil {
 		return n.raftError(op, err)
 	}
 	select {
@@ -223,6 +229,16 @@ func (n *Node) member(id uint64) *waldenv1.Member {
 func (n *Node) inConfig() bool {
 	voter, learner := n.role(n.id)
 	return voter || learner
+}
+
+// confStateHas reports whether raft id is a voter or a learner of cs.
+func confStateHas(cs *raftpb.ConfState, id uint64) bool {
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing(), cs.GetLearners(), cs.GetLearnersNext()} {
+		if slices.Contains(ids, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // role reports whether raft id is a voter or a learner in the applied

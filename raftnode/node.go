@@ -85,6 +85,14 @@ type Node struct {
 	// removed is set once this member applied its own removal, or a peer
 	// refused its messages for it; it stops shortly after.
 	removed atomic.Bool
+	// forwardProposals is set while raft.Node takes no proposals from this
+	// member: raft stops accepting them once the member applies its own
+	// removal and starts again only on a leader change (etcd raft's
+	// node.run). A member added again under its name replays that removal
+	// from the leader's log, then the entry adding it back; it forwards
+	// its proposals to the leader itself (as raft would) until raft reports
+	// a new leader. Set and cleared by the run goroutine.
+	forwardProposals atomic.Bool
 	// removalReports carries the refusals of peers that applied this
 	// member's removal (ReportRemoved) to the run goroutine.
 	removalReports chan removalReport
@@ -442,6 +450,8 @@ func (n *Node) updateSoftState(ss *raft.SoftState) {
 		n.logger.Info("raftnode: lost leader", "old_leader", n.nameOf(old), "term", n.term.Load())
 		return
 	}
+	// raft.Node takes proposals again on a leader change.
+	n.forwardProposals.Store(false)
 	n.metrics.hasLeader.Set(1)
 	n.metrics.leaderChanges.Inc()
 	n.logger.Info("raftnode: leader changed", "leader", n.nameOf(ss.Lead), "old_leader", n.nameOf(old),
@@ -572,7 +582,11 @@ func (n *Node) applyConfChange(e *raftpb.Entry, toStateMachine bool) (removed bo
 		}
 	}
 
+	wasMember := n.inConfig()
 	cs := n.raft.ApplyConfChange(cc)
+	if wasMember && !confStateHas(cs, n.id) {
+		n.forwardProposals.Store(true)
+	}
 	n.confIndex = e.GetIndex()
 	n.mu.Lock()
 	n.confState = proto.Clone(raftpb.EnsureConfState(cs)).(*raftpb.ConfState)

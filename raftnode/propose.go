@@ -68,6 +68,8 @@ func (n *Node) propose(ctx context.Context, cmd *waldenv1.Command) (applied, err
 		// the followers as one batch instead of one append message per
 		// proposal and follower.
 		n.queueProposal(ctx, data)
+	} else if n.forwardProposals.Load() {
+		n.forwardProposal(raftpb.EntryNormal, data)
 	} else if err := n.raft.Propose(ctx, data); err != nil {
 		// Elsewhere (and during a leadership transfer), propose one by
 		// one: raft forwards to the leader and reports a refusal.
@@ -161,6 +163,21 @@ func (n *Node) runProposals() {
 			}
 		}
 	}
+}
+
+// forwardProposal sends an entry of type typ to the leader as raft forwards
+// a follower's proposal (a MsgProp without a term), for the time raft.Node
+// takes no proposals from this member (forwardProposals). Like any
+// forwarded proposal it may be lost; its proposer waits for its deadline.
+func (n *Node) forwardProposal(typ raftpb.EntryType, data []byte) {
+	leader := n.leader.Load()
+	if leader == raft.None || leader == n.id {
+		return
+	}
+	n.tr.Send([]*raftpb.Message{{
+		Type: raftpb.MsgProp.Enum(), From: new(n.id), To: new(leader),
+		Entries: []*raftpb.Entry{{Type: typ.Enum(), Data: data}},
+	}})
 }
 
 // raftError maps an error of raft.Node to this package's errors.
