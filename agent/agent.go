@@ -629,6 +629,7 @@ func (a *Agent) granted(g lease.Grant, resp *waldenv1.RenewLeaseResponse, discov
 	var addrs []string
 	for _, m := range resp.GetVoters() {
 		v.IDs = append(v.IDs, m.GetId())
+		v.Incarnations = append(v.Incarnations, m.GetIncarnation())
 		if m.GetAdminAddr() != "" {
 			addrs = append(addrs, m.GetAdminAddr())
 		}

@@ -50,6 +50,7 @@ func Grant(st RenewalState, g *lease.Grantor, nodeID, broker string, epoch uint6
 	if r.FailoverRequested {
 		return nil, fmt.Errorf("lease of broker %q at epoch %d not renewed: %w", broker, epoch, refusal.ErrFailoverRequested)
 	}
+	g.ClusterHorizon(time.Duration(r.LeaseHorizonMs) * time.Millisecond)
 	ttl := time.Duration(r.LeaseTTLMs) * time.Millisecond
 	drift := time.Duration(r.DriftMarginMs) * time.Millisecond
 	if err := g.Grant(lease.Key{Broker: broker, Epoch: epoch}, ttl, drift); err != nil {

@@ -102,6 +102,10 @@ type ObservedState interface {
 	BrokerSource
 	// Policy is the cluster's effective policy and whether it is seeded.
 	Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool)
+	// LeaseHorizon is the longest lease_ttl + drift_margin the cluster
+	// ever used, in milliseconds, and whether the policy is seeded
+	// (fsm.State.LeaseHorizon).
+	LeaseHorizon() (int64, bool)
 }
 
 // ProposeFunc replicates a command through raft and returns its result.
@@ -444,6 +448,9 @@ func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *wald
 	k := lease.Key{Broker: id, Epoch: epoch}
 	newEpoch := o.track(b)
 	if o.cfg.Grantor != nil {
+		if ms, ok := o.state.LeaseHorizon(); ok {
+			o.cfg.Grantor.ClusterHorizon(time.Duration(ms) * time.Millisecond)
+		}
 		if newEpoch {
 			if err := o.cfg.Grantor.Retire(id, epoch); err != nil {
 				o.log.Warn("could not forget the lease promises of an old epoch", "broker_id", id, "err", err)

@@ -50,6 +50,8 @@ func (s *clusterState) Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool
 	return s.st.Policy()
 }
 
+func (s *clusterState) LeaseHorizon() (int64, bool) { return s.st.LeaseHorizon() }
+
 func (s *clusterState) broker(id string) *waldenv1.Broker {
 	b, _ := s.st.Broker(id)
 	return b
@@ -209,6 +211,7 @@ func TestObserverAttestsAndWithdraws(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.ClusterHorizon(3500 * time.Millisecond) // the observer tells it from the state, too
 	pr := &switchProber{}
 	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, Grantor: g, Clock: clk}, st, st.propose, pr)
 	ctx := context.Background()
@@ -266,6 +269,7 @@ func TestObserverRestartKeepsPromise(t *testing.T) {
 		t.Fatal("no attestation")
 	}
 	g2, _ := lease.NewGrantor(clk, store, 3*time.Second, 500*time.Millisecond)
+	g2.ClusterHorizon(3500 * time.Millisecond)
 	clk.Advance(4 * time.Second)
 	if err := g2.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.Is(err, lease.ErrPromised) {
 		t.Fatalf("the restarted coordinator granted a promised epoch: %v", err)
@@ -285,6 +289,7 @@ func TestObserverAttestsRequestedFailover(t *testing.T) {
 	epoch := st.register(t, "b1")
 	clk := &lease.ManualClock{T: time.Hour}
 	g, _ := lease.NewGrantor(clk, &lease.MemStore{}, 3*time.Second, 500*time.Millisecond)
+	g.ClusterHorizon(3500 * time.Millisecond)
 	o := NewObserver(ObserverConfig{NodeID: "c1", Grantor: g, Clock: clk}, st, st.propose, &switchProber{})
 	k := lease.Key{Broker: "b1", Epoch: epoch}
 	clk.Advance(3600 * time.Millisecond)

@@ -94,6 +94,9 @@ func (s *State) addMember(index, id uint64, mc *waldenv1.MemberContext, role wal
 		RaftAddr:   mc.GetRaftAddr(),
 		AdminAddr:  mc.GetAdminAddr(),
 		MemberRole: role,
+		// A member removed and added again is a new incarnation: the
+		// index of the change that added it tells them apart.
+		Incarnation: index,
 	}
 	return nil
 }

@@ -27,6 +27,9 @@ type Renewal struct {
 	// never change them.
 	Voters    []*waldenv1.Voter
 	ConfIndex uint64
+	// LeaseHorizonMs is the longest lease_ttl + drift_margin the cluster
+	// ever used (State.LeaseHorizon).
+	LeaseHorizonMs int64
 }
 
 // Renewal returns what a grant of broker at epoch needs, or the refusal of
@@ -46,6 +49,7 @@ func (s *State) Renewal(broker string, epoch uint64) (Renewal, error) {
 		FailoverRequested: b.GetFailoverRequested() != nil && b.GetFailoverRequested().GetEpoch() == epoch,
 		Voters:            s.derived.voters,
 		ConfIndex:         s.confIndex,
+		LeaseHorizonMs:    s.leaseHorizonMs,
 	}, nil
 }
 
@@ -61,12 +65,29 @@ type derived struct {
 func (s *State) deriveLocked() {
 	s.derived.policy, _ = policy.Effective(s.overrides.GetSeed(), s.overrides)
 	s.derived.seeded = s.overrides.GetSeed() != nil
+	if s.derived.seeded {
+		p := s.derived.policy
+		s.leaseHorizonMs = max(s.leaseHorizonMs, p.GetLeaseTtlMs()+p.GetDriftMarginMs())
+	}
 	voters := make([]*waldenv1.Voter, 0, len(s.members))
 	for _, m := range s.members {
 		if m.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
-			voters = append(voters, &waldenv1.Voter{Id: m.GetId(), AdminAddr: m.GetAdminAddr()})
+			voters = append(voters, &waldenv1.Voter{Id: m.GetId(), AdminAddr: m.GetAdminAddr(), Incarnation: m.GetIncarnation()})
 		}
 	}
 	slices.SortFunc(voters, func(a, b *waldenv1.Voter) int { return strings.Compare(a.GetId(), b.GetId()) })
 	s.derived.voters = voters
+}
+
+// LeaseHorizon returns the longest lease_ttl + drift_margin the cluster's
+// effective policy ever had, in milliseconds, and whether the policy is
+// seeded (0, false before). No grant of any member, past or present, lives
+// longer at its grantor: a member that starts without its lease state (an
+// empty data dir, a replacement under the same name) waits it out before it
+// grants or attests, and voter changes are spaced by it (docs/safety.md).
+// It only grows, and is kept in snapshots and backups.
+func (s *State) LeaseHorizon() (ms int64, seeded bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.leaseHorizonMs, s.derived.seeded
 }

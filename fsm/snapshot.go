@@ -59,6 +59,7 @@ func (s *State) snapshotLocked() *waldenv1.StateSnapshot {
 		Jobs:              s.sortedJobsByID(),
 		Producers:         s.sortedProducers(),
 		ConfIndex:         s.confIndex,
+		LeaseHorizonMs:    s.leaseHorizonMs,
 	}
 }
 
@@ -142,6 +143,7 @@ func (s *State) Restore(data []byte) error {
 	s.lastAppliedUnixMs = snap.GetLastAppliedUnixMs()
 	s.members = members
 	s.confIndex = snap.GetConfIndex()
+	s.leaseHorizonMs = snap.GetLeaseHorizonMs()
 	s.noopCount = snap.GetNoopCount()
 	s.nextEpoch = d.nextEpoch
 	s.brokers = d.brokers

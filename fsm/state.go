@@ -55,6 +55,9 @@ type State struct {
 	members map[uint64]*waldenv1.Member
 	// confIndex is the index of the last membership change applied.
 	confIndex uint64
+	// leaseHorizonMs is the longest lease_ttl + drift_margin the effective
+	// policy ever had (LeaseHorizon).
+	leaseHorizonMs int64
 	// noopCount counts the applied Noop commands.
 	noopCount uint64
 
@@ -103,6 +106,7 @@ func (s *State) reset() {
 	s.lastAppliedUnixMs = 0
 	s.members = map[uint64]*waldenv1.Member{}
 	s.confIndex = 0
+	s.leaseHorizonMs = 0
 	s.noopCount = 0
 	s.nextEpoch = 1
 	s.brokers = map[string]*waldenv1.Broker{}

@@ -29,6 +29,10 @@ var (
 	// ErrStore is returned when the durable state could not be saved: the
 	// coordinator grants and attests nothing it could not remember.
 	ErrStore = errors.New("lease: cannot save the lease state")
+	// ErrNoHorizon is returned until the coordinator has applied the
+	// cluster's lease horizon (ClusterHorizon): the longest lease a former
+	// incarnation of this member may have granted.
+	ErrNoHorizon = errors.New("lease: the cluster's lease horizon is not applied here yet")
 )
 
 // Grantor is one coordinator's side of the quorum lease: it grants renewals
@@ -40,6 +44,11 @@ var (
 //   - After a start, it neither grants nor attests until the longest TTL plus
 //     drift it may have granted with before (from its Store) has passed: it
 //     forgot those grants.
+//   - Nor before it applied the cluster's lease horizon (ClusterHorizon),
+//     the longest TTL plus drift the cluster ever used, and that has passed
+//     since the start too: a member whose data dir was lost or replaced, or
+//     that replaces a member under its name, does not know what the former
+//     incarnation granted, and its own config file may say less.
 //   - It may attest for k only when its last grant of k, if any, is over by
 //     that grant's TTL plus drift on its own clock.
 //   - Before it attests it promises, durably, to grant k nothing more; the
@@ -49,10 +58,15 @@ type Grantor struct {
 	clock      Clock
 	store      Store
 	quietUntil time.Duration
-	durable    Durable
-	grants     map[Key]granted
-	seen       map[Key]time.Duration // first reading at which k was current here
-	heard      map[Key]time.Duration // last renewal request of k, granted or not
+	started    time.Duration
+	// horizon is the cluster's lease horizon; horizonKnown is false until
+	// ClusterHorizon was called.
+	horizon      time.Duration
+	horizonKnown bool
+	durable      Durable
+	grants       map[Key]granted
+	seen         map[Key]time.Duration // first reading at which k was current here
+	heard        map[Key]time.Duration // last renewal request of k, granted or not
 }
 
 type granted struct {
@@ -70,11 +84,28 @@ func NewGrantor(clock Clock, store Store, ttl, drift time.Duration) (*Grantor, e
 	d.MaxTTL, d.MaxDrift = max(d.MaxTTL, ttl), max(d.MaxDrift, drift)
 	g := &Grantor{clock: clock, store: store, durable: d,
 		grants: map[Key]granted{}, seen: map[Key]time.Duration{}, heard: map[Key]time.Duration{}}
-	g.quietUntil = clock.Now() + d.MaxTTL + d.MaxDrift
+	g.started = clock.Now()
+	g.quietUntil = g.started + d.MaxTTL + d.MaxDrift
 	return g, nil
 }
 
-// QuietFor returns how long the quiet period after the start still lasts.
+// ClusterHorizon tells the grantor the cluster's lease horizon, from the
+// applied state (fsm.State.LeaseHorizon): the longest TTL plus drift the
+// cluster's policy ever had. Until the first call it grants and attests
+// nothing; the quiet period lasts at least the horizon from the start. A
+// shorter horizon than one told before changes nothing.
+func (g *Grantor) ClusterHorizon(h time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.horizonKnown && h <= g.horizon {
+		return
+	}
+	g.horizon, g.horizonKnown = max(g.horizon, h), true
+	g.quietUntil = max(g.quietUntil, g.started+g.horizon)
+}
+
+// QuietFor returns how long the quiet period after the start still lasts,
+// as known now (the cluster's horizon may lengthen it).
 func (g *Grantor) QuietFor() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -116,6 +147,9 @@ func (g *Grantor) grantLocked(k Key, ttl, drift, now time.Duration) error {
 	if _, ok := g.seen[k]; !ok {
 		g.seen[k] = now
 	}
+	if !g.horizonKnown {
+		return ErrNoHorizon
+	}
 	if now < g.quietUntil {
 		return fmt.Errorf("%w (%s more)", ErrQuiet, (g.quietUntil - now).Round(time.Millisecond))
 	}
@@ -156,7 +190,7 @@ func (g *Grantor) MayAttest(k Key) bool {
 }
 
 func (g *Grantor) mayAttestLocked(k Key, now time.Duration) bool {
-	if now < g.quietUntil {
+	if !g.horizonKnown || now < g.quietUntil {
 		return false
 	}
 	if gr, ok := g.grants[k]; ok {

@@ -22,9 +22,37 @@ type Grant struct {
 type Voters struct {
 	// IDs are the voting members' ids.
 	IDs []string
+	// Incarnations are the voters' incarnations, in the order of IDs (nil
+	// or short: 0, what an older coordinator reports). A member removed
+	// and added again under its name is a new incarnation: it knows
+	// nothing of the old one's grants, so a grant counts only for the
+	// incarnation that made it.
+	Incarnations []uint64
 	// Index is the raft index of the configuration (the last membership
 	// change applied); a higher index is a newer configuration.
 	Index uint64
+}
+
+// incarnation returns the incarnation of voter i.
+func (v Voters) incarnation(i int) uint64 {
+	if i < len(v.Incarnations) {
+		return v.Incarnations[i]
+	}
+	return 0
+}
+
+// incarnationOf returns the incarnation of the voter id (0 if not listed).
+func (v Voters) incarnationOf(id string) uint64 {
+	if i := slices.Index(v.IDs, id); i >= 0 {
+		return v.incarnation(i)
+	}
+	return 0
+}
+
+// member is a coordinator's incarnation: grants are counted by it.
+type member struct {
+	id          string
+	incarnation uint64
 }
 
 // Holder is the agent's side of a quorum lease for one broker: the grants
@@ -35,12 +63,12 @@ type Holder struct {
 	epoch  uint64
 	voters Voters
 	known  bool
-	grants map[string]Grant // by coordinator id, current epoch only
+	grants map[member]Grant // by coordinator incarnation, current epoch only
 }
 
 // NewHolder returns a holder that subtracts margin from every grant.
 func NewHolder(margin time.Duration) *Holder {
-	return &Holder{margin: margin, grants: map[string]Grant{}}
+	return &Holder{margin: margin, grants: map[member]Grant{}}
 }
 
 // SetEpoch starts a new epoch: every grant of another epoch is dropped.
@@ -57,28 +85,42 @@ func (h *Holder) Epoch() uint64 { return h.epoch }
 // Revoke drops every grant at once (the cluster refused the epoch).
 func (h *Holder) Revoke() { clear(h.grants) }
 
-// Granted records g and the voter configuration that came with it. A grant
-// of another epoch is ignored; of a coordinator's grants the one sent last
-// is kept. A configuration replaces the known one only when it is newer.
+// Granted records g and the voter configuration that came with it. The
+// grant is of the coordinator's incarnation in that configuration, and
+// counts only while the known configuration lists the same incarnation. A
+// grant of another epoch is ignored; of an incarnation's grants the one
+// sent last is kept. A configuration replaces the known one only when it is
+// newer.
 func (h *Holder) Granted(g Grant, v Voters) {
 	if v.Index > h.voters.Index || !h.known {
 		if len(v.IDs) > 0 {
 			h.voters = Voters{IDs: slices.Clone(v.IDs), Index: v.Index}
+			for i := range v.IDs {
+				h.voters.Incarnations = append(h.voters.Incarnations, v.incarnation(i))
+			}
 			h.known = true
 		}
 	}
 	if g.Epoch != h.epoch {
 		return
 	}
-	if cur, ok := h.grants[g.Coordinator]; ok && cur.Sent > g.Sent {
+	k := member{id: g.Coordinator, incarnation: v.incarnationOf(g.Coordinator)}
+	if cur, ok := h.grants[k]; ok && cur.Sent > g.Sent {
 		return
 	}
-	h.grants[g.Coordinator] = g
+	h.grants[k] = g
 }
 
-// Lost drops coordinator's grant (it refused to renew, so what it granted
-// before no longer counts for anything it says next).
-func (h *Holder) Lost(coordinator string) { delete(h.grants, coordinator) }
+// Lost drops coordinator's grants, of every incarnation (it refused to
+// renew, so what it granted before no longer counts for anything it says
+// next).
+func (h *Holder) Lost(coordinator string) {
+	for k := range h.grants {
+		if k.id == coordinator {
+			delete(h.grants, k)
+		}
+	}
+}
 
 // Voters returns the newest voter configuration known.
 func (h *Holder) Voters() Voters { return h.voters }
@@ -102,8 +144,8 @@ func (h *Holder) until() time.Duration {
 		return 0
 	}
 	var deadlines []time.Duration
-	for _, id := range h.voters.IDs {
-		if g, ok := h.grants[id]; ok {
+	for i, id := range h.voters.IDs {
+		if g, ok := h.grants[member{id: id, incarnation: h.voters.incarnation(i)}]; ok {
 			deadlines = append(deadlines, g.Sent+g.TTL-h.margin)
 		}
 	}
@@ -120,8 +162,8 @@ func (h *Holder) until() time.Duration {
 // expired; missing: none).
 func (h *Holder) Live(now time.Duration) map[string]time.Duration {
 	out := map[string]time.Duration{}
-	for _, id := range h.voters.IDs {
-		if g, ok := h.grants[id]; ok {
+	for i, id := range h.voters.IDs {
+		if g, ok := h.grants[member{id: id, incarnation: h.voters.incarnation(i)}]; ok {
 			out[id] = g.Sent + g.TTL - h.margin - now
 		}
 	}

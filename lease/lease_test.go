@@ -73,6 +73,11 @@ func TestGrantorQuietAfterStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := Key{"b1", 4}
+	// Nothing before the cluster's horizon is known.
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.Is(err, ErrNoHorizon) {
+		t.Fatalf("grant before the cluster's horizon is applied: %v", err)
+	}
+	g.ClusterHorizon(3500 * time.Millisecond)
 	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.Is(err, ErrQuiet) {
 		t.Fatalf("grant during the quiet period: %v", err)
 	}
@@ -89,6 +94,7 @@ func TestGrantorQuietAfterStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g2.ClusterHorizon(3500 * time.Millisecond)
 	if q := g2.QuietFor(); q != 20500*time.Millisecond {
 		t.Fatalf("quiet for %s after a restart, want 20.5s", q)
 	}
@@ -97,6 +103,7 @@ func TestGrantorQuietAfterStart(t *testing.T) {
 func TestGrantorAttestsOnlyAfterItsGrantAndDrift(t *testing.T) {
 	clk := &ManualClock{}
 	g, _ := NewGrantor(clk, &MemStore{}, time.Second, 100*time.Millisecond)
+	g.ClusterHorizon(1100 * time.Millisecond)
 	clk.Advance(1100 * time.Millisecond)
 	k := Key{"b1", 1}
 	if err := g.Grant(k, time.Second, 100*time.Millisecond); err != nil {
@@ -192,6 +199,7 @@ func TestGrantorPromiseSurvivesRestartAndSaveFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.ClusterHorizon(time.Second)
 	clk.Advance(2 * time.Second)
 	k := Key{"b1", 3}
 	if err := g.Promise(k); err != nil {
@@ -201,6 +209,7 @@ func TestGrantorPromiseSurvivesRestartAndSaveFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g2.ClusterHorizon(time.Second)
 	clk.Advance(2 * time.Second)
 	if err := g2.Grant(k, time.Second, 0); !errors.Is(err, ErrPromised) {
 		t.Fatalf("a restarted coordinator forgot its promise: %v", err)
@@ -214,6 +223,7 @@ func TestGrantorPromiseSurvivesRestartAndSaveFailure(t *testing.T) {
 
 	ms := &MemStore{Err: errors.New("no space left on device")}
 	g3, _ := NewGrantor(clk, ms, time.Second, 0)
+	g3.ClusterHorizon(time.Second)
 	clk.Advance(2 * time.Second)
 	if err := g3.Promise(Key{"b2", 1}); !errors.Is(err, ErrStore) {
 		t.Fatalf("promise without durable state: %v", err)
@@ -260,5 +270,65 @@ func TestBootClockAdvances(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	if b := BootClock.Now(); b <= a {
 		t.Fatalf("boot clock did not advance: %v then %v", a, b)
+	}
+}
+
+// TestGrantorWaitsOutTheClusterHorizon: a member that starts without its
+// lease state (an empty data dir, a replacement under its name) and whose
+// config file says lease_ttl 3s waits out the cluster's horizon of 10.5s,
+// the longest lease a former incarnation may have granted, before it
+// grants or attests.
+func TestGrantorWaitsOutTheClusterHorizon(t *testing.T) {
+	clk := &ManualClock{T: time.Hour}
+	g, err := NewGrantor(clk, &MemStore{}, 3*time.Second, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Key{"b1", 7}
+	clk.Advance(4 * time.Second) // past the config file's 3.5s
+	if g.MayAttest(k) {
+		t.Fatal("may attest before the cluster's horizon is known")
+	}
+	g.ClusterHorizon(10500 * time.Millisecond)
+	g.ClusterHorizon(3500 * time.Millisecond) // a shorter one changes nothing
+	if q := g.QuietFor(); q != 6500*time.Millisecond {
+		t.Fatalf("quiet for %s more, want 6.5s (10.5s from the start)", q)
+	}
+	clk.Advance(6500*time.Millisecond - time.Nanosecond)
+	if g.MayAttest(k) {
+		t.Fatal("may attest 1ns before the horizon")
+	}
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.Is(err, ErrQuiet) {
+		t.Fatalf("grant 1ns before the horizon: %v", err)
+	}
+	clk.Advance(time.Nanosecond)
+	if !g.MayAttest(k) {
+		t.Fatal("may not attest once the horizon passed")
+	}
+}
+
+// TestHolderCountsGrantsByIncarnation: c3 is replaced under its name (a
+// new incarnation). The old incarnation's grant, still live, does not count
+// for the new one: with c1's grant alone the lease is not valid.
+func TestHolderCountsGrantsByIncarnation(t *testing.T) {
+	h := NewHolder(0)
+	h.SetEpoch(1)
+	old := Voters{IDs: []string{"c1", "c2", "c3"}, Incarnations: []uint64{1, 2, 3}, Index: 3}
+	h.Granted(Grant{Coordinator: "c3", Epoch: 1, Sent: 0, TTL: 10 * time.Second}, old)
+	h.Granted(Grant{Coordinator: "c1", Epoch: 1, Sent: 0, TTL: 10 * time.Second}, old)
+	if ok, _ := h.Valid(time.Second); !ok {
+		t.Fatal("c1 and c3 of the same configuration: not valid")
+	}
+	replaced := Voters{IDs: []string{"c1", "c2", "c3"}, Incarnations: []uint64{1, 2, 40}, Index: 41}
+	h.Granted(Grant{Coordinator: "c1", Epoch: 1, Sent: time.Second, TTL: 10 * time.Second}, replaced)
+	if ok, _ := h.Valid(2 * time.Second); ok {
+		t.Fatalf("valid on c1's grant and the grant of c3's former incarnation: %v", h.Live(2*time.Second))
+	}
+	if _, ok := h.Live(2 * time.Second)["c3"]; ok {
+		t.Fatal("the former incarnation's grant is listed as c3's")
+	}
+	h.Granted(Grant{Coordinator: "c3", Epoch: 1, Sent: 2 * time.Second, TTL: 10 * time.Second}, replaced)
+	if ok, _ := h.Valid(3 * time.Second); !ok {
+		t.Fatal("c1 and the new c3: not valid")
 	}
 }

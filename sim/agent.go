@@ -126,7 +126,7 @@ func (a *Agent) renewWith(gen, c int, ttl time.Duration) {
 			case "":
 				ttl = ans.ttl
 				a.holder.Granted(lease.Grant{Coordinator: ans.coordinator, Epoch: epoch, Sent: sent, TTL: ans.ttl},
-					lease.Voters{IDs: ans.voters, Index: ans.confIndex})
+					lease.Voters{IDs: ans.voters, Incarnations: ans.incarnations, Index: ans.confIndex})
 				w.check.agentGranted(a)
 				w.onHost(a.idx, max(ttl/3-(a.now()-sent), 0), round)
 			case "NODE_FENCED", "EPOCH_EXPIRED", "UNKNOWN_NODE":

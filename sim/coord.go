@@ -233,9 +233,10 @@ type answer struct {
 	ttl    time.Duration
 	reason string // a fencing reason, "UNAVAILABLE", or "" on success
 	// coordinator, voters and confIndex come with a grant.
-	coordinator string
-	voters      []string
-	confIndex   uint64
+	coordinator  string
+	voters       []string
+	incarnations []uint64
+	confIndex    uint64
 }
 
 // handleRegister is Agent.Register: a follower forwards to the member it
@@ -291,6 +292,7 @@ func (c *Coord) handleRenew(broker string, epoch uint64, reply func(answer)) {
 		a := answer{epoch: epoch, ttl: ms(resp.GetLeaseTtlMs()), coordinator: c.name, confIndex: resp.GetConfIndex()}
 		for _, v := range resp.GetVoters() {
 			a.voters = append(a.voters, v.GetId())
+			a.incarnations = append(a.incarnations, v.GetIncarnation())
 		}
 		reply(a)
 	}

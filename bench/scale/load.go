@@ -605,6 +605,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			v := lease.Voters{Index: resp.GetConfIndex()}
 			for _, m := range resp.GetVoters() {
 				v.IDs = append(v.IDs, m.GetId())
+				v.Incarnations = append(v.Incarnations, m.GetIncarnation())
 			}
 			a.mu.Lock()
 			a.holder.Granted(lease.Grant{Coordinator: resp.GetCoordinatorId(), Epoch: epoch, Sent: sent, TTL: ttl}, v)

@@ -2245,9 +2245,12 @@ func (x *RenewLeaseResponse) GetConfIndex() uint64 {
 }
 
 type Voter struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	AdminAddr     string                 `protobuf:"bytes,2,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AdminAddr string                 `protobuf:"bytes,2,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
+	// incarnation is the voter's Member.incarnation: the agent counts a grant
+	// only for the incarnation of the voter that made it.
+	Incarnation   uint64 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2294,6 +2297,13 @@ func (x *Voter) GetAdminAddr() string {
 		return x.AdminAddr
 	}
 	return ""
+}
+
+func (x *Voter) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type ListBrokersRequest struct {
@@ -3533,11 +3543,12 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x0ecoordinator_id\x18\x04 \x01(\tR\rcoordinatorId\x12(\n" +
 	"\x06voters\x18\x05 \x03(\v2\x10.walden.v1.VoterR\x06voters\x12\x1d\n" +
 	"\n" +
-	"conf_index\x18\x06 \x01(\x04R\tconfIndex\"6\n" +
+	"conf_index\x18\x06 \x01(\x04R\tconfIndex\"X\n" +
 	"\x05Voter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"admin_addr\x18\x02 \x01(\tR\tadminAddr\"\x14\n" +
+	"admin_addr\x18\x02 \x01(\tR\tadminAddr\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\x14\n" +
 	"\x12ListBrokersRequest\"B\n" +
 	"\x13ListBrokersResponse\x12+\n" +
 	"\abrokers\x18\x01 \x03(\v2\x11.walden.v1.BrokerR\abrokers\"/\n" +

@@ -55,7 +55,13 @@ type Member struct {
 	// timeout ago. A member may be reachable, and apply entries, yet not
 	// commit (its acknowledgements are lost, its disk is full). Learners never
 	// commit. Valid when progress_by in the status names the leader.
-	Commits       bool `protobuf:"varint,10,opt,name=commits,proto3" json:"commits,omitempty"`
+	Commits bool `protobuf:"varint,10,opt,name=commits,proto3" json:"commits,omitempty"`
+	// incarnation is the raft index of the membership change that added this
+	// member last: a member removed and added again under the same name is a
+	// new incarnation, with an empty data dir and none of the old one's lease
+	// grants or promises (agents count grants by incarnation). 0 in what an
+	// older walden wrote.
+	Incarnation   uint64 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +165,13 @@ func (x *Member) GetCommits() bool {
 		return x.Commits
 	}
 	return false
+}
+
+func (x *Member) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type StatusRequest struct {
@@ -712,7 +725,7 @@ var File_walden_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17walden/v1/cluster.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xb0\x02\n" +
+	"\x17walden/v1/cluster.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xd2\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\araft_id\x18\x02 \x01(\x04R\x06raftId\x12\x1b\n" +
@@ -727,7 +740,8 @@ const file_walden_v1_cluster_proto_rawDesc = "" +
 	"memberRole\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12\x18\n" +
 	"\acommits\x18\n" +
-	" \x01(\bR\acommits\"\x0f\n" +
+	" \x01(\bR\acommits\x12 \n" +
+	"\vincarnation\x18\v \x01(\x04R\vincarnation\"\x0f\n" +
 	"\rStatusRequest\"\xb2\x02\n" +
 	"\x0eStatusResponse\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x17\n" +

@@ -890,9 +890,14 @@ type StateSnapshot struct {
 	// sorted by producer id.
 	Producers []*StreamProducers `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
 	// conf_index is the index of the last membership change applied.
-	ConfIndex     uint64 `protobuf:"varint,15,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ConfIndex uint64 `protobuf:"varint,15,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
+	// lease_horizon_ms is the longest lease_ttl + drift_margin the cluster's
+	// effective policy ever had: no member's grant outlives it. A member that
+	// starts with an empty data dir waits it out before it grants or attests,
+	// and voter changes are spaced by it (docs/safety.md).
+	LeaseHorizonMs int64 `protobuf:"varint,16,opt,name=lease_horizon_ms,json=leaseHorizonMs,proto3" json:"lease_horizon_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StateSnapshot) Reset() {
@@ -1026,6 +1031,13 @@ func (x *StateSnapshot) GetProducers() []*StreamProducers {
 func (x *StateSnapshot) GetConfIndex() uint64 {
 	if x != nil {
 		return x.ConfIndex
+	}
+	return 0
+}
+
+func (x *StateSnapshot) GetLeaseHorizonMs() int64 {
+	if x != nil {
+		return x.LeaseHorizonMs
 	}
 	return 0
 }
@@ -1180,7 +1192,7 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\x11ConfChangeContext\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
-	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\xef\x04\n" +
+	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\x99\x05\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12!\n" +
 	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12#\n" +
@@ -1200,7 +1212,8 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\x04jobs\x18\r \x03(\v2\x0e.walden.v1.JobR\x04jobs\x128\n" +
 	"\tproducers\x18\x0e \x03(\v2\x1a.walden.v1.StreamProducersR\tproducers\x12\x1d\n" +
 	"\n" +
-	"conf_index\x18\x0f \x01(\x04R\tconfIndex\"\xf3\x02\n" +
+	"conf_index\x18\x0f \x01(\x04R\tconfIndex\x12(\n" +
+	"\x10lease_horizon_ms\x18\x10 \x01(\x03R\x0eleaseHorizonMs\"\xf3\x02\n" +
 	"\x0fPolicyOverrides\x12>\n" +
 	"\x06values\x18\x01 \x03(\v2&.walden.v1.PolicyOverrides.ValuesEntryR\x06values\x12E\n" +
 	"\tset_index\x18\x02 \x03(\v2(.walden.v1.PolicyOverrides.SetIndexEntryR\bsetIndex\x12%\n" +
