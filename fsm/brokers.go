@@ -155,7 +155,9 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 // their lease grant for the epoch expired, so that no agent can still count
 // a majority of live grants (docs/safety.md). A dry run needs neither: it
 // changes nothing but the event log. An entry without a term comes from a
-// walden that decided on a leader-held lease and is applied by its rules.
+// walden that decided on a leader-held lease and is applied by its rules,
+// but only in a cluster whose policy was never seeded: that walden never
+// seeded one, and every decision of this one carries its term.
 func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op *waldenv1.DeclareFailed) (*waldenv1.Result, error) {
 	b, ok := s.brokers[op.GetBrokerId()]
 	if !ok {
@@ -167,6 +169,14 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 	}
 	if b.GetMaintenance() && !op.GetEvidence().GetManual() {
 		return nil, fmt.Errorf("declare broker %q failed: %w", b.GetBrokerId(), refusal.ErrMaintenance)
+	}
+	if op.GetTerm() == 0 && !op.GetDryRun() && s.derived.seeded {
+		// Only a walden from before quorum leases decided without a term,
+		// and none of them seeded a policy: in a seeded cluster such an
+		// entry would skip the term check and the attestations.
+		return nil, fmt.Errorf("declare broker %q failed at epoch %d without the term it was decided in: a decision "+
+			"needs the leader's term and a majority of attestations (only history from before quorum leases has none): %w",
+			b.GetBrokerId(), op.GetEpoch(), refusal.ErrInvalidArgument)
 	}
 	if op.GetTerm() != 0 && op.GetTerm() != term {
 		return nil, fmt.Errorf("declare broker %q failed: decided in term %d, appended in term %d: %w",

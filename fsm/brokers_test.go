@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
+	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
 )
@@ -290,5 +293,29 @@ func TestRegisterBrokerAutomqNode(t *testing.T) {
 	h.ok(&waldenv1.RegisterBroker{BrokerId: "b1", AgentAddr: "a"})
 	if a := h.broker("b1").GetAutomq(); a != nil {
 		t.Fatalf("automq after a registration without it = %v", a)
+	}
+}
+
+// TestDecisionWithoutTermRefusedOnceSeeded (issue 21, finding 7): a
+// DeclareFailed without a term skips the term check and the attestations;
+// only a walden from before quorum leases proposed one, and it never seeded
+// a policy. In a seeded cluster it is refused and changes nothing; a dry
+// run still records its event.
+func TestDecisionWithoutTermRefusedOnceSeeded(t *testing.T) {
+	h := newHarness(t)
+	h.ok(&waldenv1.SeedPolicy{Policy: policy.Defaults(), SeededBy: "c1"})
+	epoch := h.register("b1")
+	before := domainSnapshot(t, h.s)
+	h.refuse(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: epoch, LiveMembers: []string{"c1"}}, refusal.ErrInvalidArgument)
+	after := domainSnapshot(t, h.s)
+	after.AppliedIndex, after.LastAppliedUnixMs = before.GetAppliedIndex(), before.GetLastAppliedUnixMs()
+	if !proto.Equal(before, after) {
+		t.Fatal("a refused decision without a term changed the state")
+	}
+	if b := h.broker("b1"); b.GetFenced() || b.GetEpoch() != epoch {
+		t.Fatalf("broker after a refused decision: %v", b)
+	}
+	if !h.ok(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: epoch, DryRun: true}).GetDeclareFailed().GetDryRun() {
+		t.Fatal("a dry run without a term was not applied as a dry run")
 	}
 }
