@@ -57,6 +57,16 @@ type Config struct {
 	// node does not look into commands; the state machine's package says
 	// what to add (fsm.PrepareProposal).
 	PrepareProposal func(*waldenv1.Command)
+	// VoterChangeWait, when set, spaces voter changes (a promotion, the
+	// removal of a voter): the leader refuses one (ErrVoterChangeTooSoon)
+	// until VoterChangeWait() has passed since it applied the previous one,
+	// or since it started. The server passes the cluster's lease horizon,
+	// the longest lease_ttl + drift_margin it ever used, so that no lease
+	// granted under the configuration before a change is live when the
+	// next one comes (docs/safety.md). Membership changes are then made on
+	// the leader only (ErrNotLeader elsewhere), and the leader drops those
+	// forwarded to it through raft, which it could not check.
+	VoterChangeWait func() time.Duration
 }
 
 // DefaultConfig returns a Config with every default set; callers fill in

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors of a running member; the storage's are beside DiskStorage.
@@ -32,6 +33,10 @@ var (
 	// ErrLastVoter is returned when removing the only voter, which would leave
 	// the cluster unable to decide anything.
 	ErrLastVoter = errors.New("raftnode: cannot remove the last voter")
+	// ErrVoterChangeTooSoon is returned for a voter change (a promotion,
+	// the removal of a voter) that comes less than Config.VoterChangeWait
+	// after the previous one; a *VoterChangeTooSoonError says how long.
+	ErrVoterChangeTooSoon = errors.New("raftnode: voter change too soon after the previous one")
 	// ErrProposalDropped is returned when raft refused a proposal (for
 	// example while leadership is being transferred); retrying may succeed.
 	ErrProposalDropped = errors.New("raftnode: proposal dropped")
@@ -71,3 +76,21 @@ func (e *RemovedError) Error() string {
 }
 
 func (e *RemovedError) Unwrap() error { return ErrRemoved }
+
+// VoterChangeTooSoonError is ErrVoterChangeTooSoon with the time left.
+type VoterChangeTooSoonError struct {
+	// Op is the refused change, in words ("remove member c3").
+	Op string
+	// Wait is the spacing of voter changes; Left is what remains of it.
+	Wait, Left time.Duration
+}
+
+func (e *VoterChangeTooSoonError) Error() string {
+	return fmt.Sprintf("%s refused: the previous change of the voters was %s ago, and voter changes are spaced by %s "+
+		"(the longest lease_ttl + drift_margin the cluster has used), so that no broker lease granted under the "+
+		"configuration before it is still running; try again in %s",
+		e.Op, (e.Wait - e.Left).Round(time.Millisecond), e.Wait, e.Left.Round(time.Millisecond))
+}
+
+// Unwrap makes errors.Is(err, ErrVoterChangeTooSoon) hold.
+func (e *VoterChangeTooSoonError) Unwrap() error { return ErrVoterChangeTooSoon }

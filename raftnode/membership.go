@@ -38,13 +38,16 @@ func (n *Node) maybePromoteLearners() {
 		n.mu.Lock()
 		name, known := n.names[id]
 		busy := n.promoting[id]
-		if known && !busy {
-			n.promoting[id] = true
-		}
 		n.mu.Unlock()
 		if !known || busy {
 			continue
 		}
+		if _, left := n.voterChangeLeft(); left > 0 {
+			continue // voter changes are spaced; try again on a later tick
+		}
+		n.mu.Lock()
+		n.promoting[id] = true
+		n.mu.Unlock()
 		n.logger.Info("raftnode: learner caught up, promoting", "member", name, "match", pr.Match, "commit", commit)
 		go func() {
 			defer func() {
@@ -80,7 +83,7 @@ func (n *Node) AddMember(ctx context.Context, m *waldenv1.MemberContext) error {
 		Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(id),
 	}}}
 	member := proto.Clone(m).(*waldenv1.MemberContext)
-	return n.proposeConfChange(ctx, "add member "+m.GetId(), cc, member)
+	return n.proposeConfChange(ctx, "add member "+m.GetId(), cc, member, false)
 }
 
 // PromoteMember makes the learner id a voter. Promoting a voter does nothing.
@@ -100,7 +103,7 @@ func (n *Node) PromoteMember(ctx context.Context, id string) error {
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{
 		Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(rid),
 	}}}
-	return n.proposeConfChange(ctx, "promote member "+id, cc, member)
+	return n.proposeConfChange(ctx, "promote member "+id, cc, member, true)
 }
 
 // RemoveMember removes the voter or learner id. A member that applies its
@@ -122,13 +125,59 @@ func (n *Node) RemoveMember(ctx context.Context, id string) error {
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{
 		Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(rid),
 	}}}
-	return n.proposeConfChange(ctx, "remove member "+id, cc, nil)
+	return n.proposeConfChange(ctx, "remove member "+id, cc, nil, voter)
+}
+
+// VoterChangeIn returns how long a voter change must still wait on this
+// member (0: it may be made now) and the spacing (Config.VoterChangeWait;
+// 0 when voter changes are not spaced).
+func (n *Node) VoterChangeIn() (left, wait time.Duration) {
+	wait, left = n.voterChangeLeft()
+	return left, wait
+}
+
+// voterChangeLeft returns the spacing of voter changes and what remains of
+// it since this member applied the last one (or started).
+func (n *Node) voterChangeLeft() (wait, left time.Duration) {
+	if n.cfg.VoterChangeWait == nil {
+		return 0, 0
+	}
+	wait = n.cfg.VoterChangeWait()
+	n.mu.RLock()
+	since := time.Since(n.voterChangedAt)
+	n.mu.RUnlock()
+	return wait, max(wait-since, 0)
+}
+
+// sameVoters reports whether a and b have the same voters (incoming and
+// outgoing).
+func sameVoters(a, b *raftpb.ConfState) bool {
+	set := func(cs *raftpb.ConfState) []uint64 {
+		ids := slices.Concat(cs.GetVoters(), cs.GetVotersOutgoing())
+		slices.Sort(ids)
+		return slices.Compact(ids)
+	}
+	return slices.Equal(set(a), set(b))
+}
+
+// hasConfChange reports whether the proposal m carries a membership change.
+func hasConfChange(m *raftpb.Message) bool {
+	for _, e := range m.GetEntries() {
+		if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
+			return true
+		}
+	}
+	return false
 }
 
 // proposeConfChange proposes cc with a ConfChangeContext carrying a request
 // id and member, and waits until it is applied on this member. Raft ignores a
 // change proposed while another is pending; the caller's ctx bounds the wait.
-func (n *Node) proposeConfChange(ctx context.Context, op string, cc *raftpb.ConfChangeV2, member *waldenv1.MemberContext) error {
+//
+// With Config.VoterChangeWait set, a change is made on the leader only
+// (ErrNotLeader elsewhere), and a voter change (voterChange) only once the
+// spacing has passed since the previous one (a *VoterChangeTooSoonError).
+func (n *Node) proposeConfChange(ctx context.Context, op string, cc *raftpb.ConfChangeV2, member *waldenv1.MemberContext, voterChange bool) error {
 	n.confMu.Lock()
 	defer n.confMu.Unlock()
 	if n.stopped() {
@@ -136,6 +185,14 @@ func (n *Node) proposeConfChange(ctx context.Context, op string, cc *raftpb.Conf
 	}
 	if n.leader.Load() == raft.None {
 		return ErrNoLeader
+	}
+	if n.cfg.VoterChangeWait != nil {
+		if n.leader.Load() != n.id {
+			return ErrNotLeader
+		}
+		if wait, left := n.voterChangeLeft(); voterChange && left > 0 {
+			return &VoterChangeTooSoonError{Op: op, Wait: wait, Left: left}
+		}
 	}
 	reqID := n.reqIDs.Next()
 	data, err := proto.Marshal(&waldenv1.ConfChangeContext{RequestId: reqID, Member: member})

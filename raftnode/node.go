@@ -73,6 +73,10 @@ type Node struct {
 	readCancel context.CancelFunc
 
 	confMu sync.Mutex // one membership change at a time from this member
+	// voterChangedAt is when this member applied the last change of the
+	// voters (or started, or restored a snapshot): Config.VoterChangeWait
+	// is counted from it. Guarded by mu.
+	voterChangedAt time.Time
 
 	// Proposals made on the leader are queued and stepped into raft in
 	// batches by runProposals (see propose).
@@ -147,6 +151,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		readSignal: make(chan struct{}, 1),
 		propSignal: make(chan struct{}, 1),
 
+		voterChangedAt: time.Now(),
 		removedPeers:   make(map[uint64]*removedPeer),
 		removalReports: make(chan removalReport, 4),
 		stopc:          make(chan struct{}),
@@ -468,6 +473,9 @@ func (n *Node) applySnapshot(snap *raftpb.Snapshot) error {
 	}
 	cs := raftpb.EnsureConfState(snap.GetMetadata().GetConfState())
 	n.mu.Lock()
+	if !sameVoters(n.confState, cs) {
+		n.voterChangedAt = time.Now()
+	}
 	n.confState = proto.Clone(cs).(*raftpb.ConfState)
 	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range ids {
@@ -589,6 +597,9 @@ func (n *Node) applyConfChange(e *raftpb.Entry, toStateMachine bool) (removed bo
 	}
 	n.confIndex = e.GetIndex()
 	n.mu.Lock()
+	if !sameVoters(n.confState, cs) {
+		n.voterChangedAt = time.Now()
+	}
 	n.confState = proto.Clone(raftpb.EnsureConfState(cs)).(*raftpb.ConfState)
 	if m := ctx.GetMember(); m.GetId() != "" {
 		n.names[RaftID(m.GetId())] = m.GetId()
@@ -788,6 +799,13 @@ func (n *Node) stopped() bool {
 // unless a leader sends it to its followers: this member may lag behind the
 // entry that added the sender again, and learns it only from that leader.
 func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
+	if n.cfg.VoterChangeWait != nil && m.GetType() == raftpb.MsgProp && hasConfChange(m) {
+		// Membership changes are made on the leader, which spaces voter
+		// changes; one forwarded through raft was not checked.
+		n.logger.Warn("raftnode: dropping a membership change forwarded by a peer: changes are made on the leader",
+			"peer", n.nameOf(m.GetFrom()))
+		return nil
+	}
 	if !leaderToFollower(m.GetType()) {
 		if err := n.refuseRemoved(m.GetFrom()); err != nil {
 			return err

@@ -2,8 +2,10 @@ package raftnode_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,4 +70,77 @@ func TestMemberAddedAgainUnderItsNameCommits(t *testing.T) {
 		t.Fatalf("remove c4 through %s: %v", victim, err)
 	}
 	c.converged("c1", "c2", "c3")
+}
+
+// TestVoterChangesAreSpaced (issue 21, finding 3): with VoterChangeWait,
+// the leader refuses a second voter change inside the wait with the time
+// left, promotes a learner only once the wait has passed since the
+// previous voter change, and membership changes are made on the leader.
+func TestVoterChangesAreSpaced(t *testing.T) {
+	const wait = 1500 * time.Millisecond
+	c := newTestCluster(t, func(cfg *raftnode.Config) {
+		cfg.VoterChangeWait = func() time.Duration { return wait }
+	}, "c1", "c2", "c3")
+	leader := c.leaderAmong("c1", "c2", "c3")
+	c.mustPropose(leader, "before")
+	var victim, follower string
+	for _, id := range []string{"c1", "c2", "c3"} {
+		switch {
+		case id == leader:
+		case victim == "":
+			victim = id
+		default:
+			follower = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.node(follower).RemoveMember(ctx, victim); !errors.Is(err, raftnode.ErrNotLeader) {
+		t.Fatalf("removal on a follower: %v, want ErrNotLeader", err)
+	}
+	// The leader started less than the wait ago: it does not know when the
+	// last voter change was, so it waits from its start.
+	testutil.EventuallyTrue(t, testDeadline, "the wait after the start to pass", func() bool {
+		left, _ := c.node(leader).VoterChangeIn()
+		return left == 0
+	})
+	if err := c.node(leader).RemoveMember(ctx, victim); err != nil {
+		t.Fatalf("remove %s: %v", victim, err)
+	}
+	removedAt := time.Now()
+	c.stop(victim)
+	if err := os.RemoveAll(c.member(victim).dir); err != nil {
+		t.Fatal(err)
+	}
+	// A second voter change inside the wait: refused, with the time left.
+	err := c.node(leader).RemoveMember(ctx, follower)
+	var soon *raftnode.VoterChangeTooSoonError
+	if !errors.As(err, &soon) || soon.Left <= 0 || soon.Left > wait || soon.Wait != wait {
+		t.Fatalf("second voter change inside the wait: %v", err)
+	}
+	if !strings.Contains(err.Error(), "try again in") {
+		t.Fatalf("the refusal does not say when to try again: %v", err)
+	}
+	if voter, _ := c.node(leader).Role(raftnode.RaftID(follower)); !voter {
+		t.Fatalf("%s was removed although refused", follower)
+	}
+	// Adding a learner changes no voter: allowed at once. Its promotion
+	// waits for the rest of the wait.
+	if err := c.node(leader).AddMember(ctx, &waldenv1.MemberContext{Id: victim, RaftAddr: "mem://" + victim}); err != nil {
+		t.Fatalf("add %s as a learner: %v", victim, err)
+	}
+	c.mu.Lock()
+	c.joining = map[string]bool{victim: true}
+	c.mu.Unlock()
+	c.start(victim)
+	testutil.EventuallyTrue(t, testDeadline, victim+" promoted to voter", func() bool {
+		voter, _ := c.node(leader).Role(raftnode.RaftID(victim))
+		return voter
+	})
+	if since := time.Since(removedAt); since < wait {
+		t.Fatalf("%s promoted %s after the removal, inside the wait of %s", victim, since, wait)
+	}
+	if _, err := c.propose(victim, "through the replacement"); err != nil {
+		t.Fatalf("proposal through %s: %v", victim, err)
+	}
 }

@@ -67,6 +67,9 @@ const (
 	Unauthenticated  Reason = "UNAUTHENTICATED"
 	Compacted        Reason = "COMPACTED"
 	MemberRemoved    Reason = "MEMBER_REMOVED"
+	// VoterChangeTooSoon: a voter change inside the spacing of voter
+	// changes after the previous one.
+	VoterChangeTooSoon Reason = "VOTER_CHANGE_TOO_SOON"
 )
 
 // Info is a reason and what it means, in a sentence for people.
@@ -133,6 +136,9 @@ var Reasons = []Info{
 	{MemberRemoved, "A raft peer refuses the messages of a member whose removal from the cluster it has " +
 		"applied; metadata member and removed_index name the member and the raft entry that removed it. " +
 		"The member stops, unless it has applied that entry itself (then its own configuration decides)."},
+	{VoterChangeTooSoon, "A voter change (a promotion, the removal of a voter) less than the cluster's longest " +
+		"lease_ttl + drift_margin after the previous one, while a broker lease granted under the configuration " +
+		"before it may still run; metadata wait_ms and left_ms say the spacing and when to try again."},
 }
 
 // Error is a refusal: a reason and a message for people. Wrap it with

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -48,6 +50,14 @@ func (a *adminService) toStatus(ctx context.Context, err error) error {
 		return invalidArg("id", err.Error())
 	case errors.Is(err, raftnode.ErrNotVoter):
 		return rpcerr.NewPlain(refusal.NotVoter, err.Error(), nil)
+	case errors.Is(err, raftnode.ErrVoterChangeTooSoon):
+		var soon *raftnode.VoterChangeTooSoonError
+		md := map[string]string{}
+		if errors.As(err, &soon) {
+			md["wait_ms"] = strconv.FormatInt(soon.Wait.Milliseconds(), 10)
+			md["left_ms"] = strconv.FormatInt(soon.Left.Milliseconds(), 10)
+		}
+		return rpcerr.NewPlain(refusal.VoterChangeTooSoon, err.Error(), md)
 	case errors.Is(err, raftnode.ErrLastVoter):
 		return rpcerr.NewPlain(refusal.LastVoter, err.Error(), nil)
 	case errors.Is(err, raftnode.ErrProposalDropped):

@@ -158,7 +158,9 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	tr.Register(s.raftGRPC)
 
 	state := fsm.New(cfg.ClusterName)
-	s.node, err = raftnode.NewNode(raftConfig(cfg, base, reg), state, s.storage, tr)
+	rc := raftConfig(cfg, base, reg)
+	rc.VoterChangeWait = voterChangeWait(cfg, state)
+	s.node, err = raftnode.NewNode(rc, state, s.storage, tr)
 	if err != nil {
 		return nil, fmt.Errorf("server: start raft node: %w", err)
 	}
@@ -252,6 +254,18 @@ func raftConfig(cfg *config.Server, logger *slog.Logger, reg prometheus.Register
 	// cluster is upgraded (fsm.PrepareProposal).
 	rc.PrepareProposal = fsm.PrepareProposal
 	return rc
+}
+
+// voterChangeWait spaces voter changes by the cluster's lease horizon: the
+// longest lease_ttl + drift_margin it ever used (fsm.State.LeaseHorizon),
+// or this member's config file's while the policy is not seeded
+// (docs/safety.md).
+func voterChangeWait(cfg *config.Server, state *fsm.State) func() time.Duration {
+	own := time.Duration(cfg.Policy.LeaseTTL) + time.Duration(cfg.Policy.DriftMargin)
+	return func() time.Duration {
+		ms, _ := state.LeaseHorizon()
+		return max(own, time.Duration(ms)*time.Millisecond)
+	}
 }
 
 // Addrs are the bound listen addresses (useful with port 0).
