@@ -94,6 +94,13 @@ func (a *adminService) MemberAdd(ctx context.Context, req *waldenv1.MemberAddReq
 		return nil, err
 	}
 	mc := &waldenv1.MemberContext{Id: req.GetId(), RaftAddr: req.GetRaftAddr(), AdminAddr: req.GetAdminAddr()}
+	if st := a.node.Status(); st.LeaderID != "" && st.LeaderID != st.NodeID {
+		// Membership changes are made on the leader (it spaces voter
+		// changes): forward.
+		return forwardAdmin(a, ctx, st, func(ctx context.Context, c waldenv1.ClusterClient) (*waldenv1.MemberAddResponse, error) {
+			return c.MemberAdd(ctx, req)
+		})
+	}
 	if err := a.node.AddMember(ctx, mc); err != nil {
 		a.logger.WarnContext(ctx, "member add failed", "member_id", mc.Id, "raft_addr", mc.RaftAddr, "err", err)
 		return nil, a.toStatus(ctx, err)
@@ -115,6 +122,11 @@ func (a *adminService) MemberAdd(ctx context.Context, req *waldenv1.MemberAddReq
 func (a *adminService) MemberRemove(ctx context.Context, req *waldenv1.MemberRemoveRequest) (*waldenv1.MemberRemoveResponse, error) {
 	if req.GetId() == "" {
 		return nil, invalidArg("id", "must not be empty")
+	}
+	if st := a.node.Status(); st.LeaderID != "" && st.LeaderID != st.NodeID {
+		return forwardAdmin(a, ctx, st, func(ctx context.Context, c waldenv1.ClusterClient) (*waldenv1.MemberRemoveResponse, error) {
+			return c.MemberRemove(ctx, req)
+		})
 	}
 	if err := a.node.RemoveMember(ctx, req.GetId()); err != nil {
 		a.logger.WarnContext(ctx, "member remove failed", "member_id", req.GetId(), "err", err)

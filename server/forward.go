@@ -14,30 +14,40 @@ import (
 )
 
 // forwardLeaderTransfer sends req to the leader's admin address. A request
-// that was itself forwarded, or a leader that cannot be reached, gets
-// Unavailable with the leader hint instead.
+// that was already forwarded, or a leader that cannot be reached, gets the
+// leader hint instead.
 func (a *adminService) forwardLeaderTransfer(ctx context.Context, req *waldenv1.LeaderTransferRequest, st raftnode.Status) (*waldenv1.LeaderTransferResponse, error) {
+	return forwardAdmin(a, ctx, st, func(ctx context.Context, c waldenv1.ClusterClient) (*waldenv1.LeaderTransferResponse, error) {
+		return c.LeaderTransfer(ctx, req)
+	})
+}
+
+// forwardAdmin makes call on the leader's admin address. A request that
+// was already forwarded, or a leader that cannot be reached, gets the
+// leader hint instead.
+func forwardAdmin[T any](a *adminService, ctx context.Context, st raftnode.Status, call func(context.Context, waldenv1.ClusterClient) (T, error)) (T, error) {
+	var none T
 	addr := adminAddrOf(st, st.LeaderID)
 	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(headerForwardedBy)) > 0 || addr == "" {
-		return nil, a.notLeader(ctx, st.LeaderID, addr)
+		return none, a.notLeader(ctx, st.LeaderID, addr)
 	}
 	client, err := a.leaderClient(addr)
 	if err != nil {
-		return nil, a.notLeader(ctx, st.LeaderID, addr)
+		return none, a.notLeader(ctx, st.LeaderID, addr)
 	}
 	fctx := metadata.AppendToOutgoingContext(ctx, headerForwardedBy, a.nodeID)
-	resp, err := client.LeaderTransfer(fctx, req)
+	resp, err := call(fctx, client)
 	if err != nil {
 		s, _ := status.FromError(err)
 		if s.Code() == codes.Unavailable && !hasLeaderHint(s) {
 			// The leader could not be reached: give the caller the hint.
 			a.logger.DebugContext(ctx, "forward to leader failed", "leader_id", st.LeaderID, "leader_addr", addr, "term", st.Term, "err", err)
-			return nil, a.notLeader(ctx, st.LeaderID, addr)
+			return none, a.notLeader(ctx, st.LeaderID, addr)
 		}
 		if s.Code() == codes.Unavailable {
 			copyLeaderHint(ctx, s)
 		}
-		return nil, err
+		return none, err
 	}
 	return resp, nil
 }
