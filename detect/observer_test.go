@@ -81,6 +81,20 @@ func (s *clusterState) must(t *testing.T, cmd *waldenv1.Command) *waldenv1.Resul
 	return r
 }
 
+// fence declares broker failed at epoch as the cluster would: a majority
+// of the voters attest that their grants expired, and the decision carries
+// the term.
+func (s *clusterState) fence(t *testing.T, broker string, epoch uint64) {
+	t.Helper()
+	for _, id := range []string{"c1", "c2", "c3"} {
+		b, _ := s.st.Broker(broker)
+		s.must(t, &waldenv1.Command{ProposerId: id, Op: &waldenv1.Command_ObserveBroker{ObserveBroker: &waldenv1.ObserveBroker{
+			ObserverId: id, BrokerId: broker, Epoch: epoch, ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD,
+			LeaseExpired: true, ExpectedIndex: committedObservation(b, id).GetIndex()}}})
+	}
+	s.must(t, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailed{BrokerId: broker, Epoch: epoch, Term: s.term}}})
+}
+
 func (s *clusterState) register(t *testing.T, id string) uint64 {
 	t.Helper()
 	return s.must(t, &waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{
@@ -186,7 +200,7 @@ func TestObserverProposesOnlyChanges(t *testing.T) {
 		t.Fatalf("after re-registration: %v", o)
 	}
 	// Fenced brokers are not observed.
-	st.must(t, &waldenv1.Command{Op: &waldenv1.Command_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailed{BrokerId: "b1", Epoch: epoch}}})
+	st.fence(t, "b1", epoch)
 	n := st.observeCount()
 	pr.set(true)
 	for range 4 {
