@@ -15,7 +15,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 LDFLAGS   := -X walden/version.version=$(VERSION) -X walden/version.commit=$(COMMIT)
 
-.PHONY: all deps build tools proto proto-check lint vet fmt-check test test-unit test-race fuzz-short bench run e2e chaos simulate clean
+.PHONY: all deps build tools proto proto-check lint vet fmt-check test test-unit test-race test-alerts fuzz-short bench run e2e chaos simulate clean
 
 all: build
 
@@ -75,7 +75,13 @@ deps: versitygw system-deps
 # test is what CI runs (.ci/run): lint, every test, the race detector on the
 # concurrent packages and short fuzz runs of the WAL, object (walden's and
 # AutoMQ's) and raft log readers and of AutoMQ's controller frames.
-test: deps lint build test-unit test-race fuzz-short
+test: deps lint build test-unit test-race test-alerts fuzz-short
+
+# test-alerts checks the shipped Prometheus alert rules and runs their unit
+# tests (promtool, from Debian's prometheus package: make deps).
+test-alerts:
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 
 # bench prints every benchmark table of the README, each measured side by
 # side with its baseline in the same run (about 10 minutes on 2 cores):

@@ -14,11 +14,13 @@
 #   iproute2  ip: the chaos harness's network namespaces, veths and bridge
 #   nftables  nft: the chaos harness's link cuts in the bridge
 #   iptables  iptables -j NFQUEUE: the chaos harness's loss and jitter
+#   prometheus  promtool: make test-alerts runs the unit tests of the
+#             shipped alert rules (deploy/prometheus/alerts_test.yml)
 #
 # Usage: scripts/install-deps.sh   (make deps calls it)
 set -euo pipefail
 
-PACKAGES=(chromium libnss3-tools iproute2 nftables iptables)
+PACKAGES=(chromium libnss3-tools iproute2 nftables iptables prometheus)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
