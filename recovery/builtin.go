@@ -49,10 +49,13 @@ type planObject struct {
 
 // plan is what the read step found.
 type plan struct {
-	objects   []*planObject
-	bytes     int64
-	records   int
-	gaps      []string
+	objects []*planObject
+	bytes   int64
+	records int
+	gaps    []string
+	// below is, per opening stream, the lowest offset of the WAL's records
+	// already committed (filter.below).
+	below     map[uint64]uint64
 	skipped   int64
 	skipNote  string
 	endReason string
@@ -70,10 +73,14 @@ type filter struct {
 	next    map[uint64]uint64
 	stopped map[uint64]bool
 	gaps    []string
+	// below is, per stream, the lowest offset of the WAL's records below
+	// the stream's committed end: acknowledged records that a committed
+	// object must hold.
+	below map[uint64]uint64
 }
 
 func newFilter(streams []*waldenv1.Stream) *filter {
-	f := &filter{streams: map[uint64]*waldenv1.Stream{}, next: map[uint64]uint64{}, stopped: map[uint64]bool{}}
+	f := &filter{streams: map[uint64]*waldenv1.Stream{}, next: map[uint64]uint64{}, stopped: map[uint64]bool{}, below: map[uint64]uint64{}}
 	for _, st := range streams {
 		f.streams[st.GetStreamId()] = st
 		f.next[st.GetStreamId()] = st.GetEndOffset()
@@ -94,6 +101,9 @@ func (f *filter) keep(rec wal.Record) bool {
 	exp := f.next[id]
 	switch {
 	case b.BaseOffset < exp:
+		if low, ok := f.below[id]; !ok || b.BaseOffset < low {
+			f.below[id] = b.BaseOffset
+		}
 		return false
 	case b.BaseOffset > exp:
 		f.stopped[id] = true
@@ -158,6 +168,7 @@ func (a *attempt) readPlan(path string, streams []*waldenv1.Stream) (*plan, erro
 	}
 	st := rd.Stats()
 	p.gaps = f.gaps
+	p.below = f.below
 	p.endReason = st.EndReason
 	for reason, n := range st.SkippedByReason {
 		if reason == wal.ReasonPadding || reason == wal.ReasonTrimmedRecord || reason == wal.ReasonBlockTail {
@@ -404,6 +415,29 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	}
 	if len(p.gaps) > 0 {
 		detail += fmt.Sprintf("; %s stopped at a gap", plural(int64(len(p.gaps)), "stream", "streams"))
+	}
+	// The WAL's records below a stream's end offset are dropped as already
+	// in S3: the objects that hold them must exist, or the job would
+	// succeed without acknowledged records.
+	missing, err := a.checkBacked(ctx, streams, p.below)
+	if err != nil {
+		return waldenv1.JobStep_JOB_STEP_READ, err
+	}
+	if len(missing) > 0 {
+		msg := fmt.Sprintf("acknowledged records are missing: the WAL holds records of committed ranges that no object backs: %s", unbackedText(missing))
+		gaps := append([]string(nil), p.gaps...)
+		for _, m := range missing {
+			gaps = append(gaps, m.String())
+		}
+		a.event(ctx, j, "read "+path+": "+msg)
+		if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, Detail: detail, BytesTotal: uint64(p.bytes),
+			SkippedBytes: uint64(p.skipped), Gaps: gaps, StreamsTotal: uint32(total), Error: msg}); err != nil {
+			return waldenv1.JobStep_JOB_STEP_READ, err
+		}
+		if err := a.fail(ctx, msg); err != nil {
+			return waldenv1.JobStep_JOB_STEP_READ, err
+		}
+		return waldenv1.JobStep_JOB_STEP_READ, fmt.Errorf("recovery: job %s failed: %w: %s", a.jobID, ErrRecordsMissing, unbackedText(missing))
 	}
 	if !a.reported && (p.skipped > 0 || len(p.gaps) > 0) {
 		a.reported = true

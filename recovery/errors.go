@@ -20,6 +20,12 @@ var (
 	// ErrPlugin means a fence, attach or exec plugin failed; the message
 	// says which and why.
 	ErrPlugin = errors.New("plugin failed")
+	// ErrRecordsMissing means that records the dead broker acknowledged
+	// (they are in its WAL) lie in a range the catalog has committed but
+	// no object in the store backs: the recovery finished the job as
+	// failed instead of succeeding without them (the error names the
+	// streams and offsets).
+	ErrRecordsMissing = errors.New("acknowledged records are missing")
 	// ErrNoWAL means the job has no WAL location to read (the broker's agent
 	// registered no wal.path and no path_template is set).
 	ErrNoWAL = errors.New("no WAL location")

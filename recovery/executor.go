@@ -17,6 +17,10 @@ type State interface {
 	Job(id string) (*waldenv1.Job, bool)
 	Jobs(brokerID string, state waldenv1.JobState) []*waldenv1.Job
 	OpeningStreams(brokerID string) []*waldenv1.Stream
+	// StreamObjects returns up to max (all when max <= 0) committed
+	// objects of a stream whose range ends after fromOffset, in offset
+	// order.
+	StreamObjects(streamID, fromOffset uint64, max int) []*waldenv1.Object
 	Object(id string) (*waldenv1.Object, bool)
 	Changed() <-chan struct{}
 }
@@ -235,6 +239,10 @@ func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (walde
 		}
 		if errors.Is(err, ErrStale) {
 			a.log.Warn("attempt is stale: stopping", "step", step.Name(), "err", err)
+			return err
+		}
+		if errors.Is(err, ErrRecordsMissing) {
+			a.log.Error("job failed: acknowledged records are missing", "step", step.Name(), "err", err)
 			return err
 		}
 		if ctx.Err() != nil {

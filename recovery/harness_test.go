@@ -1,10 +1,12 @@
 package recovery_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,6 +43,9 @@ type testCluster struct {
 	term   uint64
 	down   map[string]bool
 	ids    []string
+	// objects are the objects a scenario committed before the recovery,
+	// by key: every store an executor of the cluster uses holds them.
+	objects map[string][]byte
 }
 
 func newTestCluster(t testing.TB, ids ...string) *testCluster {
@@ -78,6 +83,17 @@ func (c *testCluster) apply(proposer string, cmd *waldenv1.Command) (*waldenv1.R
 	cmd = proto.Clone(cmd).(*waldenv1.Command)
 	c.ix++
 	cmd.RequestId, cmd.ProposerId, cmd.ProposedUnixMs = c.ix, proposer, time.Now().UnixMilli()
+	fsm.PrepareProposal(cmd) // as raftnode does
+	return c.s.Apply(c.ix, c.term, cmd)
+}
+
+// applyOld applies cmd as an entry of a walden before the check levels
+// (Command.checks 0) would be: the state an older walden left.
+func (c *testCluster) applyOld(cmd *waldenv1.Command) (*waldenv1.Result, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ix++
+	cmd.RequestId, cmd.ProposerId, cmd.ProposedUnixMs = c.ix, "old", time.Now().UnixMilli()
 	return c.s.Apply(c.ix, c.term, cmd)
 }
 
@@ -182,8 +198,30 @@ func newScenario(t *testing.T, c *testCluster, dir string, n int, payload int) *
 	for id := uint64(1); id <= 4; id++ {
 		c.must(&waldenv1.OpenStreamRequest{BrokerId: sc.broker, BrokerEpoch: sc.epoch, StreamId: id})
 	}
+	// Stream 1's first 10 offsets are in S3 already: an object of its
+	// batches (the same ones the WAL holds below), committed by the broker.
+	pre := objformat.NewBuilder()
+	for i := uint64(0); i < 5; i++ {
+		if err := pre.Add(wal.Batch{StreamID: 1, Epoch: 1, BaseOffset: 2 * i, Count: 2, Payload: payloadFor(1, 2*i, payload)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var preData bytes.Buffer
+	if _, err := pre.WriteTo(&preData); err != nil {
+		t.Fatal(err)
+	}
+	preIx, err := objformat.ReadIndex(bytes.NewReader(preData.Bytes()), int64(preData.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.must(&waldenv1.CommitObjectRequest{BrokerId: sc.broker, BrokerEpoch: sc.epoch, Object: &waldenv1.Object{
-		ObjectId: "pre-1", Key: "pre/1.obj", Size: 1, Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StreamEpoch: 1, StartOffset: 0, EndOffset: 10}}}})
+		ObjectId: "pre-1", Key: "pre/1.obj", Size: uint64(preData.Len()), Ranges: preIx.Ranges()}})
+	c.mu.Lock()
+	if c.objects == nil {
+		c.objects = map[string][]byte{}
+	}
+	c.objects["pre/1.obj"] = preData.Bytes()
+	c.mu.Unlock()
 	c.must(&waldenv1.CloseStreamRequest{BrokerId: sc.broker, BrokerEpoch: sc.epoch, StreamId: 4, StreamEpoch: 1})
 
 	capacity := int64(wal.HeaderRegionSize) + int64(4*n+64)*int64(payload+4096)
@@ -281,8 +319,29 @@ func newStore(t *testing.T, cfg objstore.Config) *objstore.Client {
 }
 
 func newExecutor(c *testCluster, id string, cfg recovery.Config, store recovery.Store, f recovery.Fencer, a recovery.Attacher) *recovery.Executor {
+	c.seed(store)
 	return recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: id, State: c.s, Cluster: member{c, id}, Store: store,
 		Fencer: f, Attacher: a, Logger: testLogger()})
+}
+
+// seed uploads to store the objects the cluster's scenario committed
+// before the recovery (nil: none).
+func (c *testCluster) seed(store recovery.Store) {
+	c.t.Helper()
+	if store == nil {
+		return
+	}
+	c.mu.Lock()
+	objs := maps.Clone(c.objects)
+	c.mu.Unlock()
+	for key, data := range objs {
+		if info, err := store.Head(context.Background(), key); err == nil && info.Size == int64(len(data)) {
+			continue // another member's store of the same bucket seeded it
+		}
+		if _, err := store.Upload(context.Background(), key, bytes.NewReader(data), int64(len(data)), nil); err != nil {
+			c.t.Fatalf("seed %s: %v", key, err)
+		}
+	}
 }
 
 func testLogger() *slog.Logger {

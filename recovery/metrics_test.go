@@ -41,10 +41,11 @@ func (s *stepRuns) count(run string) int {
 	return n
 }
 
-// TestExecutorReportsStepRuns: with S3 down the upload step's failed runs
-// are reported; once S3 is back every step is reported done: attach and
-// read once per run of the builtin action (each retry runs them again),
-// the others once.
+// TestExecutorReportsStepRuns: with S3 down the read step's failed runs
+// are reported (it asks S3 for the objects that hold the WAL's committed
+// records); once S3 is back every step is reported done: attach and read
+// once per run of the builtin action (each retry runs them again), the
+// others once.
 func TestExecutorReportsStepRuns(t *testing.T) {
 	dir := t.TempDir()
 	fs, err := objstore.ServeFake("", dir, nil, s3test.Bucket)
@@ -53,11 +54,12 @@ func TestExecutorReportsStepRuns(t *testing.T) {
 	}
 	addr := fs.Addr().String()
 	s3cfg := objstore.FakeConfig(fs.Endpoint, s3test.Bucket)
-	fs.Kill()
 	c := newTestCluster(t, "c1")
 	sc := newScenario(t, c, t.TempDir(), 6, 1000)
 	cfg := testConfig()
 	store := newStore(t, s3cfg)
+	c.seed(store)
+	fs.Kill()
 	runs := &stepRuns{}
 	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.s, Cluster: member{c, "c1"},
 		Store: store, Metrics: runs, Logger: testLogger()})
@@ -67,7 +69,7 @@ func TestExecutorReportsStepRuns(t *testing.T) {
 	go func() { r.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	j := c.declare(sc.broker, sc.epoch, "c1")
-	waitJob(t, c, j.GetJobId(), 10*time.Second, "upload retried", func(*waldenv1.Job) bool { return runs.count("upload error") >= 2 })
+	waitJob(t, c, j.GetJobId(), 10*time.Second, "read retried", func(*waldenv1.Job) bool { return runs.count("read error") >= 2 })
 	fs2, err := objstore.ServeFake(addr, dir, nil, s3test.Bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +79,8 @@ func TestExecutorReportsStepRuns(t *testing.T) {
 	runs.mu.Lock()
 	all := strings.Join(runs.runs, ", ")
 	runs.mu.Unlock()
-	tries := runs.count("upload error") + 1
-	for step, want := range map[string]int{"fence": 1, "attach": tries, "read": tries, "upload": 1, "commit": 1, "close": 1, "detach": 1} {
+	tries := runs.count("read error") + 1
+	for step, want := range map[string]int{"fence": 1, "attach": tries, "read": 1, "upload": 1, "commit": 1, "close": 1, "detach": 1} {
 		if n := runs.count(step + " ok"); n != want {
 			t.Errorf("%s reported done %d times, want %d (runs: %s)", step, n, want, all)
 		}

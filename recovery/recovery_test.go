@@ -95,7 +95,7 @@ func TestFencedBrokerRefused(t *testing.T) {
 	sc := newScenario(t, c, t.TempDir(), 2, 64)
 	j := c.declare(sc.broker, sc.epoch, "c1")
 	_, err := c.apply("c1", op(&waldenv1.CommitObjectRequest{BrokerId: sc.broker, BrokerEpoch: sc.epoch, Object: &waldenv1.Object{
-		ObjectId: "late", Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 1}}}}))
+		ObjectId: "late", Size: 200, Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 1, Position: 16, Length: 16}}}}))
 	if refusal.Of(err) != "NODE_FENCED" {
 		t.Fatalf("fenced commit: %v, want NODE_FENCED", err)
 	}
@@ -106,7 +106,7 @@ func TestFencedBrokerRefused(t *testing.T) {
 	c.must(&waldenv1.ReassignJob{JobId: j.GetJobId(), Attempt: 1, LiveMembers: []string{"c2"}})
 	_, err = c.apply("c1", op(&waldenv1.CommitObjectRequest{BrokerId: sc.broker, BrokerEpoch: j.GetToken(),
 		Failover: &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: j.GetToken()},
-		Object:   &waldenv1.Object{ObjectId: "stale", Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3}}}}))
+		Object:   &waldenv1.Object{ObjectId: "stale", Size: 200, Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3, Position: 16, Length: 16}}}}))
 	if refusal.Of(err) != "STALE_ATTEMPT" {
 		t.Fatalf("stale attempt commit: %v, want STALE_ATTEMPT", err)
 	}
@@ -169,6 +169,7 @@ func TestReassignAfterAssigneeKilledMidUpload(t *testing.T) {
 	c1cfg := s3cfg
 	c1cfg.Endpoint = gated
 	stores := map[string]*objstore.Client{"c1": newStore(t, c1cfg), "c2": newStore(t, s3cfg), "c3": newStore(t, s3cfg)}
+	c.seed(stores["c2"]) // c1's store holds every upload
 	cancels := map[string]context.CancelFunc{}
 	var wg sync.WaitGroup
 	for _, id := range []string{"c1", "c2", "c3"} {
@@ -209,8 +210,8 @@ func TestReassignAfterAssigneeKilledMidUpload(t *testing.T) {
 	c.setDown("c1", false)
 	_, err := c.apply("c1", op(&waldenv1.CommitObjectRequest{BrokerId: sc.broker, BrokerEpoch: j.GetToken(),
 		Failover: &waldenv1.FailoverContext{JobId: j.GetJobId(), Attempt: 1, Token: j.GetToken()},
-		Object: &waldenv1.Object{ObjectId: objformat.ObjectID(sc.broker, j.GetToken(), 1, 2),
-			Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3}}}}))
+		Object: &waldenv1.Object{ObjectId: objformat.ObjectID(sc.broker, j.GetToken(), 1, 2), Size: 200,
+			Ranges: []*waldenv1.ObjectRange{{StreamId: 2, StreamEpoch: 1, StartOffset: 0, EndOffset: 3, Position: 16, Length: 16}}}}))
 	if !errors.Is(err, refusal.ErrStaleAttempt) && !errors.Is(err, refusal.ErrJobNotRunning) {
 		t.Fatalf("stale attempt's commit: %v, want refused", err)
 	}
@@ -283,12 +284,12 @@ func TestS3DownRetries(t *testing.T) {
 	}
 	addr := fs.Addr().String()
 	s3cfg := objstore.FakeConfig(fs.Endpoint, s3test.Bucket)
-	fs.Kill() // S3 down from the start
 	c := newTestCluster(t, "c1")
 	sc := newScenario(t, c, t.TempDir(), 6, 1000)
 	cfg := testConfig()
 	store := newStore(t, s3cfg)
-	exe := newExecutor(c, "c1", cfg, store, nil, nil)
+	exe := newExecutor(c, "c1", cfg, store, nil, nil) // seeds the objects committed before
+	fs.Kill()                                         // S3 down from the start of the recovery
 	ctx, cancel := context.WithCancel(context.Background())
 	r := recovery.NewRunner(cfg, "c1", c.s, member{c, "c1"}, exe, testLogger())
 	done := make(chan struct{})
