@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -11,8 +12,10 @@ import (
 
 	"walden/fieldlimit"
 	"walden/objformat"
+	"walden/objstore"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 	"walden/rpcerr"
 )
 
@@ -101,7 +104,13 @@ func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 	}
 	from = max64(from, stream.GetStartOffset())
 	recs, next, err := b.readCommitted(ctx, req.GetStreamId(), from, committed, max)
-	if err != nil {
+	var unbacked *UnbackedRangeError
+	switch {
+	case errors.As(err, &unbacked):
+		b.log.Error("a committed range is in no object of the object store: its records cannot be read", "stream_id", unbacked.StreamID,
+			"start_offset", unbacked.Start, "end_offset", unbacked.End, "object_id", unbacked.ObjectID, "key", unbacked.Key)
+		return nil, rpcerr.New(refusal.ObjectMissing, unbacked.Error(), unbacked.Metadata())
+	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "read stream %d: %v", req.GetStreamId(), err)
 	}
 	resp.Records = recs
@@ -172,9 +181,13 @@ func (b *Broker) readCommitted(ctx context.Context, streamID, from, end uint64, 
 				continue
 			}
 			if r.GetStartOffset() > next {
-				return nil, 0, fmt.Errorf("broker: stream %d: committed objects have a gap at offset %d (next object starts at %d)", streamID, next, r.GetStartOffset())
+				return nil, 0, &UnbackedRangeError{StreamID: streamID, Start: next, End: r.GetStartOffset()}
 			}
+			missing := &UnbackedRangeError{StreamID: streamID, Start: next, End: r.GetEndOffset(), ObjectID: obj.GetObjectId(), Key: obj.GetKey()}
 			ix, err := b.objectIndex(ctx, obj)
+			if errors.Is(err, objstore.ErrNotFound) {
+				return nil, 0, missing
+			}
 			if err != nil {
 				return nil, 0, err
 			}
@@ -183,6 +196,9 @@ func (b *Broker) readCommitted(ctx context.Context, streamID, from, end uint64, 
 				return nil, 0, fmt.Errorf("broker: object %s: index disagrees with the catalog's range of stream %d: %w", obj.GetKey(), streamID, objformat.ErrCorrupt)
 			}
 			data, err := b.s3.GetRange(ctx, obj.GetKey(), int64(e.Position), int64(e.Length))
+			if errors.Is(err, objstore.ErrNotFound) {
+				return nil, 0, missing
+			}
 			if err != nil {
 				return nil, 0, err
 			}
@@ -214,6 +230,10 @@ func (b *Broker) readCommitted(ctx context.Context, streamID, from, end uint64, 
 			}
 		}
 		if !progressed {
+			if next < end && len(out) == 0 {
+				// The stream's end is beyond every committed object.
+				return nil, 0, &UnbackedRangeError{StreamID: streamID, Start: next, End: end}
+			}
 			break
 		}
 	}

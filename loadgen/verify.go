@@ -9,13 +9,17 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"walden/broker"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // VerifyConfig configures Verify.
@@ -48,6 +52,22 @@ type StreamVerify struct {
 	ReadEnd uint64 `json:"read_end"`
 	// LostOffsets lists up to 20 offsets of lost records.
 	LostOffsets []uint64 `json:"lost_offsets"`
+	// Unbacked lists the committed ranges the read met that no object in
+	// the object store backs (OBJECT_MISSING): their records cannot be
+	// read.
+	Unbacked []UnbackedRange `json:"unbacked"`
+}
+
+// UnbackedRange is a committed range of a stream that no object backs:
+// the object the catalog names is not in the object store (ObjectID
+// empty: the catalog's objects leave a hole there).
+type UnbackedRange struct {
+	Start    uint64 `json:"start_offset"`
+	End      uint64 `json:"end_offset"`
+	ObjectID string `json:"object_id"`
+	Key      string `json:"key"`
+	// Message says it for people.
+	Message string `json:"message"`
 }
 
 // VerifyReport is the result of Verify. Lost counts acknowledged records
@@ -57,18 +77,23 @@ type StreamVerify struct {
 // acknowledged offset in the ledger on (record ids restart with every load
 // run, so records of earlier runs on the same streams are not duplicates).
 type VerifyReport struct {
-	Acked      int64          `json:"acked"`
-	Present    int64          `json:"present"`
-	Lost       int64          `json:"lost"`
-	Gaps       int64          `json:"gaps"`
-	Duplicates int64          `json:"duplicates"`
-	Streams    []StreamVerify `json:"streams"`
+	Acked      int64 `json:"acked"`
+	Present    int64 `json:"present"`
+	Lost       int64 `json:"lost"`
+	Gaps       int64 `json:"gaps"`
+	Duplicates int64 `json:"duplicates"`
+	// Unbacked counts the committed ranges no object backs (each stream's
+	// are listed in its StreamVerify).
+	Unbacked int64          `json:"unbacked"`
+	Streams  []StreamVerify `json:"streams"`
 }
 
-// OK reports whether nothing acknowledged was lost, nothing has gaps and
-// no record is stored twice (Load's producers are idempotent: a retried
-// append is stored once).
-func (r *VerifyReport) OK() bool { return r.Lost == 0 && r.Gaps == 0 && r.Duplicates == 0 }
+// OK reports whether nothing acknowledged was lost, nothing has gaps, no
+// record is stored twice (Load's producers are idempotent: a retried
+// append is stored once) and every committed range read is in an object.
+func (r *VerifyReport) OK() bool {
+	return r.Lost == 0 && r.Gaps == 0 && r.Duplicates == 0 && r.Unbacked == 0
+}
 
 // ReadLedger reads a ledger file: stream → offset → record id. A line that
 // is not a ledger entry is an error naming the line.
@@ -156,6 +181,7 @@ func Verify(ctx context.Context, cfg VerifyConfig) (*VerifyReport, error) {
 		rep.Lost += sv.Lost
 		rep.Gaps += sv.Gaps
 		rep.Duplicates += sv.Duplicates
+		rep.Unbacked += int64(len(sv.Unbacked))
 	}
 	return rep, nil
 }
@@ -163,7 +189,7 @@ func Verify(ctx context.Context, cfg VerifyConfig) (*VerifyReport, error) {
 // verifyStream reads stream from offset 0 until it reaches the ledger's
 // last offset (or the deadline passes), then compares.
 func verifyStream(ctx context.Context, res *resolver, stream uint64, acked map[uint64]string, deadline time.Time, log *slog.Logger) (StreamVerify, error) {
-	sv := StreamVerify{Stream: stream, Acked: int64(len(acked)), LostOffsets: []uint64{}}
+	sv := StreamVerify{Stream: stream, Acked: int64(len(acked)), LostOffsets: []uint64{}, Unbacked: []UnbackedRange{}}
 	var need uint64 // one past the last acknowledged offset
 	first := uint64(math.MaxUint64)
 	for off := range acked {
@@ -175,6 +201,14 @@ func verifyStream(ctx context.Context, res *resolver, stream uint64, acked map[u
 	next := uint64(0)
 	for {
 		recs, err := readSome(ctx, res, stream, next)
+		if u, ok := unbackedOf(err); ok && u.End > next {
+			// Nothing can read these offsets: report them and read on
+			// after them.
+			log.Warn("committed range in no object", "stream_id", stream, "start_offset", u.Start, "end_offset", u.End, "object_id", u.ObjectID)
+			sv.Unbacked = append(sv.Unbacked, u)
+			next = u.End
+			continue
+		}
 		if err != nil {
 			log.Debug("read failed", "stream_id", stream, "from", next, "err", err)
 		}
@@ -221,6 +255,21 @@ func verifyStream(ctx context.Context, res *resolver, stream uint64, acked map[u
 	return sv, nil
 }
 
+// unbackedOf reads the committed range of an OBJECT_MISSING refusal.
+func unbackedOf(err error) (UnbackedRange, bool) {
+	if rpcerr.Reason(err) != refusal.ObjectMissing {
+		return UnbackedRange{}, false
+	}
+	md := rpcerr.Metadata(err)
+	start, err1 := strconv.ParseUint(md[broker.MetaStartOffset], 10, 64)
+	end, err2 := strconv.ParseUint(md[broker.MetaEndOffset], 10, 64)
+	if err1 != nil || err2 != nil || end <= start {
+		return UnbackedRange{}, false
+	}
+	return UnbackedRange{Start: start, End: end, ObjectID: md[broker.MetaObjectID], Key: md[broker.MetaKey],
+		Message: status.Convert(err).Message()}, true
+}
+
 // readSome reads from one broker: the owner first (it also serves its tail
 // not yet committed), else any registered broker (committed data).
 func readSome(ctx context.Context, res *resolver, stream, from uint64) ([]*waldenv1.ReadRecord, error) {
@@ -240,8 +289,8 @@ func readSome(ctx context.Context, res *resolver, stream, from uint64) ([]*walde
 	owner, err := res.owner(ctx, stream)
 	if err == nil {
 		recs, rerr := read(owner)
-		if rerr == nil {
-			return recs, nil
+		if rerr == nil || rpcerr.Reason(rerr) == refusal.ObjectMissing {
+			return recs, rerr // another broker reads the same object store
 		}
 		err = rerr
 	}
@@ -251,8 +300,8 @@ func readSome(ctx context.Context, res *resolver, stream, from uint64) ([]*walde
 			continue
 		}
 		recs, err := read(a)
-		if err == nil {
-			return recs, nil
+		if err == nil || rpcerr.Reason(err) == refusal.ObjectMissing {
+			return recs, err
 		}
 		last = err
 	}

@@ -49,6 +49,7 @@ const (
 	WALFull            Reason = "WAL_FULL"
 	OutOfOrderSequence Reason = "OUT_OF_ORDER_SEQUENCE"
 	UnknownProducer    Reason = "UNKNOWN_PRODUCER"
+	ObjectMissing      Reason = "OBJECT_MISSING"
 )
 
 // The refusals of the cluster itself: leadership, membership, access and
@@ -119,6 +120,9 @@ var Reasons = []Info{
 		"of its last batch; metadata expected_sequence holds the next one."},
 	{UnknownProducer, "An idempotent append with a sequence other than 0 from a producer the stream does " +
 		"not know; the producer starts again with a new producer id."},
+	{ObjectMissing, "A read reached a committed range that no object in the object store backs (the object " +
+		"is not there, or the catalog's objects leave a hole): its records cannot be read. Metadata stream_id, " +
+		"start_offset and end_offset name the range, object_id and key its object."},
 	{NotLeader, "The member is not the leader; metadata leader_id and leader_addr name the leader."},
 	{NoLeader, "The cluster has no leader now (an election, or no quorum)."},
 	{Stopping, "The member is stopping."},

@@ -54,6 +54,7 @@ var codeOf = map[refusal.Reason]codes.Code{
 	refusal.WALFull:            codes.Unavailable,
 	refusal.OutOfOrderSequence: codes.FailedPrecondition,
 	refusal.UnknownProducer:    codes.FailedPrecondition,
+	refusal.ObjectMissing:      codes.DataLoss,
 
 	refusal.NotLeader:          codes.Unavailable,
 	refusal.NoLeader:           codes.Unavailable,

@@ -16,8 +16,9 @@ import (
 )
 
 // errVerifyFailed is returned (exit status 1) when records were lost, the
-// streams have gaps or a record is stored twice.
-var errVerifyFailed = errors.New("verify: acknowledged records lost, offsets missing or records stored twice")
+// streams have gaps, a record is stored twice or a committed range is in
+// no object.
+var errVerifyFailed = errors.New("verify: acknowledged records lost, offsets missing, records stored twice or committed ranges in no object")
 
 func newVerifyCmd() *cobra.Command {
 	var coords, ledger, output, addrs string
@@ -35,11 +36,14 @@ for a stream to reach its last acknowledged offset, and checks:
   lost        acknowledged records absent or with another record there
   gaps        offsets missing inside the data read back
   duplicates  extra copies of a record id at another offset
+  unbacked    committed ranges that no object in the object store backs
+              (a broker answers OBJECT_MISSING): listed by stream and
+              offsets, with the object the catalog names
 
-It prints {"acked","present","lost","gaps","duplicates","streams":[...]} with
--o json (zero values included) and exits with status 1 when lost > 0,
-gaps > 0 or duplicates > 0 (walden load's producers are idempotent: a
-retried append is stored once).`,
+It prints {"acked","present","lost","gaps","duplicates","unbacked",
+"streams":[...]} with -o json (zero values included) and exits with status 1
+when lost > 0, gaps > 0, duplicates > 0 or unbacked > 0 (walden load's
+producers are idempotent: a retried append is stored once).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -64,7 +68,7 @@ retried append is stored once).`,
 				return err
 			}
 			if !rep.OK() {
-				return fmt.Errorf("%w: lost %d, gaps %d, duplicates %d", errVerifyFailed, rep.Lost, rep.Gaps, rep.Duplicates)
+				return fmt.Errorf("%w: lost %d, gaps %d, duplicates %d, unbacked %d", errVerifyFailed, rep.Lost, rep.Gaps, rep.Duplicates, rep.Unbacked)
 			}
 			return nil
 		},
@@ -89,6 +93,11 @@ func printVerify(w io.Writer, output string, rep *loadgen.VerifyReport) error {
 	for _, s := range rep.Streams {
 		fmt.Fprintf(w, "%-8d %10d %10d %8d %8d %10d %10d\n", s.Stream, s.Acked, s.Present, s.Lost, s.Gaps, s.Duplicates, s.ReadEnd)
 	}
-	fmt.Fprintf(w, "total: acked %d, present %d, lost %d, gaps %d, duplicates %d\n", rep.Acked, rep.Present, rep.Lost, rep.Gaps, rep.Duplicates)
+	for _, s := range rep.Streams {
+		for _, u := range s.Unbacked {
+			fmt.Fprintf(w, "unbacked: %s\n", u.Message)
+		}
+	}
+	fmt.Fprintf(w, "total: acked %d, present %d, lost %d, gaps %d, duplicates %d, unbacked %d\n", rep.Acked, rep.Present, rep.Lost, rep.Gaps, rep.Duplicates, rep.Unbacked)
 	return nil
 }
