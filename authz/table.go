@@ -84,11 +84,12 @@ var table = map[string]Rule{
 	waldenv1.Catalog_DescribeStream_FullMethodName:    {Roles: union(readers, brokers)},
 
 	// walden.v1.Jobs: recovery jobs.
-	waldenv1.Jobs_ListJobs_FullMethodName:  {Roles: readers},
-	waldenv1.Jobs_GetJob_FullMethodName:    {Roles: readers},
-	waldenv1.Jobs_WatchJobs_FullMethodName: {Roles: readers},
-	waldenv1.Jobs_CancelJob_FullMethodName: {Roles: operators},
-	waldenv1.Jobs_RetryJob_FullMethodName:  {Roles: operators},
+	waldenv1.Jobs_ListJobs_FullMethodName:   {Roles: readers},
+	waldenv1.Jobs_GetJob_FullMethodName:     {Roles: readers},
+	waldenv1.Jobs_WatchJobs_FullMethodName:  {Roles: readers},
+	waldenv1.Jobs_CancelJob_FullMethodName:  {Roles: operators},
+	waldenv1.Jobs_RetryJob_FullMethodName:   {Roles: operators},
+	waldenv1.Jobs_ResolveJob_FullMethodName: {Roles: operators},
 
 	// walden.v1.Watch: the replicated state's changes (brokers learn that
 	// streams closed).

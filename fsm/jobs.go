@@ -273,7 +273,7 @@ func (s *State) applyCancelJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 	if err != nil {
 		return nil, err
 	}
-	if !jobActive(j) {
+	if !jobActive(j) && j.GetJobState() != waldenv1.JobState_JOB_STATE_BLOCKED {
 		return nil, fmt.Errorf("cancel job: job %s is %s: %w", j.GetJobId(), j.GetJobState().Name(), refusal.ErrJobNotRunning)
 	}
 	j.JobState = waldenv1.JobState_JOB_STATE_CANCELLED
@@ -292,7 +292,7 @@ func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 		return nil, err
 	}
 	switch j.GetJobState() {
-	case waldenv1.JobState_JOB_STATE_FAILED, waldenv1.JobState_JOB_STATE_CANCELLED:
+	case waldenv1.JobState_JOB_STATE_FAILED, waldenv1.JobState_JOB_STATE_CANCELLED, waldenv1.JobState_JOB_STATE_BLOCKED:
 	case waldenv1.JobState_JOB_STATE_PENDING, waldenv1.JobState_JOB_STATE_RUNNING:
 		return nil, fmt.Errorf("retry job: job %s is %s: %w", j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	default:
@@ -311,6 +311,75 @@ func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 	j.UpdatedUnixMs = s.now()
 	s.touchBroker(j)
 	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "retried as attempt %d on %q", j.GetAttempt(), next)
+	return jobResult(j), nil
+}
+
+// applyBlockJob moves the current attempt of a pending or running job to
+// blocked: its step failed without interruption for longer than
+// recovery.blocked_after. The job keeps its broker fenced; an operator
+// retries or resolves it.
+func (s *State) applyBlockJob(index uint64, cmd *waldenv1.Command, op *waldenv1.BlockJob) (*waldenv1.Result, error) {
+	j, err := s.job("block job", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if err := currentAttempt("block job", j, op.GetAttempt()); err != nil {
+		return nil, err
+	}
+	if op.GetError() == "" {
+		return nil, invalid("block job %s: error is empty: a blocked job says why", j.GetJobId())
+	}
+	j.JobState = waldenv1.JobState_JOB_STATE_BLOCKED
+	if knownStep(op.GetJobStep()) {
+		j.JobStep = op.GetJobStep()
+	}
+	j.Error = op.GetError()
+	j.BlockedUnixMs = s.now()
+	j.UpdatedUnixMs = s.now()
+	s.touchBroker(j)
+	s.jobEvent(index, cmd.GetProposerId(), j, "attempt %d blocked at %s after failing for %.1fs: %s",
+		j.GetAttempt(), j.GetJobStep().Name(), float64(op.GetFailingMs())/1000, op.GetError())
+	return jobResult(j), nil
+}
+
+// applyResolveJob is an operator's resolution of a blocked or failed job: a
+// new attempt, with the reason recorded in the job and the event log; with
+// wal_lost the attempts recover nothing from the WAL.
+func (s *State) applyResolveJob(index uint64, cmd *waldenv1.Command, op *waldenv1.ResolveJob) (*waldenv1.Result, error) {
+	j, err := s.job("resolve job", op.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if op.GetReason() == "" {
+		return nil, invalid("resolve job %s: reason is empty: a resolution says why (--reason)", j.GetJobId())
+	}
+	switch j.GetJobState() {
+	case waldenv1.JobState_JOB_STATE_BLOCKED, waldenv1.JobState_JOB_STATE_FAILED:
+	case waldenv1.JobState_JOB_STATE_PENDING, waldenv1.JobState_JOB_STATE_RUNNING:
+		return nil, fmt.Errorf("resolve job: job %s is %s, not blocked: wait for it, or cancel it: %w",
+			j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
+	default:
+		return nil, invalid("resolve job: job %s is %s: only a blocked or failed job is resolved", j.GetJobId(), j.GetJobState().Name())
+	}
+	if b, ok := s.brokers[j.GetBrokerId()]; !ok || !b.GetFenced() || b.GetEpoch() != j.GetToken() {
+		return nil, fmt.Errorf("resolve job: job %s token %d: broker %q registered again since: %w",
+			j.GetJobId(), j.GetToken(), j.GetBrokerId(), refusal.ErrEpochExpired)
+	}
+	next := s.pickAssignee(op.GetLiveMembers(), "")
+	j.JobState = waldenv1.JobState_JOB_STATE_PENDING
+	j.Attempt++
+	j.AssigneeId = next
+	j.Error = ""
+	j.FinishedUnixMs = 0
+	j.UpdatedUnixMs = s.now()
+	j.WalLost = j.GetWalLost() || op.GetWalLost()
+	j.Resolution = op.GetReason()
+	s.touchBroker(j)
+	what := "resolved"
+	if op.GetWalLost() {
+		what = "resolved with the WAL declared lost (what it held beyond the catalog is lost)"
+	}
+	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "%s: %s; attempt %d on %q", what, op.GetReason(), j.GetAttempt(), next)
 	return jobResult(j), nil
 }
 

@@ -203,7 +203,7 @@ func TestLegacyEntryRefusals(t *testing.T) {
 	}{
 		{&waldenv1.ObserveBroker{ObserverId: "c1", BrokerId: "b1", State: "zombie"}, `observe broker "b1": state "zombie" is not alive, suspect or dead`},
 		{&waldenv1.RecordEvent{Event: &waldenv1.Event{Kind: "party"}}, `record event: kind "party" is not register, observation,`},
-		{&waldenv1.FinishJob{JobId: "j", Attempt: 1, State: "done"}, `finish job j: state "done" is not pending, running, succeeded, failed or cancelled`},
+		{&waldenv1.FinishJob{JobId: "j", Attempt: 1, State: "done"}, `finish job j: state "done" is not pending, running, succeeded, failed, cancelled or blocked`},
 		{&waldenv1.CheckpointJob{JobId: "j", Attempt: 1, Step: "teleport"}, `checkpoint job j: step "teleport" is not fence, attach,`},
 	}
 	for _, c := range cases {

@@ -205,6 +205,10 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		res, err = s.applyCancelJob(index, cmd, op.CancelJob)
 	case *waldenv1.Command_RetryJob:
 		res, err = s.applyRetryJob(index, cmd, op.RetryJob)
+	case *waldenv1.Command_BlockJob:
+		res, err = s.applyBlockJob(index, cmd, op.BlockJob)
+	case *waldenv1.Command_ResolveJob:
+		res, err = s.applyResolveJob(index, cmd, op.ResolveJob)
 	default:
 		err = fmt.Errorf("fsm: apply index %d, request %d: %w", index, cmd.GetRequestId(), ErrUnknownCommand)
 	}

@@ -75,7 +75,7 @@ func NewClusterCollector(src ClusterSource) *ClusterCollector {
 		failovers: prometheus.NewDesc("walden_failovers_total",
 			"Failover decisions applied to brokers (automatic and manual), from the replicated state: the same on every member.", nil, nil),
 		jobs: prometheus.NewDesc("walden_recovery_jobs",
-			"Recovery jobs by state (pending, running, succeeded, failed, cancelled), from the replicated state: the same on every member.",
+			"Recovery jobs by state (pending, running, succeeded, failed, cancelled, blocked), from the replicated state: the same on every member.",
 			[]string{"state"}, nil),
 		observations: prometheus.NewDesc("walden_observations",
 			"This member's current observations of the registered brokers, by state (alive, suspect, dead).",

@@ -191,8 +191,9 @@ walden_failovers_total 3
 walden_observations{state="alive"} 1
 walden_observations{state="dead"} 1
 walden_observations{state="suspect"} 0
-# HELP walden_recovery_jobs Recovery jobs by state (pending, running, succeeded, failed, cancelled), from the replicated state: the same on every member.
+# HELP walden_recovery_jobs Recovery jobs by state (pending, running, succeeded, failed, cancelled, blocked), from the replicated state: the same on every member.
 # TYPE walden_recovery_jobs gauge
+walden_recovery_jobs{state="blocked"} 0
 walden_recovery_jobs{state="cancelled"} 0
 walden_recovery_jobs{state="failed"} 0
 walden_recovery_jobs{state="pending"} 0

@@ -170,7 +170,15 @@ type Job struct {
 	// target_report is what the recovery target reports in its own terms
 	// (the automq target: AutoMQ's node and epoch, object ids, per-stream end
 	// offsets before and after); absent for the builtin and exec targets.
-	TargetReport  *TargetReport `protobuf:"bytes,31,opt,name=target_report,json=targetReport,proto3" json:"target_report,omitempty"`
+	TargetReport *TargetReport `protobuf:"bytes,31,opt,name=target_report,json=targetReport,proto3" json:"target_report,omitempty"`
+	// blocked_unix_ms is when the job last entered blocked (0: never).
+	BlockedUnixMs int64 `protobuf:"varint,32,opt,name=blocked_unix_ms,json=blockedUnixMs,proto3" json:"blocked_unix_ms,omitempty"`
+	// wal_lost says an operator resolved the job declaring the broker's WAL
+	// lost: its attempts recover nothing from the WAL and close the broker's
+	// streams at the catalog's ends (what the WAL held beyond is lost).
+	WalLost bool `protobuf:"varint,33,opt,name=wal_lost,json=walLost,proto3" json:"wal_lost,omitempty"`
+	// resolution is the operator's reason of the last resolution.
+	Resolution    string `protobuf:"bytes,34,opt,name=resolution,proto3" json:"resolution,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -422,6 +430,27 @@ func (x *Job) GetTargetReport() *TargetReport {
 		return x.TargetReport
 	}
 	return nil
+}
+
+func (x *Job) GetBlockedUnixMs() int64 {
+	if x != nil {
+		return x.BlockedUnixMs
+	}
+	return 0
+}
+
+func (x *Job) GetWalLost() bool {
+	if x != nil {
+		return x.WalLost
+	}
+	return false
+}
+
+func (x *Job) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
 }
 
 // TargetReport is a recovery target's account of a job in the terms of the
@@ -1617,6 +1646,270 @@ func (x *RetryJobRequest) GetJobId() string {
 	return ""
 }
 
+// BlockJob moves the current attempt of a pending or running job to
+// blocked: its step failed for longer than recovery.blocked_after.
+type BlockJob struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	JobStep JobStep                `protobuf:"varint,3,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
+	// error is the step's last error; failing_ms how long it had failed.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	FailingMs     int64  `protobuf:"varint,5,opt,name=failing_ms,json=failingMs,proto3" json:"failing_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockJob) Reset() {
+	*x = BlockJob{}
+	mi := &file_walden_v1_jobs_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockJob) ProtoMessage() {}
+
+func (x *BlockJob) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_jobs_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockJob.ProtoReflect.Descriptor instead.
+func (*BlockJob) Descriptor() ([]byte, []int) {
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *BlockJob) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *BlockJob) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *BlockJob) GetJobStep() JobStep {
+	if x != nil {
+		return x.JobStep
+	}
+	return JobStep_JOB_STEP_UNSPECIFIED
+}
+
+func (x *BlockJob) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *BlockJob) GetFailingMs() int64 {
+	if x != nil {
+		return x.FailingMs
+	}
+	return 0
+}
+
+// ResolveJob is an operator's resolution of a blocked or failed job: a new
+// attempt, recorded with the reason; with wal_lost the attempts recover
+// nothing from the broker's WAL.
+type ResolveJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	WalLost       bool                   `protobuf:"varint,4,opt,name=wal_lost,json=walLost,proto3" json:"wal_lost,omitempty"`
+	LiveMembers   []string               `protobuf:"bytes,5,rep,name=live_members,json=liveMembers,proto3" json:"live_members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveJob) Reset() {
+	*x = ResolveJob{}
+	mi := &file_walden_v1_jobs_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveJob) ProtoMessage() {}
+
+func (x *ResolveJob) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_jobs_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveJob.ProtoReflect.Descriptor instead.
+func (*ResolveJob) Descriptor() ([]byte, []int) {
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResolveJob) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ResolveJob) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResolveJob) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ResolveJob) GetWalLost() bool {
+	if x != nil {
+		return x.WalLost
+	}
+	return false
+}
+
+func (x *ResolveJob) GetLiveMembers() []string {
+	if x != nil {
+		return x.LiveMembers
+	}
+	return nil
+}
+
+type ResolveJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// reason is required: it is recorded in the job and the event log.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// wal_lost declares the broker's WAL lost for good.
+	WalLost       bool `protobuf:"varint,3,opt,name=wal_lost,json=walLost,proto3" json:"wal_lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveJobRequest) Reset() {
+	*x = ResolveJobRequest{}
+	mi := &file_walden_v1_jobs_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveJobRequest) ProtoMessage() {}
+
+func (x *ResolveJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_jobs_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveJobRequest.ProtoReflect.Descriptor instead.
+func (*ResolveJobRequest) Descriptor() ([]byte, []int) {
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ResolveJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ResolveJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResolveJobRequest) GetWalLost() bool {
+	if x != nil {
+		return x.WalLost
+	}
+	return false
+}
+
+type ResolveJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveJobResponse) Reset() {
+	*x = ResolveJobResponse{}
+	mi := &file_walden_v1_jobs_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveJobResponse) ProtoMessage() {}
+
+func (x *ResolveJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_jobs_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveJobResponse.ProtoReflect.Descriptor instead.
+func (*ResolveJobResponse) Descriptor() ([]byte, []int) {
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResolveJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 type RetryJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1626,7 +1919,7 @@ type RetryJobResponse struct {
 
 func (x *RetryJobResponse) Reset() {
 	*x = RetryJobResponse{}
-	mi := &file_walden_v1_jobs_proto_msgTypes[19]
+	mi := &file_walden_v1_jobs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1931,7 @@ func (x *RetryJobResponse) String() string {
 func (*RetryJobResponse) ProtoMessage() {}
 
 func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_jobs_proto_msgTypes[19]
+	mi := &file_walden_v1_jobs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1944,7 @@ func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{19}
+	return file_walden_v1_jobs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RetryJobResponse) GetJob() *Job {
@@ -1673,7 +1966,8 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x16\n" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x12-\n" +
-	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xa2\t\n" +
+	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\x85\n" +
+	"\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
@@ -1708,7 +2002,12 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\tjob_state\x18\x1c \x01(\x0e2\x13.walden.v1.JobStateR\bjobState\x12-\n" +
 	"\bjob_step\x18\x1d \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\x12-\n" +
 	"\x06automq\x18\x1e \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\x12<\n" +
-	"\rtarget_report\x18\x1f \x01(\v2\x17.walden.v1.TargetReportR\ftargetReport\"\xa0\x02\n" +
+	"\rtarget_report\x18\x1f \x01(\v2\x17.walden.v1.TargetReportR\ftargetReport\x12&\n" +
+	"\x0fblocked_unix_ms\x18  \x01(\x03R\rblockedUnixMs\x12\x19\n" +
+	"\bwal_lost\x18! \x01(\bR\awalLost\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\" \x01(\tR\n" +
+	"resolution\"\xa0\x02\n" +
 	"\fTargetReport\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x03R\x06nodeId\x12\x1d\n" +
@@ -1795,15 +2094,37 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x11CancelJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.walden.v1.JobR\x03job\"(\n" +
 	"\x0fRetryJobRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"4\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x9f\x01\n" +
+	"\bBlockJob\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12-\n" +
+	"\bjob_step\x18\x03 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"failing_ms\x18\x05 \x01(\x03R\tfailingMs\"\x8f\x01\n" +
+	"\n" +
+	"ResolveJob\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x19\n" +
+	"\bwal_lost\x18\x04 \x01(\bR\awalLost\x12!\n" +
+	"\flive_members\x18\x05 \x03(\tR\vliveMembers\"]\n" +
+	"\x11ResolveJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
+	"\bwal_lost\x18\x03 \x01(\bR\awalLost\"6\n" +
+	"\x12ResolveJobResponse\x12 \n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.walden.v1.JobR\x03job\"4\n" +
 	"\x10RetryJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.walden.v1.JobR\x03job2\xe0\x02\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.walden.v1.JobR\x03job2\xab\x03\n" +
 	"\x04Jobs\x12C\n" +
 	"\bListJobs\x12\x1a.walden.v1.ListJobsRequest\x1a\x1b.walden.v1.ListJobsResponse\x12=\n" +
 	"\x06GetJob\x12\x18.walden.v1.GetJobRequest\x1a\x19.walden.v1.GetJobResponse\x12G\n" +
 	"\tWatchJobs\x12\x1b.walden.v1.WatchJobsRequest\x1a\x1b.walden.v1.ListJobsResponse0\x01\x12F\n" +
 	"\tCancelJob\x12\x1b.walden.v1.CancelJobRequest\x1a\x1c.walden.v1.CancelJobResponse\x12C\n" +
-	"\bRetryJob\x12\x1a.walden.v1.RetryJobRequest\x1a\x1b.walden.v1.RetryJobResponseB!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
+	"\bRetryJob\x12\x1a.walden.v1.RetryJobRequest\x1a\x1b.walden.v1.RetryJobResponse\x12I\n" +
+	"\n" +
+	"ResolveJob\x12\x1c.walden.v1.ResolveJobRequest\x1a\x1d.walden.v1.ResolveJobResponseB!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
 
 var (
 	file_walden_v1_jobs_proto_rawDescOnce sync.Once
@@ -1817,66 +2138,74 @@ func file_walden_v1_jobs_proto_rawDescGZIP() []byte {
 	return file_walden_v1_jobs_proto_rawDescData
 }
 
-var file_walden_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_walden_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_walden_v1_jobs_proto_goTypes = []any{
-	(*Checkpoint)(nil),        // 0: walden.v1.Checkpoint
-	(*Job)(nil),               // 1: walden.v1.Job
-	(*TargetReport)(nil),      // 2: walden.v1.TargetReport
-	(*TargetStream)(nil),      // 3: walden.v1.TargetStream
-	(*TargetObject)(nil),      // 4: walden.v1.TargetObject
-	(*RenewJobLease)(nil),     // 5: walden.v1.RenewJobLease
-	(*ReassignJob)(nil),       // 6: walden.v1.ReassignJob
-	(*CheckpointJob)(nil),     // 7: walden.v1.CheckpointJob
-	(*FinishJob)(nil),         // 8: walden.v1.FinishJob
-	(*CancelJob)(nil),         // 9: walden.v1.CancelJob
-	(*RetryJob)(nil),          // 10: walden.v1.RetryJob
-	(*ListJobsRequest)(nil),   // 11: walden.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),  // 12: walden.v1.ListJobsResponse
-	(*GetJobRequest)(nil),     // 13: walden.v1.GetJobRequest
-	(*GetJobResponse)(nil),    // 14: walden.v1.GetJobResponse
-	(*WatchJobsRequest)(nil),  // 15: walden.v1.WatchJobsRequest
-	(*CancelJobRequest)(nil),  // 16: walden.v1.CancelJobRequest
-	(*CancelJobResponse)(nil), // 17: walden.v1.CancelJobResponse
-	(*RetryJobRequest)(nil),   // 18: walden.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),  // 19: walden.v1.RetryJobResponse
-	(JobStep)(0),              // 20: walden.v1.JobStep
-	(*WalLocation)(nil),       // 21: walden.v1.WalLocation
-	(JobState)(0),             // 22: walden.v1.JobState
-	(*AutomqNode)(nil),        // 23: walden.v1.AutomqNode
+	(*Checkpoint)(nil),         // 0: walden.v1.Checkpoint
+	(*Job)(nil),                // 1: walden.v1.Job
+	(*TargetReport)(nil),       // 2: walden.v1.TargetReport
+	(*TargetStream)(nil),       // 3: walden.v1.TargetStream
+	(*TargetObject)(nil),       // 4: walden.v1.TargetObject
+	(*RenewJobLease)(nil),      // 5: walden.v1.RenewJobLease
+	(*ReassignJob)(nil),        // 6: walden.v1.ReassignJob
+	(*CheckpointJob)(nil),      // 7: walden.v1.CheckpointJob
+	(*FinishJob)(nil),          // 8: walden.v1.FinishJob
+	(*CancelJob)(nil),          // 9: walden.v1.CancelJob
+	(*RetryJob)(nil),           // 10: walden.v1.RetryJob
+	(*ListJobsRequest)(nil),    // 11: walden.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),   // 12: walden.v1.ListJobsResponse
+	(*GetJobRequest)(nil),      // 13: walden.v1.GetJobRequest
+	(*GetJobResponse)(nil),     // 14: walden.v1.GetJobResponse
+	(*WatchJobsRequest)(nil),   // 15: walden.v1.WatchJobsRequest
+	(*CancelJobRequest)(nil),   // 16: walden.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),  // 17: walden.v1.CancelJobResponse
+	(*RetryJobRequest)(nil),    // 18: walden.v1.RetryJobRequest
+	(*BlockJob)(nil),           // 19: walden.v1.BlockJob
+	(*ResolveJob)(nil),         // 20: walden.v1.ResolveJob
+	(*ResolveJobRequest)(nil),  // 21: walden.v1.ResolveJobRequest
+	(*ResolveJobResponse)(nil), // 22: walden.v1.ResolveJobResponse
+	(*RetryJobResponse)(nil),   // 23: walden.v1.RetryJobResponse
+	(JobStep)(0),               // 24: walden.v1.JobStep
+	(*WalLocation)(nil),        // 25: walden.v1.WalLocation
+	(JobState)(0),              // 26: walden.v1.JobState
+	(*AutomqNode)(nil),         // 27: walden.v1.AutomqNode
 }
 var file_walden_v1_jobs_proto_depIdxs = []int32{
-	20, // 0: walden.v1.Checkpoint.job_step:type_name -> walden.v1.JobStep
+	24, // 0: walden.v1.Checkpoint.job_step:type_name -> walden.v1.JobStep
 	0,  // 1: walden.v1.Job.checkpoints:type_name -> walden.v1.Checkpoint
-	21, // 2: walden.v1.Job.wal:type_name -> walden.v1.WalLocation
-	22, // 3: walden.v1.Job.job_state:type_name -> walden.v1.JobState
-	20, // 4: walden.v1.Job.job_step:type_name -> walden.v1.JobStep
-	23, // 5: walden.v1.Job.automq:type_name -> walden.v1.AutomqNode
+	25, // 2: walden.v1.Job.wal:type_name -> walden.v1.WalLocation
+	26, // 3: walden.v1.Job.job_state:type_name -> walden.v1.JobState
+	24, // 4: walden.v1.Job.job_step:type_name -> walden.v1.JobStep
+	27, // 5: walden.v1.Job.automq:type_name -> walden.v1.AutomqNode
 	2,  // 6: walden.v1.Job.target_report:type_name -> walden.v1.TargetReport
 	3,  // 7: walden.v1.TargetReport.streams:type_name -> walden.v1.TargetStream
 	4,  // 8: walden.v1.TargetReport.objects:type_name -> walden.v1.TargetObject
-	20, // 9: walden.v1.CheckpointJob.job_step:type_name -> walden.v1.JobStep
+	24, // 9: walden.v1.CheckpointJob.job_step:type_name -> walden.v1.JobStep
 	2,  // 10: walden.v1.CheckpointJob.target_report:type_name -> walden.v1.TargetReport
-	22, // 11: walden.v1.FinishJob.job_state:type_name -> walden.v1.JobState
-	22, // 12: walden.v1.ListJobsRequest.job_state:type_name -> walden.v1.JobState
+	26, // 11: walden.v1.FinishJob.job_state:type_name -> walden.v1.JobState
+	26, // 12: walden.v1.ListJobsRequest.job_state:type_name -> walden.v1.JobState
 	1,  // 13: walden.v1.ListJobsResponse.jobs:type_name -> walden.v1.Job
 	1,  // 14: walden.v1.GetJobResponse.job:type_name -> walden.v1.Job
 	1,  // 15: walden.v1.CancelJobResponse.job:type_name -> walden.v1.Job
-	1,  // 16: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
-	11, // 17: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
-	13, // 18: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
-	15, // 19: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
-	16, // 20: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
-	18, // 21: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
-	12, // 22: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
-	14, // 23: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
-	12, // 24: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
-	17, // 25: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
-	19, // 26: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	24, // 16: walden.v1.BlockJob.job_step:type_name -> walden.v1.JobStep
+	1,  // 17: walden.v1.ResolveJobResponse.job:type_name -> walden.v1.Job
+	1,  // 18: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
+	11, // 19: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
+	13, // 20: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
+	15, // 21: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
+	16, // 22: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
+	18, // 23: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
+	21, // 24: walden.v1.Jobs.ResolveJob:input_type -> walden.v1.ResolveJobRequest
+	12, // 25: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
+	14, // 26: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
+	12, // 27: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
+	17, // 28: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
+	23, // 29: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
+	22, // 30: walden.v1.Jobs.ResolveJob:output_type -> walden.v1.ResolveJobResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_jobs_proto_init() }
@@ -1892,7 +2221,7 @@ func file_walden_v1_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_jobs_proto_rawDesc), len(file_walden_v1_jobs_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Jobs_ListJobs_FullMethodName  = "/walden.v1.Jobs/ListJobs"
-	Jobs_GetJob_FullMethodName    = "/walden.v1.Jobs/GetJob"
-	Jobs_WatchJobs_FullMethodName = "/walden.v1.Jobs/WatchJobs"
-	Jobs_CancelJob_FullMethodName = "/walden.v1.Jobs/CancelJob"
-	Jobs_RetryJob_FullMethodName  = "/walden.v1.Jobs/RetryJob"
+	Jobs_ListJobs_FullMethodName   = "/walden.v1.Jobs/ListJobs"
+	Jobs_GetJob_FullMethodName     = "/walden.v1.Jobs/GetJob"
+	Jobs_WatchJobs_FullMethodName  = "/walden.v1.Jobs/WatchJobs"
+	Jobs_CancelJob_FullMethodName  = "/walden.v1.Jobs/CancelJob"
+	Jobs_RetryJob_FullMethodName   = "/walden.v1.Jobs/RetryJob"
+	Jobs_ResolveJob_FullMethodName = "/walden.v1.Jobs/ResolveJob"
 )
 
 // JobsClient is the client API for Jobs service.
@@ -37,6 +38,10 @@ type JobsClient interface {
 	WatchJobs(ctx context.Context, in *WatchJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListJobsResponse], error)
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	RetryJob(ctx context.Context, in *RetryJobRequest, opts ...grpc.CallOption) (*RetryJobResponse, error)
+	// ResolveJob resolves a blocked or failed job with an operator's reason
+	// (an audited event): a new attempt, which with wal_lost recovers
+	// nothing from the WAL and closes the broker's streams.
+	ResolveJob(ctx context.Context, in *ResolveJobRequest, opts ...grpc.CallOption) (*ResolveJobResponse, error)
 }
 
 type jobsClient struct {
@@ -106,6 +111,16 @@ func (c *jobsClient) RetryJob(ctx context.Context, in *RetryJobRequest, opts ...
 	return out, nil
 }
 
+func (c *jobsClient) ResolveJob(ctx context.Context, in *ResolveJobRequest, opts ...grpc.CallOption) (*ResolveJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveJobResponse)
+	err := c.cc.Invoke(ctx, Jobs_ResolveJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobsServer is the server API for Jobs service.
 // All implementations must embed UnimplementedJobsServer
 // for forward compatibility.
@@ -117,6 +132,10 @@ type JobsServer interface {
 	WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[ListJobsResponse]) error
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	RetryJob(context.Context, *RetryJobRequest) (*RetryJobResponse, error)
+	// ResolveJob resolves a blocked or failed job with an operator's reason
+	// (an audited event): a new attempt, which with wal_lost recovers
+	// nothing from the WAL and closes the broker's streams.
+	ResolveJob(context.Context, *ResolveJobRequest) (*ResolveJobResponse, error)
 	mustEmbedUnimplementedJobsServer()
 }
 
@@ -141,6 +160,9 @@ func (UnimplementedJobsServer) CancelJob(context.Context, *CancelJobRequest) (*C
 }
 func (UnimplementedJobsServer) RetryJob(context.Context, *RetryJobRequest) (*RetryJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryJob not implemented")
+}
+func (UnimplementedJobsServer) ResolveJob(context.Context, *ResolveJobRequest) (*ResolveJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveJob not implemented")
 }
 func (UnimplementedJobsServer) mustEmbedUnimplementedJobsServer() {}
 func (UnimplementedJobsServer) testEmbeddedByValue()              {}
@@ -246,6 +268,24 @@ func _Jobs_RetryJob_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Jobs_ResolveJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobsServer).ResolveJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Jobs_ResolveJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobsServer).ResolveJob(ctx, req.(*ResolveJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Jobs_ServiceDesc is the grpc.ServiceDesc for Jobs service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -268,6 +308,10 @@ var Jobs_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryJob",
 			Handler:    _Jobs_RetryJob_Handler,
+		},
+		{
+			MethodName: "ResolveJob",
+			Handler:    _Jobs_ResolveJob_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

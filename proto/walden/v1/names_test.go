@@ -32,7 +32,7 @@ func TestNames(t *testing.T) {
 	}{
 		{Names[BrokerState](), []string{"alive", "suspect", "failed", "recovering", "recovered", "maintenance"}},
 		{Names[ObservationState](), []string{"alive", "suspect", "dead"}},
-		{Names[JobState](), []string{"pending", "running", "succeeded", "failed", "cancelled"}},
+		{Names[JobState](), []string{"pending", "running", "succeeded", "failed", "cancelled", "blocked"}},
 		{Names[JobStep](), []string{"fence", "attach", "read", "upload", "commit", "close", "detach", "done"}},
 		{Names[MemberRole](), []string{"voter", "learner", "leader", "follower"}},
 		{Names[EventKind](), []string{"register", "observation", "decision", "dry_run", "freeze", "unfreeze", "cooldown",

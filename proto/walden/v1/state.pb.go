@@ -64,6 +64,8 @@ type Command struct {
 	//	*Command_FinishJob
 	//	*Command_CancelJob
 	//	*Command_RetryJob
+	//	*Command_BlockJob
+	//	*Command_ResolveJob
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -314,6 +316,24 @@ func (x *Command) GetRetryJob() *RetryJob {
 	return nil
 }
 
+func (x *Command) GetBlockJob() *BlockJob {
+	if x != nil {
+		if x, ok := x.Op.(*Command_BlockJob); ok {
+			return x.BlockJob
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetResolveJob() *ResolveJob {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ResolveJob); ok {
+			return x.ResolveJob
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -401,6 +421,14 @@ type Command_RetryJob struct {
 	RetryJob *RetryJob `protobuf:"bytes,65,opt,name=retry_job,json=retryJob,proto3,oneof"`
 }
 
+type Command_BlockJob struct {
+	BlockJob *BlockJob `protobuf:"bytes,66,opt,name=block_job,json=blockJob,proto3,oneof"`
+}
+
+type Command_ResolveJob struct {
+	ResolveJob *ResolveJob `protobuf:"bytes,67,opt,name=resolve_job,json=resolveJob,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Op() {}
 
 func (*Command_RegisterBroker) isCommand_Op() {}
@@ -440,6 +468,10 @@ func (*Command_FinishJob) isCommand_Op() {}
 func (*Command_CancelJob) isCommand_Op() {}
 
 func (*Command_RetryJob) isCommand_Op() {}
+
+func (*Command_BlockJob) isCommand_Op() {}
+
+func (*Command_ResolveJob) isCommand_Op() {}
 
 // Noop carries an opaque payload. It is proposed by a new leader to commit an
 // entry of its term, and by benchmarks.
@@ -1127,8 +1159,7 @@ var File_walden_v1_state_proto protoreflect.FileDescriptor
 
 const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xea\n" +
-	"\n" +
+	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xd8\v\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12(\n" +
@@ -1162,7 +1193,10 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"finish_job\x18? \x01(\v2\x14.walden.v1.FinishJobH\x00R\tfinishJob\x125\n" +
 	"\n" +
 	"cancel_job\x18@ \x01(\v2\x14.walden.v1.CancelJobH\x00R\tcancelJob\x122\n" +
-	"\tretry_job\x18A \x01(\v2\x13.walden.v1.RetryJobH\x00R\bretryJobB\x04\n" +
+	"\tretry_job\x18A \x01(\v2\x13.walden.v1.RetryJobH\x00R\bretryJob\x122\n" +
+	"\tblock_job\x18B \x01(\v2\x13.walden.v1.BlockJobH\x00R\bblockJob\x128\n" +
+	"\vresolve_job\x18C \x01(\v2\x15.walden.v1.ResolveJobH\x00R\n" +
+	"resolveJobB\x04\n" +
 	"\x02op\" \n" +
 	"\x04Noop\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"\xe9\x04\n" +
@@ -1271,19 +1305,21 @@ var file_walden_v1_state_proto_goTypes = []any{
 	(*FinishJob)(nil),            // 26: walden.v1.FinishJob
 	(*CancelJob)(nil),            // 27: walden.v1.CancelJob
 	(*RetryJob)(nil),             // 28: walden.v1.RetryJob
-	(*RegisterBrokerResult)(nil), // 29: walden.v1.RegisterBrokerResult
-	(*DeclareFailedResult)(nil),  // 30: walden.v1.DeclareFailedResult
-	(*Broker)(nil),               // 31: walden.v1.Broker
-	(*Event)(nil),                // 32: walden.v1.Event
-	(*OpenStreamResponse)(nil),   // 33: walden.v1.OpenStreamResponse
-	(*CommitObjectResponse)(nil), // 34: walden.v1.CommitObjectResponse
-	(*CloseStreamResponse)(nil),  // 35: walden.v1.CloseStreamResponse
-	(*Job)(nil),                  // 36: walden.v1.Job
-	(*Member)(nil),               // 37: walden.v1.Member
-	(*Stream)(nil),               // 38: walden.v1.Stream
-	(*Object)(nil),               // 39: walden.v1.Object
-	(*StreamProducers)(nil),      // 40: walden.v1.StreamProducers
-	(*Policy)(nil),               // 41: walden.v1.Policy
+	(*BlockJob)(nil),             // 29: walden.v1.BlockJob
+	(*ResolveJob)(nil),           // 30: walden.v1.ResolveJob
+	(*RegisterBrokerResult)(nil), // 31: walden.v1.RegisterBrokerResult
+	(*DeclareFailedResult)(nil),  // 32: walden.v1.DeclareFailedResult
+	(*Broker)(nil),               // 33: walden.v1.Broker
+	(*Event)(nil),                // 34: walden.v1.Event
+	(*OpenStreamResponse)(nil),   // 35: walden.v1.OpenStreamResponse
+	(*CommitObjectResponse)(nil), // 36: walden.v1.CommitObjectResponse
+	(*CloseStreamResponse)(nil),  // 37: walden.v1.CloseStreamResponse
+	(*Job)(nil),                  // 38: walden.v1.Job
+	(*Member)(nil),               // 39: walden.v1.Member
+	(*Stream)(nil),               // 40: walden.v1.Stream
+	(*Object)(nil),               // 41: walden.v1.Object
+	(*StreamProducers)(nil),      // 42: walden.v1.StreamProducers
+	(*Policy)(nil),               // 43: walden.v1.Policy
 }
 var file_walden_v1_state_proto_depIdxs = []int32{
 	1,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
@@ -1306,33 +1342,35 @@ var file_walden_v1_state_proto_depIdxs = []int32{
 	26, // 17: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
 	27, // 18: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
 	28, // 19: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
-	3,  // 20: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
-	29, // 21: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
-	30, // 22: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
-	31, // 23: walden.v1.Result.broker:type_name -> walden.v1.Broker
-	7,  // 24: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
-	32, // 25: walden.v1.Result.event:type_name -> walden.v1.Event
-	33, // 26: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
-	34, // 27: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
-	35, // 28: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
-	36, // 29: walden.v1.Result.job:type_name -> walden.v1.Job
-	4,  // 30: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
-	37, // 31: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
-	31, // 32: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
-	7,  // 33: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
-	32, // 34: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
-	38, // 35: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
-	39, // 36: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
-	36, // 37: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
-	40, // 38: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
-	8,  // 39: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
-	9,  // 40: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
-	41, // 41: walden.v1.PolicyOverrides.seed:type_name -> walden.v1.Policy
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	29, // 20: walden.v1.Command.block_job:type_name -> walden.v1.BlockJob
+	30, // 21: walden.v1.Command.resolve_job:type_name -> walden.v1.ResolveJob
+	3,  // 22: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
+	31, // 23: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
+	32, // 24: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
+	33, // 25: walden.v1.Result.broker:type_name -> walden.v1.Broker
+	7,  // 26: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
+	34, // 27: walden.v1.Result.event:type_name -> walden.v1.Event
+	35, // 28: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
+	36, // 29: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
+	37, // 30: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
+	38, // 31: walden.v1.Result.job:type_name -> walden.v1.Job
+	4,  // 32: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
+	39, // 33: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
+	33, // 34: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
+	7,  // 35: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
+	34, // 36: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
+	40, // 37: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
+	41, // 38: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
+	38, // 39: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
+	42, // 40: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
+	8,  // 41: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
+	9,  // 42: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
+	43, // 43: walden.v1.PolicyOverrides.seed:type_name -> walden.v1.Policy
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_state_proto_init() }
@@ -1365,6 +1403,8 @@ func file_walden_v1_state_proto_init() {
 		(*Command_FinishJob)(nil),
 		(*Command_CancelJob)(nil),
 		(*Command_RetryJob)(nil),
+		(*Command_BlockJob)(nil),
+		(*Command_ResolveJob)(nil),
 	}
 	file_walden_v1_state_proto_msgTypes[2].OneofWrappers = []any{
 		(*Result_Noop)(nil),

@@ -160,6 +160,12 @@ const (
 	JobState_JOB_STATE_FAILED JobState = 4
 	// An operator cancelled it; it may be retried.
 	JobState_JOB_STATE_CANCELLED JobState = 5
+	// A step failed without interruption for longer than
+	// recovery.blocked_after (the WAL cannot be found, object storage or the
+	// plugin refuses): the job stopped retrying, its error says why, and an
+	// alert fires. An operator retries it once the cause is fixed, or
+	// resolves it (waldenctl jobs resolve, an audited event).
+	JobState_JOB_STATE_BLOCKED JobState = 6
 )
 
 // Enum value maps for JobState.
@@ -171,6 +177,7 @@ var (
 		3: "JOB_STATE_SUCCEEDED",
 		4: "JOB_STATE_FAILED",
 		5: "JOB_STATE_CANCELLED",
+		6: "JOB_STATE_BLOCKED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -179,6 +186,7 @@ var (
 		"JOB_STATE_SUCCEEDED":   3,
 		"JOB_STATE_FAILED":      4,
 		"JOB_STATE_CANCELLED":   5,
+		"JOB_STATE_BLOCKED":     6,
 	}
 )
 
@@ -465,14 +473,15 @@ const file_walden_v1_types_proto_rawDesc = "" +
 	"\x1dOBSERVATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17OBSERVATION_STATE_ALIVE\x10\x01\x12\x1d\n" +
 	"\x19OBSERVATION_STATE_SUSPECT\x10\x02\x12\x1a\n" +
-	"\x16OBSERVATION_STATE_DEAD\x10\x03*\x9b\x01\n" +
+	"\x16OBSERVATION_STATE_DEAD\x10\x03*\xb2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_PENDING\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x04\x12\x17\n" +
-	"\x13JOB_STATE_CANCELLED\x10\x05*\xc5\x01\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x05\x12\x15\n" +
+	"\x11JOB_STATE_BLOCKED\x10\x06*\xc5\x01\n" +
 	"\aJobStep\x12\x18\n" +
 	"\x14JOB_STEP_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eJOB_STEP_FENCE\x10\x01\x12\x13\n" +

@@ -1,0 +1,68 @@
+package fsm_test
+
+import (
+	"strings"
+	"testing"
+
+	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+)
+
+// TestBlockedJobAndItsResolution (issue 21, finding 6): a job whose step
+// failed for too long enters blocked with the reason and stops being
+// executed; only an operator's resolution with a reason (an audited event)
+// or a retry starts it again; --wal-lost is recorded in the job.
+func TestBlockedJobAndItsResolution(t *testing.T) {
+	h := newHarness(t)
+	h.register("b1")
+	d := h.declare("b1")
+	id := d.GetJobId()
+	if err := h.refuse(&waldenv1.BlockJob{JobId: id, Attempt: 1}, refusal.ErrInvalidArgument); err == nil {
+		t.Fatal("a block without its reason was applied")
+	}
+	h.refuse(&waldenv1.BlockJob{JobId: id, Attempt: 2, Error: "x"}, refusal.ErrStaleAttempt)
+	h.refuse(&waldenv1.ResolveJob{JobId: id, Reason: "gone", WalLost: true}, refusal.ErrRecoveryRunning)
+
+	h.ok(&waldenv1.BlockJob{JobId: id, Attempt: 1, JobStep: waldenv1.JobStep_JOB_STEP_ATTACH,
+		Error: "stat /var/lib/broker/b1.wal: no such file or directory", FailingMs: 600_000})
+	j := h.job(id)
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_BLOCKED || !strings.Contains(j.GetError(), "no such file") || j.GetBlockedUnixMs() == 0 {
+		t.Fatalf("job after block: %v", j)
+	}
+	if b := h.broker("b1"); b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_FAILED || !b.GetFenced() {
+		t.Fatalf("broker of a blocked job: %v", b)
+	}
+	// A blocked attempt is not current any more: its checkpoints are refused.
+	h.refuse(&waldenv1.CheckpointJob{JobId: id, Attempt: 1, JobStep: waldenv1.JobStep_JOB_STEP_ATTACH}, refusal.ErrJobNotRunning)
+
+	before := domainSnapshot(t, h.s)
+	h.refuse(&waldenv1.ResolveJob{JobId: id, WalLost: true}, refusal.ErrInvalidArgument)
+	if after := domainSnapshot(t, h.s); len(after.GetEvents()) != len(before.GetEvents()) || h.job(id).GetJobState() != waldenv1.JobState_JOB_STATE_BLOCKED {
+		t.Fatal("a resolution without a reason changed the job")
+	}
+	h.ok(&waldenv1.ResolveJob{JobId: id, Reason: "host lost with its disk", Actor: "alice", WalLost: true, LiveMembers: []string{"c2"}})
+	j = h.job(id)
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_PENDING || j.GetAttempt() != 2 || !j.GetWalLost() ||
+		j.GetResolution() != "host lost with its disk" || j.GetAssigneeId() != "c2" || j.GetError() != "" {
+		t.Fatalf("job after resolve: %v", j)
+	}
+	events := domainSnapshot(t, h.s).GetEvents()
+	last := events[len(events)-1]
+	if last.GetActor() != "alice" || last.GetEventKind() != waldenv1.EventKind_EVENT_KIND_JOB ||
+		!strings.Contains(last.GetMessage(), "WAL declared lost") || !strings.Contains(last.GetMessage(), "host lost with its disk") {
+		t.Fatalf("resolution event: %v", last)
+	}
+
+	// Blocked again, then retried by an operator: wal_lost stays.
+	h.ok(&waldenv1.BlockJob{JobId: id, Attempt: 2, Error: "s3: access denied"})
+	h.ok(&waldenv1.RetryJob{JobId: id, LiveMembers: []string{"c1"}})
+	if j := h.job(id); j.GetAttempt() != 3 || j.GetJobState() != waldenv1.JobState_JOB_STATE_PENDING || !j.GetWalLost() {
+		t.Fatalf("job retried after a block: %v", j)
+	}
+	// A blocked job may be cancelled.
+	h.ok(&waldenv1.BlockJob{JobId: id, Attempt: 3, Error: "s3: access denied"})
+	h.ok(&waldenv1.CancelJob{JobId: id, Actor: "alice"})
+	if j := h.job(id); j.GetJobState() != waldenv1.JobState_JOB_STATE_CANCELLED {
+		t.Fatalf("job cancelled after a block: %v", j)
+	}
+}
