@@ -18,6 +18,9 @@ type Config struct {
 	ClusterName string
 	// NodeID is this member's id, e.g. "c1".
 	NodeID string
+	// Version is the walden release this member runs, reported with it in
+	// Status (optional).
+	Version string
 	// InitialCluster lists the founding members. It is used only when the
 	// storage is empty: a member listed in it bootstraps the cluster with
 	// these members; a member not listed joins an existing cluster (it must

@@ -100,6 +100,11 @@ type Node struct {
 	// removalReports carries the refusals of peers that applied this
 	// member's removal (ReportRemoved) to the run goroutine.
 	removalReports chan removalReport
+	// commitTicks holds the commit index at each of the last
+	// ElectionTicks+1 ticks while this member leads (oldest first): a
+	// member commits when it has acknowledged what was committed one
+	// election timeout ago (Status). Guarded by mu.
+	commitTicks []uint64
 
 	stopOnce sync.Once
 	stopc    chan struct{}
@@ -295,6 +300,7 @@ func (n *Node) run() {
 		case <-ticker.C:
 			n.raft.Tick()
 			n.maybePromoteLearners()
+			n.recordCommitTick()
 		case rd := <-n.raft.Ready():
 			own, err := n.handleReady(rd)
 			if err != nil {

@@ -23,9 +23,42 @@ type Status struct {
 	// "learner".
 	RaftState string
 	// Members is the current configuration, sorted by id, with member_role
-	// (leader, follower or learner), reachable (as seen by this member) and
-	// match_index (only when this member leads).
+	// (leader, follower or learner), reachable (as seen by this member),
+	// version (as each announced itself to this member's transport), and
+	// match_index and commits (only when this member leads).
 	Members []*waldenv1.Member
+}
+
+// VersionReporter is implemented by a Transport that learns the walden
+// version each peer runs (GRPCTransport: from the header of the peer's
+// stream).
+type VersionReporter interface {
+	// PeerVersion is the version member id announced, "" when unknown.
+	PeerVersion(id string) string
+}
+
+// recordCommitTick remembers the commit index at this tick while this
+// member leads (run goroutine).
+func (n *Node) recordCommitTick() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.leader.Load() != n.id {
+		n.commitTicks = n.commitTicks[:0]
+		return
+	}
+	n.commitTicks = append(n.commitTicks, n.commit.Load())
+	if over := len(n.commitTicks) - (n.cfg.ElectionTicks + 1); over > 0 {
+		n.commitTicks = append(n.commitTicks[:0], n.commitTicks[over:]...)
+	}
+}
+
+// committedLongAgo is the commit index one election timeout ago (or at the
+// oldest tick this leadership recorded). Call with mu held.
+func (n *Node) committedLongAgo() uint64 {
+	if len(n.commitTicks) == 0 {
+		return 0
+	}
+	return n.commitTicks[0]
 }
 
 // Status reports this member's view of the cluster.
@@ -61,8 +94,18 @@ func (n *Node) Status() Status {
 			mm.MemberRole = waldenv1.MemberRole_MEMBER_ROLE_FOLLOWER
 		}
 		mm.Reachable = id == n.id || n.tr.Reachable(id)
+		if id == n.id {
+			mm.Version = n.cfg.Version
+		} else if vr, ok := n.tr.(VersionReporter); ok {
+			mm.Version = vr.PeerVersion(m.GetId())
+		}
 		if pr, ok := rs.Progress[id]; ok {
 			mm.MatchIndex = pr.Match
+			// A voter commits when the leader hears from it and it has
+			// acknowledged what was committed an election timeout ago;
+			// the leader itself always does while it leads.
+			mm.Commits = mm.MemberRole != waldenv1.MemberRole_MEMBER_ROLE_LEARNER &&
+				(id == n.id || (pr.RecentActive && pr.Match >= n.committedLongAgo()))
 		}
 		s.Members = append(s.Members, mm)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -50,6 +52,10 @@ type GRPCTransportConfig struct {
 	QueueSize int
 	// MaxBackoff caps the wait between reconnection attempts (default 1s).
 	MaxBackoff time.Duration
+	// Version is the walden release this member runs: it is announced in
+	// the header of every stream to a peer, which reports it in its Status
+	// (optional).
+	Version string
 	// CheckSender, when set, is asked about every received frame with the
 	// stream's context and the member id the frame claims; an error ends
 	// the stream with it (a member whose certificate names another member
@@ -81,6 +87,29 @@ type GRPCTransport struct {
 	peers   map[uint64]*grpcPeer
 	closed  bool
 	wg      sync.WaitGroup
+
+	// versions holds the version each peer announced on its latest
+	// stream, by member id.
+	versions sync.Map
+}
+
+// headerVersion carries the sender's walden version on a raft stream.
+const headerVersion = "walden-version"
+
+// PeerVersion is the version member id announced on its latest stream to
+// this member, "" when unknown (implements VersionReporter).
+func (t *GRPCTransport) PeerVersion(id string) string {
+	v, _ := t.versions.Load(id)
+	s, _ := v.(string)
+	return s
+}
+
+// streamCtx is ctx with this member's version in the stream's header.
+func (t *GRPCTransport) streamCtx(ctx context.Context) context.Context {
+	if t.cfg.Version == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, headerVersion, t.cfg.Version)
 }
 
 // NewGRPCTransport returns a transport; call Register on the gRPC server of
@@ -168,6 +197,9 @@ func (t *GRPCTransport) handlerOf() Handler {
 
 // Stream receives the frames of one peer (server side of walden.v1.Raft).
 func (t *GRPCTransport) Stream(stream waldenv1.Raft_StreamServer) error {
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	version := strings.Join(md.Get(headerVersion), ",")
+	announced := false
 	for {
 		f, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -205,6 +237,11 @@ func (t *GRPCTransport) Stream(stream waldenv1.Raft_StreamServer) error {
 			t.cfg.Metrics.refused()
 			t.logger.Warn("raftnode: refusing raft frame for another member", "from", f.GetFromId(), "to", fmt.Sprintf("%x", m.GetTo()))
 			return status.Errorf(codes.FailedPrecondition, "raftnode: raft message for member %x reached member %q", m.GetTo(), t.cfg.NodeID)
+		}
+		if !announced {
+			// An older walden announces nothing: its version is unknown.
+			t.versions.Store(f.GetFromId(), version)
+			announced = true
 		}
 		h := t.handlerOf()
 		if h == nil {
@@ -485,7 +522,7 @@ func (p *grpcPeer) stream() error {
 			continue
 		}
 		if s == nil {
-			if s, err = p.client.Stream(ctx); err != nil {
+			if s, err = p.client.Stream(p.t.streamCtx(ctx)); err != nil {
 				p.fail(m)
 				return fmt.Errorf("raftnode: open stream to %s: %w", p.addr, err)
 			}
@@ -520,7 +557,7 @@ func (p *grpcPeer) sendSnapshot(m *raftpb.Message) {
 		defer p.snapshots.Done()
 		h := p.t.handlerOf()
 		err := func() error {
-			s, err := p.client.Stream(p.ctx)
+			s, err := p.client.Stream(p.t.streamCtx(p.ctx))
 			if err != nil {
 				return err
 			}

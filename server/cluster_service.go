@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
 	"walden/authz"
 	"walden/config"
@@ -56,6 +58,7 @@ func (a *adminService) close() {
 
 func (a *adminService) Status(ctx context.Context, _ *waldenv1.StatusRequest) (*waldenv1.StatusResponse, error) {
 	st := a.node.Status()
+	by := a.leaderProgress(ctx, st)
 	return &waldenv1.StatusResponse{
 		ClusterName:  st.ClusterName,
 		NodeId:       st.NodeID,
@@ -65,6 +68,7 @@ func (a *adminService) Status(ctx context.Context, _ *waldenv1.StatusRequest) (*
 		AppliedIndex: st.AppliedIndex,
 		Members:      st.Members,
 		RaftState:    st.RaftState,
+		ProgressBy:   by,
 	}, nil
 }
 
@@ -74,7 +78,56 @@ func (a *adminService) MemberList(ctx context.Context, req *waldenv1.MemberListR
 			return nil, a.toStatus(ctx, err)
 		}
 	}
-	return &waldenv1.MemberListResponse{Members: a.node.Status().Members}, nil
+	st := a.node.Status()
+	by := a.leaderProgress(ctx, st)
+	return &waldenv1.MemberListResponse{Members: st.Members, ProgressBy: by}, nil
+}
+
+// leaderProgressTimeout bounds a follower's question to the leader about
+// the members' replication progress.
+const leaderProgressTimeout = time.Second
+
+// leaderProgress fills st's members with the leader's view of their
+// replication (match index, whether they commit) and the versions the
+// leader knows and this member does not, and returns the leader's id; ""
+// when no leader answered (then the match indexes are 0: only the leader
+// tracks them). Only the leader knows every member's progress: a follower
+// hears from the leader alone.
+func (a *adminService) leaderProgress(ctx context.Context, st raftnode.Status) string {
+	if st.LeaderID == "" {
+		return ""
+	}
+	if st.LeaderID == st.NodeID {
+		return st.NodeID
+	}
+	addr := adminAddrOf(st, st.LeaderID)
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(headerForwardedBy)) > 0 || addr == "" {
+		return ""
+	}
+	client, err := a.leaderClient(addr)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, headerForwardedBy, a.nodeID), leaderProgressTimeout)
+	defer cancel()
+	ls, err := client.Status(ctx, &waldenv1.StatusRequest{})
+	if err != nil || ls.GetNodeId() != st.LeaderID || ls.GetProgressBy() != st.LeaderID {
+		a.logger.DebugContext(ctx, "the leader's view of the members' progress is not available", "leader_id", st.LeaderID, "err", err)
+		return ""
+	}
+	byID := map[string]*waldenv1.Member{}
+	for _, m := range ls.GetMembers() {
+		byID[m.GetId()] = m
+	}
+	for _, m := range st.Members {
+		if lm, ok := byID[m.GetId()]; ok {
+			m.MatchIndex, m.Commits = lm.GetMatchIndex(), lm.GetCommits()
+			if m.GetVersion() == "" {
+				m.Version = lm.GetVersion()
+			}
+		}
+	}
+	return st.LeaderID
 }
 
 func (a *adminService) MemberAdd(ctx context.Context, req *waldenv1.MemberAddRequest) (*waldenv1.MemberAddResponse, error) {

@@ -147,6 +147,7 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{
 		ClusterName: cfg.ClusterName,
 		NodeID:      cfg.NodeID,
+		Version:     version.Get().Version,
 		Creds:       raftCreds,
 		Logger:      base,
 		Metrics:     trMetrics,
@@ -236,6 +237,7 @@ func raftConfig(cfg *config.Server, logger *slog.Logger, reg prometheus.Register
 	rc := raftnode.DefaultConfig()
 	rc.ClusterName = cfg.ClusterName
 	rc.NodeID = cfg.NodeID
+	rc.Version = version.Get().Version
 	rc.DataDir = cfg.DataDir
 	for _, m := range cfg.InitialCluster {
 		if cfg.InitialClusterState == config.ClusterStateExisting && m.ID == cfg.NodeID {

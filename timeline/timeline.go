@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -110,7 +111,10 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 		return j.GetAssigneeId()
 	}
 
-	// What each coordinator observed until the decision.
+	// What each coordinator observed until the decision, from its last
+	// contact with the broker (the silence the decision counts, "not heard
+	// for"), not from its first suspicion, which comes only after probes
+	// failed.
 	for _, o := range f.GetEvidence().GetObservations() {
 		if s := o.GetObservationState(); s != waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT && s != waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
 			continue
@@ -119,7 +123,7 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 			f.FirstSuspectUnixMs = o.GetSinceUnixMs()
 		}
 		f.Phases = append(f.Phases, &waldenv1.FailoverPhase{Kind: KindObserve, Actor: o.GetObserverId(),
-			StartUnixMs: o.GetSinceUnixMs(), EndUnixMs: f.DecidedUnixMs, Detail: observed(o)})
+			StartUnixMs: lastContact(o), EndUnixMs: f.DecidedUnixMs, Detail: observed(o)})
 	}
 	// A manual failover waits, between the request and the decision, for a
 	// majority of the coordinators to attest the broker's lease expired.
@@ -184,7 +188,17 @@ func observed(o *waldenv1.Observation) string {
 	if o.GetReason() != "" {
 		s += ": " + o.GetReason()
 	}
+	if u := o.GetUnheardForMs(); u > 0 {
+		s += fmt.Sprintf(" (last heard %d ms before)", u)
+	}
 	return s
+}
+
+// lastContact is when the observer last heard from the broker: the
+// observation's time less the silence it had measured then (on the
+// observer's clock; for display).
+func lastContact(o *waldenv1.Observation) int64 {
+	return o.GetSinceUnixMs() - max(o.GetUnheardForMs(), 0)
 }
 
 func runningDetail(j *waldenv1.Job) string {

@@ -78,9 +78,10 @@ func deadAddr(t *testing.T) string {
 
 func sampleStatus() *waldenv1.StatusResponse {
 	return &waldenv1.StatusResponse{
-		ClusterName: "demo", NodeId: "c1", LeaderId: "c1", Term: 3, CommitIndex: 12, AppliedIndex: 12, RaftState: "leader",
+		ClusterName: "demo", NodeId: "c1", LeaderId: "c1", Term: 3, CommitIndex: 12, AppliedIndex: 12, RaftState: "leader", ProgressBy: "c1",
 		Members: []*waldenv1.Member{
-			{Id: "c1", RaftId: 11, RaftAddr: "127.0.0.1:7101", AdminAddr: "127.0.0.1:7001", MemberRole: waldenv1.MemberRole_MEMBER_ROLE_LEADER, Reachable: true, MatchIndex: 12},
+			{Id: "c1", RaftId: 11, RaftAddr: "127.0.0.1:7101", AdminAddr: "127.0.0.1:7001", MemberRole: waldenv1.MemberRole_MEMBER_ROLE_LEADER, Reachable: true, MatchIndex: 12,
+				Version: "v0.1.0", Commits: true},
 			// A member with zero values: json must still show every field.
 			{Id: "c2", RaftId: 12, RaftAddr: "127.0.0.1:7102", AdminAddr: "127.0.0.1:7002", MemberRole: waldenv1.MemberRole_MEMBER_ROLE_FOLLOWER},
 		},
@@ -141,9 +142,9 @@ func TestStatusTable(t *testing.T) {
 		"CLUSTER  ANSWERED BY  STATE   LEADER  TERM  COMMIT  APPLIED",
 		"demo     c1           leader  c1      3     12      12",
 		"",
-		"ID  ROLE      RAFT ADDR       ADMIN ADDR      REACHABLE  MATCH INDEX",
-		"c1  leader    127.0.0.1:7101  127.0.0.1:7001  true       12",
-		"c2  follower  127.0.0.1:7102  127.0.0.1:7002  false      0",
+		"ID  ROLE      VERSION  RAFT ADDR       ADMIN ADDR      REACHABLE  COMMITS  MATCH INDEX",
+		"c1  leader    v0.1.0   127.0.0.1:7101  127.0.0.1:7001  true       true     12",
+		"c2  follower  -        127.0.0.1:7102  127.0.0.1:7002  false      false    0",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("table:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))

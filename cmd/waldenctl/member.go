@@ -38,7 +38,7 @@ func newMemberListCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.print(resp, func(w io.Writer) { printMembers(w, resp.GetMembers()) })
+			return c.print(resp, func(w io.Writer) { printMembers(w, resp.GetMembers(), resp.GetProgressBy()) })
 		},
 	}
 	cmd.Flags().BoolVar(&linearizable, "linearizable", false, "answer only after confirming with the leader that the list is current (needs a leader)")
@@ -64,7 +64,7 @@ func newMemberAddCmd(c *cli) *cobra.Command {
 			}
 			return c.print(resp, func(w io.Writer) {
 				fmt.Fprintf(w, "added member %s as %s\n\n", resp.GetMember().GetId(), orDash(resp.GetMember().GetMemberRole().Name()))
-				printMembers(w, resp.GetMembers())
+				printMembers(w, resp.GetMembers(), "")
 			})
 		},
 	}
@@ -93,7 +93,7 @@ func newMemberRemoveCmd(c *cli) *cobra.Command {
 			}
 			return c.print(resp, func(w io.Writer) {
 				fmt.Fprintf(w, "removed member %s\n\n", args[0])
-				printMembers(w, resp.GetMembers())
+				printMembers(w, resp.GetMembers(), "")
 			})
 		},
 	}

@@ -33,16 +33,26 @@ func newStatusCmd(c *cli) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", resp.GetClusterName(), resp.GetNodeId(), orDash(resp.GetRaftState()),
 					orDash(resp.GetLeaderId()), resp.GetTerm(), resp.GetCommitIndex(), resp.GetAppliedIndex())
 				fmt.Fprintln(w)
-				printMembers(w, resp.GetMembers())
+				printMembers(w, resp.GetMembers(), resp.GetProgressBy())
 			})
 		},
 	}
 }
 
-// printMembers writes the members table.
-func printMembers(w io.Writer, members []*waldenv1.Member) {
-	fmt.Fprintln(w, "ID\tROLE\tRAFT ADDR\tADMIN ADDR\tREACHABLE\tMATCH INDEX")
+// printMembers writes the members table. progressBy names the leader
+// whose view the match indexes and COMMITS are; without it they are
+// unknown ("-").
+func printMembers(w io.Writer, members []*waldenv1.Member, progressBy string) {
+	fmt.Fprintln(w, "ID\tROLE\tVERSION\tRAFT ADDR\tADMIN ADDR\tREACHABLE\tCOMMITS\tMATCH INDEX")
 	for _, m := range members {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%d\n", m.GetId(), orDash(m.GetMemberRole().Name()), m.GetRaftAddr(), m.GetAdminAddr(), m.GetReachable(), m.GetMatchIndex())
+		commits, match := "-", "-"
+		if progressBy != "" {
+			commits, match = fmt.Sprint(m.GetCommits()), fmt.Sprint(m.GetMatchIndex())
+			if m.GetMemberRole() == waldenv1.MemberRole_MEMBER_ROLE_LEARNER {
+				commits = "learner"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", m.GetId(), orDash(m.GetMemberRole().Name()), orDash(m.GetVersion()),
+			m.GetRaftAddr(), m.GetAdminAddr(), m.GetReachable(), commits, match)
 	}
 }
