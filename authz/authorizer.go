@@ -52,10 +52,14 @@ func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (Ide
 	if !a.Secure {
 		return Anonymous, nil
 	}
-	id, err := identify(ctx)
+	id, certified, err := identify(ctx)
 	if err != nil {
 		a.logger().WarnContext(ctx, "call refused: no usable identity", "method", method, "identity", id.Name, "peer", peerAddr(ctx), "err", err)
-		return id, permissionDenied(id, method, fmt.Sprintf("%s; it may not call %s", err, method))
+		reason := refusal.PermissionDenied
+		if !certified {
+			reason = refusal.Unauthenticated // no certificate at all
+		}
+		return id, refused(reason, id, method, fmt.Sprintf("%s; it may not call %s", err, method))
 	}
 	rule, ok := Lookup(method)
 	if !ok {
@@ -68,8 +72,31 @@ func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (Ide
 		if err := a.checkBroker(ctx, id, method, rule, req); err != nil {
 			return id, err
 		}
+		if err := a.checkFailover(ctx, id, method, req); err != nil {
+			return id, err
+		}
 	}
 	return id, nil
+}
+
+// failoverScoped is a request that may carry a recovery job's failover
+// context (CommitObject, CloseStream, GetOpeningStreams).
+type failoverScoped interface {
+	GetFailover() *waldenv1.FailoverContext
+}
+
+// checkFailover refuses a failover context from anyone but a coordinator
+// acting for itself: the context's token is the broker's epoch, which
+// anyone who reads the registry knows, and its job id is predictable, so
+// a fenced broker could otherwise commit or close its own streams in
+// failover mode while its recovery runs. A coordinator's recovery proposes
+// through raft and never sends one over the API.
+func (a *Authorizer) checkFailover(ctx context.Context, id Identity, method string, req any) error {
+	m, ok := req.(failoverScoped)
+	if !ok || m.GetFailover() == nil || (id.Role == RoleCoordinator && id.Via == "") {
+		return nil
+	}
+	return a.refuse(ctx, id, method, fmt.Sprintf("%s may not call %s with a failover context: only a coordinator's recovery job commits, closes or reads in failover mode", id, method))
 }
 
 // checkBroker refuses a request of a broker-bound identity for another
@@ -91,14 +118,13 @@ func (a *Authorizer) checkBroker(ctx context.Context, id Identity, method string
 func (a *Authorizer) refuse(ctx context.Context, id Identity, method, msg string) error {
 	a.logger().WarnContext(ctx, "call refused", "method", method, "identity", id.Name, "role", string(id.Role),
 		"broker_id", id.BrokerID, "via", id.Via, "peer", peerAddr(ctx))
-	return permissionDenied(id, method, msg)
+	return refused(refusal.PermissionDenied, id, method, msg)
 }
 
-func permissionDenied(id Identity, method, msg string) error {
-	reason := refusal.PermissionDenied
-	if id.Name == "" {
-		reason = refusal.Unauthenticated // no certificate at all
-	}
+// refused is the PermissionDenied (or, without any certificate,
+// Unauthenticated) status of a call: "permission denied: " and msg, with
+// the method and the identity in its ErrorInfo.
+func refused(reason refusal.Reason, id Identity, method, msg string) error {
 	md := map[string]string{"method": method, "identity": id.Name, "role": string(id.Role)}
 	if id.BrokerID != "" {
 		md["broker_id"] = id.BrokerID
@@ -129,30 +155,34 @@ func peerAddr(ctx context.Context) string {
 
 // identify reads the identity of the peer's verified certificate; a
 // coordinator peer that names a forwarded caller stands for that caller.
-func identify(ctx context.Context) (Identity, error) {
+// certified says whether the peer presented a verified certificate at all.
+func identify(ctx context.Context) (_ Identity, certified bool, _ error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return Identity{}, errors.New("the caller is unknown")
+		return Identity{}, false, errors.New("the caller is unknown")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return Identity{}, errors.New("the caller presented no verified client certificate")
+		return Identity{}, false, errors.New("the caller presented no verified client certificate")
 	}
 	id, err := FromCertificate(ti.State.VerifiedChains[0][0])
 	if err != nil {
 		var ie *IdentityError
 		if errors.As(err, &ie) {
 			err = fmt.Errorf("the certificate %q carries no walden identity: %s", ie.Name, ie.Reason)
+			if ie.Name == "" {
+				err = fmt.Errorf("the certificate has no common name (CN), which names a walden identity: %s", ie.Reason)
+			}
 		}
-		return Identity{Name: id.Name}, err
+		return Identity{Name: id.Name}, true, err
 	}
 	if id.Role != RoleCoordinator {
-		return id, nil
+		return id, true, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	name := md.Get(MetadataCallerName)
 	if len(name) == 0 {
-		return id, nil
+		return id, true, nil
 	}
 	caller := Identity{Name: name[0], Via: id.Name}
 	if r := md.Get(MetadataCallerRole); len(r) > 0 {
@@ -162,9 +192,9 @@ func identify(ctx context.Context) (Identity, error) {
 		caller.BrokerID = b[0]
 	}
 	if err := caller.Validate(); err != nil {
-		return Identity{Name: id.Name, Role: id.Role}, fmt.Errorf("coordinator %q forwarded a call of an invalid caller %q (%v)", id.Name, caller.Name, err)
+		return Identity{Name: id.Name, Role: id.Role}, true, fmt.Errorf("coordinator %q forwarded a call of an invalid caller %q (%v)", id.Name, caller.Name, err)
 	}
-	return caller, nil
+	return caller, true, nil
 }
 
 // UnaryInterceptor authorizes every unary call and puts the caller's
@@ -212,7 +242,10 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	if !s.a.Secure {
 		return nil
 	}
-	return s.a.checkBroker(s.ctx, s.id, s.method, s.rule, m)
+	if err := s.a.checkBroker(s.ctx, s.id, s.method, s.rule, m); err != nil {
+		return err
+	}
+	return s.a.checkFailover(s.ctx, s.id, s.method, m)
 }
 
 type ctxKey struct{}
@@ -244,7 +277,7 @@ func CheckMember(ctx context.Context, memberID string) error {
 		return nil
 	}
 	if id.Role != RoleCoordinator || id.Via != "" || id.Name != memberID {
-		return permissionDenied(id, waldenv1.Raft_Stream_FullMethodName,
+		return refused(refusal.PermissionDenied, id, waldenv1.Raft_Stream_FullMethodName,
 			fmt.Sprintf("%s may not send raft frames on %s as member %q: a member sends only as the id of its own certificate",
 				id, waldenv1.Raft_Stream_FullMethodName, memberID))
 	}

@@ -242,3 +242,52 @@ func TestTableIsWellFormed(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverContextOnlyFromCoordinators is finding 3 of the hardening
+// table: the failover context's token is the broker's readable epoch and
+// its job id predictable, so a fenced broker's certificate could commit or
+// close its own streams in failover mode while its recovery ran. Only a
+// coordinator acting for itself may send one; everyone else is refused,
+// naming the method and the identity.
+func TestFailoverContextOnlyFromCoordinators(t *testing.T) {
+	a := &authz.Authorizer{Secure: true}
+	fo := &waldenv1.FailoverContext{JobId: "job-b1-4", Attempt: 1, Token: 4}
+	for _, m := range []struct {
+		method string
+		req    any
+	}{
+		{waldenv1.Catalog_CommitObject_FullMethodName, &waldenv1.CommitObjectRequest{BrokerId: "b1", BrokerEpoch: 4, Failover: fo}},
+		{waldenv1.Catalog_CloseStream_FullMethodName, &waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: 4, StreamId: 1, StreamEpoch: 1, Failover: fo}},
+		{waldenv1.Catalog_GetOpeningStreams_FullMethodName, &waldenv1.GetOpeningStreamsRequest{BrokerId: "b1", BrokerEpoch: 4, Failover: fo}},
+	} {
+		_, err := a.Authorize(peerCtx(certOf(t, brokerB1)), m.method, m.req)
+		denied(t, err, codes.PermissionDenied, `"b1" (broker of broker b1)`, m.method, "failover context", "coordinator")
+	}
+	// A reader may read the opening streams, not in failover mode.
+	_, err := a.Authorize(peerCtx(certOf(t, grafana)), waldenv1.Catalog_GetOpeningStreams_FullMethodName,
+		&waldenv1.GetOpeningStreamsRequest{BrokerId: "b1", BrokerEpoch: 4, Failover: fo})
+	denied(t, err, codes.PermissionDenied, `"grafana" (reader)`, "failover context")
+	// Without one the broker's own calls pass as before.
+	if _, err := a.Authorize(peerCtx(certOf(t, brokerB1)), waldenv1.Catalog_CloseStream_FullMethodName,
+		&waldenv1.CloseStreamRequest{BrokerId: "b1", BrokerEpoch: 4, StreamId: 1, StreamEpoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Without TLS there is no identity to tell (insecure allows all).
+	if _, err := (&authz.Authorizer{}).Authorize(context.Background(), waldenv1.Catalog_CloseStream_FullMethodName,
+		&waldenv1.CloseStreamRequest{BrokerId: "b1", Failover: fo}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEmptyNameIsNotUnauthenticated is part of finding 8: a certificate
+// of the CA whose common name is empty was reported as no certificate at
+// all (Unauthenticated); it is a certificate that carries no identity.
+func TestEmptyNameIsNotUnauthenticated(t *testing.T) {
+	a := &authz.Authorizer{Secure: true}
+	empty := &x509.Certificate{Subject: pkix.Name{Organization: []string{"walden:reader"}}}
+	_, err := a.Authorize(peerCtx(empty), waldenv1.Cluster_Status_FullMethodName, &waldenv1.StatusRequest{})
+	denied(t, err, codes.PermissionDenied, "has no common name (CN)", waldenv1.Cluster_Status_FullMethodName)
+	if s := status.Convert(err); strings.Count(s.Message(), "permission denied") != 1 {
+		t.Fatalf("message %q says permission denied more than once", s.Message())
+	}
+}
