@@ -326,9 +326,10 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 		}
 		return "unavailable: " + transport(s.Message())
 	case codes.PermissionDenied:
-		return "permission denied: the role of your certificate does not allow this: " + plain(s.Message())
+		// The coordinator says who may not do what, and why.
+		return "permission denied: " + strings.TrimPrefix(plain(s.Message()), "permission denied: ")
 	case codes.Unauthenticated:
-		return "not authenticated: give a client certificate signed by the cluster's CA (--cert, --key): " + plain(s.Message())
+		return "not authenticated: give a client certificate signed by the cluster's CA (--cert, --key): " + strings.TrimPrefix(plain(s.Message()), "permission denied: ")
 	case codes.Unimplemented:
 		return "the coordinator does not know this request (it runs an older walden)"
 	case codes.NotFound:
