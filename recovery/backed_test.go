@@ -56,7 +56,7 @@ func TestUnbackedRangeFailsTheJob(t *testing.T) {
 			tc.setup(t, c, sc, store)
 			before := len(c.s.StreamObjects(2, 0, 0))
 			j := c.declare(sc.broker, sc.epoch, "c1")
-			exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: testConfig(), NodeID: "c1", State: c.s, Cluster: member{c, "c1"},
+			exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: testConfig(), NodeID: "c1", State: c.s, Cluster: c.Member("c1"),
 				Store: store, Logger: testLogger()})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

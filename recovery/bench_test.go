@@ -178,7 +178,7 @@ func benchRecover(b *testing.B, s3cfg objstore.Config, opts objstore.Options, cf
 	if err != nil {
 		b.Fatal(err)
 	}
-	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.s, Cluster: member{c, "c1"}, Store: store})
+	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.s, Cluster: c.Member("c1"), Store: store})
 	start := time.Now()
 	res := apply(op(&waldenv1.DeclareFailed{BrokerId: "b1", Epoch: epoch, LiveMembers: []string{"c1"}, Evidence: &waldenv1.Evidence{Manual: true, Reason: "bench"}}))
 	jobID := res.GetDeclareFailed().GetJobId()

@@ -19,11 +19,12 @@ import (
 	"walden/wal"
 )
 
-// Store is the part of the S3 client the builtin action uses
+// Store is the part of the S3 client the recovery targets use
 // (*objstore.Client).
 type Store interface {
 	Upload(ctx context.Context, key string, body io.Reader, size int64, progress func(done int64)) (objstore.UploadResult, error)
 	Head(ctx context.Context, key string) (objstore.ObjectInfo, error)
+	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
 	Delete(ctx context.Context, key string) error
 	List(ctx context.Context, prefix string) ([]objstore.ObjectInfo, error)
 	AbortIncompleteUploads(ctx context.Context, prefix string) (int, error)

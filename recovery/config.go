@@ -1,9 +1,12 @@
 package recovery
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"walden/automq/failover"
 )
 
 // Values of Config.Action, Config.Attach and Config.Fence.
@@ -70,6 +73,10 @@ type Config struct {
 	// retries of a failed step. Defaults 200ms and 30s.
 	RetryMin time.Duration `yaml:"retry_min"`
 	RetryMax time.Duration `yaml:"retry_max"`
+	// AutoMQ configures the automq action: AutoMQ's controller, its data
+	// bucket and its object settings (docs/automq.md). Read only when
+	// action is automq.
+	AutoMQ failover.Config `yaml:"automq"`
 }
 
 // Exec configures the exec plugins and action.
@@ -119,6 +126,7 @@ func DefaultConfig() Config {
 		EBS:               EBS{Region: "us-east-1", Device: "/dev/sdw", PollInterval: time.Second, AttachTimeout: 2 * time.Minute},
 		RetryMin:          200 * time.Millisecond,
 		RetryMax:          30 * time.Second,
+		AutoMQ:            failover.DefaultConfig(),
 	}
 }
 
@@ -235,6 +243,15 @@ func (c Config) Validate() error {
 	}
 	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
 		return bad("retry_min", "want 0 < retry_min <= retry_max (%s, %s)", c.RetryMin, c.RetryMax)
+	}
+	if c.Action == ActionAutoMQ {
+		if err := c.AutoMQ.Validate(); err != nil {
+			var fe *failover.ConfigError
+			if errors.As(err, &fe) {
+				return bad("automq."+fe.Key, "%s", fe.Reason)
+			}
+			return bad("automq", "%v", err)
+		}
 	}
 	return nil
 }

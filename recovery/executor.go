@@ -88,9 +88,25 @@ type Metrics interface {
 	StepRun(step waldenv1.JobStep, d time.Duration, failed bool)
 }
 
+// TargetMetrics receives what a target reports in its own terms. A Metrics
+// that also implements it gets them (metrics.Recovery does).
+type TargetMetrics interface {
+	// TargetCommitted counts objects of kind committed by target, holding
+	// records record batches.
+	TargetCommitted(target, kind string, objects int, records int64)
+	// TargetStreamsClosed counts streams target closed.
+	TargetStreamsClosed(target string, n int)
+	// Uploaded counts n bytes uploaded by a target through a store of its
+	// own (the member's store counts its own uploads).
+	Uploaded(n int64)
+}
+
 type noMetrics struct{}
 
 func (noMetrics) StepRun(waldenv1.JobStep, time.Duration, bool) {}
+func (noMetrics) TargetCommitted(string, string, int, int64)    {}
+func (noMetrics) TargetStreamsClosed(string, int)               {}
+func (noMetrics) Uploaded(int64)                                {}
 
 // NewExecutor returns an Executor. Fencer and Attacher default to none and
 // local.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"walden/fsm"
@@ -23,152 +21,46 @@ import (
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/recovery"
+	"walden/recovery/recoverytest"
 	"walden/wal"
 )
 
-// errDown is what a member that is down (killed or cut off) gets from its
-// raft node.
-var errDown = errors.New("member is down")
+// errDown is what a member that is down gets from its raft node.
+var errDown = recoverytest.ErrDown
 
-// testCluster is an in-process replicated state: one fsm.State that every
-// member proposes to in order (as raft would apply), with a leader chosen
-// by the test and members the test takes down.
+// testCluster is recoverytest's in-process replicated state, with the
+// shorthands the tests of this package use.
 type testCluster struct {
-	t  testing.TB
-	mu sync.Mutex
-	s  *fsm.State
-	ix uint64
-
-	leader string
-	term   uint64
-	down   map[string]bool
-	ids    []string
+	*recoverytest.Cluster
+	t testing.TB
+	s *fsm.State
 	// objects are the objects a scenario committed before the recovery,
 	// by key: every store an executor of the cluster uses holds them.
+	mu      sync.Mutex
 	objects map[string][]byte
 }
 
 func newTestCluster(t testing.TB, ids ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, s: fsm.New("test"), down: map[string]bool{}, ids: ids, leader: ids[0], term: 1}
-	for i, id := range ids {
-		c.ix++
-		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(uint64(100 + i))}}}
-		ctx := &waldenv1.ConfChangeContext{Member: &waldenv1.MemberContext{Id: id, RaftAddr: fmt.Sprintf("127.0.0.1:%d", 7100+i), AdminAddr: fmt.Sprintf("127.0.0.1:%d", 7000+i)}}
-		if err := c.s.ApplyConfChange(c.ix, cc, ctx, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c
+	c := recoverytest.NewCluster(t, ids...)
+	return &testCluster{Cluster: c, t: t, s: c.State()}
 }
 
-func (c *testCluster) setLeader(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.leader, c.term = id, c.term+1
-}
-
-func (c *testCluster) setDown(id string, down bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.down[id] = down
-}
-
+func (c *testCluster) setLeader(id string)                   { c.SetLeader(id) }
+func (c *testCluster) setDown(id string, down bool)          { c.SetDown(id, down) }
+func (c *testCluster) must(o proto.Message) *waldenv1.Result { c.t.Helper(); return c.Must(o) }
 func (c *testCluster) apply(proposer string, cmd *waldenv1.Command) (*waldenv1.Result, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.down[proposer] {
-		return nil, errDown
-	}
-	cmd = proto.Clone(cmd).(*waldenv1.Command)
-	c.ix++
-	cmd.RequestId, cmd.ProposerId, cmd.ProposedUnixMs = c.ix, proposer, time.Now().UnixMilli()
-	fsm.PrepareProposal(cmd) // as raftnode does
-	return c.s.Apply(c.ix, c.term, cmd)
+	return c.Apply(proposer, cmd)
 }
 
 // applyOld applies cmd as an entry of a walden before the check levels
 // (Command.checks 0) would be: the state an older walden left.
 func (c *testCluster) applyOld(cmd *waldenv1.Command) (*waldenv1.Result, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ix++
-	cmd.RequestId, cmd.ProposerId, cmd.ProposedUnixMs = c.ix, "old", time.Now().UnixMilli()
-	return c.s.Apply(c.ix, c.term, cmd)
-}
-
-// member is one coordinator's view (recovery.Cluster).
-type member struct {
-	c  *testCluster
-	id string
-}
-
-func (m member) Propose(ctx context.Context, cmd *waldenv1.Command) (*waldenv1.Result, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return m.c.apply(m.id, cmd)
-}
-
-func (m member) LinearizableRead(ctx context.Context) error {
-	m.c.mu.Lock()
-	defer m.c.mu.Unlock()
-	if m.c.down[m.id] {
-		return errDown
-	}
-	return ctx.Err()
-}
-
-func (m member) Leadership() (bool, uint64) {
-	m.c.mu.Lock()
-	defer m.c.mu.Unlock()
-	return m.c.leader == m.id && !m.c.down[m.id], m.c.term
-}
-
-func (m member) LiveMembers() []string {
-	m.c.mu.Lock()
-	defer m.c.mu.Unlock()
-	var out []string
-	for _, id := range m.c.ids {
-		if !m.c.down[id] {
-			out = append(out, id)
-		}
-	}
-	return out
+	return c.ApplyOld(cmd)
 }
 
 // op wraps an operation into a Command.
-func op(o proto.Message) *waldenv1.Command {
-	c := &waldenv1.Command{}
-	switch o := o.(type) {
-	case *waldenv1.RegisterBroker:
-		c.Op = &waldenv1.Command_RegisterBroker{RegisterBroker: o}
-	case *waldenv1.DeclareFailed:
-		c.Op = &waldenv1.Command_DeclareFailed{DeclareFailed: o}
-	case *waldenv1.OpenStreamRequest:
-		c.Op = &waldenv1.Command_OpenStream{OpenStream: o}
-	case *waldenv1.CommitObjectRequest:
-		c.Op = &waldenv1.Command_CommitObject{CommitObject: o}
-	case *waldenv1.CloseStreamRequest:
-		c.Op = &waldenv1.Command_CloseStream{CloseStream: o}
-	case *waldenv1.ReassignJob:
-		c.Op = &waldenv1.Command_ReassignJob{ReassignJob: o}
-	case *waldenv1.CancelJob:
-		c.Op = &waldenv1.Command_CancelJob{CancelJob: o}
-	default:
-		panic(fmt.Sprintf("op %T", o))
-	}
-	return c
-}
-
-func (c *testCluster) must(o proto.Message) *waldenv1.Result {
-	c.t.Helper()
-	res, err := c.apply("admin", op(o))
-	if err != nil {
-		c.t.Fatalf("%T: %v", o, err)
-	}
-	return res
-}
+var op = recoverytest.Op
 
 // scenario is a broker with opening streams, some data already committed,
 // and a WAL holding more.
@@ -287,13 +179,7 @@ func payloadFor(stream, offset uint64, n int) []byte {
 // declare fences the broker and creates its job, assigned among live.
 func (c *testCluster) declare(broker string, epoch uint64, live ...string) *waldenv1.Job {
 	c.t.Helper()
-	res := c.must(&waldenv1.DeclareFailed{BrokerId: broker, Epoch: epoch, LiveMembers: live,
-		Evidence: &waldenv1.Evidence{Manual: true, Reason: "test"}})
-	j, ok := c.s.Job(res.GetDeclareFailed().GetJobId())
-	if !ok {
-		c.t.Fatal("no job")
-	}
-	return j
+	return c.Declare(broker, epoch, live...)
 }
 
 func testConfig() recovery.Config {
@@ -320,7 +206,7 @@ func newStore(t *testing.T, cfg objstore.Config) *objstore.Client {
 
 func newExecutor(c *testCluster, id string, cfg recovery.Config, store recovery.Store, f recovery.Fencer, a recovery.Attacher) *recovery.Executor {
 	c.seed(store)
-	return recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: id, State: c.s, Cluster: member{c, id}, Store: store,
+	return recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: id, State: c.s, Cluster: c.Member(id), Store: store,
 		Fencer: f, Attacher: a, Logger: testLogger()})
 }
 

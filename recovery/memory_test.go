@@ -2,6 +2,7 @@ package recovery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -165,3 +166,7 @@ func (s *heldStore) List(_ context.Context, prefix string) ([]objstore.ObjectInf
 func (s *heldStore) AbortIncompleteUploads(context.Context, string) (int, error) { return 0, nil }
 
 func (s *heldStore) Prefix() string { return "" }
+
+func (s *heldStore) GetRange(context.Context, string, int64, int64) ([]byte, error) {
+	return nil, errors.New("heldStore keeps no bytes")
+}

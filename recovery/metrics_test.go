@@ -61,10 +61,10 @@ func TestExecutorReportsStepRuns(t *testing.T) {
 	c.seed(store)
 	fs.Kill()
 	runs := &stepRuns{}
-	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.s, Cluster: member{c, "c1"},
+	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.s, Cluster: c.Member("c1"),
 		Store: store, Metrics: runs, Logger: testLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
-	r := recovery.NewRunner(cfg, "c1", c.s, member{c, "c1"}, exe, testLogger())
+	r := recovery.NewRunner(cfg, "c1", c.s, c.Member("c1"), exe, testLogger())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()

@@ -38,7 +38,7 @@ func TestRecoverCommitsEachRecordOnce(t *testing.T) {
 			exe := newExecutor(c, "c1", cfg, store, nil, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			r := recovery.NewRunner(cfg, "c1", c.s, member{c, "c1"}, exe, testLogger())
+			r := recovery.NewRunner(cfg, "c1", c.s, c.Member("c1"), exe, testLogger())
 			done := make(chan struct{})
 			go func() { r.Run(ctx); close(done) }()
 			j := c.declare(sc.broker, sc.epoch, "c1")
@@ -175,7 +175,7 @@ func TestReassignAfterAssigneeKilledMidUpload(t *testing.T) {
 	for _, id := range []string{"c1", "c2", "c3"} {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancels[id] = cancel
-		r := recovery.NewRunner(cfg, id, c.s, member{c, id}, newExecutor(c, id, cfg, stores[id], nil, nil), testLogger())
+		r := recovery.NewRunner(cfg, id, c.s, c.Member(id), newExecutor(c, id, cfg, stores[id], nil, nil), testLogger())
 		wg.Add(1)
 		go func() { defer wg.Done(); r.Run(ctx) }()
 	}
@@ -291,7 +291,7 @@ func TestS3DownRetries(t *testing.T) {
 	exe := newExecutor(c, "c1", cfg, store, nil, nil) // seeds the objects committed before
 	fs.Kill()                                         // S3 down from the start of the recovery
 	ctx, cancel := context.WithCancel(context.Background())
-	r := recovery.NewRunner(cfg, "c1", c.s, member{c, "c1"}, exe, testLogger())
+	r := recovery.NewRunner(cfg, "c1", c.s, c.Member("c1"), exe, testLogger())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()

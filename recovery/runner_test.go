@@ -32,7 +32,7 @@ func TestNewLeaderRestartsJobLeaseClock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, id := range []string{"c2", "c3"} {
-		r := recovery.NewRunner(cfg, id, c.s, member{c, id}, blockingRun{}, testLogger())
+		r := recovery.NewRunner(cfg, id, c.s, c.Member(id), blockingRun{}, testLogger())
 		wg.Add(1)
 		go func() { defer wg.Done(); r.Run(ctx) }()
 	}
@@ -93,7 +93,7 @@ func TestNextAttemptWaitsForThePreviousOne(t *testing.T) {
 	cfg := testConfig()
 	sc := newScenario(t, c, t.TempDir(), 2, 10)
 	run := &slowStop{stopTakes: 500 * time.Millisecond}
-	r := recovery.NewRunner(cfg, "c1", c.s, member{c, "c1"}, run, testLogger())
+	r := recovery.NewRunner(cfg, "c1", c.s, c.Member("c1"), run, testLogger())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()

@@ -137,6 +137,15 @@ func (r *Run) Config() Config { return r.a.e.cfg }
 // NodeID is this coordinator's member id.
 func (r *Run) NodeID() string { return r.a.e.nodeID }
 
+// Metrics receives what the target reports in its own terms (nothing is
+// recorded when the executor's Metrics does not take them).
+func (r *Run) Metrics() TargetMetrics {
+	if m, ok := r.a.e.metrics.(TargetMetrics); ok {
+		return m
+	}
+	return noMetrics{}
+}
+
 // Checkpoint records progress in the job (job id and attempt are set here).
 // A checkpoint with StepDone also ends the step's metric.
 func (r *Run) Checkpoint(ctx context.Context, cp *waldenv1.CheckpointJob) error {

@@ -77,10 +77,10 @@ func TestFourthTargetIsOneRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.s, Cluster: member{c, "c1"}, Target: target, Logger: testLogger()})
+	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.s, Cluster: c.Member("c1"), Target: target, Logger: testLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := recovery.NewRunner(cfg, "c1", c.s, member{c, "c1"}, exe, testLogger())
+	r := recovery.NewRunner(cfg, "c1", c.s, c.Member("c1"), exe, testLogger())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	j := c.declare("b9", epoch, "c1")

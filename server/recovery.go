@@ -12,6 +12,8 @@ import (
 	"walden/objstore"
 	"walden/raftnode"
 	"walden/recovery"
+	// The automq recovery target (recovery.action: automq).
+	_ "walden/recovery/automqtarget"
 )
 
 // newRecoveryRunner wires this member's recovery: the S3 client (none when
