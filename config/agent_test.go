@@ -81,6 +81,24 @@ func TestParseAgentErrors(t *testing.T) {
 		{"partial tls", validAgentYAML + "tls: {cert_file: a.pem}\n", "tls.key_file", 7, "must be set"},
 		{"bad broker_addr", validAgentYAML + "broker_addr: b1\n", "broker_addr", 7, "want host:port"},
 		{"bad broker_id", strings.Replace(validAgentYAML, "broker_id: b1", "broker_id: 'b 1'", 1), "broker_id", 1, "invalid name"},
+		{"command and pid file", validAgentYAML + "broker:\n  command: [/bin/broker]\n  pid_file: /run/b.pid\n", "broker.pid_file", 9, "not both"},
+		{"relative pid file", validAgentYAML + "broker: {pid_file: run/b.pid}\n", "broker.pid_file", 7, "absolute path"},
+		{"empty command", validAgentYAML + "broker:\n  command: []\n", "broker.command", 8, "must not be empty"},
+		{"command without a program", validAgentYAML + "broker:\n  command: ['', x]\n", "broker.command[0]", 8, "must name the program"},
+		{"command not a list", validAgentYAML + "broker:\n  command: /bin/broker\n", "broker.command", 8, "expected a list"},
+		{"bad kafka_addr", validAgentYAML + "broker:\n  kafka_addr: localhost\n", "broker.kafka_addr", 8, "want host:port"},
+		{"health timeout above the interval", validAgentYAML + "broker:\n  kafka_addr: 127.0.0.1:9092\n  health_timeout: 2s\n", "broker.health_timeout", 9, "at most broker.check_interval"},
+		{"zero threshold", validAgentYAML + "broker:\n  kafka_addr: 127.0.0.1:9092\n  failure_threshold: 0\n", "broker.failure_threshold", 9, "at least 1"},
+		{"env without =", validAgentYAML + "broker:\n  command: [/bin/broker]\n  env: [JAVA_HOME]\n", "broker.env[0]", 9, "NAME=VALUE"},
+		{"env without command", validAgentYAML + "broker:\n  pid_file: /run/b.pid\n  env: [A=1]\n", "broker.env", 9, "broker.command, which is not set"},
+		{"broker unknown key", validAgentYAML + "broker:\n  pidfile: /run/b.pid\n", "broker.pidfile", 8, `did you mean "pid_file"`},
+		{"watchdog without a process", validAgentYAML + "broker: {kafka_addr: 127.0.0.1:9092}\nwatchdog:\n  enabled: true\n", "watchdog.enabled", 9, "needs the broker's process"},
+		{"negative kill margin", validAgentYAML + "broker: {command: [/bin/broker]}\nwatchdog:\n  enabled: true\n  kill_margin: -1s\n", "watchdog.kill_margin", 10, "must not be negative"},
+		{"bad kill margin", validAgentYAML + "watchdog:\n  kill_margin: 500\n", "watchdog.kill_margin", 8, "expected a duration"},
+		{"negative node id", validAgentYAML + "broker: {command: [/bin/broker]}\nwatchdog: {enabled: true}\nautomq:\n  node_id: -2\n", "automq.node_id", 10, "0 or more"},
+		{"node id not a number", validAgentYAML + "automq:\n  node_id: three\n", "automq.node_id", 8, "expected an integer"},
+		{"automq without the watchdog", validAgentYAML + "broker: {command: [/bin/broker]}\nautomq:\n  node_id: 3\n", "automq.node_id", 9, "watchdog.enabled: true"},
+		{"external fencing of no AutoMQ broker", validAgentYAML + "automq:\n  external_fencing: true\n", "automq.external_fencing", 8, "set automq.node_id too"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,6 +120,60 @@ func TestParseAgentErrors(t *testing.T) {
 				t.Fatalf("message %q does not start with FILE:LINE:", err)
 			}
 		})
+	}
+}
+
+// TestParseAgentBrokerSections: the broker, watchdog and automq sections
+// decode with their defaults; an AutoMQ broker without the watchdog is
+// accepted only when the file says watchdog.enabled: false itself.
+func TestParseAgentBrokerSections(t *testing.T) {
+	cfg, err := ParseAgent("agent.yaml", []byte(validAgentYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Broker.Watched() || cfg.Watchdog.Enabled || cfg.Automq.Configured() || !cfg.Broker.Restart ||
+		cfg.Broker.CheckInterval != time.Second || cfg.Broker.FailureThreshold != 3 || cfg.Watchdog.KillMargin != 500*time.Millisecond {
+		t.Fatalf("defaults: broker %+v, watchdog %+v, automq %+v", cfg.Broker, cfg.Watchdog, cfg.Automq)
+	}
+	y := validAgentYAML + `broker:
+  command: [/opt/automq/bin/kafka-server-start.sh, /opt/automq/config/kraft/server.properties]
+  dir: /opt/automq
+  env: [KAFKA_HEAP_OPTS=-Xmx6g]
+  kafka_addr: 127.0.0.1:9092
+  health_command: [/usr/local/bin/check-broker, --quick]
+  health_timeout: 500ms
+  check_interval: 2s
+  failure_threshold: 5
+  start_timeout: 90s
+  restart: false
+  stop_timeout: 20s
+watchdog:
+  enabled: true
+  kill_margin: 300ms
+  kill_command: [systemctl, kill, --signal=SIGKILL, automq]
+  kill_timeout: 200ms
+automq:
+  node_id: 0
+`
+	cfg, err = ParseAgent("agent.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, w := cfg.Broker, cfg.Watchdog
+	if len(b.Command) != 2 || b.Dir != "/opt/automq" || b.Env[0] != "KAFKA_HEAP_OPTS=-Xmx6g" || b.KafkaAddr != "127.0.0.1:9092" ||
+		len(b.HealthCommand) != 2 || b.HealthTimeout != 500*time.Millisecond || b.CheckInterval != 2*time.Second ||
+		b.FailureThreshold != 5 || b.StartTimeout != 90*time.Second || b.Restart || b.StopTimeout != 20*time.Second || !b.HasProcess() {
+		t.Fatalf("broker %+v", b)
+	}
+	if !w.Enabled || w.KillMargin != 300*time.Millisecond || len(w.KillCommand) != 4 || w.KillTimeout != 200*time.Millisecond {
+		t.Fatalf("watchdog %+v", w)
+	}
+	if !cfg.Automq.Configured() || *cfg.Automq.NodeID != 0 {
+		t.Fatalf("automq %+v", cfg.Automq)
+	}
+	external := validAgentYAML + "broker: {pid_file: /run/automq.pid}\nautomq: {node_id: 4, external_fencing: true}\n"
+	if cfg, err := ParseAgent("agent.yaml", []byte(external)); err != nil || !cfg.Automq.ExternalFencing {
+		t.Fatalf("an AutoMQ broker fenced by the coordinators' plugins: %v", err)
 	}
 }
 

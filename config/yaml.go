@@ -246,6 +246,14 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, key string) error {
 		return nil
 	}
 	switch v.Kind() {
+	case reflect.Pointer:
+		// An optional value: nil when the key is absent.
+		p := reflect.New(v.Type().Elem())
+		if err := d.decode(n, p.Elem(), key); err != nil {
+			return err
+		}
+		v.Set(p)
+		return nil
 	case reflect.Struct:
 		return d.decodeStruct(n, v, key)
 	case reflect.Slice:
