@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -49,6 +50,16 @@ type Options struct {
 	// one coordinator: "granted", "refused" (the coordinator answered with a
 	// refusal) or "failed" (no answer in time). It must not block.
 	ObserveRenewal func(result string)
+	// BrokerObserver, when set, is told what the supervision of a watched
+	// broker does (its state, the watchdog's kills, failed checks).
+	BrokerObserver BrokerObserver
+	// WatchdogCommand is the command line of the watchdog process, which
+	// must run RunWatchdog; default: the running executable with the
+	// arguments "agent watchdog" (walden's hidden command).
+	WatchdogCommand []string
+	// BrokerStdout and BrokerStderr receive the output of a broker the
+	// agent starts; default the agent's own.
+	BrokerStdout, BrokerStderr *os.File
 }
 
 // DefaultHTTPLimits bound the agent's HTTP endpoint: its clients are one
@@ -92,6 +103,9 @@ type state struct {
 	stopped bool
 	// valid is the validity last logged (transitions are logged).
 	valid bool
+	// failureTimeout is the cluster's failure_timeout, as the last
+	// registration answered it (0: not said).
+	failureTimeout time.Duration
 }
 
 // Agent holds one broker's registration and lease. Its methods are safe for
@@ -121,6 +135,10 @@ type Agent struct {
 	httpSrv   *http.Server
 	pool      *gossip.Pool
 	addr      string
+
+	// sup watches the broker (nil when the configuration has no broker
+	// section).
+	sup *supervisor
 }
 
 // New checks cfg and returns an Agent that has not started yet. It reads the
@@ -137,6 +155,10 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = lease.BootClock
+	} else if cfg.Watchdog.Enabled {
+		// The watchdog process reads the boot clock: the deadlines it is
+		// given must be readings of it.
+		return nil, fmt.Errorf("%w: watchdog.enabled needs the boot clock (Options.Clock must be unset)", ErrInvalidConfig)
 	}
 	if opts.RegisterBackoffMax <= 0 {
 		opts.RegisterBackoffMax = 2 * time.Second
@@ -154,7 +176,16 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 	}
 	log := opts.Logger.With("broker_id", cfg.BrokerID)
 	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
-	return &Agent{
+	if len(opts.WatchdogCommand) == 0 {
+		opts.WatchdogCommand = defaultWatchdogCommand()
+	}
+	if opts.BrokerStdout == nil {
+		opts.BrokerStdout = os.Stdout
+	}
+	if opts.BrokerStderr == nil {
+		opts.BrokerStderr = os.Stderr
+	}
+	a := &Agent{
 		cfg:     cfg,
 		log:     log,
 		clock:   opts.Clock,
@@ -164,7 +195,11 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		st:      state{holder: lease.NewHolder(cfg.LeaseSafetyMargin)},
 		changed: make(chan struct{}),
 		events:  make(chan Lease, 64),
-	}, nil
+	}
+	if cfg.Broker.Watched() || cfg.Watchdog.Enabled {
+		a.sup = newSupervisor(a)
+	}
+	return a, nil
 }
 
 // Run starts the agent, blocks until ctx is done, then stops it gracefully
@@ -217,6 +252,16 @@ func (a *Agent) Start() error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
+	if a.sup != nil {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.sup.run(ctx)
+		}()
+	}
+	if a.cfg.Automq.Configured() && !a.cfg.Watchdog.Enabled {
+		a.log.Warn("the AutoMQ broker acknowledges writes without asking for its lease and the watchdog is off: only the coordinators' machine or volume fencing protects its WAL (automq.external_fencing)")
+	}
 	a.wg.Add(3)
 	go func() {
 		defer a.wg.Done()
@@ -254,6 +299,11 @@ func (a *Agent) Stop(graceful bool) error {
 		return nil
 	}
 	a.stopDone = true
+	if a.sup != nil && a.cancel != nil {
+		// The broker stops first, while its lease is still renewed: a
+		// broker that does not check its lease must not outlive it.
+		a.sup.stop(graceful)
+	}
 	a.markStopped()
 	if a.cancel == nil { // never started, or Start failed
 		return nil
@@ -287,6 +337,37 @@ func (a *Agent) markStopped() {
 	a.st.stopped = true
 	a.notifyLocked()
 	a.mu.Unlock()
+	a.leaseChanged()
+}
+
+// leaseChanged tells the broker's supervision that the lease may have
+// changed (the watchdog's deadline follows it).
+func (a *Agent) leaseChanged() {
+	if a.sup != nil {
+		a.sup.leaseChanged()
+	}
+}
+
+// brokerDown voids the lease of epoch at once: the broker died, the agent
+// renews it no more.
+func (a *Agent) brokerDown(epoch uint64) {
+	a.mu.Lock()
+	if a.st.epoch == epoch {
+		a.st.holder.Revoke()
+		a.notifyLocked()
+	}
+	a.mu.Unlock()
+	a.leaseChanged()
+	a.noteValidity()
+}
+
+// Broker returns the watched broker's status (State BrokerNotWatched when
+// the configuration has no broker section).
+func (a *Agent) Broker() BrokerStatus {
+	if a.sup == nil {
+		return BrokerStatus{State: BrokerNotWatched}
+	}
+	return a.sup.status()
 }
 
 // notifyLocked wakes every waiter on a.changed; a.mu must be held.
@@ -399,11 +480,23 @@ func (a *Agent) WaitRegistered(ctx context.Context) (Lease, error) {
 // until ctx ends.
 func (a *Agent) loop(ctx context.Context) {
 	for ctx.Err() == nil {
-		epoch, ttl, ok := a.register(ctx)
-		if !ok {
+		// A broker that died is registered again only once the cluster
+		// could fail it over (the supervisor opens the gate).
+		if a.sup != nil && !a.sup.waitGate(ctx) {
 			return
 		}
-		a.renew(ctx, epoch, ttl)
+		epoch, ttl, ok := a.register(ctx)
+		if !ok {
+			if ctx.Err() == nil {
+				continue // the gate closed meanwhile
+			}
+			return
+		}
+		rctx := ctx
+		if a.sup != nil {
+			rctx = a.sup.renewing(ctx)
+		}
+		a.renew(rctx, epoch, ttl)
 	}
 }
 
@@ -416,10 +509,14 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 		BrokerAddr:  a.cfg.BrokerAddr,
 		Wal:         &waldenv1.WalLocation{VolumeId: a.cfg.WAL.VolumeID, Path: a.cfg.WAL.Path},
 		GossipName:  a.cfg.GossipNodeName(),
+		Automq:      a.automqNode(),
 	}
 	backoff := 50 * time.Millisecond
 	waitingLogged := false
 	for attempt := 1; ; attempt++ {
+		if a.sup != nil && !a.sup.gateIsOpen() {
+			return 0, 0, false
+		}
 		var resp *waldenv1.RegisterResponse
 		err := a.coords.call(ctx, 2*time.Second, func(ctx context.Context, cl waldenv1.AgentClient, opts ...grpc.CallOption) error {
 			var err error
@@ -469,13 +566,19 @@ func (a *Agent) registered(resp *waldenv1.RegisterResponse, ttl time.Duration) {
 	a.st.epoch = resp.GetEpoch()
 	a.st.ttl = ttl
 	a.st.recovered = resp.GetRecoveredWalOffset()
+	a.st.failureTimeout = time.Duration(resp.GetFailureTimeoutMs()) * time.Millisecond
 	a.st.fenced = false
 	a.st.holder.SetEpoch(resp.GetEpoch())
 	a.st.holder.Revoke()
 	l := a.leaseLocked(a.clock.Now())
 	a.notifyLocked()
 	a.mu.Unlock()
+	a.leaseChanged()
 	a.log.Info("registered", "epoch", resp.GetEpoch(), "lease_ttl", ttl, "recovered_wal_offset", resp.GetRecoveredWalOffset())
+	if w := a.cfg.Watchdog; w.Enabled && ttl <= a.cfg.LeaseSafetyMargin+w.KillMargin {
+		a.log.Error("lease_safety_margin + watchdog.kill_margin is not less than the cluster's lease_ttl: the broker can never run",
+			"lease_safety_margin", a.cfg.LeaseSafetyMargin, "kill_margin", w.KillMargin, "lease_ttl", ttl)
+	}
 	if ttl <= a.cfg.LeaseSafetyMargin {
 		a.log.Error("lease_safety_margin is not less than the cluster's lease_ttl: the lease can never be valid",
 			"lease_safety_margin", a.cfg.LeaseSafetyMargin, "lease_ttl", ttl)
@@ -645,6 +748,7 @@ func (a *Agent) granted(g lease.Grant, resp *waldenv1.RenewLeaseResponse, discov
 		}
 	}
 	a.mu.Unlock()
+	a.leaseChanged()
 	if len(addrs) > 0 {
 		select {
 		case discovered <- addrs:
@@ -658,6 +762,7 @@ func (a *Agent) lost(coordinator string) {
 	a.mu.Lock()
 	a.st.holder.Lost(coordinator)
 	a.mu.Unlock()
+	a.leaseChanged()
 }
 
 // noteValidity logs every change of the lease's validity, with what each
@@ -694,6 +799,7 @@ func (a *Agent) refused(epoch uint64, reason refusal.Reason, err error) {
 		a.notifyLocked()
 	}
 	a.mu.Unlock()
+	a.leaseChanged()
 	a.log.Warn("the cluster refused the broker's epoch; stop acknowledging writes and register again",
 		"epoch", epoch, "reason", reason, "err", err)
 }

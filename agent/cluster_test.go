@@ -30,70 +30,10 @@ func TestAgentWithRealCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a three-member cluster")
 	}
-	type member struct{ id, admin, raft, gossip string }
-	var members []member
-	var initial []config.Member
-	var gossipAddrs []string
-	listeners := map[string]server.Listeners{}
-	gossip := testutil.Addrs(t, "127.0.0.1", 3)
-	for i, id := range []string{"c1", "c2", "c3"} {
-		l := server.Listeners{Admin: testutil.Listen(t, "127.0.0.1"), Raft: testutil.Listen(t, "127.0.0.1")}
-		listeners[id] = l
-		m := member{id: id, admin: l.Admin.Addr().String(), raft: l.Raft.Addr().String(), gossip: gossip[i]}
-		members = append(members, m)
-		initial = append(initial, config.Member{ID: id, Raft: m.raft, Admin: m.admin})
-		gossipAddrs = append(gossipAddrs, m.gossip)
-	}
-	for _, m := range members {
-		cfg := config.DefaultServerConfig()
-		cfg.ClusterName, cfg.NodeID = "demo", m.id
-		cfg.DataDir = filepath.Join(t.TempDir(), m.id)
-		cfg.Listen = config.Listen{Admin: m.admin, Raft: m.raft}
-		cfg.InitialCluster = initial
-		cfg.Raft.TickInterval = 20 * time.Millisecond
-		cfg.Gossip.BindAddr = m.gossip
-		cfg.Gossip.Join = gossipAddrs
-		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
-		cfg.Gossip.GossipInterval = 50 * time.Millisecond
-		cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin, cfg.Policy.FailureTimeout = time.Second, 200*time.Millisecond, 3*time.Second
-		s, err := server.New(cfg, slog.New(slog.DiscardHandler), server.WithListeners(listeners[m.id]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Error("server did not stop")
-			}
-		})
-	}
-
-	conns := map[string]*grpc.ClientConn{}
-	for _, m := range members {
-		c, err := grpc.NewClient(m.admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		conns[m.id] = c
-	}
-	var leaderID string
-	testutil.Eventually(t, 15*time.Second, "a leader", func() error {
-		st, err := waldenv1.NewClusterClient(conns["c1"]).Status(context.Background(), &waldenv1.StatusRequest{})
-		if err != nil {
-			return err
-		}
-		if st.GetLeaderId() == "" {
-			return errors.New("no leader yet")
-		}
-		leaderID = st.GetLeaderId()
-		return nil
+	cl := startTestCluster(t, func(p *config.Policy) {
+		p.LeaseTTL, p.DriftMargin, p.FailureTimeout = time.Second, 200*time.Millisecond, 3*time.Second
 	})
+	members, conns, gossipAddrs, leaderID := cl.members, cl.conns, cl.gossip, cl.leader
 	// The agent knows only one follower.
 	var follower string
 	for _, m := range members {
@@ -183,6 +123,97 @@ func TestAgentWithRealCluster(t *testing.T) {
 	if got := a.Lease(); !got.Fenced || got.Valid || got.Epoch != l.Epoch {
 		t.Fatalf("lease while the recovery job runs %+v", got)
 	}
+}
+
+// testCluster is three in-process coordinators on loopback.
+type testCluster struct {
+	members []clusterMember
+	conns   map[string]*grpc.ClientConn // by member id, plaintext
+	gossip  []string                    // the members' gossip addresses
+	leader  string                      // the first leader seen
+}
+
+type clusterMember struct{ id, admin, raft, gossip string }
+
+// startTestCluster starts three coordinators with short timings (policy
+// edits the policy they are founded with) and waits for a leader; they
+// stop when the test ends.
+func startTestCluster(t *testing.T, policy func(*config.Policy)) *testCluster {
+	t.Helper()
+	cl := &testCluster{conns: map[string]*grpc.ClientConn{}}
+	var initial []config.Member
+	listeners := map[string]server.Listeners{}
+	gossip := testutil.Addrs(t, "127.0.0.1", 3)
+	for i, id := range []string{"c1", "c2", "c3"} {
+		l := server.Listeners{Admin: testutil.Listen(t, "127.0.0.1"), Raft: testutil.Listen(t, "127.0.0.1")}
+		listeners[id] = l
+		m := clusterMember{id: id, admin: l.Admin.Addr().String(), raft: l.Raft.Addr().String(), gossip: gossip[i]}
+		cl.members = append(cl.members, m)
+		initial = append(initial, config.Member{ID: id, Raft: m.raft, Admin: m.admin})
+		cl.gossip = append(cl.gossip, m.gossip)
+	}
+	for _, m := range cl.members {
+		cfg := config.DefaultServerConfig()
+		cfg.ClusterName, cfg.NodeID = "demo", m.id
+		cfg.DataDir = filepath.Join(t.TempDir(), m.id)
+		cfg.Listen = config.Listen{Admin: m.admin, Raft: m.raft}
+		cfg.InitialCluster = initial
+		cfg.Raft.TickInterval = 20 * time.Millisecond
+		cfg.Gossip.BindAddr = m.gossip
+		cfg.Gossip.Join = cl.gossip
+		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+		cfg.Gossip.GossipInterval = 50 * time.Millisecond
+		policy(&cfg.Policy)
+		s, err := server.New(cfg, slog.New(slog.DiscardHandler), server.WithListeners(listeners[m.id]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Error("server did not stop")
+			}
+		})
+	}
+	for _, m := range cl.members {
+		c, err := grpc.NewClient(m.admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cl.conns[m.id] = c
+	}
+	testutil.Eventually(t, 15*time.Second, "a leader", func() error {
+		st, err := waldenv1.NewClusterClient(cl.conns["c1"]).Status(context.Background(), &waldenv1.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		if st.GetLeaderId() == "" {
+			return errors.New("no leader yet")
+		}
+		cl.leader = st.GetLeaderId()
+		return nil
+	})
+	return cl
+}
+
+// broker asks any member that answers for broker id (following nothing:
+// every member serves the replicated record).
+func (cl *testCluster) broker(id string) (*waldenv1.Broker, error) {
+	var errs []error
+	for _, m := range cl.members {
+		resp, err := waldenv1.NewBrokersClient(cl.conns[m.id]).GetBroker(context.Background(), &waldenv1.GetBrokerRequest{BrokerId: id})
+		if err == nil {
+			return resp.GetBroker(), nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
 }
 
 type lockedBuffer struct {

@@ -16,9 +16,26 @@
 //   - re-registering (a new epoch) after the cluster refuses the old epoch
 //     with NODE_FENCED or EPOCH_EXPIRED;
 //   - the agent's membership in the gossip pool (role "agent") and the local
-//     HTTP endpoint that the broker asks and the coordinators probe.
+//     HTTP endpoint that the broker asks and the coordinators probe;
+//   - watching the broker when configured (supervisor.go): starting it as
+//     its child or finding it by a pid file, checking it (TCP connect,
+//     health command), and when it dies stopping the renewals, answering
+//     the probes 503, and registering again once the cluster could fail it
+//     over;
+//   - the watchdog (watchdog.go) for a broker that never checks its lease:
+//     a separate process, told at every change the instant the broker must
+//     be dead by (the lease's validity end minus watchdog.kill_margin),
+//     that kills the broker's process group then on its own timer, so that
+//     the broker is dead before any majority of the coordinators may attest
+//     — also when the agent itself stalls;
+//   - reporting an AutoMQ broker's node id and the node epoch of its WAL
+//     header at registration.
 //
-// What it must never do: decide that a broker failed, touch the broker's WAL,
-// report a lease as valid from a wall-clock comparison, or report it valid
-// after the instant it can no longer be sure the cluster still honours it.
+// What it must never do: decide a failover (it can only stop vouching for
+// its broker), write the broker's WAL (it reads an AutoMQ WAL's header,
+// read-only), report a lease as valid from a wall-clock comparison, report
+// it valid after the instant it can no longer be sure the cluster still
+// honours it, let a broker that does not check its lease run without a
+// deadline in the watchdog, or kill a process it cannot tell is the broker
+// (a pid is checked against the process's start time first).
 package agent

@@ -44,6 +44,8 @@ type fakeCluster struct {
 	// hintInDetail makes followers name the leader in an ErrorInfo
 	// detail instead of the trailers.
 	hintInDetail bool
+	// failureTimeout is the failure_timeout registrations answer.
+	failureTimeout time.Duration
 }
 
 type fakeCoord struct {
@@ -120,7 +122,8 @@ func (f *fakeCoord) Register(ctx context.Context, req *waldenv1.RegisterRequest)
 	c.epoch = c.nextEpoch
 	c.nextEpoch++
 	c.fenced = false
-	return &waldenv1.RegisterResponse{BrokerId: req.GetBrokerId(), Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), RecoveredWalOffset: c.recoveredOffset}, nil
+	return &waldenv1.RegisterResponse{BrokerId: req.GetBrokerId(), Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), RecoveredWalOffset: c.recoveredOffset,
+		FailureTimeoutMs: c.failureTimeout.Milliseconds()}, nil
 }
 
 func (f *fakeCoord) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {

@@ -21,6 +21,22 @@ import (
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
 
+// newAgentWatchdogCmd is the watchdog process the agent starts beside a
+// broker that does not check its lease: it reads the agent's deadlines on
+// stdin, kills the broker when one passes, and gives the broker it starts
+// fds 3 and 4 as stdout and stderr. Not for people: the agent runs it.
+func newAgentWatchdogCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "watchdog",
+		Short:  "The agent's watchdog process (started by the agent, not by people)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return agent.RunWatchdog(os.Stdin, os.Stdout, os.NewFile(3, "broker-stdout"), os.NewFile(4, "broker-stderr"))
+		},
+	}
+}
+
 func newAgentCmd() *cobra.Command {
 	var configPath string
 	cmd := &cobra.Command{
@@ -33,13 +49,22 @@ coordinators see it, and answers the broker on the local HTTP endpoint:
 
   GET /v1/lease         {"broker_id","epoch","valid","remaining_ms","fenced"}
   GET /v1/registration  {"broker_id","registered","epoch","recovered_wal_offset"}
-  GET /healthz          200 ok while the agent runs (the coordinators probe it)
+  GET /v1/broker        {"state","pid","reason","watchdog_armed","kill_in_ms",...}
+  GET /healthz          200 ok while the agent runs, 503 when its watched
+                        broker is down (the coordinators probe it)
   GET /metrics          Prometheus series: the lease as the agent sees it
 
 The broker acknowledges a write only while valid is true, with the epoch the
 endpoint returned. valid turns false before the cluster could declare the
 broker failed (self-fencing on the monotonic clock). After fenced:true the
 agent registers again and the epoch changes: re-read it before writing.
+
+With a broker section the agent watches the broker (starting it as its child
+with broker.command, or finding it by broker.pid_file; broker.kafka_addr and
+broker.health_command check it) and stops renewing its lease when it dies.
+With watchdog.enabled — for a broker that never asks for its lease, such as
+AutoMQ — a separate watchdog process kills the broker's process group
+watchdog.kill_margin before the lease runs out (docs/agent.md).
 
 The configuration is checked strictly first: an unknown key, a wrong type, a
 missing required key or an invalid value stops the process with
@@ -70,8 +95,12 @@ take effect at the next start.`,
 			reg.MustRegister(metrics.NewAgentCollector(cfg.BrokerID, agentLease(func() *agent.Agent { return a })))
 			renewals := metrics.NewAgentRenewals(cfg.BrokerID)
 			reg.MustRegister(renewals.Collectors()...)
-			a, err = agent.New(cfg, agent.Options{Logger: logger, Metrics: handler(reg), ObserveRenewal: renewals.Renewal,
-				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.r.ClientCreds())}})
+			opts := agent.Options{Logger: logger, Metrics: handler(reg), ObserveRenewal: renewals.Renewal,
+				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.r.ClientCreds())}}
+			if cfg.Broker.Watched() || cfg.Watchdog.Enabled {
+				opts.BrokerObserver = newAgentBrokerMetrics(reg, cfg.BrokerID)
+			}
+			a, err = agent.New(cfg, opts)
 			if err != nil {
 				return err
 			}
@@ -104,6 +133,7 @@ take effect at the next start.`,
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML configuration file (required)")
+	cmd.AddCommand(newAgentWatchdogCmd())
 	return cmd
 }
 

@@ -40,6 +40,28 @@ func agentLease(a func() *agent.Agent) func() metrics.AgentLease {
 	}
 }
 
+// agentBrokerObserver turns the agent's broker supervision into metrics.
+type agentBrokerObserver struct{ m *metrics.AgentBroker }
+
+func (o agentBrokerObserver) BrokerState(s agent.BrokerState) { o.m.State(string(s)) }
+func (o agentBrokerObserver) WatchdogArmed(armed bool)        { o.m.Armed(armed) }
+func (o agentBrokerObserver) CheckFailed(check string)        { o.m.CheckFailed(check) }
+func (o agentBrokerObserver) Kill(k agent.KillRecord) {
+	o.m.Kill(k.Reason, k.Latency, k.Lead, k.Reason == agent.KillLease)
+}
+
+// newAgentBrokerMetrics registers the series of an agent's broker
+// supervision in reg.
+func newAgentBrokerMetrics(reg *prometheus.Registry, brokerID string) agentBrokerObserver {
+	states := make([]string, 0, len(agent.BrokerStates))
+	for _, s := range agent.BrokerStates {
+		states = append(states, string(s))
+	}
+	m := metrics.NewAgentBroker(brokerID, states, agent.KillReasons, agent.BrokerChecks)
+	reg.MustRegister(m.Collectors()...)
+	return agentBrokerObserver{m: m}
+}
+
 // brokerMetrics returns the handler that serves the metrics of `walden
 // broker` (the agent's lease and renewals, the broker's status and its API
 // calls), the gRPC server options that measure its data API, and the
