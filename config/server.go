@@ -413,14 +413,12 @@ func (c *Server) Validate() error {
 	}
 	if c.S3 != (objstore.Config{Region: c.S3.Region}) {
 		if err := c.S3.Validate(); err != nil {
-			key, reason := "s3", err.Error()
-			if i := strings.Index(reason, "s3."); i >= 0 {
-				rest := reason[i:]
-				if j := strings.Index(rest, ": "); j >= 0 {
-					key, reason = strings.Fields(rest[:j])[0], strings.TrimSuffix(rest[j+2:], ": "+objstore.ErrInvalidConfig.Error())
-				}
+			var se *objstore.ConfigError
+			if errors.As(err, &se) {
+				v.add("s3."+se.Key, "%s", se.Reason)
+			} else {
+				v.add("s3", "%v", err)
 			}
-			v.add(key, "%s", reason)
 		}
 	}
 	return errors.Join(v.errs...)

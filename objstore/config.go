@@ -36,25 +36,40 @@ func DefaultConfig() Config {
 	return Config{Region: "us-east-1"}
 }
 
-// Validate checks the config and names the offending key.
+// ConfigError names the key (within the s3 section) of an invalid value.
+type ConfigError struct {
+	// Key is the key without the section, e.g. "region".
+	Key    string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "objstore: s3." + e.Key + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate checks the config and names the offending key (*ConfigError).
 func (c Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	}
 	if c.Bucket == "" {
-		return fmt.Errorf("objstore: s3.bucket: required: %w", ErrInvalidConfig)
+		return bad("bucket", "required")
 	}
 	if c.Region == "" {
-		return fmt.Errorf("objstore: s3.region: required: %w", ErrInvalidConfig)
+		return bad("region", "required")
 	}
 	if c.Endpoint != "" {
 		u, err := url.Parse(c.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("objstore: s3.endpoint: %q is not an http(s) URL: %w", c.Endpoint, ErrInvalidConfig)
+			return bad("endpoint", "%q is not an http(s) URL", c.Endpoint)
 		}
 	}
 	if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
-		return fmt.Errorf("objstore: s3.access_key_id and s3.secret_access_key: set both or neither: %w", ErrInvalidConfig)
+		return bad("access_key_id", "set both access_key_id and secret_access_key, or neither")
 	}
 	if strings.HasPrefix(c.Prefix, "/") {
-		return fmt.Errorf("objstore: s3.prefix: %q must not start with '/': %w", c.Prefix, ErrInvalidConfig)
+		return bad("prefix", "%q must not start with '/'", c.Prefix)
 	}
 	return nil
 }

@@ -126,7 +126,7 @@ func DefaultConfig() Config {
 			RequestTimeout: controller.DefaultRequestTimeout,
 			Attempts:       controller.DefaultAttempts,
 		},
-		S3:              objstore.Config{},
+		S3:              objstore.DefaultConfig(),
 		BlockSize:       DefaultBlockSize,
 		StreamSplitSize: DefaultStreamSplitSize,
 		BatchSize:       DefaultBatchSize,
@@ -159,6 +159,9 @@ func (c Config) Validate() error {
 		return bad("cluster_id", "%q cannot name object keys: %v", c.ClusterID, err)
 	}
 	cc := c.controllerConfig()
+	if c.Controller.SASL.PasswordFile != "" {
+		cc.SASL.Password = "read from password_file" // read when the client is built
+	}
 	if err := cc.Validate(); err != nil {
 		var ce *controller.ConfigError
 		if errors.As(err, &ce) {
@@ -191,6 +194,10 @@ func (c Config) Validate() error {
 	}
 	if c.S3.Bucket != "" {
 		if err := c.S3.Validate(); err != nil {
+			var se *objstore.ConfigError
+			if errors.As(err, &se) {
+				return bad("s3."+se.Key, "%s", se.Reason)
+			}
 			return bad("s3", "%v", err)
 		}
 		if c.S3.Prefix != "" {
