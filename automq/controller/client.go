@@ -377,11 +377,23 @@ type pinned struct {
 func (p pinned) MaxVersion() int16 { return p.max }
 
 // topLevelCode is the top-level error code of a response of this package.
+//
+// OpenStreams and CloseStreams are answered stream by stream: AutoMQ 1.4.1's
+// controller handles each stream as an event of its own, so a standby
+// controller answers NOT_CONTROLLER in every stream's code and 0 at the
+// top. Such an answer counts as NOT_CONTROLLER (the request changed
+// nothing): the client moves to the next voter.
 func topLevelCode(resp kmsg.Response) int16 {
 	switch r := resp.(type) {
 	case *protocol.OpenStreamsResponse:
+		if r.ErrorCode == 0 && len(r.OpenStreamResponses) > 0 && allNotController(len(r.OpenStreamResponses), func(i int) int16 { return r.OpenStreamResponses[i].ErrorCode }) {
+			return protocol.ErrNotController.Code
+		}
 		return r.ErrorCode
 	case *protocol.CloseStreamsResponse:
+		if r.ErrorCode == 0 && len(r.CloseStreamResponses) > 0 && allNotController(len(r.CloseStreamResponses), func(i int) int16 { return r.CloseStreamResponses[i].ErrorCode }) {
+			return protocol.ErrNotController.Code
+		}
 		return r.ErrorCode
 	case *protocol.PrepareS3ObjectResponse:
 		return r.ErrorCode
@@ -393,6 +405,15 @@ func topLevelCode(resp kmsg.Response) int16 {
 		return r.ErrorCode
 	}
 	return 0
+}
+
+func allNotController(n int, code func(int) int16) bool {
+	for i := 0; i < n; i++ {
+		if code(i) != protocol.ErrNotController.Code {
+			return false
+		}
+	}
+	return true
 }
 
 // isNotSent reports whether a transport error happened before the request

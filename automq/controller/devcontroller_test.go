@@ -149,6 +149,34 @@ func TestFailoverAgainstDevController(t *testing.T) {
 	}
 }
 
+// TestStandbyAnswersStreamByStream: AutoMQ 1.4.1's standby controllers
+// answer OpenStreams and CloseStreams with NOT_CONTROLLER in every stream's
+// code (0 at the top); the client moves to the active one, as it does for
+// the other APIs' top-level NOT_CONTROLLER.
+func TestStandbyAnswersStreamByStream(t *testing.T) {
+	q := devQuorum(t, devcontroller.Config{ClusterID: "c", Streams: []int64{10, 11}})
+	c := newClient(t, q.Addrs())
+	ctx := ctxFor(t, 30*time.Second)
+	if _, err := c.GetOpeningStreams(ctx, 1, 1000, false); err != nil {
+		t.Fatal(err)
+	}
+	// The client knows voter 2; the active one moves before the open.
+	if err := q.SetActive(1); err != nil {
+		t.Fatal(err)
+	}
+	opened, err := c.OpenStreams(ctx, 1, 1000, []controller.OpenStream{{StreamID: 10, StreamEpoch: 0}, {StreamID: 11, StreamEpoch: 0}})
+	if err != nil || len(opened) != 2 || c.Controller() != q.Addrs()[0] {
+		t.Fatalf("open after the move: %+v %v (controller %s)", opened, err, c.Controller())
+	}
+	if err := q.SetActive(3); err != nil {
+		t.Fatal(err)
+	}
+	closed, err := c.CloseStreams(ctx, 1, 1000, []controller.CloseStream{{StreamID: 10, StreamEpoch: 0}, {StreamID: 11, StreamEpoch: 0}})
+	if err != nil || len(closed) != 2 || c.Controller() != q.Addrs()[2] {
+		t.Fatalf("close after the move: %+v %v (controller %s)", closed, err, c.Controller())
+	}
+}
+
 func TestDevControllerSASL(t *testing.T) {
 	q := devQuorum(t, devcontroller.Config{
 		ClusterID: "c",
