@@ -380,7 +380,8 @@ func (c *Broker) validateAutomq() error {
 		v.add("s3.prefix", "must be empty in mode automq: AutoMQ's object keys start at the bucket's root")
 	}
 	a := c.Automq
-	if !c.src.has("automq.node_id") {
+	if c.src != nil && !c.src.has("automq.node_id") {
+		// 0 is a node id: the file must say it.
 		v.missing("automq.node_id", "the broker's AutoMQ node id")
 	} else if a.NodeID < 0 {
 		v.add("automq.node_id", "must be 0 or more, got %d", a.NodeID)
@@ -414,7 +415,7 @@ func (c *Broker) validateAutomq() error {
 	for i, t := range a.Takeover {
 		key := fmt.Sprintf("automq.takeover[%d]", i)
 		switch {
-		case !c.src.has(key + ".node_id"):
+		case c.src.has(key) && !c.src.has(key+".node_id"):
 			v.missing(key+".node_id", "the node whose streams this broker takes over")
 		case t.NodeID < 0:
 			v.add(key+".node_id", "must be 0 or more, got %d", t.NodeID)

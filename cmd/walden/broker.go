@@ -40,7 +40,16 @@ At start it uploads what its old WAL holds beyond the catalog's end offsets
 of the streams it still owns, then opens its configured streams (and, with
 takeover: true, CLOSED streams). SIGTERM or SIGINT uploads, commits, closes
 its streams and leaves gossip; SIGKILL leaves the tail in the WAL for the
-coordinators' recovery or the next start.`,
+coordinators' recovery or the next start.
+
+With mode: automq it is an AutoMQ 1.x broker instead (docs/broker.md): no
+agent and no coordinators; its WAL header names its node id and node epoch
+(its start time in ms); it registers the epoch, opens and commits through
+AutoMQ's controller (automq.controller), uploads AutoMQ's objects under
+AutoMQ's keys, and acknowledges an append once it is durable in its WAL,
+without any lease, so that "walden agent" beside it, as a watchdog, is what
+protects it. It leads the streams of the nodes in automq.takeover once they
+stop answering, retrying STREAM_NOT_CLOSED until their failover closes them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configPath == "" {
@@ -51,6 +60,15 @@ coordinators' recovery or the next start.`,
 				return err
 			}
 			logger := server.NewLogger(cfg.Log, os.Stderr)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if cfg.IsAutomq() {
+				b, err := broker.NewAutomq(cfg, broker.Options{Logger: logger})
+				if err != nil {
+					return err
+				}
+				return b.Run(ctx)
+			}
 			var b *broker.Broker
 			metricsHandler, serverOpts, observeRenewal := brokerMetrics(cfg.BrokerID, func() *broker.Broker { return b })
 			b, err = broker.New(cfg, broker.Options{Logger: logger, ServerOptions: serverOpts,
@@ -58,8 +76,6 @@ coordinators' recovery or the next start.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			return b.Run(ctx)
 		},
 	}
