@@ -159,6 +159,34 @@ func TestE2EShortWebView(t *testing.T) {
 		wait("the timeline's "+kind+" phase", card+` svg.timeline g.phase[data-kind="`+kind+`"]`, 10*time.Second)
 	}
 	wait("the reopen, finished", card+` svg.timeline g.phase[data-kind="reopen"][data-running="false"]`, 30*time.Second)
+
+	// Trouble first: b1 is failed over and stays down (killed, not
+	// restarted): the page lists it under "needs attention", above the
+	// brokers, and its row says since when it is down; every coordinator
+	// commits; the columns that explain a state fit in 1,280 px.
+	wait("b1 down, needing attention", `#attention li[data-kind="down"][data-id="b1"]`, 10*time.Second)
+	wait("b1's down since", `#brokers tr[data-broker="b1"] .down-since`, 10*time.Second)
+	wait("every coordinator committing", `#members tr[data-member="c3"][data-health="ok"]`, 10*time.Second)
+	layout, err := chromedp.Run(bctx, chromedp.Evaluate[string](`[
+		[...document.querySelectorAll('main > section')].map(s => s.id).slice(0, 3).join(" "),
+		String(document.querySelectorAll('#members tr[data-health="ok"]').length),
+		[...document.querySelectorAll('#brokers th[data-col="state"], #brokers th[data-col="why"], #brokers th[data-col="views"], #members th[data-col="health"]')]
+			.filter(h => h.getBoundingClientRect().right > document.documentElement.clientWidth).map(h => h.dataset.col).join(","),
+		String(document.documentElement.scrollWidth <= document.documentElement.clientWidth),
+	].join("|")`))
+	if err != nil || layout != "attention-section brokers-section members-section|3||true" {
+		wide, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+			.slice(0, 8).map(e => e.tagName + "#" + e.id + "." + e.className.baseVal + e.className + " " + Math.round(e.getBoundingClientRect().right)).join("; ")`))
+		t.Fatalf("layout (sections | members committing | columns outside 1,280 px | no sideways scroll): %q %v; wider than the window: %s", layout, err, wide)
+	}
+	// Each coordinator's observation starts at its last contact with b1:
+	// the decision needed failure_timeout (2s) of silence, so the observed
+	// phases of a quorum of coordinators last at least that long (from the
+	// first suspicion they lasted less).
+	long, err := chromedp.Run(bctx, chromedp.Evaluate[int](`[...document.querySelectorAll('`+card+` svg.timeline g.phase[data-kind="observe"]')].filter(g => Number(g.dataset.ms) >= 2000).length`))
+	if err != nil || long < 2 {
+		t.Fatalf("observed phases of at least failure_timeout: %d (%v); the timeline must start at the last contact", long, err)
+	}
 	seen, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`window.seenStates`))
 	if err != nil {
 		t.Fatal(err)

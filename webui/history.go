@@ -28,7 +28,7 @@ var (
 // recent state changes: registered (alive), observed suspect or dead by a
 // coordinator (suspect), declared failed (failed), its recovery running
 // (recovering), succeeded (recovered), failed or cancelled (failed), and
-// maintenance. The page polls once a second; the history shows the states
+// maintenance (and back to alive, or suspect, when it ends). The page polls once a second; the history shows the states
 // a failover went through even when they lasted less than that.
 func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 	out := map[string][]transition{}
@@ -84,8 +84,19 @@ func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 				set(e, waldenv1.BrokerState_BROKER_STATE_FAILED)
 			}
 		case waldenv1.EventKind_EVENT_KIND_MAINTENANCE:
-			if strings.HasPrefix(e.GetMessage(), "maintenance on") {
+			switch {
+			case strings.HasPrefix(e.GetMessage(), "maintenance on"):
 				set(e, waldenv1.BrokerState_BROKER_STATE_MAINTENANCE)
+			case strings.HasPrefix(e.GetMessage(), "maintenance off") && cur[b] == waldenv1.BrokerState_BROKER_STATE_MAINTENANCE:
+				// Back to what the observations say (alive unless a
+				// coordinator suspects it).
+				state := waldenv1.BrokerState_BROKER_STATE_ALIVE
+				for _, s := range observed[b] {
+					if s != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE.Name() {
+						state = waldenv1.BrokerState_BROKER_STATE_SUSPECT
+					}
+				}
+				set(e, state)
 			}
 		}
 	}

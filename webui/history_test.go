@@ -26,11 +26,12 @@ func TestBrokerHistory(t *testing.T) {
 		ev(11, "job", "b1", "attempt 2 succeeded"),
 		ev(12, "maintenance", "b2", "maintenance on: kernel upgrade"),
 		ev(13, "register", "b1", "registered with epoch 4"),
+		ev(14, "maintenance", "b2", "maintenance off: its ttl of 3s ran out"),
 	})
 	if got := fmt.Sprint(h["b1"]); got != "[{alive 100 1} {suspect 400 4} {failed 600 6} {recovering 800 8} {recovered 1100 11} {alive 1300 13}]" {
 		t.Errorf("b1: %s", got)
 	}
-	if got := fmt.Sprint(h["b2"]); got != "[{alive 200 2} {maintenance 1200 12}]" {
+	if got := fmt.Sprint(h["b2"]); got != "[{alive 200 2} {maintenance 1200 12} {alive 1400 14}]" {
 		t.Errorf("b2: %s", got)
 	}
 }

@@ -85,13 +85,39 @@ function renderHeader(o) {
     " · commit ", el("b", {}, st.commit_index),
     " · answered by ", el("b", {}, st.node_id));
   $("#updated").textContent = "updated " + clock(o.now_unix_ms);
-  replaceRows($("#members tbody"), members.map((m) => el("tr", { "data-member": m.id },
-    el("td", {}, m.id),
-    el("td", {}, badge(m.id === st.leader_id ? "leader" : m.role)),
-    el("td", {}, m.reachable ? "yes" : "no"),
-    el("td", { class: "num" }, m.match_index),
-    el("td", {}, m.raft_addr),
-    el("td", {}, m.admin_addr))));
+  const known = !!st.progress_by;
+  replaceRows($("#members tbody"), members.map((m) => {
+    const h = memberHealth(m, st);
+    return el("tr", { "data-member": m.id, "data-commits": known ? String(!!m.commits) : "unknown", "data-health": h.kind },
+      el("td", {}, m.id),
+      el("td", {}, badge(m.id === st.leader_id ? "leader" : m.role)),
+      el("td", { class: "health health-" + h.kind, title: h.detail }, h.text),
+      el("td", {}, m.version || "-"),
+      el("td", { class: "num" }, known ? m.match_index : "-"),
+      el("td", {}, m.raft_addr),
+      el("td", {}, m.admin_addr));
+  }));
+}
+
+// memberHealth says whether a coordinator does its part: reachable from
+// the answering member, and committing as the leader sees it (it heard
+// from the member and the member acknowledged what was committed an
+// election timeout ago). A member may apply entries and not commit.
+function memberHealth(m, st) {
+  const self = m.id === st.node_id;
+  if (!self && !m.reachable) {
+    return { kind: "down", text: "unreachable", detail: st.node_id + "'s transport does not reach it" };
+  }
+  if (!st.progress_by) {
+    return { kind: "unknown", text: "reachable; commits unknown", detail: "no leader answered: only the leader knows who commits" };
+  }
+  if (m.role === "learner") {
+    return { kind: "learner", text: "learner, catching up", detail: "a learner does not vote; the leader promotes it once it caught up" };
+  }
+  if (!m.commits) {
+    return { kind: "down", text: "reachable, not committing", detail: "the leader (" + st.progress_by + ") has not had its acknowledgement of what was committed an election timeout ago (match index " + m.match_index + ")" };
+  }
+  return { kind: "ok", text: "commits", detail: "acknowledges the leader's entries" };
 }
 
 function lease(ms) {
@@ -101,29 +127,111 @@ function lease(ms) {
   return duration(ms);
 }
 
+// lastContact is when the coordinators last heard from broker b, from the
+// observations that are not alive (each observer's time less the silence
+// it measured), or the time it was declared failed.
+function lastContact(b) {
+  let t = 0;
+  for (const x of b.observations || []) {
+    if (x.state === "alive") continue;
+    const c = num(x.since_unix_ms) - num(x.unheard_for_ms);
+    if (c > 0 && (t === 0 || c < t)) t = c;
+  }
+  return t || num(b.failed_unix_ms);
+}
+
+// isDown: a broker failed over and not registered again since (its old
+// epoch is fenced): its streams serve elsewhere, the broker itself is down.
+function isDown(b) {
+  return !!b.fenced;
+}
+
+// troubleRank orders the brokers: what needs a person first.
+function troubleRank(b, holds) {
+  if (b.state === "failed" || b.state === "suspect") return 0;
+  if ((holds[b.broker_id] || []).length) return 0;
+  if (b.state === "recovering") return 1;
+  if (isDown(b)) return 2;
+  if ((b.observations || []).some((x) => x.state !== "alive")) return 3;
+  if (b.state === "maintenance") return 4;
+  return 5;
+}
+
 function renderBrokers(o) {
   const holds = o.holds || {};
   const now = num(o.now_unix_ms);
-  replaceRows($("#brokers tbody"), (o.brokers || []).map((b) => {
+  const list = (o.brokers || []).slice().sort((a, b) => troubleRank(a, holds) - troubleRank(b, holds) || a.broker_id.localeCompare(b.broker_id));
+  replaceRows($("#brokers tbody"), list.map((b) => {
     const obs = (b.observations || []).map((x) => el("span", { class: "obs obs-" + x.state, title: x.reason || "" },
       x.observer_id + ": " + x.state + (x.state !== "alive" ? " for " + duration(now - num(x.since_unix_ms)) : "")));
     const why = (holds[b.broker_id] || []).map((h) => el("li", {}, h));
     const hist = ((o.history || {})[b.broker_id] || []).map((t, i, all) => el("span", { class: "hist", "data-state": t.state, title: clock(t.unix_ms) },
-      i === 0 ? "" : " → ", badge(t.state), " ", i === 0 ? clock(t.unix_ms).slice(11) : "+" + duration(num(t.unix_ms) - num(all[i - 1].unix_ms))));
-    // An AutoMQ broker's node as its agent reported it at registration.
-    const automq = b.automq ? el("div", { class: "muted automq" }, "AutoMQ node " + b.automq.node_id +
-      (num(b.automq.node_epoch) ? " · epoch " + b.automq.node_epoch : "")) : null;
-    return el("tr", { "data-broker": b.broker_id, "data-state": b.state },
-      el("td", {}, b.broker_id, automq),
-      el("td", {}, badge(b.state), b.maintenance && (b.maintenance_reason || num(b.maintenance_until_unix_ms))
-        ? el("div", { class: "muted" }, (b.maintenance_reason || "") + (num(b.maintenance_until_unix_ms) ? " (until about " + clock(b.maintenance_until_unix_ms).slice(11, 19) + ")" : "")) : null),
-      el("td", { class: "num" }, b.epoch),
+      i === 0 ? "" : " → ", badge(t.state), " ", i === 0 ? clock(t.unix_ms).slice(11, 19) : "+" + duration(num(t.unix_ms) - num(all[i - 1].unix_ms))));
+    const down = isDown(b) ? lastContact(b) : 0;
+    const rank = troubleRank(b, holds);
+    return el("tr", { "data-broker": b.broker_id, "data-state": b.state, "data-trouble": String(rank < 5), class: rank < 5 ? "trouble" : "" },
+      el("td", {}, b.broker_id),
+      el("td", { class: "state-cell" }, badge(b.state), isDown(b) ? el("span", { class: "badge state-down", "data-down": "true" }, "down") : null,
+        isDown(b) ? el("div", { class: "down-since" }, "down since " + (down ? clock(down).slice(11, 19) + " (" + duration(now - down) + ")" : "its failover") + ": not registered again") : null,
+        b.maintenance && (b.maintenance_reason || num(b.maintenance_until_unix_ms))
+          ? el("div", { class: "muted" }, (b.maintenance_reason || "") + (num(b.maintenance_until_unix_ms) ? " (until about " + clock(b.maintenance_until_unix_ms).slice(11, 19) + ")" : " (no ttl)")) : null),
+      el("td", { class: "why" }, why.length ? el("ul", { class: "holds" }, ...why) : "-"),
+      el("td", { class: "views" }, ...(obs.length ? obs : ["-"])),
       el("td", {}, lease(b.lease_remaining_ms)),
-      el("td", {}, ...(obs.length ? obs : ["-"])),
+      el("td", { class: "num" }, b.epoch),
       el("td", { class: "num" }, b.failovers),
-      el("td", { class: "history" }, ...(hist.length ? hist : ["-"])),
-      el("td", {}, why.length ? el("ul", { class: "holds" }, ...why) : "-"));
+      el("td", { class: "history" }, ...(hist.length ? hist : ["-"])));
   }));
+}
+
+// renderAttention lists what needs a person, most urgent first: brokers
+// suspect or failed and why they are not failed over yet, automatic
+// failover frozen, coordinators that do not commit, recoveries that failed
+// or wait, brokers down since their failover, brokers in maintenance.
+function renderAttention(o) {
+  const st = o.status || {};
+  const holds = o.holds || {};
+  const now = num(o.now_unix_ms);
+  const items = [];
+  const add = (kind, id, urgent, ...text) => items.push({ kind, id, urgent, node: el("li", { class: "attention-" + kind + (urgent ? " urgent" : ""), "data-kind": kind, "data-id": id }, ...text) });
+  const brokers = o.brokers || [];
+  const frozen = brokers.find((b) => b.hold === "frozen");
+  if (frozen) {
+    const why = ((holds[frozen.broker_id] || [])[0] || "").replace(/^frozen: /, "").replace(/^automatic failover is frozen: /, "");
+    add("frozen", "policy", true, el("b", {}, "automatic failover is frozen"), ": " + (why || "too many brokers look failed at once") +
+      " (failover by hand: waldenctl failover BROKER --reason ...)");
+  }
+  for (const b of brokers) {
+    const why = holds[b.broker_id] || [];
+    if (b.state === "suspect" || b.state === "failed" || why.length) {
+      const since = lastContact(b);
+      add("broker", b.broker_id, true, el("b", {}, "broker " + b.broker_id), " " + b.state + (since ? ", not heard for " + duration(now - since) : ""),
+        why.length ? ": " + why.join("; ") : "");
+    }
+  }
+  for (const m of st.members || []) {
+    const h = memberHealth(m, st);
+    if (h.kind === "down") add("member", m.id, true, el("b", {}, "coordinator " + m.id), " " + h.text + ": " + h.detail);
+  }
+  for (const j of o.jobs || []) {
+    if (j.state === "failed" || j.state === "blocked" || ((j.state === "running" || j.state === "pending") && j.error)) {
+      add("job", j.job_id, true, el("b", {}, "recovery " + j.job_id), " of broker " + j.broker_id + " " + j.state + (j.step ? " in step " + j.step : "") + (j.error ? ": " + j.error : ""));
+    }
+  }
+  for (const b of brokers) {
+    if (isDown(b)) {
+      const since = lastContact(b);
+      add("down", b.broker_id, false, el("b", {}, "broker " + b.broker_id), " down since " + (since ? clock(since).slice(11, 19) + " (" + duration(now - since) + ")" : "its failover") +
+        ": failed over (" + b.state + "), its streams serve on other brokers; it has not registered again");
+    }
+    if (b.maintenance) {
+      add("maintenance", b.broker_id, false, el("b", {}, "broker " + b.broker_id), " in maintenance" + (b.maintenance_reason ? " (" + b.maintenance_reason + ")" : "") +
+        (num(b.maintenance_until_unix_ms) ? " until about " + clock(b.maintenance_until_unix_ms).slice(11, 19) : ", no ttl: automatic failover stays off until maintenance off"));
+    }
+  }
+  items.sort((a, b) => Number(b.urgent) - Number(a.urgent));
+  replaceRows($("#attention"), items.map((i) => i.node));
+  $("#all-well").hidden = items.length > 0;
 }
 
 // rate returns the upload rate of job j in bytes per second over the last
@@ -151,7 +259,10 @@ function renderJobs(o) {
   const jobs = o.jobs || [];
   const now = num(o.now_unix_ms);
   $("#no-jobs").hidden = jobs.length > 0;
-  replaceRows($("#jobs tbody"), jobs.slice().reverse().map((j) => {
+  // Jobs that need a person first, then the running ones, then the newest.
+  const rank = (j) => (j.state === "failed" || j.state === "blocked" ? 0 : j.state === "running" || j.state === "pending" ? 1 : 2);
+  const order = jobs.map((j, i) => [j, i]).sort((a, b) => rank(a[0]) - rank(b[0]) || b[1] - a[1]).map((x) => x[0]);
+  replaceRows($("#jobs tbody"), order.map((j) => {
     const total = num(j.bytes_total), done = num(j.bytes_uploaded);
     const pct = total > 0 ? Math.min(100, (100 * done) / total) : (j.state === "succeeded" ? 100 : 0);
     const r = rate(j, now);
@@ -208,7 +319,9 @@ function renderFailovers(o) {
     }
     prev = card;
     card.dataset.state = f.state;
-    const start = num(f.first_suspect_unix_ms) || num(f.decided_unix_ms);
+    // From the last contact with the broker (where the timeline starts).
+    const starts = (f.phases || []).map((p) => num(p.start_unix_ms)).filter((t) => t > 0);
+    const start = starts.length ? Math.min(...starts) : num(f.first_suspect_unix_ms) || num(f.decided_unix_ms);
     const end = num(f.reopened_unix_ms) || num(f.finished_unix_ms);
     card.querySelector("h3").replaceChildren(
       "broker " + f.broker_id + " · ", badge(f.state), " · epoch " + f.old_epoch + " → " + f.new_epoch,
@@ -262,6 +375,7 @@ async function poll() {
     const o = await getJSON("api/overview");
     lastOverview = o;
     renderHeader(o);
+    renderAttention(o);
     renderBrokers(o);
     renderJobs(o);
     renderFailovers(o);
