@@ -73,7 +73,9 @@ func (troubleSource) Jobs(context.Context) ([]*waldenv1.Job, error) {
 	return []*waldenv1.Job{blocked, done}, nil
 }
 
-func (troubleSource) Failovers(context.Context, string) ([]*waldenv1.Failover, error) { return nil, nil }
+func (troubleSource) Failovers(context.Context, string) ([]*waldenv1.Failover, error) {
+	return nil, nil
+}
 
 // chromium is the headless browser of scripts/install-deps.sh; the test is
 // skipped without it, except in CI.
