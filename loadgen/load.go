@@ -100,8 +100,14 @@ type LoadConfig struct {
 	PlainAppends bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
-	// DialOptions for the coordinators and brokers; default plain gRPC.
+	// DialOptions for the coordinators (and the brokers, unless
+	// BrokerDialOptions is set); default plain gRPC.
 	DialOptions []grpc.DialOption
+	// BrokerDialOptions for the brokers' data API; default DialOptions.
+	// With mutual TLS a client of the coordinators requires the
+	// coordinator role of the server's certificate, a client of the
+	// brokers the broker role (mtls.BrokerClientCreds).
+	BrokerDialOptions []grpc.DialOption
 }
 
 // StreamLoad is one stream's part of a LoadReport.
@@ -252,7 +258,10 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if total == 0 {
 		total = int64(math.Ceil(cfg.Rate * cfg.Duration.Seconds()))
 	}
-	res := newResolver(coords, cfg.BrokerAddrs, cfg.DialOptions)
+	if len(cfg.BrokerDialOptions) == 0 {
+		cfg.BrokerDialOptions = cfg.DialOptions
+	}
+	res := newResolver(coords, cfg.BrokerAddrs, cfg.BrokerDialOptions)
 	defer res.close()
 
 	start := time.Now()

@@ -36,8 +36,14 @@ type VerifyConfig struct {
 	BrokerAddrs map[string]string
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
-	// DialOptions for the coordinators and brokers; default plain gRPC.
+	// DialOptions for the coordinators (and the brokers, unless
+	// BrokerDialOptions is set); default plain gRPC.
 	DialOptions []grpc.DialOption
+	// BrokerDialOptions for the brokers' data API; default DialOptions.
+	// With mutual TLS a client of the coordinators requires the
+	// coordinator role of the server's certificate, a client of the
+	// brokers the broker role (mtls.BrokerClientCreds).
+	BrokerDialOptions []grpc.DialOption
 }
 
 // StreamVerify is one stream's part of a VerifyReport.
@@ -160,7 +166,10 @@ func Verify(ctx context.Context, cfg VerifyConfig) (*VerifyReport, error) {
 	}
 	coords := broker.NewCoordinators(cfg.Coordinators, cfg.DialOptions...)
 	defer coords.Close()
-	res := newResolver(coords, cfg.BrokerAddrs, cfg.DialOptions)
+	if len(cfg.BrokerDialOptions) == 0 {
+		cfg.BrokerDialOptions = cfg.DialOptions
+	}
+	res := newResolver(coords, cfg.BrokerAddrs, cfg.BrokerDialOptions)
 	defer res.close()
 
 	rep := &VerifyReport{Streams: []StreamVerify{}}

@@ -25,7 +25,10 @@ var ErrNoPEM = errors.New("no PEM certificate")
 type Configs struct {
 	// Server requires a client certificate signed by ca_file.
 	Server *tls.Config
-	// Client presents cert_file and checks the server against ca_file.
+	// Client presents cert_file, checks the server against ca_file and the
+	// address dialed, and requires the server's certificate to carry the
+	// coordinator role: every client of the coordinators (ForServerRole
+	// makes the configuration of the brokers' data API clients).
 	Client *tls.Config
 }
 
@@ -50,9 +53,10 @@ func Load(c config.TLS) (Configs, error) {
 			ClientCAs:    pool,
 		},
 		Client: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{cert},
-			RootCAs:      pool,
+			MinVersion:       tls.VersionTLS12,
+			Certificates:     []tls.Certificate{cert},
+			RootCAs:          pool,
+			VerifyConnection: RequireServerRole(authz.RoleCoordinator),
 		},
 	}, nil
 }
@@ -70,12 +74,20 @@ func CertPool(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Creds are the gRPC transport credentials of tc: plain when tc is nil.
+// Creds are the gRPC transport credentials of tc (a server's, or a client
+// of the coordinators'): plain when tc is nil. Their handshake errors say
+// who refused whom and why (ExplainingCreds).
 func Creds(tc *tls.Config) credentials.TransportCredentials {
+	return CredsFor(tc, authz.RoleCoordinator)
+}
+
+// CredsFor are Creds of a client of the servers of role (its tls.Config
+// requires that role: ForServerRole).
+func CredsFor(tc *tls.Config, role authz.Role) credentials.TransportCredentials {
 	if tc == nil {
 		return insecure.NewCredentials()
 	}
-	return credentials.NewTLS(tc)
+	return explaining(tc, role)
 }
 
 // ClientCreds are the credentials of a client of the coordinators
@@ -86,6 +98,17 @@ func ClientCreds(c config.TLS) (credentials.TransportCredentials, error) {
 		return nil, err
 	}
 	return Creds(m.Client), nil
+}
+
+// BrokerClientCreds are the credentials of a client of the brokers' data
+// API configured by c: the servers' certificates must carry the broker
+// role.
+func BrokerClientCreds(c config.TLS) (credentials.TransportCredentials, error) {
+	m, err := Load(c)
+	if err != nil {
+		return nil, err
+	}
+	return CredsFor(ForServerRole(m.Client, authz.RoleBroker), authz.RoleBroker), nil
 }
 
 // ErrGossipKey means TLS is on but the gossip encryption key cannot be

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc/credentials"
+
+	"walden/authz"
 )
 
 // ErrReloadToggle refuses a reload that would turn TLS on or off: the
@@ -87,7 +89,8 @@ func (r *Reloader) ServerCreds() credentials.TransportCredentials {
 
 // ClientCreds are the gRPC credentials of connections to other members:
 // each handshake presents the current certificate and checks the server
-// against the current CA pool; plain when TLS is off.
+// against the current CA pool and its role (coordinator); plain when TLS
+// is off.
 func (r *Reloader) ClientCreds() credentials.TransportCredentials {
 	if !r.Enabled() {
 		return Creds(nil)
@@ -109,7 +112,7 @@ func (c *reloadingCreds) now() credentials.TransportCredentials {
 		tc = tc.Clone()
 		tc.ServerName = c.serverName
 	}
-	return credentials.NewTLS(tc)
+	return explaining(tc, authz.RoleCoordinator)
 }
 
 func (c *reloadingCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {

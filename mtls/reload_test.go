@@ -26,8 +26,9 @@ import (
 	"walden/config"
 )
 
-// writePKI writes a CA (ca.pem) and a certificate signed by it for
-// 127.0.0.1 (member.pem, member-key.pem) into dir, replacing what is there.
+// writePKI writes a CA (ca.pem) and a coordinator's certificate signed by
+// it for 127.0.0.1 (member.pem, member-key.pem) into dir, replacing what
+// is there.
 func writePKI(t *testing.T, dir, name string) config.TLS {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -49,7 +50,7 @@ func writePKI(t *testing.T, dir, name string) config.TLS {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano() + 1), Subject: pkix.Name{CommonName: name + " member"},
+		SerialNumber: big.NewInt(time.Now().UnixNano() + 1), Subject: pkix.Name{CommonName: "member", Organization: []string{"walden:coordinator"}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},

@@ -22,16 +22,22 @@ func (c *clientTLS) bind(f *pflag.FlagSet) {
 	f.StringVar(&c.key, "key", "", "PEM private key of --cert")
 }
 
-// dialOptions are the gRPC dial options the flags ask for: mutual TLS, or
+// dialOptions are the gRPC dial options the flags ask for, of the
+// coordinators and of the brokers' data API: mutual TLS (the servers'
+// certificates must carry the coordinator and the broker role), or
 // plaintext when none is given.
-func (c *clientTLS) dialOptions() ([]grpc.DialOption, error) {
+func (c *clientTLS) dialOptions() (coords, brokers []grpc.DialOption, err error) {
 	t := config.TLS{CAFile: c.cacert, CertFile: c.cert, KeyFile: c.key}
 	if t.Enabled() && (c.cacert == "" || c.cert == "" || c.key == "") {
-		return nil, errors.New("--cacert, --cert and --key go together")
+		return nil, nil, errors.New("--cacert, --cert and --key go together")
 	}
 	creds, err := mtls.ClientCreds(t)
 	if err != nil {
-		return nil, fmt.Errorf("--cacert/--cert/--key: %w", err)
+		return nil, nil, fmt.Errorf("--cacert/--cert/--key: %w", err)
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nil
+	bcreds, err := mtls.BrokerClientCreds(t)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--cacert/--cert/--key: %w", err)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, []grpc.DialOption{grpc.WithTransportCredentials(bcreds)}, nil
 }

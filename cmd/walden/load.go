@@ -109,7 +109,7 @@ prints it as JSON.`,
 			if err != nil {
 				return err
 			}
-			dial, err := ct.dialOptions()
+			dial, brokerDial, err := ct.dialOptions()
 			if err != nil {
 				return err
 			}
@@ -118,7 +118,7 @@ prints it as JSON.`,
 			rep, err := loadgen.Load(ctx, loadgen.LoadConfig{
 				Coordinators: parseList(coords), Streams: ids, Rate: rate, Duration: duration,
 				MaxRecords: maxRecords, PayloadBytes: payload, Ledger: ledger, BrokerAddrs: am, AppendTimeout: appendTimeout,
-				DialOptions:  dial,
+				DialOptions: dial, BrokerDialOptions: brokerDial,
 				PlainAppends: plain,
 			})
 			if err != nil {

@@ -53,14 +53,14 @@ producers are idempotent: a retried append is stored once).`,
 			if err != nil {
 				return err
 			}
-			dial, err := ct.dialOptions()
+			dial, brokerDial, err := ct.dialOptions()
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rep, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: parseList(coords), Ledger: ledger, Wait: wait, BrokerAddrs: am,
-				DialOptions: dial})
+				DialOptions: dial, BrokerDialOptions: brokerDial})
 			if err != nil {
 				return err
 			}

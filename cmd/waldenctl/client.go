@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"walden/authz"
 	"walden/coordclient"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
@@ -146,7 +147,9 @@ func (c *cli) complete(cmd *cobra.Command) error {
 		c.creds = insecure.NewCredentials()
 		return nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	// The member must show a coordinator's certificate: every broker
+	// certificate is valid for localhost too.
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: mtls.RequireServerRole(authz.RoleCoordinator)}
 	if c.cacert != "" {
 		pool, err := mtls.CertPool(c.cacert)
 		if err != nil {
@@ -161,7 +164,7 @@ func (c *cli) complete(cmd *cobra.Command) error {
 		}
 		tc.Certificates = []tls.Certificate{kp}
 	}
-	c.creds = credentials.NewTLS(tc)
+	c.creds = mtls.Creds(tc) // handshake errors say who refused whom
 	return nil
 }
 

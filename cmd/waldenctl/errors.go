@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/coordclient"
+	"walden/mtls"
 	"walden/refusal"
 	"walden/rpcerr"
 )
@@ -391,6 +392,9 @@ const (
 
 // transport describes a connection failure in a few words.
 func transport(msg string) string {
+	if s, ok := mtls.HandshakeSentence(msg); ok {
+		return s // who refused whom, and why
+	}
 	m := strings.ToLower(msg)
 	switch {
 	case strings.Contains(m, "connection refused"):
@@ -443,7 +447,8 @@ func explainNoAnswer(none *coordclient.NoAnswerError, timeout time.Duration, noC
 		}
 		e.Endpoints = append(e.Endpoints, ee)
 		parts = append(parts, ee.Endpoint+": "+ee.Message)
-		certOnly = certOnly && (ee.Message == certRequired || ee.Message == certUntrusted)
+		_, refused := mtls.HandshakeSentence(ee.Message)
+		certOnly = certOnly && (ee.Message == certRequired || ee.Message == certUntrusted || refused)
 	}
 	switch {
 	case len(parts) == 0:

@@ -31,7 +31,7 @@ func writeCert(t *testing.T, dir, name string, parent *x509.Certificate, parentK
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name, Organization: []string{"walden:coordinator"}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 	}
 	if parent == nil {

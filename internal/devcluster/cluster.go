@@ -677,7 +677,9 @@ func (c *Cluster) DialOptions() []grpc.DialOption {
 }
 
 // DialOptionsAs are DialOptions presenting id's certificate (issued on
-// first use).
+// first use). The harness dials coordinators and brokers' data APIs alike:
+// the server's certificate must carry one of those two roles (a product
+// client requires the one it dials: mtls.ClientCreds, BrokerClientCreds).
 func (c *Cluster) DialOptionsAs(id authz.Identity) ([]grpc.DialOption, error) {
 	creds := insecure.NewCredentials()
 	if c.PKI != "" {
@@ -685,9 +687,11 @@ func (c *Cluster) DialOptionsAs(id authz.Identity) ([]grpc.DialOption, error) {
 		if err != nil {
 			return nil, err
 		}
-		if creds, err = mtls.ClientCreds(t); err != nil {
+		m, err := mtls.Load(t)
+		if err != nil {
 			return nil, err
 		}
+		creds = mtls.CredsFor(mtls.ForServerRole(m.Client, authz.RoleCoordinator, authz.RoleBroker), "")
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if c.Opts.Dial != nil {
