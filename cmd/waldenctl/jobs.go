@@ -163,6 +163,7 @@ func printJob(w io.Writer, j *waldenv1.Job) {
 	if j.GetLeaseWaitMs() > 0 {
 		fmt.Fprintf(w, "lease wait\t%s before the WAL was read\n", durationText(j.GetLeaseWaitMs()))
 	}
+	printTargetReport(w, j)
 	if len(j.GetCheckpoints()) > 0 {
 		fmt.Fprintln(w, "\nSTEP\tATTEMPT\tINDEX\tDONE AT\tTOOK\tDETAIL")
 		prev := j.GetCreatedUnixMs()
@@ -170,6 +171,35 @@ func printJob(w io.Writer, j *waldenv1.Job) {
 			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\n", cp.GetJobStep().Name(), cp.GetAttempt(), cp.GetIndex(),
 				msText(cp.GetUnixMs()), durationText(cp.GetUnixMs()-prev), cp.GetDetail())
 			prev = cp.GetUnixMs()
+		}
+	}
+}
+
+// printTargetReport shows what the job's recovery target reports in its
+// own terms: for AutoMQ, the node and epoch failed over, each opening
+// stream's end offsets before and after, and the objects with their ids.
+func printTargetReport(w io.Writer, j *waldenv1.Job) {
+	r := j.GetTargetReport()
+	if r == nil {
+		if n := j.GetAutomq(); n != nil {
+			fmt.Fprintf(w, "automq node\t%d (epoch %d in its WAL at registration)\n", n.GetNodeId(), n.GetNodeEpoch())
+		}
+		return
+	}
+	yes := map[bool]string{true: "yes", false: "no"}
+	fmt.Fprintf(w, "%s node\t%d, epoch %d; fenced at the controller: %s; WAL reset: %s; %s uploaded\n", r.GetTarget(), r.GetNodeId(), r.GetNodeEpoch(),
+		yes[r.GetFenced()], yes[r.GetWalReset()], size(r.GetBytesUploaded()))
+	if len(r.GetStreams()) > 0 {
+		fmt.Fprintln(w, "\nSTREAM\tEPOCH\tEND BEFORE\tEND AFTER\tRECORDS\tCLOSED\tPROBLEM")
+		for _, s := range r.GetStreams() {
+			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.GetStreamId(), s.GetStreamEpoch(), s.GetEndOffsetBefore(), s.GetEndOffsetAfter(),
+				s.GetRecords(), yes[s.GetClosed()], orDash(s.GetProblem()))
+		}
+	}
+	if len(r.GetObjects()) > 0 {
+		fmt.Fprintln(w, "\nOBJECT\tKIND\tSIZE\tSTATE\tKEY")
+		for _, o := range r.GetObjects() {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", o.GetObjectId(), o.GetKind(), size(o.GetSize()), o.GetState(), o.GetKey())
 		}
 	}
 }

@@ -171,3 +171,23 @@ func TestJobsWatchJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestJobShowsAutoMQIds: `waldenctl job` of an AutoMQ failover shows the
+// node and epoch, each stream's end offsets before and after and the
+// objects with their AutoMQ ids and keys.
+func TestJobShowsAutoMQIds(t *testing.T) {
+	j := &waldenv1.Job{JobId: "job-b3-9", BrokerId: "b3", Automq: &waldenv1.AutomqNode{NodeId: 3, NodeEpoch: 1733},
+		TargetReport: &waldenv1.TargetReport{Target: "automq", NodeId: 3, NodeEpoch: 1800, Fenced: true, WalReset: true, BytesUploaded: 2048,
+			Streams: []*waldenv1.TargetStream{{StreamId: 10, StreamEpoch: 2, EndOffsetBefore: 20, EndOffsetAfter: 80, Records: 60, Closed: true},
+				{StreamId: 11, StreamEpoch: 1, Problem: "records missing: stream 11"}},
+			Objects: []*waldenv1.TargetObject{{ObjectId: 4660, Key: "4321000/_kafka_prod/4660", Size: 2048, Kind: "stream_set", State: "committed"}}}}
+	var b strings.Builder
+	printJob(&b, j)
+	out := b.String()
+	for _, want := range []string{"automq node\t3, epoch 1800; fenced at the controller: yes; WAL reset: yes", "10\t2\t20\t80\t60\tyes\t-",
+		"11\t1\t0\t0\t0\tno\trecords missing: stream 11", "4660\tstream_set\t2.0KiB\tcommitted\t4321000/_kafka_prod/4660"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("job output lacks %q:\n%s", want, out)
+		}
+	}
+}

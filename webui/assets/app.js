@@ -275,13 +275,29 @@ function renderJobs(o) {
       el("td", {}, j.job_id),
       el("td", {}, j.broker_id),
       el("td", {}, badge(j.state)),
-      el("td", {}, j.step || "-", j.error ? el("div", { class: "error-text" }, j.error) : null),
+      el("td", {}, j.step || "-", j.error ? el("div", { class: "error-text" }, j.error) : null, targetReport(j)),
       el("td", {}, (j.assignee_id || "-") + (num(j.attempt) > 1 ? " (attempt " + j.attempt + ")" : "")),
       el("td", {}, bar, el("span", { class: "bar-text" }, bytes(done) + " / " + (total ? bytes(total) : "?"))),
       el("td", { class: "num" }, r ? bytes(r) + "/s" : "-"),
       el("td", { class: "num" }, eta),
       el("td", { class: "num" }, j.streams_closed + "/" + j.streams_total));
   }));
+}
+
+// targetReport is what the job's recovery target reports in its own terms
+// (AutoMQ: the node and epoch failed over, the objects' ids, the streams'
+// end offsets), null for walden's own recovery.
+function targetReport(j) {
+  const r = j.target_report;
+  if (!r) return null;
+  const objs = r.objects || [];
+  const streams = r.streams || [];
+  const ids = objs.map((o) => o.object_id + " " + (o.kind || "") + " " + (o.state || "")).join(", ");
+  const ends = streams.map((s) => "stream " + s.stream_id + ": " + (s.end_offset_before || 0) + " → " + (s.end_offset_after || 0) +
+    (s.closed ? " closed" : "") + (s.problem ? " (" + s.problem + ")" : "")).join("\n");
+  const text = (r.target === "automq" ? "AutoMQ " : (r.target || "") + " ") + "node " + (r.node_id || 0) + " · epoch " + (r.node_epoch || 0) +
+    " · " + objs.length + (objs.length === 1 ? " object" : " objects") + (r.wal_reset ? " · WAL reset" : "");
+  return el("div", { class: "target-report", title: (ids ? "objects: " + ids + "\n" : "") + ends }, text);
 }
 
 function fact(label, value) {
