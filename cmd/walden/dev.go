@@ -25,6 +25,11 @@ import (
 // found acknowledged records lost or offsets missing.
 var errDevLost = errors.New("dev: acknowledged records lost or offsets missing")
 
+// errDevNothingRecovered is returned (exit status 1) when the failover
+// recovered nothing from the victim's WAL: the demonstration did not show
+// what it is for.
+var errDevNothingRecovered = errors.New("dev: the failover recovered nothing from the victim's WAL")
+
 // devOptions are the flags of `walden dev`.
 type devOptions struct {
 	dir            string
@@ -40,6 +45,10 @@ type devOptions struct {
 	policy         string
 	insecure       bool
 }
+
+// devUploadInterval is the brokers' upload_interval in the demonstration
+// unless --upload-interval says otherwise.
+const devUploadInterval = time.Hour
 
 // devPolicies are the policies `walden dev --policy` knows.
 var devPolicies = map[string][]string{
@@ -64,10 +73,12 @@ brokers), then verifies every acknowledged record and prints a summary:
 detection time (kill -> FAILED committed), recovery time (kill -> recovery
 job done, every stream of b1 closed), reopen time (kill -> every stream
 open on another broker), producer-visible unavailability per stream,
-records acknowledged and lost.
+records acknowledged and lost, and what the recovery read from b1's WAL
+and uploaded (bytes and record batches: the brokers upload only every
+--upload-interval, 1h by default, so b1 dies holding records S3 lacks).
 
-It exits with status 1 when an acknowledged record is lost or offsets have
-gaps. --keep leaves the cluster running (until Ctrl-C) and prints how to
+It exits with status 1 when an acknowledged record is lost, offsets have
+gaps, or the failover recovered nothing. --keep leaves the cluster running (until Ctrl-C) and prints how to
 look at it with waldenctl. Every process runs mutual TLS with roles (a
 throwaway CA, the gossip key and the certificates in DIR/pki, made as
 "walden certs" does); --insecure runs them in plaintext without
@@ -91,7 +102,7 @@ WAL on b1 before the kill (brokers then upload only every
 	f.DurationVar(&o.warmup, "warmup", 5*time.Second, "load before the kill")
 	f.DurationVar(&o.after, "after", 2*time.Second, "load after the streams reopened")
 	f.Int64Var(&o.backlog, "backlog", 0, "bytes of un-uploaded WAL to build on the victim before the kill (e.g. 67108864)")
-	f.DurationVar(&o.uploadInterval, "upload-interval", 0, "brokers' upload_interval (default 1s; 1h with --backlog)")
+	f.DurationVar(&o.uploadInterval, "upload-interval", 0, "brokers' upload_interval (default 1h: the victim dies with records in its WAL that S3 lacks, and the failover recovers them)")
 	f.BoolVar(&o.insecure, "insecure", false, "run in plaintext without authorization (default: mutual TLS with roles, a throwaway CA in --dir)")
 	f.StringVar(&o.policy, "policy", "default", "failover policy: default (walden's defaults) or demo (failure_timeout 2s, lease_ttl 1s)")
 	rootCmd.AddCommand(cmd)
@@ -138,14 +149,18 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return fmt.Errorf("dev: find own binary: %w", err)
 	}
 	opts := devcluster.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval, Insecure: o.insecure}
+	if opts.UploadInterval == 0 {
+		// The brokers keep what they write in their WALs instead of
+		// uploading it every second, so that the victim dies holding
+		// records S3 lacks and the failover has them to recover (with 1s,
+		// a kill right after an upload recovered nothing).
+		opts.UploadInterval = devUploadInterval
+	}
 	if o.backlog > 0 {
 		// The WAL holds the backlog and the warm-up without uploading:
 		// upload_bytes at most half the capacity.
 		capacity := (2*o.backlog + 64<<20 + 4095) / 4096 * 4096
 		opts.WALCapacity, opts.UploadBytes, opts.BacklogStreams = capacity, capacity/2, true
-		if opts.UploadInterval == 0 {
-			opts.UploadInterval = time.Hour
-		}
 	}
 	c, err := devcluster.New(opts)
 	if err != nil {
@@ -197,6 +212,10 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	}
 	if sum.Lost > 0 || sum.Gaps > 0 {
 		return fmt.Errorf("%w: lost %d, gaps %d (logs in %s)", errDevLost, sum.Lost, sum.Gaps, dir)
+	}
+	if sum.UploadedBytes == 0 || sum.RecordsRecovered == 0 {
+		return fmt.Errorf("%w: %s of %s's WAL were not in S3 at the kill (logs in %s)", errDevNothingRecovered,
+			devcluster.FormatBytes(sum.BacklogBytes), sum.Victim, dir)
 	}
 	if !o.keep {
 		succeeded = true
@@ -261,8 +280,10 @@ func devPrintSummary(out io.Writer, s *devcluster.Summary, policy string) {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  detection (kill -> FAILED committed)\t%d ms\n", s.DetectionMs)
-	fmt.Fprintf(tw, "  recovery (kill -> its streams closed, job %s on %s, attempt %d, %s uploaded)\t%d ms\n",
-		s.JobID, s.JobAssignee, s.JobAttempts, devcluster.FormatBytes(s.UploadedBytes), s.RecoveryMs)
+	fmt.Fprintf(tw, "  recovery (kill -> its streams closed, job %s on %s, attempt %d)\t%d ms\n",
+		s.JobID, s.JobAssignee, s.JobAttempts, s.RecoveryMs)
+	fmt.Fprintf(tw, "  recovered from %s's WAL to S3\t%s in %d record batches (%s were not in S3 at the kill)\n",
+		s.Victim, devcluster.FormatBytes(s.UploadedBytes), s.RecordsRecovered, devcluster.FormatBytes(s.BacklogBytes))
 	fmt.Fprintf(tw, "  reopen (kill -> its streams open on other brokers)\t%d ms\n", s.ReopenMs)
 	fmt.Fprintf(tw, "  producer-visible unavailability, max / median over streams\t%d ms / %d ms\n", s.MaxUnavailableMs, s.MedianUnavailableMs)
 	fmt.Fprintf(tw, "  records acknowledged / present / lost / gaps / duplicates\t%d / %d / %d / %d / %d\n", s.Acked, s.Present, s.Lost, s.Gaps, s.Duplicates)

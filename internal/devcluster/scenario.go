@@ -95,8 +95,13 @@ type Summary struct {
 	MaxUnavailableMs    int64           `json:"max_unavailable_ms"`
 	MedianUnavailableMs int64           `json:"median_unavailable_ms"`
 	VictimStreams       int             `json:"victim_streams"`
-	BacklogBytes        uint64          `json:"backlog_bytes"`
-	UploadedBytes       uint64          `json:"uploaded_bytes"`
+	// BacklogBytes is the victim's WAL payload not in S3 when it was
+	// killed (its own count, read just before the kill).
+	BacklogBytes uint64 `json:"backlog_bytes"`
+	// UploadedBytes and RecordsRecovered are what the recovery read from
+	// the victim's WAL and uploaded: bytes, and record batches committed.
+	UploadedBytes    uint64 `json:"uploaded_bytes"`
+	RecordsRecovered uint64 `json:"records_recovered"`
 	JobID               string          `json:"job_id"`
 	JobAttempts         uint32          `json:"job_attempts"`
 	JobAssignee         string          `json:"job_assignee"`
@@ -186,9 +191,22 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		}
 		f.say("backlog: %d records acknowledged in %d ms", rep.Acked, rep.DurationMs)
 	}
-	if st, err := c.BrokerStatus(ctx, victim); err == nil {
+	// The kill must find records in the victim's WAL that S3 lacks, or the
+	// failover recovers nothing: wait until its own count says so.
+	err := Poll(ctx, f.Timeout, f.Victim+"'s WAL holding records not in S3", func() error {
+		st, err := c.BrokerStatus(ctx, victim)
+		if err != nil {
+			return err
+		}
+		if st.GetWalPendingBytes() == 0 {
+			return fmt.Errorf("%s has uploaded everything its WAL holds (upload_interval %s)", f.Victim, c.Opts.UploadInterval)
+		}
 		sum.BacklogBytes = st.GetWalPendingBytes()
-		f.say("%s: epoch %d, %d bytes of WAL not uploaded yet", f.Victim, st.GetBrokerEpoch(), st.GetWalPendingBytes())
+		f.say("%s: epoch %d, %s of WAL not in S3 yet", f.Victim, st.GetBrokerEpoch(), FormatBytes(st.GetWalPendingBytes()))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if b, err := c.GetBroker(ctx, f.Victim); err == nil {
 		sum.OldEpoch = b.GetEpoch()
@@ -547,7 +565,7 @@ func (w *watcher) fill(s *Summary, killed time.Time) {
 	s.DetectionMs = max(0, w.failedMs-killed.UnixMilli())
 	if w.job != nil {
 		s.JobID, s.JobAttempts, s.JobAssignee = w.job.GetJobId(), w.job.GetAttempt(), w.job.GetAssigneeId()
-		s.UploadedBytes = w.job.GetBytesUploaded()
+		s.UploadedBytes, s.RecordsRecovered = w.job.GetBytesUploaded(), w.job.GetRecordsUploaded()
 		if fin := w.job.GetFinishedUnixMs(); fin > 0 {
 			s.RecoveryMs = max(0, fin-killed.UnixMilli())
 		}
