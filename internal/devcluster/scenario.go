@@ -91,23 +91,23 @@ type Summary struct {
 	// times (the recovery job's close step done → the last of its streams
 	// open on another broker), in milliseconds: ReopenMs − RecoveryMs is
 	// only as precise as the 100 ms polling of the scenario.
-	ReopenAfterCloseMs  int64           `json:"reopen_after_close_ms"`
-	MaxUnavailableMs    int64           `json:"max_unavailable_ms"`
-	MedianUnavailableMs int64           `json:"median_unavailable_ms"`
-	VictimStreams       int             `json:"victim_streams"`
+	ReopenAfterCloseMs  int64 `json:"reopen_after_close_ms"`
+	MaxUnavailableMs    int64 `json:"max_unavailable_ms"`
+	MedianUnavailableMs int64 `json:"median_unavailable_ms"`
+	VictimStreams       int   `json:"victim_streams"`
 	// BacklogBytes is the victim's WAL payload not in S3 when it was
 	// killed (its own count, read just before the kill).
 	BacklogBytes uint64 `json:"backlog_bytes"`
 	// UploadedBytes and RecordsRecovered are what the recovery read from
 	// the victim's WAL and uploaded: bytes, and record batches committed.
-	UploadedBytes    uint64 `json:"uploaded_bytes"`
-	RecordsRecovered uint64 `json:"records_recovered"`
-	JobID               string          `json:"job_id"`
-	JobAttempts         uint32          `json:"job_attempts"`
-	JobAssignee         string          `json:"job_assignee"`
-	OldEpoch            uint64          `json:"old_epoch"`
-	NewEpoch            uint64          `json:"new_epoch"`
-	Streams             []StreamSummary `json:"streams"`
+	UploadedBytes    uint64          `json:"uploaded_bytes"`
+	RecordsRecovered uint64          `json:"records_recovered"`
+	JobID            string          `json:"job_id"`
+	JobAttempts      uint32          `json:"job_attempts"`
+	JobAssignee      string          `json:"job_assignee"`
+	OldEpoch         uint64          `json:"old_epoch"`
+	NewEpoch         uint64          `json:"new_epoch"`
+	Streams          []StreamSummary `json:"streams"`
 }
 
 func (f *Failover) fill(c *Cluster) {
