@@ -88,12 +88,14 @@ test-alerts:
 # the WAL against raw write+fdatasync and read; raft storage and a 3-member
 # cluster; walden against embedded etcd; detection latency against
 # memberlist alone, with a false-positive soak; recovery upload against the
-# transfer manager direct; the failover end to end (64 MiB un-uploaded WAL).
+# transfer manager direct; AutoMQ's failover of 1 GiB against the transfer
+# manager direct; the failover end to end (64 MiB un-uploaded WAL).
 bench: versitygw
 	$(GO) test -run='^$$' -bench=. -benchtime=1x ./wal ./raftnode
 	cd bench && $(GO) run ./raftcompare
 	$(GO) test ./server -run='^$$' -bench=BenchmarkDetection -benchtime=1x -timeout=30m
 	$(GO) test -run='^$$' -bench=BenchmarkRecovery -benchtime=1x ./recovery
+	$(GO) test -run='^$$' -bench=BenchmarkAutoMQRecovery -benchtime=1x -timeout=60m ./automq/failover -args -automq.size=1073741824
 	$(GO) test ./e2e -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=60m -e2e.backlog=67108864 -e2e.trials=5
 
 run: build
