@@ -69,8 +69,15 @@ func PayloadID(p []byte) string {
 
 // LoadConfig configures Load.
 type LoadConfig struct {
-	// Coordinators are the coordinators' admin addresses. Required.
+	// Coordinators are the coordinators' admin addresses: a stream's owner
+	// is found through their catalog. Required unless Brokers is set.
 	Coordinators []string
+	// Brokers are the brokers' data API addresses: a stream's leader is
+	// found by asking each broker which streams it leads (BrokerStatus),
+	// as a Kafka client reads metadata from the brokers. For brokers in
+	// mode automq, whose streams no catalog of walden's knows; Streams is
+	// then required.
+	Brokers []string
 	// Streams to load; empty means every stream in the catalog.
 	Streams []uint64
 	// Rate is the records per second over all streams. Required (> 0).
@@ -152,8 +159,12 @@ type LoadReport struct {
 
 func (c *LoadConfig) validate() error {
 	switch {
-	case len(c.Coordinators) == 0:
-		return fmt.Errorf("%w: --coordinators: at least one address", ErrInvalid)
+	case len(c.Coordinators) == 0 && len(c.Brokers) == 0:
+		return fmt.Errorf("%w: --coordinators: at least one address (or --brokers)", ErrInvalid)
+	case len(c.Coordinators) > 0 && len(c.Brokers) > 0:
+		return fmt.Errorf("%w: --brokers: give the coordinators or the brokers, not both", ErrInvalid)
+	case len(c.Brokers) > 0 && len(c.Streams) == 0:
+		return fmt.Errorf("%w: --streams: required with --brokers (no catalog lists the streams)", ErrInvalid)
 	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("%w: --rate: must be a positive number of records per second, got %v", ErrInvalid, c.Rate)
 	case c.Duration <= 0:
@@ -231,8 +242,11 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if len(cfg.DialOptions) == 0 {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	coords := broker.NewCoordinators(cfg.Coordinators, cfg.DialOptions...)
-	defer coords.Close()
+	var coords *broker.Coordinators
+	if len(cfg.Coordinators) > 0 {
+		coords = broker.NewCoordinators(cfg.Coordinators, cfg.DialOptions...)
+		defer coords.Close()
+	}
 	streams := slices.Clone(cfg.Streams)
 	if len(streams) == 0 {
 		all, err := coords.ListStreams(ctx, "", "")
@@ -262,6 +276,7 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 		cfg.BrokerDialOptions = cfg.DialOptions
 	}
 	res := newResolver(coords, cfg.BrokerAddrs, cfg.BrokerDialOptions)
+	res.brokers = cfg.Brokers
 	defer res.close()
 
 	start := time.Now()
@@ -523,15 +538,65 @@ func ownerAddrHint(err error) string {
 }
 
 // resolver finds stream owners' addresses and keeps one connection per
-// broker address.
+// broker address: through the coordinators' catalog, or, with brokers set,
+// by asking the brokers which streams they lead.
 type resolver struct {
 	coords    *broker.Coordinators
+	brokers   []string
 	overrides map[string]string
 	conns     *coordclient.Conns
+
+	mu      sync.Mutex
+	leaders map[uint64]string
+	asked   time.Time
 }
 
 func newResolver(c *broker.Coordinators, overrides map[string]string, dial []grpc.DialOption) *resolver {
 	return &resolver{coords: c, overrides: overrides, conns: coordclient.NewConns(dial...)}
+}
+
+// leadersMaxAge is how long the brokers' answers serve every stream's
+// lookups before the brokers are asked again.
+const leadersMaxAge = 100 * time.Millisecond
+
+// leader returns the address of the broker that leads stream, asking every
+// broker (BrokerStatus, in parallel) when the last answers are older than
+// leadersMaxAge.
+func (r *resolver) leader(ctx context.Context, stream uint64) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.asked) > leadersMaxAge {
+		leaders := map[uint64]string{}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, addr := range r.brokers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cl, err := r.client(addr)
+				if err != nil {
+					return
+				}
+				sctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				st, err := cl.BrokerStatus(sctx, &waldenv1.BrokerStatusRequest{})
+				if err != nil || !st.GetServing() {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, s := range st.GetStreams() {
+					leaders[s.GetStreamId()] = addr
+				}
+			}()
+		}
+		wg.Wait()
+		r.leaders, r.asked = leaders, time.Now()
+	}
+	if a, ok := r.leaders[stream]; ok {
+		return a, nil
+	}
+	return "", fmt.Errorf("loadgen: no broker of %v leads stream %d", r.brokers, stream)
 }
 
 func (r *resolver) brokerAddr(ctx context.Context, id string) (string, error) {
@@ -550,6 +615,9 @@ func (r *resolver) brokerAddr(ctx context.Context, id string) (string, error) {
 
 // owner returns the API address of the stream's owner.
 func (r *resolver) owner(ctx context.Context, stream uint64) (string, error) {
+	if r.coords == nil {
+		return r.leader(ctx, stream)
+	}
 	d, err := r.coords.DescribeStream(ctx, stream, math.MaxUint64, 1)
 	if err != nil {
 		return "", err
@@ -561,8 +629,12 @@ func (r *resolver) owner(ctx context.Context, stream uint64) (string, error) {
 	return r.brokerAddr(ctx, st.GetOwnerBrokerId())
 }
 
-// anyBrokers returns the API addresses of the registered brokers.
+// anyBrokers returns the API addresses of the registered brokers (the
+// configured ones without coordinators).
 func (r *resolver) anyBrokers(ctx context.Context) []string {
+	if r.coords == nil {
+		return slices.Clone(r.brokers)
+	}
 	var out []string
 	bs, _ := r.coords.Brokers(ctx)
 	for _, b := range bs {

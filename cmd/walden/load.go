@@ -62,7 +62,7 @@ func checkOutput(o string) error {
 }
 
 func newLoadCmd() *cobra.Command {
-	var coords, streams, ledger, output, addrs string
+	var coords, brokers, streams, ledger, output, addrs string
 	var rate float64
 	var duration, appendTimeout time.Duration
 	var payload int
@@ -77,7 +77,11 @@ the streams (default: every stream in the catalog), for --duration or until
 --max-records. Each stream's records go to its owner, found through the
 catalog (DescribeStream, then the owner's registered broker_addr, or
 --broker-addrs); a NOT_OWNER refusal is followed to the owner it names, any
-other error re-resolves the owner and retries the same records.
+other error re-resolves the owner and retries the same records. With
+--brokers instead of --coordinators (brokers in mode automq, whose streams
+live at AutoMQ's controller), the leader of a stream is found by asking
+each broker which streams it leads, as a Kafka client reads metadata;
+--streams is then required.
 
 Each stream's producer is idempotent (Kafka's model): it has a random
 producer id, record N of the run is its sequence N, and a failed append is
@@ -116,7 +120,7 @@ prints it as JSON.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rep, err := loadgen.Load(ctx, loadgen.LoadConfig{
-				Coordinators: parseList(coords), Streams: ids, Rate: rate, Duration: duration,
+				Coordinators: parseList(coords), Brokers: parseList(brokers), Streams: ids, Rate: rate, Duration: duration,
 				MaxRecords: maxRecords, PayloadBytes: payload, Ledger: ledger, BrokerAddrs: am, AppendTimeout: appendTimeout,
 				DialOptions: dial, BrokerDialOptions: brokerDial,
 				PlainAppends: plain,
@@ -128,7 +132,8 @@ prints it as JSON.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&coords, "coordinators", "", "coordinators' admin addresses, comma-separated (required)")
+	f.StringVar(&coords, "coordinators", "", "coordinators' admin addresses, comma-separated (required unless --brokers)")
+	f.StringVar(&brokers, "brokers", "", "brokers' data API addresses, comma-separated, instead of --coordinators (brokers in mode automq)")
 	f.StringVar(&streams, "streams", "", "stream ids, comma-separated (default: every stream in the catalog)")
 	f.Float64Var(&rate, "rate", 100, "records per second over all streams")
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long to produce")
