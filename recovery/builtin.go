@@ -387,6 +387,9 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	if err != nil {
 		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
+	if j.GetWalLost() {
+		return a.withoutWAL(ctx, j)
+	}
 	path, err := a.attach(ctx)
 	if err != nil {
 		return waldenv1.JobStep_JOB_STEP_ATTACH, err
@@ -483,6 +486,34 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	}
 	a.cleanup(ctx, j)
 	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, p.recovered)
+}
+
+// withoutWAL finishes a job an operator resolved with the WAL declared
+// lost (waldenctl jobs resolve --wal-lost): nothing is attached, read or
+// uploaded; the broker's streams are closed at the catalog's ends, and
+// what the WAL held beyond them is lost, as the operator said.
+func (a *attempt) withoutWAL(ctx context.Context, j *waldenv1.Job) (waldenv1.JobStep, error) {
+	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
+		return waldenv1.JobStep_JOB_STEP_READ, fmt.Errorf("recovery: read barrier: %w", err)
+	}
+	total := max(len(a.e.state.OpeningStreams(j.GetBrokerId())), int(j.GetStreamsTotal()))
+	note := "the WAL was declared lost by an operator (" + j.GetResolution() + "): nothing read"
+	for _, step := range []waldenv1.JobStep{waldenv1.JobStep_JOB_STEP_ATTACH, waldenv1.JobStep_JOB_STEP_READ,
+		waldenv1.JobStep_JOB_STEP_UPLOAD, waldenv1.JobStep_JOB_STEP_COMMIT} {
+		if j.GetJobStep() > step {
+			continue
+		}
+		if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: step, StepDone: true, Detail: note, StreamsTotal: uint32(total)}); err != nil {
+			return step, err
+		}
+	}
+	if err := a.closeStreams(ctx, j, total); err != nil {
+		return waldenv1.JobStep_JOB_STEP_CLOSE, err
+	}
+	if err := a.stepDone(ctx, waldenv1.JobStep_JOB_STEP_DETACH, "nothing attached"); err != nil {
+		return waldenv1.JobStep_JOB_STEP_DETACH, err
+	}
+	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, -1)
 }
 
 func gapText(gaps []string) string {

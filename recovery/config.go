@@ -77,6 +77,11 @@ type Config struct {
 	// bucket and its object settings (docs/automq.md). Read only when
 	// action is automq.
 	AutoMQ failover.Config `yaml:"automq"`
+	// BlockedAfter is how long a step may fail without interruption before
+	// the job stops retrying and enters blocked, with the step's error and
+	// an alert (WaldenRecoveryJobBlocked), for an operator to retry or
+	// resolve. Default 10m; at least retry_max.
+	BlockedAfter time.Duration `yaml:"blocked_after"`
 }
 
 // Exec configures the exec plugins and action.
@@ -127,6 +132,7 @@ func DefaultConfig() Config {
 		RetryMin:          200 * time.Millisecond,
 		RetryMax:          30 * time.Second,
 		AutoMQ:            failover.DefaultConfig(),
+		BlockedAfter:      10 * time.Minute,
 	}
 }
 
@@ -252,6 +258,10 @@ func (c Config) Validate() error {
 			}
 			return bad("automq", "%v", err)
 		}
+	}
+	if c.BlockedAfter < c.RetryMax {
+		return bad("blocked_after", "%s is shorter than retry_max (%s): a failing step would block before its first retry; "+
+			"set it to at least retry_max (default 10m)", c.BlockedAfter, c.RetryMax)
 	}
 	return nil
 }

@@ -29,6 +29,10 @@ var (
 	// ErrNoWAL means the job has no WAL location to read (the broker's agent
 	// registered no wal.path and no path_template is set).
 	ErrNoWAL = errors.New("no WAL location")
+	// ErrBlocked means a step failed without interruption for longer than
+	// recovery.blocked_after: the job entered blocked and waits for an
+	// operator (waldenctl retry, waldenctl jobs resolve).
+	ErrBlocked = errors.New("the job is blocked")
 )
 
 // Refusals of the state machine that mean an attempt is over.

@@ -145,6 +145,9 @@ type attempt struct {
 	reported bool
 	// stepStart is when the step now running started (for Metrics).
 	stepStart time.Time
+	// progressed is set when a step is done: the failures before it do not
+	// count towards blocked_after.
+	progressed bool
 }
 
 // stepEnded reports the run of step that started at stepStart and starts
@@ -218,6 +221,7 @@ func (a *attempt) checkpoint(ctx context.Context, cp *waldenv1.CheckpointJob) er
 	}
 	if cp.GetStepDone() {
 		a.stepEnded(cp.GetJobStep(), false)
+		a.progressed = true
 	}
 	return nil
 }
@@ -238,9 +242,14 @@ func (a *attempt) event(ctx context.Context, j *waldenv1.Job, msg string) {
 
 // retry runs fn until it succeeds, the attempt is stale or ctx is done.
 // After each failure it shows the error in the job (CheckpointJob.error)
-// and waits retry_min·2ⁿ, capped at retry_max.
+// and waits retry_min·2ⁿ, capped at retry_max. When one step has failed
+// without interruption for blocked_after (a step done in between, or
+// another step failing, starts the count again), the job enters blocked
+// with the error (BlockJob) and the run ends with ErrBlocked.
 func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (waldenv1.JobStep, error)) error {
 	wait := a.e.cfg.RetryMin
+	var failing waldenv1.JobStep
+	var failingSince time.Time
 	for n := 1; ; n++ {
 		if _, err := a.job(); err != nil {
 			return err
@@ -264,6 +273,13 @@ func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (walde
 		if ctx.Err() != nil {
 			return fmt.Errorf("recovery: job %s attempt %d: %w", a.jobID, a.attempt, context.Cause(ctx))
 		}
+		if step != failing || a.progressed {
+			failing, failingSince = step, time.Now()
+		}
+		a.progressed = false
+		if failed := time.Since(failingSince); failed >= a.e.cfg.BlockedAfter {
+			return a.block(ctx, step, failed, err)
+		}
 		a.log.Warn("step failed: retrying", "step", step.Name(), "retry", n, "backoff", wait, "err", err)
 		if cerr := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: step, Error: fmt.Sprintf("%s (retry %d in %s)", err, n, wait)}); errors.Is(cerr, ErrStale) {
 			return cerr
@@ -275,6 +291,21 @@ func (a *attempt) retry(ctx context.Context, fn func(ctx context.Context) (walde
 		}
 		wait = min(2*wait, a.e.cfg.RetryMax)
 	}
+}
+
+// block moves the job to blocked: step has failed for failed, last with
+// err. The run ends with ErrBlocked (or ErrStale if the attempt is not
+// current any more).
+func (a *attempt) block(ctx context.Context, step waldenv1.JobStep, failed time.Duration, err error) error {
+	a.log.Error("step failed for too long: the job is blocked until an operator retries or resolves it",
+		"step", step.Name(), "failing_for", failed.Round(time.Second), "blocked_after", a.e.cfg.BlockedAfter, "err", err)
+	_, perr := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_BlockJob{BlockJob: &waldenv1.BlockJob{
+		JobId: a.jobID, Attempt: a.attempt, JobStep: step, Error: err.Error(), FailingMs: failed.Milliseconds(),
+	}}})
+	if perr != nil {
+		return fmt.Errorf("recovery: job %s attempt %d: block after %s failing at %s (%w): %w", a.jobID, a.attempt, failed, step.Name(), err, perr)
+	}
+	return fmt.Errorf("recovery: job %s attempt %d: %w after %s failing at %s: %w", a.jobID, a.attempt, ErrBlocked, failed.Round(time.Second), step.Name(), err)
 }
 
 // fence runs the fence plugin once per job: a fence checkpoint of any

@@ -213,6 +213,8 @@ func (r *Runner) runAttempt(ctx context.Context, jobID string, run *running) {
 	case err == nil:
 	case errors.Is(err, ErrStale):
 		log.Warn("attempt stopped: stale", "err", err)
+	case errors.Is(err, ErrBlocked):
+		log.Error("attempt stopped: the job is blocked until an operator retries or resolves it", "err", err)
 	case ctx.Err() != nil:
 		log.Info("attempt stopped", "cause", context.Cause(ctx))
 	default:

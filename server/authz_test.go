@@ -66,11 +66,12 @@ var expectedAccess = map[string]struct {
 	"/walden.v1.Catalog/ListStreams":       {roles: append(slices.Clone(people), authz.RoleBroker)},
 	"/walden.v1.Catalog/DescribeStream":    {roles: append(slices.Clone(people), authz.RoleBroker)},
 
-	"/walden.v1.Jobs/ListJobs":  {roles: people},
-	"/walden.v1.Jobs/GetJob":    {roles: people},
-	"/walden.v1.Jobs/WatchJobs": {roles: people},
-	"/walden.v1.Jobs/CancelJob": {roles: operatorsUp},
-	"/walden.v1.Jobs/RetryJob":  {roles: operatorsUp},
+	"/walden.v1.Jobs/ListJobs":   {roles: people},
+	"/walden.v1.Jobs/GetJob":     {roles: people},
+	"/walden.v1.Jobs/WatchJobs":  {roles: people},
+	"/walden.v1.Jobs/CancelJob":  {roles: operatorsUp},
+	"/walden.v1.Jobs/RetryJob":   {roles: operatorsUp},
+	"/walden.v1.Jobs/ResolveJob": {roles: operatorsUp},
 
 	// Brokers learn that streams closed from the watch.
 	"/walden.v1.Watch/Watch": {roles: append(slices.Clone(people), authz.RoleBroker)},

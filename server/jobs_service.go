@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -140,4 +141,31 @@ func (s *jobsService) RetryJob(ctx context.Context, req *waldenv1.RetryJobReques
 	}
 	s.d.logger.WarnContext(ctx, "job retried", "actor", authz.Actor(ctx), "job_id", req.GetJobId(), "attempt", res.GetJob().GetAttempt(), "assignee_id", res.GetJob().GetAssigneeId())
 	return &waldenv1.RetryJobResponse{Job: res.GetJob()}, nil
+}
+
+// ResolveJob is an operator's resolution of a blocked or failed job: a new
+// attempt, recorded with the reason as an event; with wal_lost it reads
+// nothing from the broker's WAL. The leader proposes it with the members it
+// sees live (a follower forwards).
+func (s *jobsService) ResolveJob(ctx context.Context, req *waldenv1.ResolveJobRequest) (*waldenv1.ResolveJobResponse, error) {
+	if req.GetJobId() == "" {
+		return nil, invalidArg("job_id", "must not be empty")
+	}
+	if strings.TrimSpace(req.GetReason()) == "" {
+		return nil, invalidArg("reason", "must not be empty: a resolution is recorded with its reason (--reason)")
+	}
+	leader, st := s.d.isLeader()
+	if !leader {
+		return forwardToLeader(ctx, s.d, st, func(ctx context.Context, c *grpc.ClientConn) (*waldenv1.ResolveJobResponse, error) {
+			return waldenv1.NewJobsClient(c).ResolveJob(ctx, req)
+		})
+	}
+	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_ResolveJob{ResolveJob: &waldenv1.ResolveJob{
+		JobId: req.GetJobId(), Reason: req.GetReason(), Actor: authz.Actor(ctx), WalLost: req.GetWalLost(), LiveMembers: s.liveMembers()}}})
+	if err != nil {
+		return nil, s.d.stateErr(ctx, err)
+	}
+	s.d.logger.WarnContext(ctx, "job resolved", "actor", authz.Actor(ctx), "job_id", req.GetJobId(), "reason", req.GetReason(),
+		"wal_lost", req.GetWalLost(), "attempt", res.GetJob().GetAttempt(), "assignee_id", res.GetJob().GetAssigneeId())
+	return &waldenv1.ResolveJobResponse{Job: res.GetJob()}, nil
 }

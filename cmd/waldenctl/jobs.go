@@ -61,7 +61,7 @@ func newJobsCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&broker, "broker", "", "only the jobs of this broker")
 	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: pending, running, succeeded, failed or cancelled")
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(waldenv1.Names[waldenv1.JobState](), cobra.ShellCompDirectiveNoFileComp))
-	cmd.AddCommand(newJobsWatchCmd(c))
+	cmd.AddCommand(newJobsWatchCmd(c), newJobsResolveCmd(c))
 	return cmd
 }
 
@@ -534,4 +534,41 @@ func watchRow(cells ...string) string {
 		b.WriteString(strings.Repeat(" ", max(w-utf8.RuneCountInString(cell), 0)+2))
 	}
 	return b.String()
+}
+
+func newJobsResolveCmd(c *cli) *cobra.Command {
+	var reason string
+	var walLost bool
+	cmd := &cobra.Command{
+		Use:   "resolve ID --reason TEXT [--wal-lost]",
+		Short: "Resolve a blocked or failed recovery job: a new attempt, recorded with your reason as an event",
+		Long: `Resolve a blocked or failed recovery job: it starts again as a new attempt, and the
+resolution is recorded in the job and in the event log with your identity and reason.
+
+--wal-lost declares the broker's WAL lost for good: the next attempts read nothing from
+it, close the broker's streams at the catalog's ends and succeed. The records the WAL held
+beyond the catalog are lost. Without it, resolve is a retry with a recorded reason (the
+cause is fixed).`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeIDs("job", 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return &callError{Message: "jobs resolve: --reason is required: say why the job is resolved (it is recorded in the event log)", Exit: exitUsage}
+			}
+			req := &waldenv1.ResolveJobRequest{JobId: args[0], Reason: reason, WalLost: walLost}
+			var resp *waldenv1.ResolveJobResponse
+			err := c.call(cmd.Context(), op{verb: "resolve", kind: "job", id: args[0]}, false, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+				var err error
+				resp, err = jobsClient(conn).ResolveJob(ctx, req, opts...)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return c.print(resp, func(w io.Writer) { printJobs(w, []*waldenv1.Job{resp.GetJob()}, c.wide()) })
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why the job is resolved (required; recorded in the event log)")
+	cmd.Flags().BoolVar(&walLost, "wal-lost", false, "the broker's WAL is lost for good: recover nothing from it and close its streams")
+	return cmd
 }

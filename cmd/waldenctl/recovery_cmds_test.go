@@ -191,3 +191,45 @@ func TestJobShowsAutoMQIds(t *testing.T) {
 		}
 	}
 }
+
+type resolvingJobs struct {
+	fakeJobs
+	got []*waldenv1.ResolveJobRequest
+}
+
+func (f *resolvingJobs) ResolveJob(_ context.Context, r *waldenv1.ResolveJobRequest) (*waldenv1.ResolveJobResponse, error) {
+	f.got = append(f.got, r)
+	j := sampleJob("pending", "fence", 0, 0)
+	j.WalLost, j.Resolution = r.GetWalLost(), r.GetReason()
+	return &waldenv1.ResolveJobResponse{Job: j}, nil
+}
+
+// TestJobsResolve: resolve sends the reason and --wal-lost; without a
+// reason it is a usage error and sends nothing.
+func TestJobsResolve(t *testing.T) {
+	jobs := &resolvingJobs{}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	waldenv1.RegisterJobsServer(s, jobs)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	addr := l.Addr().String()
+
+	code, _, errOut := runCtl(t, "--endpoints", addr, "jobs", "resolve", "job-b1-4", "--wal-lost")
+	if code != exitUsage || !strings.Contains(errOut, "--reason is required") || len(jobs.got) != 0 {
+		t.Fatalf("resolve without a reason: exit %d, %q, %d requests sent", code, errOut, len(jobs.got))
+	}
+	code, out, errOut := runCtl(t, "--endpoints", addr, "jobs", "resolve", "job-b1-4", "--reason", "host lost with its disk", "--wal-lost", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if len(jobs.got) != 1 || jobs.got[0].GetJobId() != "job-b1-4" || jobs.got[0].GetReason() != "host lost with its disk" || !jobs.got[0].GetWalLost() {
+		t.Fatalf("requests: %v", jobs.got)
+	}
+	if !strings.Contains(out, `"wal_lost": true`) && !strings.Contains(out, `"wal_lost":true`) {
+		t.Fatalf("output: %s", out)
+	}
+}

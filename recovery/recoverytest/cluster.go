@@ -196,6 +196,8 @@ func Op(o proto.Message) *waldenv1.Command {
 		c.Op = &waldenv1.Command_ReassignJob{ReassignJob: o}
 	case *waldenv1.CancelJob:
 		c.Op = &waldenv1.Command_CancelJob{CancelJob: o}
+	case *waldenv1.ResolveJob:
+		c.Op = &waldenv1.Command_ResolveJob{ResolveJob: o}
 	default:
 		panic(fmt.Sprintf("recoverytest: op %T", o))
 	}
