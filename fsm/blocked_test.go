@@ -66,3 +66,39 @@ func TestBlockedJobAndItsResolution(t *testing.T) {
 		t.Fatalf("job cancelled after a block: %v", j)
 	}
 }
+
+// TestForceNewClusterRevokesAndMovesEpochs (issue 21, finding 4): after a
+// lost quorum the survivor's log may lack registrations, failovers and
+// stream opens the lost members committed: every broker epoch is revoked
+// and the fencing token and stream epochs move past what the log issued;
+// the event says what may be lost.
+func TestForceNewClusterRevokesAndMovesEpochs(t *testing.T) {
+	h := newHarness(t)
+	e1 := h.register("b1")
+	h.register("b2")
+	h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: e1, StreamId: 7})
+	streamEpoch := h.stream(7).GetEpoch()
+	h.refuse(&waldenv1.ForceNewCluster{NodeId: "c3", LastIndex: 9}, refusal.ErrInvalidArgument)
+	h.ok(&waldenv1.ForceNewCluster{NodeId: "c3", LastIndex: 9, CommitIndex: 8, Term: 4, EpochBump: 1000, Removed: []string{"c1", "c2"}})
+	for _, id := range []string{"b1", "b2"} {
+		if b := h.broker(id); !b.GetFenced() || b.GetBrokerState() != waldenv1.BrokerState_BROKER_STATE_FAILED {
+			t.Fatalf("%s after force new cluster: %v", id, b)
+		}
+	}
+	if got := h.stream(7).GetEpoch(); got != streamEpoch+1000 {
+		t.Fatalf("stream epoch %d, want %d", got, streamEpoch+1000)
+	}
+	if e := h.register("b1"); e <= 1000 {
+		t.Fatalf("epoch %d issued after force new cluster, want beyond the bump", e)
+	}
+	events := domainSnapshot(t, h.s).GetEvents()
+	var ev *waldenv1.Event
+	for _, e := range events {
+		if e.GetEventKind() == waldenv1.EventKind_EVENT_KIND_FORCE_NEW_CLUSTER {
+			ev = e
+		}
+	}
+	if ev == nil || !strings.Contains(ev.GetMessage(), "index 9") || !strings.Contains(ev.GetMessage(), "is lost") || !strings.Contains(ev.GetMessage(), "c1, c2") {
+		t.Fatalf("force new cluster event: %v", ev)
+	}
+}

@@ -81,6 +81,8 @@ func (h *harness) cmd(op any) *waldenv1.Command {
 		c.Op = &waldenv1.Command_CancelJob{CancelJob: o}
 	case *waldenv1.RetryJob:
 		c.Op = &waldenv1.Command_RetryJob{RetryJob: o}
+	case *waldenv1.ForceNewCluster:
+		c.Op = &waldenv1.Command_ForceNewCluster{ForceNewCluster: o}
 	case *waldenv1.BlockJob:
 		c.Op = &waldenv1.Command_BlockJob{BlockJob: o}
 	case *waldenv1.ResolveJob:

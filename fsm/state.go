@@ -187,6 +187,8 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		res, err = s.applyRequestFailover(index, cmd, op.RequestFailover)
 	case *waldenv1.Command_SeedPolicy:
 		res, err = s.applySeedPolicy(index, cmd, op.SeedPolicy)
+	case *waldenv1.Command_ForceNewCluster:
+		res, err = s.applyForceNewCluster(index, cmd, op.ForceNewCluster)
 	case *waldenv1.Command_OpenStream:
 		res, err = s.applyOpenStream(index, op.OpenStream)
 	case *waldenv1.Command_CommitObject:

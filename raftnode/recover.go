@@ -74,7 +74,11 @@ func WriteRestoredState(st Storage, index uint64, members []*waldenv1.MemberCont
 // some of them may have been committed by the lost majority (and answered),
 // none of them contradicts what this member applied. The state machine is
 // the member's, as of its last entry.
-func ForceNewCluster(st Storage, nodeID string) (removed []uint64, err error) {
+//
+// note, when set, is given the log as it was (ForcedLog) and returns the
+// data of a normal entry appended after the removals (the state machine's
+// record of the operation); nil data appends nothing.
+func ForceNewCluster(st Storage, nodeID string, note func(ForcedLog) ([]byte, error)) (removed []uint64, err error) {
 	hs, _, err := st.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: force new cluster: read state: %w", err)
@@ -159,11 +163,30 @@ func ForceNewCluster(st Storage, nodeID string) (removed []uint64, err error) {
 		}
 		ents = append(ents, &raftpb.Entry{Type: raftpb.EntryConfChange.Enum(), Term: new(term), Index: new(last + uint64(i) + 1), Data: data})
 	}
+	if note != nil {
+		data, err := note(ForcedLog{LastIndex: last, CommitIndex: hs.GetCommit(), Term: term, Removed: removed})
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: force new cluster: %w", err)
+		}
+		if data != nil {
+			ents = append(ents, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Term: new(term), Index: new(last + uint64(len(ents)) + 1), Data: data})
+		}
+	}
 	commit := last + uint64(len(ents))
 	if err := st.Save(&raftpb.HardState{Term: new(term), Vote: new(hs.GetVote()), Commit: new(commit)}, ents, nil); err != nil {
 		return nil, fmt.Errorf("raftnode: force new cluster: %w", err)
 	}
 	return removed, nil
+}
+
+// ForcedLog is a member's log as ForceNewCluster found it.
+type ForcedLog struct {
+	// LastIndex is the last entry; CommitIndex the highest index the
+	// member knew committed; Term its term. Whatever the lost members
+	// committed beyond LastIndex is lost.
+	LastIndex, CommitIndex, Term uint64
+	// Removed are the raft ids removed from the configuration.
+	Removed []uint64
 }
 
 // decodeConfChange decodes a configuration change entry as a V2 change.

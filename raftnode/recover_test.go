@@ -49,7 +49,7 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed, err := raftnode.ForceNewCluster(st, "c2")
+	removed, err := raftnode.ForceNewCluster(st, "c2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 		t.Fatalf("removed %x, want c1 and c3", removed)
 	}
 	// A second run finds the member alone and changes nothing.
-	if again, err := raftnode.ForceNewCluster(st, "c2"); err != nil || len(again) != 0 {
+	if again, err := raftnode.ForceNewCluster(st, "c2", nil); err != nil || len(again) != 0 {
 		t.Fatalf("second run: %x %v", again, err)
 	}
 	if err := st.Close(); err != nil {
@@ -85,7 +85,7 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 // TestForceNewClusterRefusesANonVoter: a member that is not a voter of its
 // log (here: an empty log) cannot become the only one.
 func TestForceNewClusterRefusesANonVoter(t *testing.T) {
-	if _, err := raftnode.ForceNewCluster(raftnodetest.NewMemStorage(), "c1"); !errors.Is(err, raftnode.ErrNotVoterInLog) {
+	if _, err := raftnode.ForceNewCluster(raftnodetest.NewMemStorage(), "c1", nil); !errors.Is(err, raftnode.ErrNotVoterInLog) {
 		t.Fatalf("empty log: %v, want ErrNotVoterInLog", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/server"
 )
 
 // aliveAgent serves GET /healthz 200 on loopback, so that the coordinators'
@@ -97,7 +99,6 @@ func catalogView(t *testing.T, waldenctl string, eps ...string) (string, error) 
 			StreamID  string `json:"stream_id"`
 			State     string `json:"state"`
 			Owner     string `json:"owner_broker_id"`
-			Epoch     string `json:"epoch"`
 			EndOffset string `json:"end_offset"`
 			Objects   string `json:"objects"`
 		} `json:"streams"`
@@ -199,8 +200,33 @@ func TestProcessQuorumLossForceNewCluster(t *testing.T) {
 	if err != nil || len(st.Members) != 1 {
 		t.Fatalf("members after --force-new-cluster: %+v %v", st, err)
 	}
-	if !logHas(t, survivor, "force new cluster: this member will be the only voter") {
-		t.Fatal("no warning logged for --force-new-cluster")
+	if !logHas(t, survivor, "force new cluster: this member will be the only voter") ||
+		!logHas(t, survivor, "whatever the lost members committed beyond index") {
+		t.Fatal("no warning logged for --force-new-cluster, or it does not say what it may have lost")
+	}
+	// The lost members may have issued fencing tokens and stream epochs
+	// beyond the survivor's log: every broker epoch is revoked, and both
+	// move past what the log issued; the event log says so.
+	out, errOut, err := ctl(waldenctl, "--endpoints", survivor.admin, "streams", "-o", "json")
+	if err != nil {
+		t.Fatalf("streams: %v %s", err, errOut)
+	}
+	var streams struct {
+		Streams []struct {
+			Epoch string `json:"epoch"`
+		} `json:"streams"`
+	}
+	if err := json.Unmarshal([]byte(out), &streams); err != nil || len(streams.Streams) == 0 {
+		t.Fatalf("streams -o json: %v %s", err, out)
+	}
+	for _, s := range streams.Streams {
+		if e, _ := strconv.ParseUint(s.Epoch, 10, 64); e <= server.ForceNewClusterEpochBump {
+			t.Fatalf("stream epoch %s after --force-new-cluster, want beyond %d", s.Epoch, server.ForceNewClusterEpochBump)
+		}
+	}
+	out, errOut, err = ctl(waldenctl, "--endpoints", survivor.admin, "events", "--kind", "force_new_cluster", "-o", "json")
+	if err != nil || !strings.Contains(out, "is lost") || !strings.Contains(out, "only voter") {
+		t.Fatalf("events --kind force_new_cluster: %v %s %s", err, out, errOut)
 	}
 
 	// A replacement joins with an empty data_dir.
@@ -208,7 +234,7 @@ func TestProcessQuorumLossForceNewCluster(t *testing.T) {
 	if err := os.RemoveAll(repl.dataDir); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, err := ctl(waldenctl, "--endpoints", survivor.admin, "member", "add", repl.id, "--raft", repl.raft, "--admin", repl.admin)
+	out, errOut, err = ctl(waldenctl, "--endpoints", survivor.admin, "member", "add", repl.id, "--raft", repl.raft, "--admin", repl.admin)
 	if err != nil {
 		t.Fatalf("member add: %v %s %s", err, out, errOut)
 	}

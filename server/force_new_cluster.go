@@ -3,8 +3,13 @@ package server
 import (
 	"fmt"
 	"log/slog"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"walden/config"
+	"walden/fsm"
+	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
 
@@ -25,7 +30,18 @@ func ForceNewCluster(cfg *config.Server, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
 	}
-	removed, err := raftnode.ForceNewCluster(st, cfg.NodeID)
+	names := memberNames(st, cfg.ClusterName)
+	var forced raftnode.ForcedLog
+	removed, err := raftnode.ForceNewCluster(st, cfg.NodeID, func(l raftnode.ForcedLog) ([]byte, error) {
+		forced = l
+		op := &waldenv1.ForceNewCluster{NodeId: cfg.NodeID, LastIndex: l.LastIndex, CommitIndex: l.CommitIndex, Term: l.Term,
+			EpochBump: ForceNewClusterEpochBump, UnixMs: time.Now().UnixMilli()}
+		for _, id := range l.Removed {
+			op.Removed = append(op.Removed, nameOr(names, id))
+		}
+		return proto.Marshal(&waldenv1.Command{ProposerId: cfg.NodeID, ProposedUnixMs: op.GetUnixMs(),
+			Op: &waldenv1.Command_ForceNewCluster{ForceNewCluster: op}})
+	})
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
@@ -38,9 +54,46 @@ func ForceNewCluster(cfg *config.Server, logger *slog.Logger) error {
 	}
 	ids := make([]string, len(removed))
 	for i, id := range removed {
-		ids[i] = fmt.Sprintf("%x", id)
+		ids[i] = nameOr(names, id)
 	}
-	logger.Warn("force new cluster: this member will be the only voter; the other members are removed from the configuration (their names appear as the log applies); do not restart them with their old data",
-		"node_id", cfg.NodeID, "removed_raft_ids", ids)
+	logger.Warn("force new cluster: this member will be the only voter; the other members are removed from the configuration; do not restart them with their old data",
+		"node_id", cfg.NodeID, "removed", ids)
+	logger.Warn(fmt.Sprintf("force new cluster: this member's log ends at index %d (term %d; it knew entries up to %d committed): "+
+		"whatever the lost members committed beyond index %d is lost. Every broker's epoch is revoked (brokers register again "+
+		"and upload what their WALs hold beyond the catalog), and fencing tokens and stream epochs move %d past what this log "+
+		"issued; the event log records it (waldenctl events --kind force_new_cluster)",
+		forced.LastIndex, forced.Term, forced.CommitIndex, forced.LastIndex, ForceNewClusterEpochBump),
+		"node_id", cfg.NodeID, "last_index", forced.LastIndex, "commit_index", forced.CommitIndex, "term", forced.Term)
 	return nil
+}
+
+// ForceNewClusterEpochBump is how far --force-new-cluster moves the next
+// fencing token and every stream's epoch: far more registrations,
+// failovers and stream opens than the lost members can have committed
+// beyond the survivor's log.
+const ForceNewClusterEpochBump = 1_000_000
+
+// memberNames maps raft ids to member names from the storage's snapshot
+// (best effort: a name not found is printed as the raft id).
+func memberNames(st *raftnode.DiskStorage, cluster string) map[uint64]string {
+	names := map[uint64]string{}
+	snap, err := st.Snapshot()
+	if err != nil || len(snap.GetData()) == 0 {
+		return names
+	}
+	s := fsm.New(cluster)
+	if s.Restore(snap.GetData()) != nil {
+		return names
+	}
+	for _, m := range s.Members() {
+		names[m.GetRaftId()] = m.GetId()
+	}
+	return names
+}
+
+func nameOr(names map[uint64]string, id uint64) string {
+	if n, ok := names[id]; ok {
+		return n
+	}
+	return fmt.Sprintf("%x", id)
 }

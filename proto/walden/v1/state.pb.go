@@ -55,6 +55,7 @@ type Command struct {
 	//	*Command_RemoveBroker
 	//	*Command_RequestFailover
 	//	*Command_SeedPolicy
+	//	*Command_ForceNewCluster
 	//	*Command_OpenStream
 	//	*Command_CommitObject
 	//	*Command_CloseStream
@@ -235,6 +236,15 @@ func (x *Command) GetSeedPolicy() *SeedPolicy {
 	return nil
 }
 
+func (x *Command) GetForceNewCluster() *ForceNewCluster {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ForceNewCluster); ok {
+			return x.ForceNewCluster
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetOpenStream() *OpenStreamRequest {
 	if x != nil {
 		if x, ok := x.Op.(*Command_OpenStream); ok {
@@ -383,6 +393,10 @@ type Command_SeedPolicy struct {
 	SeedPolicy *SeedPolicy `protobuf:"bytes,29,opt,name=seed_policy,json=seedPolicy,proto3,oneof"`
 }
 
+type Command_ForceNewCluster struct {
+	ForceNewCluster *ForceNewCluster `protobuf:"bytes,30,opt,name=force_new_cluster,json=forceNewCluster,proto3,oneof"`
+}
+
 type Command_OpenStream struct {
 	// Stream catalog.
 	OpenStream *OpenStreamRequest `protobuf:"bytes,40,opt,name=open_stream,json=openStream,proto3,oneof"`
@@ -451,6 +465,8 @@ func (*Command_RequestFailover) isCommand_Op() {}
 
 func (*Command_SeedPolicy) isCommand_Op() {}
 
+func (*Command_ForceNewCluster) isCommand_Op() {}
+
 func (*Command_OpenStream) isCommand_Op() {}
 
 func (*Command_CommitObject) isCommand_Op() {}
@@ -473,6 +489,106 @@ func (*Command_BlockJob) isCommand_Op() {}
 
 func (*Command_ResolveJob) isCommand_Op() {}
 
+// ForceNewCluster is written by walden server --force-new-cluster after the
+// entries that make node_id the only voter: the lost members may have
+// committed entries beyond this member's log (registrations, failovers,
+// stream opens), so every broker epoch is revoked and the fencing token and
+// every stream's epoch move epoch_bump past what this log issued.
+type ForceNewCluster struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// last_index, commit_index and term are this member's log when it was
+	// forced: anything the others committed beyond last_index is lost.
+	LastIndex   uint64 `protobuf:"varint,2,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	CommitIndex uint64 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	Term        uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	EpochBump   uint64 `protobuf:"varint,5,opt,name=epoch_bump,json=epochBump,proto3" json:"epoch_bump,omitempty"`
+	// removed are the members removed from the configuration.
+	Removed       []string `protobuf:"bytes,6,rep,name=removed,proto3" json:"removed,omitempty"`
+	UnixMs        int64    `protobuf:"varint,7,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceNewCluster) Reset() {
+	*x = ForceNewCluster{}
+	mi := &file_walden_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceNewCluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceNewCluster) ProtoMessage() {}
+
+func (x *ForceNewCluster) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceNewCluster.ProtoReflect.Descriptor instead.
+func (*ForceNewCluster) Descriptor() ([]byte, []int) {
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ForceNewCluster) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ForceNewCluster) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *ForceNewCluster) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *ForceNewCluster) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ForceNewCluster) GetEpochBump() uint64 {
+	if x != nil {
+		return x.EpochBump
+	}
+	return 0
+}
+
+func (x *ForceNewCluster) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *ForceNewCluster) GetUnixMs() int64 {
+	if x != nil {
+		return x.UnixMs
+	}
+	return 0
+}
+
 // Noop carries an opaque payload. It is proposed by a new leader to commit an
 // entry of its term, and by benchmarks.
 type Noop struct {
@@ -484,7 +600,7 @@ type Noop struct {
 
 func (x *Noop) Reset() {
 	*x = Noop{}
-	mi := &file_walden_v1_state_proto_msgTypes[1]
+	mi := &file_walden_v1_state_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +612,7 @@ func (x *Noop) String() string {
 func (*Noop) ProtoMessage() {}
 
 func (x *Noop) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[1]
+	mi := &file_walden_v1_state_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +625,7 @@ func (x *Noop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Noop.ProtoReflect.Descriptor instead.
 func (*Noop) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Noop) GetPayload() []byte {
@@ -542,7 +658,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_walden_v1_state_proto_msgTypes[2]
+	mi := &file_walden_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +670,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[2]
+	mi := &file_walden_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +683,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Result) GetIndex() uint64 {
@@ -747,7 +863,7 @@ type NoopResult struct {
 
 func (x *NoopResult) Reset() {
 	*x = NoopResult{}
-	mi := &file_walden_v1_state_proto_msgTypes[3]
+	mi := &file_walden_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +875,7 @@ func (x *NoopResult) String() string {
 func (*NoopResult) ProtoMessage() {}
 
 func (x *NoopResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[3]
+	mi := &file_walden_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +888,7 @@ func (x *NoopResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoopResult.ProtoReflect.Descriptor instead.
 func (*NoopResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NoopResult) GetCount() uint64 {
@@ -794,7 +910,7 @@ type MemberContext struct {
 
 func (x *MemberContext) Reset() {
 	*x = MemberContext{}
-	mi := &file_walden_v1_state_proto_msgTypes[4]
+	mi := &file_walden_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +922,7 @@ func (x *MemberContext) String() string {
 func (*MemberContext) ProtoMessage() {}
 
 func (x *MemberContext) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[4]
+	mi := &file_walden_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +935,7 @@ func (x *MemberContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberContext.ProtoReflect.Descriptor instead.
 func (*MemberContext) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MemberContext) GetId() string {
@@ -858,7 +974,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_walden_v1_state_proto_msgTypes[5]
+	mi := &file_walden_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +986,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[5]
+	mi := &file_walden_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +999,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfChangeContext) GetRequestId() uint64 {
@@ -934,7 +1050,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_walden_v1_state_proto_msgTypes[6]
+	mi := &file_walden_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1062,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[6]
+	mi := &file_walden_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1075,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -1092,7 +1208,7 @@ type PolicyOverrides struct {
 
 func (x *PolicyOverrides) Reset() {
 	*x = PolicyOverrides{}
-	mi := &file_walden_v1_state_proto_msgTypes[7]
+	mi := &file_walden_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1220,7 @@ func (x *PolicyOverrides) String() string {
 func (*PolicyOverrides) ProtoMessage() {}
 
 func (x *PolicyOverrides) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[7]
+	mi := &file_walden_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1233,7 @@ func (x *PolicyOverrides) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyOverrides.ProtoReflect.Descriptor instead.
 func (*PolicyOverrides) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PolicyOverrides) GetValues() map[string]string {
@@ -1159,7 +1275,7 @@ var File_walden_v1_state_proto protoreflect.FileDescriptor
 
 const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xd8\v\n" +
+	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xa2\f\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12(\n" +
@@ -1181,7 +1297,8 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\rremove_broker\x18\x1b \x01(\v2\x17.walden.v1.RemoveBrokerH\x00R\fremoveBroker\x12G\n" +
 	"\x10request_failover\x18\x1c \x01(\v2\x1a.walden.v1.RequestFailoverH\x00R\x0frequestFailover\x128\n" +
 	"\vseed_policy\x18\x1d \x01(\v2\x15.walden.v1.SeedPolicyH\x00R\n" +
-	"seedPolicy\x12?\n" +
+	"seedPolicy\x12H\n" +
+	"\x11force_new_cluster\x18\x1e \x01(\v2\x1a.walden.v1.ForceNewClusterH\x00R\x0fforceNewCluster\x12?\n" +
 	"\vopen_stream\x18( \x01(\v2\x1c.walden.v1.OpenStreamRequestH\x00R\n" +
 	"openStream\x12E\n" +
 	"\rcommit_object\x18) \x01(\v2\x1e.walden.v1.CommitObjectRequestH\x00R\fcommitObject\x12B\n" +
@@ -1197,7 +1314,17 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\tblock_job\x18B \x01(\v2\x13.walden.v1.BlockJobH\x00R\bblockJob\x128\n" +
 	"\vresolve_job\x18C \x01(\v2\x15.walden.v1.ResolveJobH\x00R\n" +
 	"resolveJobB\x04\n" +
-	"\x02op\" \n" +
+	"\x02op\"\xd2\x01\n" +
+	"\x0fForceNewCluster\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x02 \x01(\x04R\tlastIndex\x12!\n" +
+	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x1d\n" +
+	"\n" +
+	"epoch_bump\x18\x05 \x01(\x04R\tepochBump\x12\x18\n" +
+	"\aremoved\x18\x06 \x03(\tR\aremoved\x12\x17\n" +
+	"\aunix_ms\x18\a \x01(\x03R\x06unixMs\" \n" +
 	"\x04Noop\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"\xe9\x04\n" +
 	"\x06Result\x12\x14\n" +
@@ -1274,103 +1401,105 @@ func file_walden_v1_state_proto_rawDescGZIP() []byte {
 	return file_walden_v1_state_proto_rawDescData
 }
 
-var file_walden_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_walden_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_walden_v1_state_proto_goTypes = []any{
 	(*Command)(nil),              // 0: walden.v1.Command
-	(*Noop)(nil),                 // 1: walden.v1.Noop
-	(*Result)(nil),               // 2: walden.v1.Result
-	(*NoopResult)(nil),           // 3: walden.v1.NoopResult
-	(*MemberContext)(nil),        // 4: walden.v1.MemberContext
-	(*ConfChangeContext)(nil),    // 5: walden.v1.ConfChangeContext
-	(*StateSnapshot)(nil),        // 6: walden.v1.StateSnapshot
-	(*PolicyOverrides)(nil),      // 7: walden.v1.PolicyOverrides
-	nil,                          // 8: walden.v1.PolicyOverrides.ValuesEntry
-	nil,                          // 9: walden.v1.PolicyOverrides.SetIndexEntry
-	(*RegisterBroker)(nil),       // 10: walden.v1.RegisterBroker
-	(*ObserveBroker)(nil),        // 11: walden.v1.ObserveBroker
-	(*DeclareFailed)(nil),        // 12: walden.v1.DeclareFailed
-	(*SetPolicy)(nil),            // 13: walden.v1.SetPolicy
-	(*AckBroker)(nil),            // 14: walden.v1.AckBroker
-	(*SetMaintenance)(nil),       // 15: walden.v1.SetMaintenance
-	(*RecordEvent)(nil),          // 16: walden.v1.RecordEvent
-	(*RemoveBroker)(nil),         // 17: walden.v1.RemoveBroker
-	(*RequestFailover)(nil),      // 18: walden.v1.RequestFailover
-	(*SeedPolicy)(nil),           // 19: walden.v1.SeedPolicy
-	(*OpenStreamRequest)(nil),    // 20: walden.v1.OpenStreamRequest
-	(*CommitObjectRequest)(nil),  // 21: walden.v1.CommitObjectRequest
-	(*CloseStreamRequest)(nil),   // 22: walden.v1.CloseStreamRequest
-	(*RenewJobLease)(nil),        // 23: walden.v1.RenewJobLease
-	(*ReassignJob)(nil),          // 24: walden.v1.ReassignJob
-	(*CheckpointJob)(nil),        // 25: walden.v1.CheckpointJob
-	(*FinishJob)(nil),            // 26: walden.v1.FinishJob
-	(*CancelJob)(nil),            // 27: walden.v1.CancelJob
-	(*RetryJob)(nil),             // 28: walden.v1.RetryJob
-	(*BlockJob)(nil),             // 29: walden.v1.BlockJob
-	(*ResolveJob)(nil),           // 30: walden.v1.ResolveJob
-	(*RegisterBrokerResult)(nil), // 31: walden.v1.RegisterBrokerResult
-	(*DeclareFailedResult)(nil),  // 32: walden.v1.DeclareFailedResult
-	(*Broker)(nil),               // 33: walden.v1.Broker
-	(*Event)(nil),                // 34: walden.v1.Event
-	(*OpenStreamResponse)(nil),   // 35: walden.v1.OpenStreamResponse
-	(*CommitObjectResponse)(nil), // 36: walden.v1.CommitObjectResponse
-	(*CloseStreamResponse)(nil),  // 37: walden.v1.CloseStreamResponse
-	(*Job)(nil),                  // 38: walden.v1.Job
-	(*Member)(nil),               // 39: walden.v1.Member
-	(*Stream)(nil),               // 40: walden.v1.Stream
-	(*Object)(nil),               // 41: walden.v1.Object
-	(*StreamProducers)(nil),      // 42: walden.v1.StreamProducers
-	(*Policy)(nil),               // 43: walden.v1.Policy
+	(*ForceNewCluster)(nil),      // 1: walden.v1.ForceNewCluster
+	(*Noop)(nil),                 // 2: walden.v1.Noop
+	(*Result)(nil),               // 3: walden.v1.Result
+	(*NoopResult)(nil),           // 4: walden.v1.NoopResult
+	(*MemberContext)(nil),        // 5: walden.v1.MemberContext
+	(*ConfChangeContext)(nil),    // 6: walden.v1.ConfChangeContext
+	(*StateSnapshot)(nil),        // 7: walden.v1.StateSnapshot
+	(*PolicyOverrides)(nil),      // 8: walden.v1.PolicyOverrides
+	nil,                          // 9: walden.v1.PolicyOverrides.ValuesEntry
+	nil,                          // 10: walden.v1.PolicyOverrides.SetIndexEntry
+	(*RegisterBroker)(nil),       // 11: walden.v1.RegisterBroker
+	(*ObserveBroker)(nil),        // 12: walden.v1.ObserveBroker
+	(*DeclareFailed)(nil),        // 13: walden.v1.DeclareFailed
+	(*SetPolicy)(nil),            // 14: walden.v1.SetPolicy
+	(*AckBroker)(nil),            // 15: walden.v1.AckBroker
+	(*SetMaintenance)(nil),       // 16: walden.v1.SetMaintenance
+	(*RecordEvent)(nil),          // 17: walden.v1.RecordEvent
+	(*RemoveBroker)(nil),         // 18: walden.v1.RemoveBroker
+	(*RequestFailover)(nil),      // 19: walden.v1.RequestFailover
+	(*SeedPolicy)(nil),           // 20: walden.v1.SeedPolicy
+	(*OpenStreamRequest)(nil),    // 21: walden.v1.OpenStreamRequest
+	(*CommitObjectRequest)(nil),  // 22: walden.v1.CommitObjectRequest
+	(*CloseStreamRequest)(nil),   // 23: walden.v1.CloseStreamRequest
+	(*RenewJobLease)(nil),        // 24: walden.v1.RenewJobLease
+	(*ReassignJob)(nil),          // 25: walden.v1.ReassignJob
+	(*CheckpointJob)(nil),        // 26: walden.v1.CheckpointJob
+	(*FinishJob)(nil),            // 27: walden.v1.FinishJob
+	(*CancelJob)(nil),            // 28: walden.v1.CancelJob
+	(*RetryJob)(nil),             // 29: walden.v1.RetryJob
+	(*BlockJob)(nil),             // 30: walden.v1.BlockJob
+	(*ResolveJob)(nil),           // 31: walden.v1.ResolveJob
+	(*RegisterBrokerResult)(nil), // 32: walden.v1.RegisterBrokerResult
+	(*DeclareFailedResult)(nil),  // 33: walden.v1.DeclareFailedResult
+	(*Broker)(nil),               // 34: walden.v1.Broker
+	(*Event)(nil),                // 35: walden.v1.Event
+	(*OpenStreamResponse)(nil),   // 36: walden.v1.OpenStreamResponse
+	(*CommitObjectResponse)(nil), // 37: walden.v1.CommitObjectResponse
+	(*CloseStreamResponse)(nil),  // 38: walden.v1.CloseStreamResponse
+	(*Job)(nil),                  // 39: walden.v1.Job
+	(*Member)(nil),               // 40: walden.v1.Member
+	(*Stream)(nil),               // 41: walden.v1.Stream
+	(*Object)(nil),               // 42: walden.v1.Object
+	(*StreamProducers)(nil),      // 43: walden.v1.StreamProducers
+	(*Policy)(nil),               // 44: walden.v1.Policy
 }
 var file_walden_v1_state_proto_depIdxs = []int32{
-	1,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
-	10, // 1: walden.v1.Command.register_broker:type_name -> walden.v1.RegisterBroker
-	11, // 2: walden.v1.Command.observe_broker:type_name -> walden.v1.ObserveBroker
-	12, // 3: walden.v1.Command.declare_failed:type_name -> walden.v1.DeclareFailed
-	13, // 4: walden.v1.Command.set_policy:type_name -> walden.v1.SetPolicy
-	14, // 5: walden.v1.Command.ack_broker:type_name -> walden.v1.AckBroker
-	15, // 6: walden.v1.Command.set_maintenance:type_name -> walden.v1.SetMaintenance
-	16, // 7: walden.v1.Command.record_event:type_name -> walden.v1.RecordEvent
-	17, // 8: walden.v1.Command.remove_broker:type_name -> walden.v1.RemoveBroker
-	18, // 9: walden.v1.Command.request_failover:type_name -> walden.v1.RequestFailover
-	19, // 10: walden.v1.Command.seed_policy:type_name -> walden.v1.SeedPolicy
-	20, // 11: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
-	21, // 12: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
-	22, // 13: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
-	23, // 14: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
-	24, // 15: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
-	25, // 16: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
-	26, // 17: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
-	27, // 18: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
-	28, // 19: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
-	29, // 20: walden.v1.Command.block_job:type_name -> walden.v1.BlockJob
-	30, // 21: walden.v1.Command.resolve_job:type_name -> walden.v1.ResolveJob
-	3,  // 22: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
-	31, // 23: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
-	32, // 24: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
-	33, // 25: walden.v1.Result.broker:type_name -> walden.v1.Broker
-	7,  // 26: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
-	34, // 27: walden.v1.Result.event:type_name -> walden.v1.Event
-	35, // 28: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
-	36, // 29: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
-	37, // 30: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
-	38, // 31: walden.v1.Result.job:type_name -> walden.v1.Job
-	4,  // 32: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
-	39, // 33: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
-	33, // 34: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
-	7,  // 35: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
-	34, // 36: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
-	40, // 37: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
-	41, // 38: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
-	38, // 39: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
-	42, // 40: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
-	8,  // 41: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
-	9,  // 42: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
-	43, // 43: walden.v1.PolicyOverrides.seed:type_name -> walden.v1.Policy
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	2,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
+	11, // 1: walden.v1.Command.register_broker:type_name -> walden.v1.RegisterBroker
+	12, // 2: walden.v1.Command.observe_broker:type_name -> walden.v1.ObserveBroker
+	13, // 3: walden.v1.Command.declare_failed:type_name -> walden.v1.DeclareFailed
+	14, // 4: walden.v1.Command.set_policy:type_name -> walden.v1.SetPolicy
+	15, // 5: walden.v1.Command.ack_broker:type_name -> walden.v1.AckBroker
+	16, // 6: walden.v1.Command.set_maintenance:type_name -> walden.v1.SetMaintenance
+	17, // 7: walden.v1.Command.record_event:type_name -> walden.v1.RecordEvent
+	18, // 8: walden.v1.Command.remove_broker:type_name -> walden.v1.RemoveBroker
+	19, // 9: walden.v1.Command.request_failover:type_name -> walden.v1.RequestFailover
+	20, // 10: walden.v1.Command.seed_policy:type_name -> walden.v1.SeedPolicy
+	1,  // 11: walden.v1.Command.force_new_cluster:type_name -> walden.v1.ForceNewCluster
+	21, // 12: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
+	22, // 13: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
+	23, // 14: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
+	24, // 15: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
+	25, // 16: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
+	26, // 17: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
+	27, // 18: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
+	28, // 19: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
+	29, // 20: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
+	30, // 21: walden.v1.Command.block_job:type_name -> walden.v1.BlockJob
+	31, // 22: walden.v1.Command.resolve_job:type_name -> walden.v1.ResolveJob
+	4,  // 23: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
+	32, // 24: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
+	33, // 25: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
+	34, // 26: walden.v1.Result.broker:type_name -> walden.v1.Broker
+	8,  // 27: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
+	35, // 28: walden.v1.Result.event:type_name -> walden.v1.Event
+	36, // 29: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
+	37, // 30: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
+	38, // 31: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
+	39, // 32: walden.v1.Result.job:type_name -> walden.v1.Job
+	5,  // 33: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
+	40, // 34: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
+	34, // 35: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
+	8,  // 36: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
+	35, // 37: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
+	41, // 38: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
+	42, // 39: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
+	39, // 40: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
+	43, // 41: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
+	9,  // 42: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
+	10, // 43: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
+	44, // 44: walden.v1.PolicyOverrides.seed:type_name -> walden.v1.Policy
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_state_proto_init() }
@@ -1394,6 +1523,7 @@ func file_walden_v1_state_proto_init() {
 		(*Command_RemoveBroker)(nil),
 		(*Command_RequestFailover)(nil),
 		(*Command_SeedPolicy)(nil),
+		(*Command_ForceNewCluster)(nil),
 		(*Command_OpenStream)(nil),
 		(*Command_CommitObject)(nil),
 		(*Command_CloseStream)(nil),
@@ -1406,7 +1536,7 @@ func file_walden_v1_state_proto_init() {
 		(*Command_BlockJob)(nil),
 		(*Command_ResolveJob)(nil),
 	}
-	file_walden_v1_state_proto_msgTypes[2].OneofWrappers = []any{
+	file_walden_v1_state_proto_msgTypes[3].OneofWrappers = []any{
 		(*Result_Noop)(nil),
 		(*Result_RegisterBroker)(nil),
 		(*Result_DeclareFailed)(nil),
@@ -1424,7 +1554,7 @@ func file_walden_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_state_proto_rawDesc), len(file_walden_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -385,6 +385,10 @@ const (
 	EventKind_EVENT_KIND_REMOVE EventKind = 15
 	// An operator requested a manual failover.
 	EventKind_EVENT_KIND_FAILOVER_REQUESTED EventKind = 16
+	// A member was made the only voter after a lost quorum
+	// (walden server --force-new-cluster): what it may have lost, the brokers
+	// fenced and the fencing token moved.
+	EventKind_EVENT_KIND_FORCE_NEW_CLUSTER EventKind = 17
 )
 
 // Enum value maps for EventKind.
@@ -407,6 +411,7 @@ var (
 		14: "EVENT_KIND_RECOVERY",
 		15: "EVENT_KIND_REMOVE",
 		16: "EVENT_KIND_FAILOVER_REQUESTED",
+		17: "EVENT_KIND_FORCE_NEW_CLUSTER",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":        0,
@@ -426,6 +431,7 @@ var (
 		"EVENT_KIND_RECOVERY":           14,
 		"EVENT_KIND_REMOVE":             15,
 		"EVENT_KIND_FAILOVER_REQUESTED": 16,
+		"EVENT_KIND_FORCE_NEW_CLUSTER":  17,
 	}
 )
 
@@ -498,7 +504,7 @@ const file_walden_v1_types_proto_rawDesc = "" +
 	"\x11MEMBER_ROLE_VOTER\x10\x01\x12\x17\n" +
 	"\x13MEMBER_ROLE_LEARNER\x10\x02\x12\x16\n" +
 	"\x12MEMBER_ROLE_LEADER\x10\x03\x12\x18\n" +
-	"\x14MEMBER_ROLE_FOLLOWER\x10\x04*\xb1\x03\n" +
+	"\x14MEMBER_ROLE_FOLLOWER\x10\x04*\xd3\x03\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_REGISTER\x10\x01\x12\x1a\n" +
@@ -517,7 +523,8 @@ const file_walden_v1_types_proto_rawDesc = "" +
 	"\x11EVENT_KIND_STREAM\x10\r\x12\x17\n" +
 	"\x13EVENT_KIND_RECOVERY\x10\x0e\x12\x15\n" +
 	"\x11EVENT_KIND_REMOVE\x10\x0f\x12!\n" +
-	"\x1dEVENT_KIND_FAILOVER_REQUESTED\x10\x10B!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
+	"\x1dEVENT_KIND_FAILOVER_REQUESTED\x10\x10\x12 \n" +
+	"\x1cEVENT_KIND_FORCE_NEW_CLUSTER\x10\x11B!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
 
 var (
 	file_walden_v1_types_proto_rawDescOnce sync.Once
