@@ -40,8 +40,12 @@ Signals:
 
 --force-new-cluster is the way out of a lost quorum when the other members
 are gone for good: before it starts, this member's raft log is rewritten so
-that it is the only voter, keeping everything it holds. Start the other
-members again only with an empty data_dir, after 'waldenctl member add'
+that it is the only voter, keeping everything it holds. What the lost
+members committed beyond its log is lost: it says where its log ended, and
+revokes every broker's epoch and moves the fencing token and every stream's
+epoch past what its log issued, so that nothing they issued is issued again.
+Choose the survivor with the highest applied index. Start the other members
+again only with an empty data_dir, after 'waldenctl member add'
 (docs/runbook.md). Running it on a member that is already alone changes
 nothing.`,
 		Args: cobra.NoArgs,

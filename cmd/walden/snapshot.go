@@ -78,7 +78,8 @@ restored catalog) and the next fencing token is moved --bump-epoch past the
 snapshot's, so that no token the old cluster issued after the snapshot is
 issued again. Commits made after the snapshot are not in the restored
 catalog: after losing a quorum with one member's data intact, prefer
-'walden server --force-new-cluster', which loses nothing.
+'walden server --force-new-cluster', which keeps everything that member's
+log holds (it loses only what the lost members committed beyond it).
 
 The file is verified first; the data_dir must be empty or absent. Nothing is
 written when anything is refused.`,
