@@ -140,31 +140,6 @@ func TestExecAction(t *testing.T) {
 	}
 }
 
-// TestExampleAutoMQScript runs examples/recovery-exec/automq-failover.sh as
-// the exec fence and action: the documented example keeps to the contract.
-func TestExampleAutoMQScript(t *testing.T) {
-	c := newTestCluster(t, "c1")
-	sc := newScenario(t, c, t.TempDir(), 2, 100)
-	cfg := testConfig()
-	cfg.Action, cfg.Fence = recovery.ActionExec, recovery.FenceExec
-	cfg.Exec = recovery.Exec{Command: script(t, "../../examples/recovery-exec/automq-failover.sh"), Args: []string{"--bootstrap-server", "127.0.0.1:9092"}, Timeout: 10 * time.Second}
-	fencer, attacher, err := recovery.NewPlugins(context.Background(), cfg, nil, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := newExecutor(c, "c1", cfg, nil, fencer, attacher)
-	j := c.declare(sc.broker, sc.epoch, "c1")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := exe.Run(ctx, j.GetJobId(), 1); err != nil {
-		t.Fatal(err)
-	}
-	j, _ = c.s.Job(j.GetJobId())
-	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(j.GetCheckpoints()[0].GetDetail(), "AutoMQ fences node b1") {
-		t.Fatalf("job %s: %v", j.GetJobState().Name(), j.GetCheckpoints())
-	}
-}
-
 // TestExecStopKillsTheProcessGroup: stopping an attempt kills the exec
 // action and every process it started, and returns only once they are
 // gone, so that the next attempt never overlaps with them.

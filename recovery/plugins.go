@@ -42,6 +42,10 @@ type JobJSON struct {
 	Streams []StreamJSON `json:"streams,omitempty"`
 	// S3 is where the builtin action would upload (recover only).
 	S3 *S3JSON `json:"s3,omitempty"`
+	// AutoMQNodeID and AutoMQNodeEpoch are the broker's AutoMQ node as its
+	// agent registered it (absent for other brokers).
+	AutoMQNodeID    *int32 `json:"automq_node_id,omitempty"`
+	AutoMQNodeEpoch *int64 `json:"automq_node_epoch,omitempty"`
 }
 
 // StreamJSON is one opening stream in JobJSON.
@@ -78,8 +82,13 @@ type ProgressLine struct {
 }
 
 func jobJSON(op string, j *waldenv1.Job) JobJSON {
-	return JobJSON{Op: op, JobID: j.GetJobId(), BrokerID: j.GetBrokerId(), Token: j.GetToken(), Attempt: j.GetAttempt(),
+	out := JobJSON{Op: op, JobID: j.GetJobId(), BrokerID: j.GetBrokerId(), Token: j.GetToken(), Attempt: j.GetAttempt(),
 		Assignee: j.GetAssigneeId(), VolumeID: j.GetWal().GetVolumeId(), WALPath: j.GetWal().GetPath()}
+	if n := j.GetAutomq(); n != nil {
+		id, epoch := n.GetNodeId(), n.GetNodeEpoch()
+		out.AutoMQNodeID, out.AutoMQNodeEpoch = &id, &epoch
+	}
+	return out
 }
 
 // expand fills the placeholders of a path or instance-id template.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +17,9 @@ import (
 	"walden/automq/devcontroller"
 	"walden/objstore"
 	"walden/objstore/s3test"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/recovery"
+	"walden/recovery/recoverytest"
 	"walden/wal"
 )
 
@@ -170,6 +176,56 @@ func TestAutomqFailoverCommandRefusals(t *testing.T) {
 	for _, n := range dc.Snapshot().Nodes {
 		if n.FailoverMode {
 			t.Fatal("a refused failover fenced the node")
+		}
+	}
+}
+
+// TestExampleAutoMQExecScript runs examples/recovery-exec/automq-failover.sh
+// as a coordinator's exec recovery action, with the walden binary: the job
+// hands it the broker's AutoMQ node, the script runs `walden automq
+// failover`, and the job succeeds with the node's streams closed at the
+// controller.
+func TestExampleAutoMQExecScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dc, s3cfg, walPath := automqWorld(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "walden")
+	if out, err := exec.Command("go", "build", "-o", bin, "walden/cmd/walden").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfgPath := filepath.Join(dir, "automq.yaml")
+	yaml := fmt.Sprintf("cluster_id: cli\ncontroller:\n  voters: [%q]\ns3:\n  endpoint: %s\n  bucket: %s\n  path_style: true\n  access_key_id: %s\n  secret_access_key: %s\n",
+		dc.Addrs()[0], s3cfg.Endpoint, s3cfg.Bucket, s3cfg.AccessKeyID, s3cfg.SecretAccessKey)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script, err := filepath.Abs("../../examples/recovery-exec/automq-failover.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WALDEN", bin)
+	c := recoverytest.NewCluster(t, "c1")
+	epoch := c.Must(&waldenv1.RegisterBroker{BrokerId: "b3", Wal: &waldenv1.WalLocation{Path: walPath},
+		Automq: &waldenv1.AutomqNode{NodeId: 3, NodeEpoch: 1700}}).GetRegisterBroker().GetEpoch()
+	cfg := recovery.DefaultConfig()
+	cfg.Action = recovery.ActionExec
+	cfg.Exec = recovery.Exec{Command: script, Args: []string{cfgPath}, Timeout: time.Minute}
+	exe := recovery.NewExecutor(recovery.ExecutorConfig{Config: cfg, NodeID: "c1", State: c.State(), Cluster: c.Member("c1")})
+	j := c.Declare("b3", epoch, "c1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := exe.Run(ctx, j.GetJobId(), 1); err != nil {
+		t.Fatal(err)
+	}
+	j, _ = c.State().Job(j.GetJobId())
+	if j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED || j.GetStreamsClosed() != 2 || j.GetBytesUploaded() == 0 {
+		t.Fatalf("job %s: %d streams closed, %d bytes, error %q", j.GetJobState().Name(), j.GetStreamsClosed(), j.GetBytesUploaded(), j.GetError())
+	}
+	for _, s := range dc.Snapshot().Streams {
+		if s.State != devcontroller.StreamClosed {
+			t.Fatalf("stream %d is %s at the controller", s.StreamID, s.State)
 		}
 	}
 }
