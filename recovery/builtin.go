@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,11 +55,10 @@ type plan struct {
 	gaps    []string
 	// below is, per opening stream, the lowest offset of the WAL's records
 	// already committed (filter.below).
-	below     map[uint64]uint64
-	skipped   int64
-	skipNote  string
-	endReason string
-	endOffset int64
+	below    map[uint64]uint64
+	skipped  int64
+	skipNote string
+	endText  string
 	// recovered is the WAL offset of the last valid record (the broker
 	// trims to it, inclusive), or the header's trim offset when there is
 	// none.
@@ -170,27 +168,8 @@ func (a *attempt) readPlan(path string, streams []*waldenv1.Stream) (*plan, erro
 	st := rd.Stats()
 	p.gaps = f.gaps
 	p.below = f.below
-	p.endReason = st.EndReason
-	for reason, n := range st.SkippedByReason {
-		if reason == wal.ReasonPadding || reason == wal.ReasonTrimmedRecord || reason == wal.ReasonBlockTail {
-			continue
-		}
-		p.skipped += n
-	}
-	p.endOffset = st.EndOffset
-	var notes []string
-	reasons := make([]string, 0, len(st.SkippedByReason))
-	for r := range st.SkippedByReason {
-		if r == wal.ReasonPadding || r == wal.ReasonTrimmedRecord || r == wal.ReasonBlockTail {
-			continue // the normal layout of a WAL, not damage
-		}
-		reasons = append(reasons, r)
-	}
-	sort.Strings(reasons)
-	for _, r := range reasons {
-		notes = append(notes, fmt.Sprintf("%s %d", r, st.SkippedByReason[r]))
-	}
-	p.skipNote = strings.Join(notes, ", ")
+	p.endText = st.EndText()
+	p.skipped, p.skipNote = st.DamagedBytes()
 	return p, nil
 }
 
@@ -410,7 +389,7 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	}
 	detail := fmt.Sprintf("%s of %s to upload in %s (%d bytes); %s",
 		plural(int64(p.records), "record", "records"), plural(int64(len(streams)), "opening stream", "opening streams"),
-		plural(int64(len(p.objects)), "object", "objects"), p.bytes, walEndText(p.endOffset, p.endReason))
+		plural(int64(len(p.objects)), "object", "objects"), p.bytes, p.endText)
 	if p.skipped > 0 {
 		detail += fmt.Sprintf("; skipped %d bytes of damaged records", p.skipped)
 		if p.skipNote != "" {
@@ -665,31 +644,6 @@ func (a *attempt) cleanup(ctx context.Context, j *waldenv1.Job) {
 	if deleted > 0 {
 		a.log.Info("cleanup: deleted objects uploaded but never committed", "count", deleted, "prefix", prefix)
 	}
-}
-
-// walEndText says where the WAL ended and why, in the reader's terms: the
-// end of a WAL is normal (nothing written after it, older data of an
-// earlier lap round the ring, or a last write torn by the crash, which was
-// never acknowledged); damage is reported separately, as skipped bytes.
-func walEndText(offset int64, reason string) string {
-	why := ""
-	switch reason {
-	case wal.ReasonRecordMagic, wal.ReasonShortHeader:
-		why = "nothing written after it"
-	case wal.ReasonBodyOffset:
-		why = "older data of an earlier lap round the ring after it"
-	case wal.ReasonHeaderCRC, wal.ReasonBodyLength, wal.ReasonShortBody, wal.ReasonBodyCRC, wal.ReasonMalformedBody:
-		why = "its last write was torn by the crash, so never acknowledged"
-	case wal.ReasonRingBound:
-		why = "a whole ring was read"
-	case wal.ReasonWindow:
-		why = "past the version 0 recovery window"
-	case "":
-		return "the WAL ends"
-	default:
-		why = reason
-	}
-	return fmt.Sprintf("the WAL ends at offset %d (%s)", offset, why)
 }
 
 // plural is "1 object", "2 objects".

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"sort"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -654,4 +656,59 @@ func (rd *Reader) collect() (*Recovery, error) {
 	}
 	rec.Stats = rd.Stats()
 	return rec, nil
+}
+
+// Layout reports whether reason names bytes a scan steps over by the WAL's
+// normal layout — a padding record, the trimmed record, the rest of a
+// block after its last record — rather than damage.
+func Layout(reason string) bool {
+	return reason == ReasonPadding || reason == ReasonTrimmedRecord || reason == ReasonBlockTail
+}
+
+// DamagedBytes is the number of bytes the scan skipped because they were
+// damaged (the skips that are not Layout), and the reasons with their
+// counts, sorted ("record body crc 4096, bad body offset 24"); 0 and "" for a
+// WAL without damage.
+func (s ScanStats) DamagedBytes() (int64, string) {
+	var n int64
+	var reasons []string
+	for r, b := range s.SkippedByReason {
+		if Layout(r) {
+			continue
+		}
+		n += b
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	notes := make([]string, len(reasons))
+	for i, r := range reasons {
+		notes[i] = fmt.Sprintf("%s %d", r, s.SkippedByReason[r])
+	}
+	return n, strings.Join(notes, ", ")
+}
+
+// EndText says where the scan found the end of the log and why, in a
+// reader's terms: the end of a WAL is normal (nothing written after it,
+// older data of an earlier lap round the ring, or a last write torn by the
+// crash, which was never acknowledged); damage is counted separately
+// (DamagedBytes).
+func (s ScanStats) EndText() string {
+	why := ""
+	switch s.EndReason {
+	case ReasonRecordMagic, ReasonShortHeader:
+		why = "nothing written after it"
+	case ReasonBodyOffset:
+		why = "older data of an earlier lap round the ring after it"
+	case ReasonHeaderCRC, ReasonBodyLength, ReasonShortBody, ReasonBodyCRC, ReasonMalformedBody:
+		why = "its last write was torn by the crash, so never acknowledged"
+	case ReasonRingBound:
+		why = "a whole ring was read"
+	case ReasonWindow:
+		why = "past the version 0 recovery window"
+	case "":
+		return "the WAL ends"
+	default:
+		why = s.EndReason
+	}
+	return fmt.Sprintf("the WAL ends at offset %d (%s)", s.EndOffset, why)
 }

@@ -403,8 +403,9 @@ func (r *run) recoverWAL(ctx context.Context, ends map[int64]int64) (map[int64]s
 			break
 		}
 	}
-	if st := rd.Stats(); st.SkippedBytes > 0 {
-		r.log.Warn("damaged WAL bytes skipped by AutoMQ's recovery rules", "bytes", st.SkippedBytes, "reasons", st.SkippedByReason)
+	if n, reasons := rd.Stats().DamagedBytes(); n > 0 {
+		r.log.Warn("damaged WAL bytes skipped by AutoMQ's recovery rules", "bytes", n, "reasons", reasons)
+		r.rep.SkippedBytes, r.rep.Skipped = n, reasons
 	}
 	return invalid, trim, nil
 }
@@ -413,8 +414,7 @@ func walEnd(sc *scanner) string {
 	if !sc.done {
 		return ""
 	}
-	st := sc.rd.Stats()
-	return fmt.Sprintf("; the WAL ends at offset %d (%s)", st.EndOffset, st.EndReason)
+	return "; " + sc.rd.Stats().EndText()
 }
 
 // closeStreams closes the node's opening streams, except those left

@@ -35,6 +35,10 @@ type Report struct {
 	// Gaps describes records dropped after a gap inside a stream (as
 	// AutoMQ drops them), one line per stream.
 	Gaps []string `json:"gaps,omitempty"`
+	// SkippedBytes counts the WAL bytes AutoMQ's recovery rules skipped as
+	// damaged (a bad CRC in the middle of a block, ...); Skipped says why.
+	SkippedBytes int64  `json:"skipped_bytes"`
+	Skipped      string `json:"skipped,omitempty"`
 }
 
 // StreamReport is one opening stream of the node.
