@@ -49,7 +49,8 @@ AutoMQ's controller (automq.controller), uploads AutoMQ's objects under
 AutoMQ's keys, and acknowledges an append once it is durable in its WAL,
 without any lease, so that "walden agent" beside it, as a watchdog, is what
 protects it. It leads the streams of the nodes in automq.takeover once they
-stop answering, retrying STREAM_NOT_CLOSED until their failover closes them.`,
+stop answering, retrying STREAM_NOT_CLOSED until their failover closes them.
+SIGUSR1 makes it upload what its WAL holds at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configPath == "" {
@@ -67,6 +68,16 @@ stop answering, retrying STREAM_NOT_CLOSED until their failover closes them.`,
 				if err != nil {
 					return err
 				}
+				// SIGUSR1 uploads what the WAL holds now, as the upload
+				// timer would.
+				usr1 := make(chan os.Signal, 1)
+				signal.Notify(usr1, syscall.SIGUSR1)
+				defer signal.Stop(usr1)
+				go func() {
+					for range usr1 {
+						b.Upload()
+					}
+				}()
 				return b.Run(ctx)
 			}
 			var b *broker.Broker

@@ -44,6 +44,7 @@ type devOptions struct {
 	uploadInterval time.Duration
 	policy         string
 	insecure       bool
+	broker         string
 }
 
 // devUploadInterval is the brokers' upload_interval in the demonstration
@@ -86,7 +87,21 @@ authorization instead. Configs, data and logs go to --dir; without it, to
 a temporary directory that is removed after a successful run and kept (and
 named) after a failure. --backlog builds that many bytes of un-uploaded
 WAL on b1 before the kill (brokers then upload only every
---upload-interval).`,
+--upload-interval).
+
+--broker automq runs AutoMQ's failover instead (docs/walden-dev.md): the
+development AutoMQ controller (walden automq dev-controller, three voters),
+coordinators that recover with recovery.action automq, and three brokers in
+mode automq (AutoMQ 1.x brokers: node id and node epoch in their WALs,
+AutoMQ's controller protocol and S3 objects, no lease), each started by a
+walden agent in watchdog mode. The kill -9 hits b1's broker process; its
+agent lives on, sees it dead, stops renewing, and the cluster fails node 1
+over at AutoMQ's controller: GetOpeningStreams in failover mode, AutoMQ
+objects from its WAL, CommitStreamSetObject, the WAL reset, CloseStreams.
+The new leaders' OpenStreams get STREAM_NOT_CLOSED until then, and succeed
+at the new end offsets. The load finds leaders through the brokers, and the
+verify reads every record from AutoMQ's objects in S3 through the
+controller's offsets.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), o, cmd.OutOrStdout())
@@ -105,6 +120,7 @@ WAL on b1 before the kill (brokers then upload only every
 	f.DurationVar(&o.uploadInterval, "upload-interval", 0, "brokers' upload_interval (default 1h: the victim dies with records in its WAL that S3 lacks, and the failover recovers them)")
 	f.BoolVar(&o.insecure, "insecure", false, "run in plaintext without authorization (default: mutual TLS with roles, a throwaway CA in --dir)")
 	f.StringVar(&o.policy, "policy", "default", "failover policy: default (walden's defaults) or demo (failure_timeout 2s, lease_ttl 1s)")
+	f.StringVar(&o.broker, "broker", devcluster.BrokerWalden, "brokers: walden (the reference broker) or automq (AutoMQ-mode brokers, each beside a walden agent in watchdog mode, and the development AutoMQ controller)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -118,6 +134,9 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	}
 	if o.backlog < 0 {
 		return fmt.Errorf("dev: --backlog: must not be negative")
+	}
+	if o.broker != devcluster.BrokerWalden && o.broker != devcluster.BrokerAutomq {
+		return fmt.Errorf("dev: --broker: must be %s or %s, not %q", devcluster.BrokerWalden, devcluster.BrokerAutomq, o.broker)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -148,7 +167,12 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dev: find own binary: %w", err)
 	}
-	opts := devcluster.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval, Insecure: o.insecure}
+	opts := devcluster.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval, Insecure: o.insecure, Broker: o.broker}
+	if o.broker == devcluster.BrokerAutomq && o.policy == "demo" {
+		// lease_ttl 1s: the agents' margins must leave the broker a lease
+		// (lease_safety_margin + kill_margin below lease_ttl).
+		opts.LeaseSafetyMargin, opts.KillMargin = 200*time.Millisecond, 300*time.Millisecond
+	}
 	if opts.UploadInterval == 0 {
 		// The brokers keep what they write in their WALs instead of
 		// uploading it every second, so that the victim dies holding
@@ -171,7 +195,12 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			c.Close()
 		}
 	}()
-	say(fmt.Sprintf("starting S3, 3 coordinators, %d brokers in %s (logs: %s/*.log)", len(c.Brokers), dir, dir))
+	if c.IsAutomq() {
+		say(fmt.Sprintf("starting S3, the development AutoMQ controller, 3 coordinators (recovery.action automq), %d AutoMQ-mode brokers each started by its agent in watchdog mode, in %s (logs: %s/*.log)",
+			len(c.Brokers), dir, dir))
+	} else {
+		say(fmt.Sprintf("starting S3, 3 coordinators, %d brokers in %s (logs: %s/*.log)", len(c.Brokers), dir, dir))
+	}
 	webScheme := "http"
 	if c.PKI != "" {
 		webScheme = "https"
@@ -186,7 +215,17 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	for _, m := range c.Coords {
 		say(fmt.Sprintf("  coordinator %s  admin %s  raft %s  gossip %s  pid %d  web view %s://%s/ui/", m.Name, m.Admin, m.Raft, m.Gossip, m.Pid(), webScheme, m.HTTP))
 	}
+	if c.IsAutomq() {
+		say(fmt.Sprintf("  AutoMQ controller (cluster %s)  voters %s  metadata view %s/v1/state  pid %d", devcluster.AutomqClusterID,
+			strings.Join(c.Automq.Voters, ","), c.MetadataURL(), c.Automq.Controller.Pid()))
+	}
 	for _, b := range c.Brokers {
+		if c.IsAutomq() {
+			ab, _ := c.AgentBroker(ctx, b)
+			say(fmt.Sprintf("  broker %s  AutoMQ node %d  data %s  streams %v  pid %d, beside its agent %s (watchdog)  pid %d", b.Name,
+				devcluster.NodeOf(b), b.Listen, b.Streams, ab.PID, b.AgentListen, b.Pid()))
+			continue
+		}
 		say(fmt.Sprintf("  broker %s  data %s  agent %s  streams %v  pid %d", b.Name, b.Listen, b.AgentListen, b.Streams, b.Pid()))
 	}
 	if p, err := devPolicy(ctx, c); err == nil {
@@ -210,8 +249,9 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	} else {
 		devPrintSummary(out, sum, o.policy)
 	}
-	if sum.Lost > 0 || sum.Gaps > 0 {
-		return fmt.Errorf("%w: lost %d, gaps %d (logs in %s)", errDevLost, sum.Lost, sum.Gaps, dir)
+	if sum.Lost > 0 || sum.Gaps > 0 || sum.Duplicates > 0 || sum.Unbacked > 0 {
+		return fmt.Errorf("%w: lost %d, gaps %d, duplicates %d, unbacked %d (logs in %s)", errDevLost, sum.Lost, sum.Gaps, sum.Duplicates,
+			sum.Unbacked, dir)
 	}
 	if sum.UploadedBytes == 0 || sum.RecordsRecovered == 0 {
 		return fmt.Errorf("%w: %s of %s's WAL were not in S3 at the kill (logs in %s)", errDevNothingRecovered,
@@ -236,6 +276,12 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		loadFlags = fmt.Sprintf(" --cacert %s --cert %s --key %s", rd.CAFile, rd.CertFile, rd.KeyFile)
 		web = fmt.Sprintf(" (it asks for a client certificate: walden certs issue --dir %s --name me --role reader --p12 me.p12, import me.p12 and %s/ca.pem into the browser: docs/operating.md)", c.PKI, c.PKI)
 		reader = fmt.Sprintf("  WALDENCTL_CERT=%s WALDENCTL_KEY=%s waldenctl failover b2 --reason try   # a reader: refused\n", rd.CertFile, rd.KeyFile)
+	}
+	if c.IsAutomq() {
+		devKeepAutomq(out, c, sum, eps, tlsEnv, loadFlags, dir)
+		<-ctx.Done()
+		succeeded = true
+		return nil
 	}
 	fmt.Fprintf(out, `
 the cluster keeps running (Ctrl-C stops it); %s was killed, the other brokers serve its streams.
@@ -289,15 +335,64 @@ func devPrintSummary(out io.Writer, s *devcluster.Summary, policy string) {
 	fmt.Fprintf(tw, "  records acknowledged / present / lost / gaps / duplicates\t%d / %d / %d / %d / %d\n", s.Acked, s.Present, s.Lost, s.Gaps, s.Duplicates)
 	fmt.Fprintf(tw, "  %s's epoch\t%d -> %d (fenced)\n", s.Victim, s.OldEpoch, s.NewEpoch)
 	tw.Flush()
+	if s.Automq != nil {
+		for _, line := range devAutomqLines(s) {
+			fmt.Fprintln(out, "  "+line)
+		}
+	}
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  STREAM\tACKED\tMAX_UNAVAILABLE\tOWNERS")
 	for _, st := range s.Streams {
 		fmt.Fprintf(tw, "  %d\t%d\t%d ms\t%s\n", st.Stream, st.Acked, st.MaxUnavailableMs, strings.Join(st.Owners, ","))
 	}
 	tw.Flush()
-	if s.Lost == 0 && s.Gaps == 0 {
-		fmt.Fprintln(out, "OK: no acknowledged record lost, no gaps")
+	if s.Lost == 0 && s.Gaps == 0 && s.Duplicates == 0 && s.Unbacked == 0 {
+		fmt.Fprintln(out, "OK: no acknowledged record lost, no gaps, no record stored twice")
 	} else {
-		fmt.Fprintln(out, "FAILED: acknowledged records lost or gaps")
+		fmt.Fprintln(out, "FAILED: acknowledged records lost, gaps, or records stored twice")
 	}
+}
+
+// devAutomqLines is the AutoMQ side of the summary.
+func devAutomqLines(s *devcluster.Summary) []string {
+	a := s.Automq
+	var objs []string
+	for _, o := range a.Objects {
+		objs = append(objs, fmt.Sprintf("%d (%s, %s)", o.ObjectID, o.Kind, devcluster.FormatBytes(o.Size)))
+	}
+	out := []string{fmt.Sprintf("AutoMQ node %d, epoch %d: fenced at the controller, objects %s committed, WAL reset %t",
+		a.NodeID, a.NodeEpoch, strings.Join(objs, ", "), a.WALReset)}
+	for _, st := range a.Streams {
+		out = append(out, fmt.Sprintf("  stream %d: end offset %d -> %d (%d record batches from the WAL), leader now %s",
+			st.StreamID, st.EndOffsetBefore, st.EndOffsetAfter, st.Records, st.Leader))
+	}
+	out = append(out, fmt.Sprintf("new leaders' OpenStreams answered STREAM_NOT_CLOSED %d times until the failover closed the streams",
+		a.NotClosedAnswers))
+	if a.NodeEpochAfter != 0 {
+		out = append(out, fmt.Sprintf("%s started again by its agent as node %d epoch %d (its WAL held nothing to upload)", s.Victim,
+			a.NodeID, a.NodeEpochAfter))
+	}
+	return out
+}
+
+// devKeepAutomq says how to look at a kept cluster of AutoMQ-mode brokers.
+func devKeepAutomq(out io.Writer, c *devcluster.Cluster, s *devcluster.Summary, eps, tlsEnv, loadFlags, dir string) {
+	var streams []string
+	for _, id := range c.AllStreams() {
+		streams = append(streams, fmt.Sprint(id))
+	}
+	fmt.Fprintf(out, `
+the cluster keeps running (Ctrl-C stops it); %s's broker was killed, the other brokers lead its streams.
+  the AutoMQ controller's view: curl %s/v1/state   (/v1/streams, /v1/objects?state=COMMITTED)
+  export WALDENCTL_ENDPOINTS=%s
+%s  waldenctl brokers
+  waldenctl job %s       # the AutoMQ failover: node, epoch, objects, end offsets
+  waldenctl events --limit 30
+  curl http://%s/v1/broker   # what %s's agent says of its broker
+  walden load --brokers %s --streams %s --rate 100 --duration 10s --ledger %s/more.jsonl%s
+  AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s walden verify --automq %s --s3-endpoint %s --s3-bucket %s --s3-path-style --ledger %s/more.jsonl
+logs and data: %s
+`, s.Victim, c.MetadataURL(), eps, tlsEnv, s.JobID, c.Brokers[0].AgentListen, c.Brokers[0].Name, strings.Join(c.BrokerAddrs(), ","),
+		strings.Join(streams, ","), dir, loadFlags, c.S3Config.AccessKeyID, c.S3Config.SecretAccessKey, c.MetadataURL(), c.S3Config.Endpoint,
+		c.S3Config.Bucket, dir, dir)
 }

@@ -100,6 +100,18 @@ type Options struct {
 	// directory of its own, it returns the command line and the Config
 	// every process uses.
 	S3Command func(listen, dir string) (argv []string, cfg objstore.Config)
+	// Broker is the kind of broker: BrokerWalden (the default) or
+	// BrokerAutomq (AutoMQ-mode brokers, each started by its agent in
+	// watchdog mode, the development AutoMQ controller as the child "amq",
+	// and recovery.action automq on the coordinators).
+	Broker string
+	// TakeoverAfter is, with BrokerAutomq, how long a broker must be
+	// unreachable before the others lead its streams (default 1s).
+	TakeoverAfter time.Duration
+	// LeaseSafetyMargin and KillMargin are, with BrokerAutomq, the
+	// agents' lease_safety_margin and watchdog.kill_margin (defaults
+	// 500ms each; below half the policy's lease_ttl together).
+	LeaseSafetyMargin, KillMargin time.Duration
 }
 
 func (o *Options) fill() error {
@@ -124,6 +136,22 @@ func (o *Options) fill() error {
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
+	switch o.Broker {
+	case "":
+		o.Broker = BrokerWalden
+	case BrokerWalden, BrokerAutomq:
+	default:
+		return fmt.Errorf("%w: Broker %q is not %s or %s", ErrInvalid, o.Broker, BrokerWalden, BrokerAutomq)
+	}
+	if o.TakeoverAfter == 0 {
+		o.TakeoverAfter = time.Second
+	}
+	if o.LeaseSafetyMargin == 0 {
+		o.LeaseSafetyMargin = 500 * time.Millisecond
+	}
+	if o.KillMargin == 0 {
+		o.KillMargin = 500 * time.Millisecond
+	}
 	return nil
 }
 
@@ -131,12 +159,15 @@ func (o *Options) fill() error {
 // a broker. It can be killed, stopped, continued and started again with the
 // same config (and so the same addresses and data).
 type Proc struct {
-	// Name is "s3", "c1".., "b1"...
+	// Name is "s3", "c1".., "b1"..., "amq" (the AutoMQ controller).
 	Name string
 	// Log is the file receiving the child's stdout and stderr.
 	Log string
-	// Config is the child's config file (empty for s3).
-	Config string
+	// Config is the child's config file (empty for s3). In a cluster of
+	// AutoMQ-mode brokers, a broker's process is its agent: Config is the
+	// agent's, BrokerConfig the broker's, which the agent starts.
+	Config       string
+	BrokerConfig string
 
 	// Coordinator addresses. HTTP serves mutual TLS when the cluster does;
 	// Metrics (listen.metrics) serves /metrics, /healthz and /readyz in
@@ -270,6 +301,9 @@ type Cluster struct {
 	// PKI is the directory of the CA, the gossip key and the certificates
 	// ("" when Options.Insecure).
 	PKI string
+	// Automq is the development AutoMQ controller (nil unless
+	// Options.Broker is BrokerAutomq).
+	Automq *Automq
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -377,6 +411,11 @@ func New(o Options) (*Cluster, error) {
 			p.BacklogStream = uint64(i*100 + 99)
 		}
 		c.Brokers = append(c.Brokers, p)
+	}
+	if o.Broker == BrokerAutomq {
+		if err := c.layoutAutomq(addrs); err != nil {
+			return nil, err
+		}
 	}
 	if !o.Insecure {
 		if err := c.makePKI(); err != nil {
@@ -510,6 +549,10 @@ func (c *Cluster) writeConfigs() error {
 		fmt.Fprintf(&peers, "  - {id: %s, raft: %q, admin: %q}\n", m.Name, m.Raft, m.Admin)
 		gossipJoin = append(gossipJoin, m.Gossip)
 	}
+	recovery := o.Recovery
+	if c.Automq != nil {
+		recovery = c.automqRecovery()
+	}
 	for _, m := range c.Coords {
 		m.Config = filepath.Join(o.Dir, m.Name+".yaml")
 		m.Log = filepath.Join(o.Dir, m.Name+".log")
@@ -532,12 +575,18 @@ initial_cluster:
   join: %s
 %s%s%s%slog: {level: %s, format: json}
 `, o.ClusterName, m.Name, filepath.Join(o.Dir, m.Name), m.Admin, m.Raft, m.HTTP, m.Metrics, peers.String(),
-			m.Gossip, yamlList(gossipJoin), section("policy", o.Policy), section("recovery", o.Recovery), c.s3YAML(), tlsText, o.LogLevel)
+			m.Gossip, yamlList(gossipJoin), section("policy", o.Policy), section("recovery", recovery), c.s3YAML(), tlsText, o.LogLevel)
 		if err := os.WriteFile(m.Config, []byte(text), 0o644); err != nil {
 			return err
 		}
 	}
 	for _, b := range c.Brokers {
+		if c.Automq != nil {
+			if err := c.writeAutomqBroker(b, gossipJoin); err != nil {
+				return err
+			}
+			continue
+		}
 		b.Config = filepath.Join(o.Dir, b.Name+".yaml")
 		b.Log = filepath.Join(o.Dir, b.Name+".log")
 		b.args = []string{"broker", "--config", b.Config}
@@ -584,9 +633,19 @@ func (c *Cluster) AdminAddrs() []string {
 	return out
 }
 
+// procs are every child: S3, the AutoMQ controller, the coordinators, the
+// brokers (some may be nil).
+func (c *Cluster) procs() []*Proc {
+	out := []*Proc{c.S3}
+	if c.Automq != nil {
+		out = append(out, c.Automq.Controller)
+	}
+	return append(append(out, c.Coords...), c.Brokers...)
+}
+
 // Proc returns the child named name, or nil.
 func (c *Cluster) Proc(name string) *Proc {
-	for _, p := range append(append([]*Proc{c.S3}, c.Coords...), c.Brokers...) {
+	for _, p := range c.procs() {
 		if p != nil && p.Name == name {
 			return p
 		}
@@ -603,6 +662,11 @@ func (c *Cluster) Start(ctx context.Context, timeout time.Duration) error {
 			return err
 		}
 		if err := waitHTTP(ctx, c.HTTPClient(time.Second), c.S3Config.Endpoint, c.S3, timeout); err != nil {
+			return err
+		}
+	}
+	if c.Automq != nil {
+		if err := c.startAutomq(ctx, timeout); err != nil {
 			return err
 		}
 	}
@@ -635,6 +699,9 @@ func (c *Cluster) Close() {
 	wg.Wait()
 	if c.S3 != nil {
 		c.S3.Kill()
+	}
+	if c.Automq != nil {
+		c.Automq.Controller.Kill()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -883,9 +950,13 @@ func (c *Cluster) allStreamsWithBacklog() []uint64 {
 	return out
 }
 
-// WaitStreamsOpen polls the catalog until every configured stream is OPENED
-// (by any broker).
+// WaitStreamsOpen polls the catalog (the AutoMQ controller's view for
+// AutoMQ-mode brokers) until every configured stream is OPENED (by any
+// broker).
 func (c *Cluster) WaitStreamsOpen(ctx context.Context, timeout time.Duration) error {
+	if c.Automq != nil {
+		return c.waitAutomqStreams(ctx, timeout)
+	}
 	want := c.allStreamsWithBacklog()
 	return Poll(ctx, timeout, "every stream opened", func() error {
 		ss, err := c.ListStreams(ctx)
@@ -910,7 +981,7 @@ func (c *Cluster) WaitStreamsOpen(ctx context.Context, timeout time.Duration) er
 // exitedNote names the started children that are no longer running.
 func (c *Cluster) exitedNote() string {
 	var out []string
-	for _, p := range append(append([]*Proc{c.S3}, c.Coords...), c.Brokers...) {
+	for _, p := range c.procs() {
 		if p != nil && p.Pid() != 0 && !p.Alive() {
 			out = append(out, fmt.Sprintf("%s exited (see %s)", p.Name, p.Log))
 		}

@@ -100,14 +100,18 @@ type Summary struct {
 	BacklogBytes uint64 `json:"backlog_bytes"`
 	// UploadedBytes and RecordsRecovered are what the recovery read from
 	// the victim's WAL and uploaded: bytes, and record batches committed.
-	UploadedBytes    uint64          `json:"uploaded_bytes"`
-	RecordsRecovered uint64          `json:"records_recovered"`
-	JobID            string          `json:"job_id"`
-	JobAttempts      uint32          `json:"job_attempts"`
-	JobAssignee      string          `json:"job_assignee"`
-	OldEpoch         uint64          `json:"old_epoch"`
-	NewEpoch         uint64          `json:"new_epoch"`
-	Streams          []StreamSummary `json:"streams"`
+	UploadedBytes    uint64 `json:"uploaded_bytes"`
+	RecordsRecovered uint64 `json:"records_recovered"`
+	// Unbacked counts committed ranges that no object in S3 backs.
+	Unbacked int64 `json:"unbacked"`
+	// Automq is the AutoMQ side of the failover (brokers in mode automq).
+	Automq      *AutomqSummary  `json:"automq,omitempty"`
+	JobID       string          `json:"job_id"`
+	JobAttempts uint32          `json:"job_attempts"`
+	JobAssignee string          `json:"job_assignee"`
+	OldEpoch    uint64          `json:"old_epoch"`
+	NewEpoch    uint64          `json:"new_epoch"`
+	Streams     []StreamSummary `json:"streams"`
 }
 
 func (f *Failover) fill(c *Cluster) {
@@ -158,8 +162,8 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	loadDone := make(chan loadResult, 1)
 	f.say("load: %.0f records/s of %d bytes over %d streams (ledger %s)", f.Rate, f.Payload, len(c.AllStreams()), ledger)
 	go func() {
-		rep, err := loadgen.Load(loadCtx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: c.AllStreams(),
-			Rate: f.Rate, Duration: 10 * f.Timeout, PayloadBytes: f.Payload, Ledger: ledger, DialOptions: c.DialOptions()})
+		rep, err := loadgen.Load(loadCtx, c.loadConfig(loadgen.LoadConfig{Streams: c.AllStreams(),
+			Rate: f.Rate, Duration: 10 * f.Timeout, PayloadBytes: f.Payload, Ledger: ledger}))
 		loadDone <- loadResult{rep, err}
 	}()
 	ledgers := []string{ledger}
@@ -182,10 +186,10 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		n := (f.Backlog + int64(f.BacklogPayload) - 1) / int64(f.BacklogPayload)
 		f.say("backlog: appending %d records of %d bytes to %s's stream %d (upload_interval %s keeps them in its WAL)",
 			n, f.BacklogPayload, f.Victim, victim.BacklogStream, c.Opts.UploadInterval)
-		rep, err := loadgen.Load(ctx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: []uint64{victim.BacklogStream},
+		rep, err := loadgen.Load(ctx, c.loadConfig(loadgen.LoadConfig{Streams: []uint64{victim.BacklogStream},
 			Rate: 1e6, Duration: 3 * f.Timeout, MaxRecords: n, PayloadBytes: f.BacklogPayload, Ledger: bl,
 			// One Append stays well under gRPC's 4 MiB message limit.
-			MaxBatch: max(1, (1<<20)/f.BacklogPayload), DialOptions: c.DialOptions()})
+			MaxBatch: max(1, (1<<20)/f.BacklogPayload)}))
 		if err != nil {
 			return nil, fmt.Errorf("backlog load: %w", err)
 		}
@@ -211,13 +215,9 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	if b, err := c.GetBroker(ctx, f.Victim); err == nil {
 		sum.OldEpoch = b.GetEpoch()
 	}
-	ss, err := c.ListStreams(ctx)
+	owned, err := c.streamsLedBy(ctx, victim)
 	if err != nil {
 		return nil, err
-	}
-	owned := map[uint64]bool{}
-	for _, s := range StreamsOf(ss, f.Victim) {
-		owned[s.GetStreamId()] = true
 	}
 	sum.VictimStreams = len(owned)
 	if f.BeforeKill != nil {
@@ -227,10 +227,16 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	}
 
 	killed := time.Now()
-	if f.Signal == 0 || f.Signal == syscall.SIGKILL {
+	switch {
+	case c.IsAutomq():
+		// The broker process dies; its agent lives on and must see it.
+		if err := c.signalAutomqBroker(ctx, f, victim, len(owned)); err != nil {
+			return nil, err
+		}
+	case f.Signal == 0 || f.Signal == syscall.SIGKILL:
 		f.say("kill -9 %s (pid %d), owner of %d streams", f.Victim, victim.Pid(), len(owned))
 		victim.Kill()
-	} else {
+	default:
 		f.say("kill -%d %s (pid %d: %v), owner of %d streams", int(f.Signal), f.Victim, victim.Pid(), f.Signal, len(owned))
 		if err := victim.Signal(f.Signal); err != nil {
 			return nil, err
@@ -263,11 +269,32 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		for _, j := range jobs {
 			if j.GetJobId() == sum.JobID {
 				sum.ReopenAfterCloseMs = reopenAfterClose(j)
+				if c.IsAutomq() {
+					sum.ReopenAfterCloseMs = w.reopenAfterCloseAutomq(j)
+				}
 			}
 		}
 	}
 	f.say("failover done: detected after %d ms, recovered after %d ms, streams reopened after %d ms (%d ms after the recovery closed them)",
 		sum.DetectionMs, sum.RecoveryMs, sum.ReopenMs, sum.ReopenAfterCloseMs)
+	if c.IsAutomq() {
+		w.mu.Lock()
+		job := w.job
+		w.mu.Unlock()
+		a, err := c.automqSummary(ctx, w, job)
+		if err != nil {
+			stopLoad()
+			<-loadDone
+			return nil, err
+		}
+		sum.Automq = a
+		if rb := job.GetTargetReport().GetBytesUploaded(); sum.UploadedBytes == 0 {
+			sum.UploadedBytes = rb
+		}
+		for _, line := range a.describe() {
+			f.say("%s", line)
+		}
+	}
 	if f.AfterFailover != nil {
 		if err := f.AfterFailover(ctx); err != nil {
 			stopLoad()
@@ -300,8 +327,16 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		sum.Streams = append(sum.Streams, StreamSummary{Stream: s.Stream, Acked: s.Acked, MaxUnavailableMs: s.MaxUnavailableMs, Owners: owners})
 	}
 	f.say("load stopped: %d acknowledged; verifying every acknowledged record", lr.rep.Acked)
+	if c.IsAutomq() {
+		// The records are read from S3 only: the brokers upload what their
+		// WALs hold first.
+		if err := c.UploadAutomqWALs(ctx, f.Timeout); err != nil {
+			return nil, err
+		}
+		f.say("every live broker uploaded its WAL; reading every stream back from AutoMQ's objects in S3 through the controller's view")
+	}
 	for _, l := range ledgers {
-		v, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: c.AdminAddrs(), Ledger: l, Wait: f.Timeout, DialOptions: c.DialOptions()})
+		v, err := c.verify(ctx, l, f.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("verify %s: %w", l, err)
 		}
@@ -310,6 +345,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		sum.Lost += v.Lost
 		sum.Gaps += v.Gaps
 		sum.Duplicates += v.Duplicates
+		sum.Unbacked += v.Unbacked
 	}
 	f.say("verify: acked %d, present %d, lost %d, gaps %d, duplicates %d (retried records found stored: %d)",
 		sum.Acked, sum.Present, sum.Lost, sum.Gaps, sum.Duplicates, sum.DuplicateAcks)
@@ -356,6 +392,9 @@ type watcher struct {
 	jobSeen  bool
 	reopened time.Time
 	closedAt time.Time
+	// amq is what the watcher saw of the AutoMQ controller (brokers in
+	// mode automq).
+	amq automqWatch
 	newEpoch uint64
 	hookErr  error
 	hookDone bool
@@ -445,6 +484,9 @@ func (w *watcher) poll(ctx context.Context) {
 				w.jobs[j.GetJobId()] = key
 				w.f.say("job %s (%s): %s", j.GetJobId(), j.GetBrokerId(), key)
 			}
+			if w.c.IsAutomq() {
+				w.sayCheckpoints(j)
+			}
 			if j.GetBrokerId() == victim && !killed.IsZero() && j.GetCreatedUnixMs() >= killed.UnixMilli()-1000 {
 				w.mu.Lock()
 				w.job = j
@@ -461,6 +503,10 @@ func (w *watcher) poll(ctx context.Context) {
 				}
 			}
 		}
+	}
+	if w.c.IsAutomq() {
+		w.pollAutomqStreams(ctx)
+		return
 	}
 	if ss, err := w.c.ListStreams(ctx); err == nil {
 		w.mu.Lock()
