@@ -394,7 +394,7 @@ type watcher struct {
 	closedAt time.Time
 	// amq is what the watcher saw of the AutoMQ controller (brokers in
 	// mode automq).
-	amq automqWatch
+	amq      automqWatch
 	newEpoch uint64
 	hookErr  error
 	hookDone bool
