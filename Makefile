@@ -150,3 +150,23 @@ docker:
 .PHONY: system-deps
 system-deps:
 	scripts/install-deps.sh
+
+# ---- releases ----
+# release builds VERSION (semver: vMAJOR.MINOR.PATCH[-PRERELEASE], by default
+# the tag on HEAD) into dist/VERSION: per platform a tarball of walden and
+# waldenctl (static, stamped with VERSION and COMMIT as LDFLAGS does),
+# LICENSE, README.md and the CHANGELOG's section of VERSION; SHA256SUMS and
+# RELEASE-NOTES.md beside them (scripts/release.sh; PLATFORMS="linux/amd64"
+# for fewer). The steps around it are in docs/runbook.md#releasing.
+.PHONY: release
+release:
+	COMMIT=$(COMMIT) scripts/release.sh $(VERSION)
+
+# upgrade-test builds the previous release (PREVIOUS: a tag or commit) in a
+# temporary work tree and runs the rolling upgrade and the rollback of one
+# member against this tree on real processes (TestE2EMixedVersionUpgrade,
+# docs/runbook.md#upgrades; `make e2e` runs it with the default PREVIOUS).
+PREVIOUS ?= 4aeb5d7
+.PHONY: upgrade-test
+upgrade-test: versitygw
+	$(GO) test -count=1 -v -timeout 20m -run TestE2EMixedVersionUpgrade ./e2e -e2e.full -e2e.previous=$(PREVIOUS)
