@@ -25,10 +25,15 @@ func testState(t *testing.T) ([]byte, *waldenv1.SnapshotHeader) {
 		Members: []*waldenv1.Member{{Id: "o1", RaftId: raftnode.RaftID("o1"), RaftAddr: "10.0.0.1:7101"}},
 		Brokers: []*waldenv1.Broker{
 			{BrokerId: "b1", BrokerState: waldenv1.BrokerState_BROKER_STATE_ALIVE, Epoch: 7},
-			{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERED, Epoch: 8, Fenced: true},
+			{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERED, Epoch: 8, Fenced: true, LastJobId: "job-b2-8"},
+			{BrokerId: "b3", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERING, Epoch: 6, Fenced: true, LastJobId: "job-b3-6"},
 		},
 		Streams: []*waldenv1.Stream{{StreamId: 1, Epoch: 1, State: "opened", OwnerBrokerId: "b1", EndOffset: 10}, {StreamId: 2, State: "closed", EndOffset: 5}},
 		Objects: []*waldenv1.Object{{ObjectId: "o-1", Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StartOffset: 0, EndOffset: 10}}}},
+		Jobs: []*waldenv1.Job{
+			{JobId: "job-b2-8", BrokerId: "b2", Token: 8, Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, JobStep: waldenv1.JobStep_JOB_STEP_DONE},
+			{JobId: "job-b3-6", BrokerId: "b3", Token: 6, Attempt: 2, JobState: waldenv1.JobState_JOB_STATE_RUNNING, JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD},
+		},
 	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(st)
 	if err != nil {
@@ -37,7 +42,7 @@ func testState(t *testing.T) ([]byte, *waldenv1.SnapshotHeader) {
 	if err := fsm.New("old").Restore(data); err != nil {
 		t.Fatalf("test state refused: %v", err)
 	}
-	return data, &waldenv1.SnapshotHeader{ClusterName: "old", Index: 42, Term: 3, NodeId: "o1", Brokers: 2, Streams: 2, Objects: 1}
+	return data, &waldenv1.SnapshotHeader{ClusterName: "old", Index: 42, Term: 3, NodeId: "o1", Brokers: 3, Streams: 2, Objects: 1}
 }
 
 func TestFileRoundTripAndDamage(t *testing.T) {
@@ -149,6 +154,23 @@ func TestRestore(t *testing.T) {
 	}
 	if n := len(state.Streams("", "")); n != 2 {
 		t.Fatalf("%d streams restored", n)
+	}
+	// Streams opened again after the backup got epochs the new cluster
+	// must not issue again; jobs running at backup time may read a WAL
+	// trimmed and reused since: cancelled, the finished one kept.
+	for _, st := range state.Streams("", "") {
+		if st.GetEpoch() < DefaultEpochBump {
+			t.Fatalf("stream %d epoch %d after restore, want beyond %d", st.GetStreamId(), st.GetEpoch(), DefaultEpochBump)
+		}
+	}
+	if j, _ := state.Job("job-b3-6"); j.GetJobState() != waldenv1.JobState_JOB_STATE_CANCELLED || !strings.Contains(j.GetError(), "restore") {
+		t.Fatalf("job running at backup time: %v", j)
+	}
+	if j, _ := state.Job("job-b2-8"); j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("job finished at backup time: %v", j)
+	}
+	if res.JobsCancelled != 1 {
+		t.Fatalf("jobs cancelled %d, want 1", res.JobsCancelled)
 	}
 	if ms := state.Members(); len(ms) != 3 || ms[0].GetId() != "n1" || ms[0].GetRaftAddr() != "10.1.0.1:7101" {
 		t.Fatalf("members %v", ms)

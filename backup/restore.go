@@ -58,6 +58,9 @@ type RestoreResult struct {
 	NextEpoch uint64
 	// BrokersFenced counts the brokers whose epoch the restore revoked.
 	BrokersFenced int
+	// JobsCancelled counts the recovery jobs of backup time the restore
+	// cancelled.
+	JobsCancelled int
 }
 
 // Restore writes the data_dir of member cfg.node_id of a new cluster from
@@ -160,6 +163,26 @@ func rewrite(s *Snapshot, cfg *config.Server, bump uint64) ([]byte, *RestoreResu
 			b.BrokerState = waldenv1.BrokerState_BROKER_STATE_FAILED
 		}
 		res.BrokersFenced++
+	}
+	for _, j := range st.GetJobs() {
+		switch j.GetJobState() {
+		case waldenv1.JobState_JOB_STATE_PENDING, waldenv1.JobState_JOB_STATE_RUNNING, waldenv1.JobState_JOB_STATE_BLOCKED:
+		default:
+			continue
+		}
+		// The job's broker may have registered again since the backup and
+		// trimmed and reused its WAL: resuming the job would read records
+		// of a later epoch as this one's. The broker registers again and
+		// uploads what its WAL holds instead.
+		j.JobState = waldenv1.JobState_JOB_STATE_CANCELLED
+		j.Error = "cancelled by the restore of a backup: the broker's WAL may have been trimmed and reused since; " +
+			"the broker registers again and uploads what its WAL holds"
+		res.JobsCancelled++
+	}
+	// Streams may have been opened again after the backup: their epochs
+	// move past what the old cluster may have issued, as the tokens do.
+	for _, stream := range st.GetStreams() {
+		stream.Epoch += bump
 	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(st)
 	if err != nil {

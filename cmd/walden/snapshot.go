@@ -102,9 +102,9 @@ written when anything is refused.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "restored %s (cluster %q, index %d) into %s for member %s of cluster %q (members %v); "+
-				"%d broker epochs revoked, next epoch %d. Start it with: walden server --config %s\n",
+				"%d broker epochs revoked, %d recovery jobs of backup time cancelled, next epoch %d. Start it with: walden server --config %s\n",
 				args[0], s.Header.GetClusterName(), res.Index, res.DataDir, res.NodeID, res.ClusterName, res.Members,
-				res.BrokersFenced, res.NextEpoch, configPath)
+				res.BrokersFenced, res.JobsCancelled, res.NextEpoch, configPath)
 			return nil
 		},
 	}
