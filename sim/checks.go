@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"walden/fsm"
@@ -190,6 +191,10 @@ func (k *checker) checkLiveness(a *Agent) {
 	for _, c := range w.coords {
 		h := c.host()
 		if h.down || w.now-h.lastTrouble < win || !h.runnable(w.now) || w.now-c.quietEnd < win {
+			continue
+		}
+		// Only voters grant; a replacement is a learner until promoted.
+		if !slices.Contains(c.st.Voters(), c.name) {
 			continue
 		}
 		// A coordinator that has not applied the broker's registration

@@ -53,6 +53,8 @@ type Coord struct {
 	// quietEnd is the real time the grantor's quiet period after the last
 	// start ends.
 	quietEnd int64
+	// emptyDataDir is set for the start after a replacement.
+	emptyDataDir bool
 }
 
 type readWaiter struct {
@@ -96,7 +98,9 @@ func (c *Coord) reset() {
 	}
 	c.replaying = false
 	ttl, drift := ms(c.config.GetLeaseTtlMs()), ms(c.config.GetDriftMarginMs())
-	if p, _, seeded := c.st.Policy(); seeded {
+	// A member with an empty data dir starts its grantor before it has
+	// anything of the log (server/detection.go): its config file alone.
+	if p, _, seeded := c.st.Policy(); seeded && !c.emptyDataDir {
 		ttl, drift = max(ttl, ms(p.GetLeaseTtlMs())), max(drift, ms(p.GetDriftMarginMs()))
 	}
 	g, err := lease.NewGrantor(c.clock(), c.store, ttl, drift)
@@ -104,9 +108,13 @@ func (c *Coord) reset() {
 		panic(err)
 	}
 	c.grantor = g
-	c.quietEnd = w.now + int64(float64(g.QuietFor())/c.host().rate)
+	quiet := g.QuietFor()
+	if ms, ok := c.leaseHorizon(); ok {
+		quiet = max(quiet, time.Duration(ms)*time.Millisecond)
+	}
+	c.quietEnd = w.now + int64(float64(quiet)/c.host().rate)
 	c.observer = detect.NewObserver(detect.ObserverConfig{NodeID: c.name, Grantor: g, Clock: c.clock(),
-		Logger: slog.New(slog.DiscardHandler)}, c.st, nil, nil)
+		Logger: slog.New(slog.DiscardHandler)}, mutatedState{c}, nil, nil)
 	for _, j := range c.st.Jobs("", waldenv1.JobState_JOB_STATE_PENDING) {
 		c.onJob(j)
 	}
@@ -143,6 +151,12 @@ func (c *Coord) applyOne() {
 	w := c.w
 	e := w.raft.log[c.applied]
 	c.applied++
+	if e.cc != nil {
+		if err := c.st.ApplyConfChange(uint64(w.cfg.Coordinators)+e.index, e.cc, e.ctx, nil); err != nil {
+			w.tracef("%s: membership change at %d refused: %v", c.name, e.index, err)
+		}
+		return
+	}
 	var before map[string]uint64
 	if w.check != nil {
 		before = epochs(c.st)
@@ -284,7 +298,7 @@ func (c *Coord) handleRegisterAsLeader(broker string, reply func(answer)) {
 // ReadIndex round first.
 func (c *Coord) handleRenew(broker string, epoch uint64, reply func(answer)) {
 	grant := func() {
-		resp, err := detect.Grant(c.st, c.grantor, c.name, broker, epoch)
+		resp, err := detect.Grant(mutatedState{c}, c.grantor, c.name, broker, epoch)
 		if err != nil {
 			reply(answer{reason: reasonOf(err)})
 			return
@@ -437,3 +451,32 @@ func reasonOf(err error) string {
 }
 
 func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// leaseHorizon is the cluster's lease horizon as this member's grantor is
+// told it: the state's, or, under the mutation QuietFromConfigFile, its own
+// config file's lease_ttl + drift_margin.
+func (c *Coord) leaseHorizon() (int64, bool) {
+	if c.w.cfg.Mutations.QuietFromConfigFile {
+		return c.config.GetLeaseTtlMs() + c.config.GetDriftMarginMs(), true
+	}
+	return c.st.LeaseHorizon()
+}
+
+// mutatedState is the member's state as the grant rule and the observer
+// read it, with the lease horizon of leaseHorizon.
+type mutatedState struct{ c *Coord }
+
+func (m mutatedState) Renewal(broker string, epoch uint64) (fsm.Renewal, error) {
+	r, err := m.c.st.Renewal(broker, epoch)
+	if err == nil {
+		r.LeaseHorizonMs, _ = m.c.leaseHorizon()
+	}
+	return r, err
+}
+
+func (m mutatedState) Brokers() []*waldenv1.Broker { return m.c.st.Brokers() }
+func (m mutatedState) ActiveJobs() int             { return m.c.st.ActiveJobs() }
+func (m mutatedState) Policy() (*waldenv1.Policy, []*waldenv1.PolicyEntry, bool) {
+	return m.c.st.Policy()
+}
+func (m mutatedState) LeaseHorizon() (int64, bool) { return m.c.leaseHorizon() }

@@ -4,6 +4,9 @@ import (
 	"math"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
+	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -122,6 +125,18 @@ func (w *World) startFaults() {
 			}
 			w.crashCoord(c, time.Duration(w.uniform(time.Second, 10*time.Second)))
 		})
+	}
+	if f.Replacements {
+		w.every(100*time.Second, func() {
+			c := w.coords[w.rng.IntN(len(w.coords))]
+			if c.host().down || w.replacing || w.raft.leader == c.idx {
+				return // the runbook replaces a follower, one at a time
+			}
+			w.replaceCoord(c, time.Duration(w.uniform(200*time.Millisecond, 3*time.Second)))
+		})
+	}
+	if f.ReplacementScript {
+		w.replacementScript()
 	}
 	if f.ManualFailovers {
 		w.every(90*time.Second, func() {
@@ -242,6 +257,104 @@ func (w *World) suspend(h int, d time.Duration) {
 		for _, fn := range fns {
 			fn()
 		}
+	})
+}
+
+// replaceCoord replaces coordinator c under its name, as the runbook does
+// after its disk is lost: it dies, its removal is committed, it is added
+// again as a learner and started after d with an empty data dir (no lease
+// state) and the default policy in its config file; the learner is promoted
+// once the spacing of voter changes (the cluster's lease horizon) has
+// passed since the removal.
+func (w *World) replaceCoord(c *Coord, d time.Duration) {
+	h := c.host()
+	w.replacing = true
+	w.tracef("%s replaced under its name: killed, data dir lost", c.name)
+	h.down = true
+	h.incarnation++
+	id := uint64(c.idx + 1)
+	ctx := &waldenv1.ConfChangeContext{Member: &waldenv1.MemberContext{Id: c.name}}
+	change := func(t raftpb.ConfChangeType) *raftpb.ConfChangeV2 {
+		return &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(id)}}}
+	}
+	w.raft.commitConf(change(raftpb.ConfChangeRemoveNode), nil)
+	spacing := 200 * time.Millisecond
+	if l := w.raft.leader; l >= 0 && !w.cfg.Mutations.NoVoterChangeSpacing {
+		ms, _ := w.coords[l].st.LeaseHorizon()
+		spacing = max(spacing, time.Duration(ms)*time.Millisecond)
+	}
+	w.after(int64(50*time.Millisecond), func() {
+		w.raft.commitConf(change(raftpb.ConfChangeAddLearnerNode), ctx)
+		w.tracef("operator: %s added again as a learner", c.name)
+	})
+	w.after(int64(d), func() {
+		h.down = false
+		h.lastTrouble = w.now
+		c.store = &lease.MemStore{}
+		c.config = w.basePolicy()
+		w.raft.believedLeader[c.idx], w.raft.believedTerm[c.idx] = w.raft.leader, w.raft.term
+		c.emptyDataDir = true
+		c.reset()
+		c.emptyDataDir = false
+		w.tracef("%s started with an empty data dir", c.name)
+		c.start()
+	})
+	w.after(int64(max(spacing, d+time.Second)), func() {
+		w.raft.commitConf(change(raftpb.ConfChangeAddNode), ctx)
+		w.tracef("raft: %s promoted to voter (%.1fs after its removal)", c.name, float64(max(spacing, d+time.Second))/1e9)
+		w.replacing = false
+	})
+}
+
+// replacementScript schedules the scenario of Faults.ReplacementScript,
+// with the times drawn from the seed.
+func (w *World) replacementScript() {
+	a := w.agents[0]
+	c1, c2, c3 := w.coords[0], w.coords[1], w.coords[2]
+	cut := func(x, y int) {
+		for _, l := range []*link{w.links[x][y], w.links[y][x]} {
+			l.cut, l.goodSince = true, -1
+		}
+	}
+	heal := func(x, y int) {
+		for _, l := range []*link{w.links[x][y], w.links[y][x]} {
+			l.cut, l.goodSince = false, w.now
+		}
+	}
+	t := w.uniform(15*time.Second, 25*time.Second)
+	w.at(t, func() {
+		l := w.raft.leader
+		if l < 0 {
+			return
+		}
+		w.raft.electLeader(c1.idx, 0, 100*time.Millisecond) // the replaced member is a follower
+		set := map[string]string{policy.KeyLeaseTTL: "12s", policy.KeyFailureTimeout: "20s"}
+		w.tracef("operator: policy set lease_ttl=12s failure_timeout=20s")
+		w.lastPolicyChange = w.now
+		w.check.ttlChanged(12 * time.Second)
+		w.after(int64(200*time.Millisecond), func() {
+			w.coords[w.raft.leader].propose(&waldenv1.SetPolicy{Set: set}, 2*time.Second, func(*waldenv1.Result, error) {})
+		})
+	})
+	t += w.uniform(20*time.Second, 30*time.Second)
+	w.at(t, func() {
+		w.tracef("net: %s cut off from %s", a.name, c2.name)
+		cut(a.idx, c2.idx)
+	})
+	t += w.uniform(15*time.Second, 25*time.Second)
+	w.at(t, func() {
+		w.tracef("net: %s cut off from %s and %s", a.name, c1.name, c3.name)
+		cut(a.idx, c1.idx)
+		cut(a.idx, c3.idx)
+		w.replaceCoord(c3, time.Duration(w.uniform(200*time.Millisecond, time.Second)))
+	})
+	t += w.uniform(time.Second, 2*time.Second)
+	w.at(t, func() { w.manualFailover(a, c1.idx) })
+	w.at(t+int64(40*time.Second), func() {
+		heal(a.idx, c1.idx)
+		heal(a.idx, c2.idx)
+		heal(a.idx, c3.idx)
+		w.tracef("net: %s reconnected", a.name)
 	})
 }
 

@@ -19,6 +19,8 @@ func Profiles() []Profile {
 		{"restarts", Faults{Restarts: true, NetworkFaults: true}},
 		{"restarts-and-manual-failovers", Faults{Restarts: true, ManualFailovers: true, LeaderChanges: true}},
 		{"degraded-network", Faults{NetworkFaults: true}},
+		{"replace-same-name", Faults{Replacements: true, PolicyChanges: true, NetworkFaults: true, ManualFailovers: true}},
+		{"replacement-script", Faults{ReplacementScript: true}},
 		{"all", AllFaults()},
 	}
 }

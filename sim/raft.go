@@ -3,6 +3,8 @@ package sim
 import (
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -41,6 +43,9 @@ type entry struct {
 	index uint64
 	term  uint64
 	cmd   *waldenv1.Command
+	// cc and ctx make a membership change entry (cmd is nil).
+	cc  *raftpb.ConfChangeV2
+	ctx *waldenv1.ConfChangeContext
 }
 
 func newRaftModel(w *World) *raftModel {
@@ -137,6 +142,18 @@ func (r *raftModel) append(x int, cmd *waldenv1.Command) {
 func (r *raftModel) commit(term uint64, cmd *waldenv1.Command) {
 	w := r.w
 	e := &entry{index: uint64(len(r.log) + 1), term: term, cmd: cmd}
+	r.log = append(r.log, e)
+	for i := range w.coords {
+		r.scheduleApply(i)
+	}
+}
+
+// commitConf appends the membership change cc to the committed log, in
+// the current term (the simulation's operator changes membership through a
+// leader that stays).
+func (r *raftModel) commitConf(cc *raftpb.ConfChangeV2, ctx *waldenv1.ConfChangeContext) {
+	w := r.w
+	e := &entry{index: uint64(len(r.log) + 1), term: r.term, cc: cc, ctx: ctx}
 	r.log = append(r.log, e)
 	for i := range w.coords {
 		r.scheduleApply(i)

@@ -22,7 +22,7 @@ func TestSimulate(t *testing.T) {
 			continue
 		}
 		t.Run(p.Name, func(t *testing.T) {
-			cfg := Config{Duration: *flagDuration, RateBound: 0.001, Faults: p.Faults}
+			cfg := Config{Duration: *flagDuration, RateBound: 0.001, Faults: p.Faults, Mutations: mutationsOf(*flagMutation)}
 			if *flagSeed != 0 {
 				w := NewWorld(*flagSeed, cfg)
 				v := w.Run()
@@ -46,5 +46,50 @@ func TestSimulate(t *testing.T) {
 				t.Fatalf("violations (replay one with -sim.profile=%s -sim.seed=N -v):\n%s", p.Name, strings.Join(bad, "\n"))
 			}
 		})
+	}
+}
+
+var flagMutation = flag.String("sim.mutation", "", "run with mutations: quiet-from-config-file, no-voter-change-spacing or both")
+
+func mutationsOf(name string) Mutations {
+	return Mutations{QuietFromConfigFile: name == "quiet-from-config-file" || name == "both",
+		NoVoterChangeSpacing: name == "no-voter-change-spacing" || name == "both"}
+}
+
+// TestSimulationCatchesMutations: the checks are not blind to the defects
+// issue 21 fixed. The replacement script (Faults.ReplacementScript) breaks
+// invariant I in every seed once both are back: a replacement whose quiet
+// period comes from its config file instead of the cluster's lease horizon
+// (finding 2) and a promotion that does not wait for the spacing of voter
+// changes (finding 3). Either fix alone keeps this script safe: the
+// replacement attests only H after it started, or counts as a voter only H
+// after the old member's removal, which came after the old member's last
+// grant.
+func TestSimulationCatchesMutations(t *testing.T) {
+	const seeds = 10
+	run := func(m Mutations) (bad int, first string) {
+		for s := uint64(1); s <= seeds; s++ {
+			w := NewWorld(s, Config{Duration: 3 * time.Minute, RateBound: 0.001, Faults: Faults{ReplacementScript: true}, Mutations: m})
+			if v := w.Run(); len(v) > 0 {
+				if bad == 0 {
+					first = fmt.Sprintf("seed %d: %v", s, v[0])
+				}
+				if v[0].Kind != KindAckAfterRead {
+					t.Errorf("seed %d: %v", s, v[0])
+				}
+				bad++
+			}
+		}
+		return bad, first
+	}
+	for _, m := range []Mutations{{}, {QuietFromConfigFile: true}, {NoVoterChangeSpacing: true}} {
+		if bad, first := run(m); bad > 0 {
+			t.Fatalf("with %+v the replacement script broke an invariant in %d of %d seeds: %s", m, bad, seeds, first)
+		}
+	}
+	bad, first := run(Mutations{QuietFromConfigFile: true, NoVoterChangeSpacing: true})
+	t.Logf("quiet period from the config file and no spacing of voter changes: %d of %d seeds break I (%s)", bad, seeds, first)
+	if bad < seeds {
+		t.Fatalf("the simulation caught the replacement of finding 2 and 3 in %d of %d seeds only", bad, seeds)
 	}
 }

@@ -125,6 +125,9 @@ type World struct {
 
 	// lastPolicyChange is the real time of the last policy change.
 	lastPolicyChange int64
+	// replacing is set while a coordinator is being replaced (one at a
+	// time, as the runbook says).
+	replacing bool
 	// failoverRequestedAt is the real time of the last manual failover
 	// request per broker.
 	failoverRequestedAt map[string]int64
@@ -144,6 +147,8 @@ type Config struct {
 	RateBound float64
 	// Faults enables each kind of fault.
 	Faults Faults
+	// Mutations reintroduce fixed defects (tests of the checks).
+	Mutations Mutations
 	// Trace keeps the last Trace lines of the run's trace (0: 2000).
 	Trace int
 }
@@ -158,12 +163,34 @@ type Faults struct {
 	Stalls          bool // coordinator processes stall
 	Restarts        bool // coordinators crash and restart
 	ManualFailovers bool
+	// Replacements replace a coordinator under its name with an empty data
+	// dir and a config file whose lease_ttl is the default (the runbook's
+	// replacement: remove, add as a learner, promote once the spacing of
+	// voter changes allows).
+	Replacements bool
+	// ReplacementScript runs, once, the replacement issue 21 found unsafe:
+	// the cluster's lease_ttl is raised to 12s; b1 loses its links to c2,
+	// then to c1 and c3 as c3 (a follower) is replaced under its name; an
+	// operator requests b1's failover. The replacement must not attest
+	// while the grants c1 and the old c3 made before still run at b1.
+	ReplacementScript bool
+}
+
+// Mutations put back, in the simulation only, defects the project fixed, to
+// show that the checks catch them (TestSimulationCatchesMutations).
+type Mutations struct {
+	// QuietFromConfigFile: a member's quiet period comes from its own config
+	// file, not the cluster's lease horizon (issue 21, finding 2).
+	QuietFromConfigFile bool
+	// NoVoterChangeSpacing: the learner is promoted right after the removal
+	// (issue 21, finding 3).
+	NoVoterChangeSpacing bool
 }
 
 // AllFaults turns every fault on.
 func AllFaults() Faults {
 	return Faults{LeaderChanges: true, NetworkFaults: true, PolicyChanges: true, ConfigDrift: true,
-		Suspends: true, Stalls: true, Restarts: true, ManualFailovers: true}
+		Suspends: true, Stalls: true, Restarts: true, ManualFailovers: true, Replacements: true}
 }
 
 func (c *Config) defaults() {
