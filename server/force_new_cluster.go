@@ -1,14 +1,22 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	"walden/config"
 	"walden/fsm"
+	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
@@ -31,6 +39,10 @@ func ForceNewCluster(cfg *config.Server, logger *slog.Logger) error {
 		return fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
 	}
 	names := memberNames(st, cfg.ClusterName)
+	if err := checkSurvivorIsNewest(cfg, st, logger); err != nil {
+		_ = st.Close()
+		return err
+	}
 	var forced raftnode.ForcedLog
 	removed, err := raftnode.ForceNewCluster(st, cfg.NodeID, func(l raftnode.ForcedLog) ([]byte, error) {
 		forced = l
@@ -65,6 +77,89 @@ func ForceNewCluster(cfg *config.Server, logger *slog.Logger) error {
 		forced.LastIndex, forced.Term, forced.CommitIndex, forced.LastIndex, ForceNewClusterEpochBump),
 		"node_id", cfg.NodeID, "last_index", forced.LastIndex, "commit_index", forced.CommitIndex, "term", forced.Term)
 	return nil
+}
+
+// Refusals of ForceNewCluster; nothing is changed.
+var (
+	// ErrQuorumNotLost: a majority of the members answer; they elect a
+	// leader without this member being forced.
+	ErrQuorumNotLost = errors.New("server: --force-new-cluster: the quorum is not lost")
+	// ErrNotNewestDataDir: another member answers with a log that goes
+	// further than this member's: forcing this one would lose its entries.
+	ErrNotNewestDataDir = errors.New("server: --force-new-cluster: another member's log is newer")
+)
+
+// survivorProbeTimeout bounds the status call to each other member.
+const survivorProbeTimeout = 2 * time.Second
+
+// checkSurvivorIsNewest asks every other member this member's log or its
+// config file knows for its status. It refuses when a majority answers
+// (the quorum is not lost) or when one answers with an applied or commit
+// index beyond this member's last index (force the new cluster there).
+// Members that do not answer are logged: their data is what would be lost.
+func checkSurvivorIsNewest(cfg *config.Server, st *raftnode.DiskStorage, logger *slog.Logger) error {
+	last, err := st.LastIndex()
+	if err != nil {
+		return fmt.Errorf("server: --force-new-cluster: read the log: %w", err)
+	}
+	peers := map[string]string{} // id -> admin address
+	for _, m := range cfg.InitialCluster {
+		peers[m.ID] = m.Admin
+	}
+	if snap, err := st.Snapshot(); err == nil && len(snap.GetData()) > 0 {
+		s := fsm.New(cfg.ClusterName)
+		if s.Restore(snap.GetData()) == nil {
+			for _, m := range s.Members() {
+				peers[m.GetId()] = m.GetAdminAddr()
+			}
+		}
+	}
+	delete(peers, cfg.NodeID)
+	if len(peers) == 0 {
+		return nil // alone already: nothing to ask
+	}
+	creds, err := mtls.ClientCreds(cfg.TLS)
+	if err != nil {
+		return fmt.Errorf("server: --force-new-cluster: %w", err)
+	}
+	var up, down []string
+	for _, id := range slices.Sorted(maps.Keys(peers)) {
+		addr := peers[id]
+		if addr == "" {
+			down = append(down, id)
+			continue
+		}
+		resp, err := memberStatus(addr, creds)
+		if err != nil {
+			logger.Warn("force new cluster: member does not answer", "member_id", id, "admin_addr", addr, "err", err)
+			down = append(down, id)
+			continue
+		}
+		up = append(up, id)
+		if n := max(resp.GetAppliedIndex(), resp.GetCommitIndex()); n > last {
+			return fmt.Errorf("%w: member %s answers with entries up to index %d, beyond this member's last index %d: "+
+				"force the new cluster on %s instead (stop this member and start %s with --force-new-cluster)",
+				ErrNotNewestDataDir, id, n, last, id, id)
+		}
+	}
+	if members := len(peers) + 1; 2*(len(up)+1) > members {
+		return fmt.Errorf("%w: %d of %d members answer (%s and this one): start this member as usual, they elect a leader; "+
+			"bring back the others (docs/runbook.md#quorum-loss)", ErrQuorumNotLost, len(up)+1, members, strings.Join(up, ", "))
+	}
+	logger.Warn("force new cluster: the other members do not answer; what only they hold is lost", "unreachable", down, "answering", up, "last_index", last)
+	return nil
+}
+
+// memberStatus asks the member at addr for its status.
+func memberStatus(addr string, creds credentials.TransportCredentials) (*waldenv1.StatusResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), survivorProbeTimeout)
+	defer cancel()
+	return waldenv1.NewClusterClient(conn).Status(ctx, &waldenv1.StatusRequest{})
 }
 
 // ForceNewClusterEpochBump is how far --force-new-cluster moves the next
