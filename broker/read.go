@@ -90,6 +90,15 @@ func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 		return nil, status.Errorf(codes.Unavailable, "describe stream %d: %v", req.GetStreamId(), err)
 	}
 	stream := d.GetStream()
+	if !owned && stream.GetState() == "opened" && stream.GetOwnerBrokerId() == b.cfg.BrokerID {
+		// The catalog names this broker the stream's owner, but no epoch of
+		// it serves the stream now: it was fenced (a failover, a restore, a
+		// forced new cluster) and registers or recovers. Its WAL may hold
+		// acknowledged records beyond the catalog's end: answering as the
+		// owner from the catalog alone would hide them.
+		return nil, rpcerr.New(refusal.NotReady, fmt.Sprintf("stream %d: this broker owns it in the catalog but is registering "+
+			"or recovering its WAL; retry", req.GetStreamId()), nil)
+	}
 	resp.CommittedEndOffset = stream.GetEndOffset()
 	if !owned {
 		committed = stream.GetEndOffset()

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"walden/chaos/netfault"
 	"walden/internal/devcluster"
@@ -70,6 +73,10 @@ func Catalog() []Scenario {
 			Options: backlogOptions, Run: s3CutMidUpload},
 		{Name: "disk-full", Description: "the raft leader's data directory full (a small tmpfs) under load, then freed",
 			Setup: coordinatorDisks, Run: diskFull},
+		{Name: "replace-coordinator", Description: "a follower coordinator killed with its data dir lost, replaced under its name under load; then a broker killed",
+			Run: replaceCoordinator},
+		{Name: "force-new-cluster", Description: "two coordinators of three lost for good under load; the survivor forced into a new cluster, the others added back empty",
+			Run: forceNewCluster},
 	}
 }
 
@@ -519,4 +526,176 @@ func decodeJSON(resp *http.Response, v any) error {
 		return fmt.Errorf("%s", resp.Status)
 	}
 	return json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(v)
+}
+
+// addBack adds coordinator m again with an empty data dir, as the
+// runbook's replacement does: it is added as a learner (retried while the
+// spacing of voter changes refuses), started with initial_cluster_state:
+// existing, and waited for until it is a voter.
+func addBack(ctx context.Context, e *Env, m *devcluster.Proc) error {
+	if err := os.RemoveAll(filepath.Join(e.Cluster.Opts.Dir, m.Name)); err != nil {
+		return err
+	}
+	err := devcluster.Poll(ctx, time.Minute, "the addition of "+m.Name, func() error {
+		err := e.Cluster.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := waldenv1.NewClusterClient(cc).MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: m.Name, RaftAddr: m.Raft, AdminAddr: m.Admin})
+			return err
+		})
+		if status.Code(err) == codes.AlreadyExists {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(m.Config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString("initial_cluster_state: existing\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return werr
+	}
+	e.Say("starting %s with an empty data dir", m.Name)
+	if err := m.Start(); err != nil {
+		return err
+	}
+	start := time.Now()
+	err = devcluster.Poll(ctx, 2*time.Minute, m.Name+" a voter", func() error {
+		if !m.Alive() {
+			return devcluster.Permanent(fmt.Errorf("%s exited; see %s", m.Name, m.Log))
+		}
+		// The leader's configuration: the replacement's own shows its old
+		// membership while it replays the log.
+		l, err := e.Cluster.WaitLeader(ctx, "", 5*time.Second)
+		if err != nil {
+			return err
+		}
+		st, err := e.Cluster.Status(ctx, l)
+		if err != nil {
+			return err
+		}
+		for _, mm := range st.GetMembers() {
+			if mm.GetId() == m.Name && mm.GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEARNER && st.GetLeaderId() != "" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not a voter yet", m.Name)
+	})
+	if err == nil {
+		e.Note("%s added back with an empty data dir; a voter %.1fs after it started", m.Name, time.Since(start).Seconds())
+	}
+	return err
+}
+
+// forceNewCluster is the runbook's way out of a lost quorum, under load:
+// the leader and a follower are killed for good (their data dirs lost);
+// the survivor is stopped and started once with --force-new-cluster, leads
+// alone (every broker's epoch revoked: the brokers register again), and the
+// two others are added back with empty data dirs.
+func forceNewCluster(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	others := e.Others(l.Name)
+	lost, survivor := []*devcluster.Proc{l, e.Cluster.Proc(others[0])}, e.Cluster.Proc(others[1])
+	for _, b := range e.Brokers("") {
+		e.ExpectFailover(b, false) // --force-new-cluster revokes every broker's epoch
+	}
+	e.Fault()
+	for _, m := range lost {
+		e.Say("kill -9 coordinator %s (pid %d): lost for good", m.Name, m.Pid())
+		m.Kill()
+	}
+	if err := e.Sleep(ctx, 3*time.Second); err != nil {
+		return err
+	}
+	e.Say("stopping the survivor %s and starting it with --force-new-cluster", survivor.Name)
+	if err := survivor.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if err := devcluster.Poll(ctx, 30*time.Second, survivor.Name+" stopped", func() error {
+		if survivor.Alive() {
+			return fmt.Errorf("%s still running", survivor.Name)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := survivor.StartWith("--force-new-cluster"); err != nil {
+		return err
+	}
+	if _, err := e.Cluster.WaitLeader(ctx, "", time.Minute); err != nil {
+		return err
+	}
+	for _, m := range lost {
+		if err := addBack(ctx, e, m); err != nil {
+			return err
+		}
+	}
+	for _, b := range e.Brokers("") {
+		if err := e.WaitRegistered(ctx, b, 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceCoordinator is the runbook's replacement of a member whose disk is
+// lost, under its name, under load: a follower is killed and its data dir
+// lost; it is removed and added again as a learner (waldenctl member
+// replace does both), started with an empty data dir and
+// initial_cluster_state: existing, and promoted by the leader once the
+// spacing of voter changes allows. Then a broker is killed: its failover,
+// decided by a cluster that includes the replacement, is judged against the
+// reopen goal.
+func replaceCoordinator(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	m := e.Cluster.Proc(e.Others(l.Name)[0])
+	e.Say("kill -9 coordinator %s (pid %d) and lose its data dir", m.Name, m.Pid())
+	m.Kill()
+	e.Say("replacing %s under its name: remove, add as a learner", m.Name)
+	removed := false
+	err = devcluster.Poll(ctx, time.Minute, "the removal of "+m.Name, func() error {
+		if removed {
+			return nil
+		}
+		err := e.Cluster.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := waldenv1.NewClusterClient(cc).MemberRemove(ctx, &waldenv1.MemberRemoveRequest{Id: m.Name})
+			return err
+		})
+		if err == nil || status.Code(err) == codes.NotFound {
+			removed = true
+			return nil
+		}
+		return err // VOTER_CHANGE_TOO_SOON right after a start: wait and retry
+	})
+	if err != nil {
+		return err
+	}
+	if err := addBack(ctx, e, m); err != nil {
+		return err
+	}
+	// The replacement grants nothing for a lease horizon after its start;
+	// give it that before the broker's failover is judged.
+	if err := e.Sleep(ctx, 5*time.Second); err != nil {
+		return err
+	}
+	b := e.Cluster.Proc(victim)
+	e.ExpectFailover(victim, true)
+	e.Fault()
+	e.Say("kill -9 %s (pid %d)", victim, b.Pid())
+	b.Kill()
+	if err := e.WaitReopened(ctx, victim, 2*time.Minute); err != nil {
+		return err
+	}
+	return restartBroker(ctx, e, b)
 }

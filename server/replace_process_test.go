@@ -87,18 +87,23 @@ func TestProcessMemberReplace(t *testing.T) {
 	}
 	writeMemberConfig(t, victim, "repl", peers.String(), "info", "initial_cluster_state: existing\n")
 	victim.start(t, walden)
-	waitFor(t, victim.id+" a voter again, following the leader", 30*time.Second, func() (bool, string) {
-		s, err := status(t, waldenctl, victim.admin)
+	// A voter in the leader's configuration (the replacement's own status
+	// shows its old membership while it replays the log).
+	waitFor(t, victim.id+" a voter again", 30*time.Second, func() (bool, string) {
+		s, err := status(t, waldenctl, leaderAdmin(members, leader))
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, m := range s.Members {
-			if m.ID == victim.id && m.Role != "learner" && s.LeaderID != "" && s.LeaderID != victim.id {
+			if m.ID == victim.id && m.Role != "learner" {
 				return true, ""
 			}
 		}
 		return false, fmt.Sprintf("%+v", s)
 	})
+	if _, err := status(t, waldenctl, victim.admin); err != nil {
+		t.Fatalf("%s does not answer: %v", victim.id, err)
+	}
 
 	// Then the other follower under a new name, once the spacing allows.
 	a := strings.Split(other.admin, ":")

@@ -189,7 +189,11 @@ type Proc struct {
 }
 
 // Start starts the process (again). It is an error to start a live one.
-func (p *Proc) Start() error {
+func (p *Proc) Start() error { return p.StartWith() }
+
+// StartWith starts the process (again) with extra arguments after its own,
+// for this start only (walden server --force-new-cluster).
+func (p *Proc) StartWith(extra ...string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exited != nil {
@@ -203,11 +207,12 @@ func (p *Proc) Start() error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
+	args := append(slices.Clone(p.args), extra...)
 	var cmd *exec.Cmd
 	if p.command != nil {
-		cmd = p.command(p.Name, append([]string{p.bin}, p.args...))
+		cmd = p.command(p.Name, append([]string{p.bin}, args...))
 	} else {
-		cmd = exec.Command(p.bin, p.args...)
+		cmd = exec.Command(p.bin, args...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	dieWithParent(cmd)
