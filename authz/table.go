@@ -61,6 +61,8 @@ var table = map[string]Rule{
 	// walden.v1.Agent: a broker's registration and lease.
 	waldenv1.Agent_Register_FullMethodName:   {Roles: agents, BrokerBound: true},
 	waldenv1.Agent_RenewLease_FullMethodName: {Roles: agents, BrokerBound: true},
+	// Every renewal on the stream names its broker and is checked.
+	waldenv1.Agent_RenewLeases_FullMethodName: {Roles: agents, BrokerBound: true},
 
 	// walden.v1.Brokers: the registry, the event log and the policy.
 	// Brokers look up other brokers' addresses (NOT_OWNER hints).

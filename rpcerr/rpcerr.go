@@ -131,6 +131,39 @@ func build(reason refusal.Reason, msg string, md map[string]string) *status.Stat
 	return st
 }
 
+// Parts are a status error taken apart, for an answer that travels inside
+// a message rather than as a call's status (the lease renewal stream):
+// the code, the message, and the reason and metadata of its ErrorInfo of
+// walden's domain (empty when it has none).
+type Parts struct {
+	Code     codes.Code
+	Message  string
+	Reason   refusal.Reason
+	Metadata map[string]string
+}
+
+// Split takes err apart as Status(err) would answer it.
+func Split(err error) Parts {
+	s := Status(err)
+	info := InfoOf(s)
+	return Parts{Code: s.Code(), Message: s.Message(), Reason: refusal.Reason(info.GetReason()), Metadata: info.GetMetadata()}
+}
+
+// Join is the status error p was split from: Reason and Metadata and
+// Code read back from it as from the call's status.
+func Join(p Parts) error {
+	if p.Code == codes.OK {
+		return nil
+	}
+	s := status.New(p.Code, p.Message)
+	if p.Reason != "" {
+		if d, err := s.WithDetails(&errdetails.ErrorInfo{Reason: string(p.Reason), Domain: Domain, Metadata: p.Metadata}); err == nil {
+			s = d
+		}
+	}
+	return s.Err()
+}
+
 // Info returns the ErrorInfo of walden's domain that err carries, or nil.
 func Info(err error) *errdetails.ErrorInfo {
 	s, ok := status.FromError(err)

@@ -164,3 +164,29 @@ func TestRefusalsKnowNoTransport(t *testing.T) {
 		}
 	}
 }
+
+// A status split into its parts and joined again reads back the same: the
+// code, the message, the reason and its metadata.
+func TestSplitJoin(t *testing.T) {
+	cases := []error{
+		rpcerr.New(refusal.NodeFenced, "broker b1 epoch 3 is fenced", map[string]string{"epoch": "4"}),
+		fmt.Errorf("renewal: %w", refusal.ErrFailoverRequested),
+		status.Error(codes.Unavailable, "lease not granted: c2 is not a voting member"),
+		errors.New("plain"),
+	}
+	for _, err := range cases {
+		p := rpcerr.Split(err)
+		back := rpcerr.Join(p)
+		want := rpcerr.Status(err)
+		got := status.Convert(back)
+		if got.Code() != want.Code() || got.Message() != want.Message() {
+			t.Errorf("%v: joined %v %q, want %v %q", err, got.Code(), got.Message(), want.Code(), want.Message())
+		}
+		if rpcerr.Reason(back) != rpcerr.Reason(want.Err()) || fmt.Sprint(rpcerr.Metadata(back)) != fmt.Sprint(rpcerr.Metadata(want.Err())) {
+			t.Errorf("%v: joined reason %q %v, want %q %v", err, rpcerr.Reason(back), rpcerr.Metadata(back), rpcerr.Reason(want.Err()), rpcerr.Metadata(want.Err()))
+		}
+	}
+	if rpcerr.Join(rpcerr.Split(nil)) != nil {
+		t.Fatal("nil split and joined is not nil")
+	}
+}

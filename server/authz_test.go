@@ -46,8 +46,9 @@ var expectedAccess = map[string]struct {
 	"/walden.v1.Cluster/MemberRemove":   {roles: []authz.Role{authz.RoleAdmin}},
 	"/walden.v1.Cluster/LeaderTransfer": {roles: operatorsUp},
 
-	"/walden.v1.Agent/Register":   {roles: []authz.Role{authz.RoleAgent, authz.RoleBroker}, bound: true},
-	"/walden.v1.Agent/RenewLease": {roles: []authz.Role{authz.RoleAgent, authz.RoleBroker}, bound: true},
+	"/walden.v1.Agent/Register":    {roles: []authz.Role{authz.RoleAgent, authz.RoleBroker}, bound: true},
+	"/walden.v1.Agent/RenewLease":  {roles: []authz.Role{authz.RoleAgent, authz.RoleBroker}, bound: true},
+	"/walden.v1.Agent/RenewLeases": {roles: []authz.Role{authz.RoleAgent, authz.RoleBroker}, bound: true},
 
 	"/walden.v1.Brokers/ListBrokers":    {roles: append(slices.Clone(people), authz.RoleBroker)},
 	"/walden.v1.Brokers/GetBroker":      {roles: append(slices.Clone(people), authz.RoleBroker)},

@@ -2306,6 +2306,209 @@ func (x *Voter) GetIncarnation() uint64 {
 	return 0
 }
 
+// RenewLeasesRequest is one renewal on a RenewLeases stream.
+type RenewLeasesRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	Epoch    uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// seq numbers the renewals of one stream (the agent's choice, usually
+	// 1, 2, ...); the answer carries it back, so that the agent matches it
+	// with the moment it sent the renewal.
+	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesRequest) Reset() {
+	*x = RenewLeasesRequest{}
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesRequest) ProtoMessage() {}
+
+func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesRequest.ProtoReflect.Descriptor instead.
+func (*RenewLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RenewLeasesRequest) GetBrokerId() string {
+	if x != nil {
+		return x.BrokerId
+	}
+	return ""
+}
+
+func (x *RenewLeasesRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RenewLeasesRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// RenewLeasesResponse answers the renewal of a RenewLeasesRequest with the
+// same seq: grant or refusal is set.
+type RenewLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// grant is what RenewLease answers, except that voters is empty when
+	// this stream already answered with the voters of the same conf_index:
+	// the agent keeps the last voters it was sent on the stream.
+	Grant *RenewLeaseResponse `protobuf:"bytes,2,opt,name=grant,proto3" json:"grant,omitempty"`
+	// refusal is the error RenewLease would fail with.
+	Refusal       *RenewalRefusal `protobuf:"bytes,3,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesResponse) Reset() {
+	*x = RenewLeasesResponse{}
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesResponse) ProtoMessage() {}
+
+func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesResponse.ProtoReflect.Descriptor instead.
+func (*RenewLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RenewLeasesResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RenewLeasesResponse) GetGrant() *RenewLeaseResponse {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+func (x *RenewLeasesResponse) GetRefusal() *RenewalRefusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return nil
+}
+
+// RenewalRefusal is a refused renewal as a message: the gRPC status
+// RenewLease would fail with.
+type RenewalRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the gRPC status code.
+	Code    uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// reason and metadata are the refusal's ErrorInfo (domain "walden");
+	// empty for a status without one.
+	Reason        string            `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Metadata      map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewalRefusal) Reset() {
+	*x = RenewalRefusal{}
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewalRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewalRefusal) ProtoMessage() {}
+
+func (x *RenewalRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewalRefusal.ProtoReflect.Descriptor instead.
+func (*RenewalRefusal) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RenewalRefusal) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RenewalRefusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RenewalRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RenewalRefusal) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 type ListBrokersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2314,7 +2517,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2529,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2542,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
 }
 
 type ListBrokersResponse struct {
@@ -2351,7 +2554,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2566,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2579,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*Broker {
@@ -2395,7 +2598,7 @@ type GetBrokerRequest struct {
 
 func (x *GetBrokerRequest) Reset() {
 	*x = GetBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2610,7 @@ func (x *GetBrokerRequest) String() string {
 func (*GetBrokerRequest) ProtoMessage() {}
 
 func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2623,7 @@ func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerRequest.ProtoReflect.Descriptor instead.
 func (*GetBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetBrokerRequest) GetBrokerId() string {
@@ -2439,7 +2642,7 @@ type GetBrokerResponse struct {
 
 func (x *GetBrokerResponse) Reset() {
 	*x = GetBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2654,7 @@ func (x *GetBrokerResponse) String() string {
 func (*GetBrokerResponse) ProtoMessage() {}
 
 func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2667,7 @@ func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerResponse.ProtoReflect.Descriptor instead.
 func (*GetBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetBrokerResponse) GetBroker() *Broker {
@@ -2489,7 +2692,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2704,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2717,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FailoverRequest) GetBrokerId() string {
@@ -2565,7 +2768,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2780,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2793,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FailoverResponse) GetBrokerId() string {
@@ -2672,7 +2875,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2887,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2900,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AckRequest) GetBrokerId() string {
@@ -2716,7 +2919,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2931,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2944,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AckResponse) GetBroker() *Broker {
@@ -2770,7 +2973,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2985,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2998,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetMaintenanceRequest) GetBrokerId() string {
@@ -2842,7 +3045,7 @@ type SetMaintenanceResponse struct {
 
 func (x *SetMaintenanceResponse) Reset() {
 	*x = SetMaintenanceResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3057,7 @@ func (x *SetMaintenanceResponse) String() string {
 func (*SetMaintenanceResponse) ProtoMessage() {}
 
 func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3070,7 @@ func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetMaintenanceResponse) GetBroker() *Broker {
@@ -2889,7 +3092,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3104,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3117,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListEventsRequest) GetBrokerId() string {
@@ -2940,7 +3143,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3155,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3168,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2983,7 +3186,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3198,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3211,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
 }
 
 type GetPolicyResponse struct {
@@ -3029,7 +3232,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3244,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3257,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -3102,7 +3305,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3317,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3330,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetPolicyRequest) GetSet() map[string]string {
@@ -3154,7 +3357,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3369,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3382,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -3205,7 +3408,7 @@ type RemoveBrokerRequest struct {
 
 func (x *RemoveBrokerRequest) Reset() {
 	*x = RemoveBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3420,7 @@ func (x *RemoveBrokerRequest) String() string {
 func (*RemoveBrokerRequest) ProtoMessage() {}
 
 func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3433,7 @@ func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveBrokerRequest) GetBrokerId() string {
@@ -3250,7 +3453,7 @@ type RemoveBrokerResponse struct {
 
 func (x *RemoveBrokerResponse) Reset() {
 	*x = RemoveBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3465,7 @@ func (x *RemoveBrokerResponse) String() string {
 func (*RemoveBrokerResponse) ProtoMessage() {}
 
 func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3478,7 @@ func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveBrokerResponse) GetBroker() *Broker {
@@ -3298,7 +3501,7 @@ type RemoveBroker struct {
 
 func (x *RemoveBroker) Reset() {
 	*x = RemoveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[43]
+	mi := &file_walden_v1_broker_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3513,7 @@ func (x *RemoveBroker) String() string {
 func (*RemoveBroker) ProtoMessage() {}
 
 func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[43]
+	mi := &file_walden_v1_broker_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3526,7 @@ func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBroker.ProtoReflect.Descriptor instead.
 func (*RemoveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{43}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveBroker) GetBrokerId() string {
@@ -3548,7 +3751,23 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"admin_addr\x18\x02 \x01(\tR\tadminAddr\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\x14\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"Y\n" +
+	"\x12RenewLeasesRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x91\x01\n" +
+	"\x13RenewLeasesResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x123\n" +
+	"\x05grant\x18\x02 \x01(\v2\x1d.walden.v1.RenewLeaseResponseR\x05grant\x123\n" +
+	"\arefusal\x18\x03 \x01(\v2\x19.walden.v1.RenewalRefusalR\arefusal\"\xd8\x01\n" +
+	"\x0eRenewalRefusal\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12C\n" +
+	"\bmetadata\x18\x04 \x03(\v2'.walden.v1.RenewalRefusal.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x14\n" +
 	"\x12ListBrokersRequest\"B\n" +
 	"\x13ListBrokersResponse\x12+\n" +
 	"\abrokers\x18\x01 \x03(\v2\x11.walden.v1.BrokerR\abrokers\"/\n" +
@@ -3614,11 +3833,12 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x06broker\x18\x01 \x01(\v2\x11.walden.v1.BrokerR\x06broker\"A\n" +
 	"\fRemoveBroker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
-	"\x05actor\x18\x02 \x01(\tR\x05actor2\x97\x01\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor2\xe9\x01\n" +
 	"\x05Agent\x12C\n" +
 	"\bRegister\x12\x1a.walden.v1.RegisterRequest\x1a\x1b.walden.v1.RegisterResponse\x12I\n" +
 	"\n" +
-	"RenewLease\x12\x1c.walden.v1.RenewLeaseRequest\x1a\x1d.walden.v1.RenewLeaseResponse2\x9d\x05\n" +
+	"RenewLease\x12\x1c.walden.v1.RenewLeaseRequest\x1a\x1d.walden.v1.RenewLeaseResponse\x12P\n" +
+	"\vRenewLeases\x12\x1d.walden.v1.RenewLeasesRequest\x1a\x1e.walden.v1.RenewLeasesResponse(\x010\x012\x9d\x05\n" +
 	"\aBrokers\x12L\n" +
 	"\vListBrokers\x12\x1d.walden.v1.ListBrokersRequest\x1a\x1e.walden.v1.ListBrokersResponse\x12F\n" +
 	"\tGetBroker\x12\x1b.walden.v1.GetBrokerRequest\x1a\x1c.walden.v1.GetBrokerResponse\x12C\n" +
@@ -3643,7 +3863,7 @@ func file_walden_v1_broker_proto_rawDescGZIP() []byte {
 	return file_walden_v1_broker_proto_rawDescData
 }
 
-var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_walden_v1_broker_proto_goTypes = []any{
 	(*WalLocation)(nil),            // 0: walden.v1.WalLocation
 	(*AutomqNode)(nil),             // 1: walden.v1.AutomqNode
@@ -3670,90 +3890,99 @@ var file_walden_v1_broker_proto_goTypes = []any{
 	(*RenewLeaseRequest)(nil),      // 22: walden.v1.RenewLeaseRequest
 	(*RenewLeaseResponse)(nil),     // 23: walden.v1.RenewLeaseResponse
 	(*Voter)(nil),                  // 24: walden.v1.Voter
-	(*ListBrokersRequest)(nil),     // 25: walden.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),    // 26: walden.v1.ListBrokersResponse
-	(*GetBrokerRequest)(nil),       // 27: walden.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),      // 28: walden.v1.GetBrokerResponse
-	(*FailoverRequest)(nil),        // 29: walden.v1.FailoverRequest
-	(*FailoverResponse)(nil),       // 30: walden.v1.FailoverResponse
-	(*AckRequest)(nil),             // 31: walden.v1.AckRequest
-	(*AckResponse)(nil),            // 32: walden.v1.AckResponse
-	(*SetMaintenanceRequest)(nil),  // 33: walden.v1.SetMaintenanceRequest
-	(*SetMaintenanceResponse)(nil), // 34: walden.v1.SetMaintenanceResponse
-	(*ListEventsRequest)(nil),      // 35: walden.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 36: walden.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),       // 37: walden.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 38: walden.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),       // 39: walden.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),      // 40: walden.v1.SetPolicyResponse
-	(*RemoveBrokerRequest)(nil),    // 41: walden.v1.RemoveBrokerRequest
-	(*RemoveBrokerResponse)(nil),   // 42: walden.v1.RemoveBrokerResponse
-	(*RemoveBroker)(nil),           // 43: walden.v1.RemoveBroker
-	nil,                            // 44: walden.v1.SetPolicy.SetEntry
-	nil,                            // 45: walden.v1.SetPolicyRequest.SetEntry
-	(ObservationState)(0),          // 46: walden.v1.ObservationState
-	(BrokerState)(0),               // 47: walden.v1.BrokerState
-	(EventKind)(0),                 // 48: walden.v1.EventKind
+	(*RenewLeasesRequest)(nil),     // 25: walden.v1.RenewLeasesRequest
+	(*RenewLeasesResponse)(nil),    // 26: walden.v1.RenewLeasesResponse
+	(*RenewalRefusal)(nil),         // 27: walden.v1.RenewalRefusal
+	(*ListBrokersRequest)(nil),     // 28: walden.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),    // 29: walden.v1.ListBrokersResponse
+	(*GetBrokerRequest)(nil),       // 30: walden.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),      // 31: walden.v1.GetBrokerResponse
+	(*FailoverRequest)(nil),        // 32: walden.v1.FailoverRequest
+	(*FailoverResponse)(nil),       // 33: walden.v1.FailoverResponse
+	(*AckRequest)(nil),             // 34: walden.v1.AckRequest
+	(*AckResponse)(nil),            // 35: walden.v1.AckResponse
+	(*SetMaintenanceRequest)(nil),  // 36: walden.v1.SetMaintenanceRequest
+	(*SetMaintenanceResponse)(nil), // 37: walden.v1.SetMaintenanceResponse
+	(*ListEventsRequest)(nil),      // 38: walden.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 39: walden.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),       // 40: walden.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 41: walden.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),       // 42: walden.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),      // 43: walden.v1.SetPolicyResponse
+	(*RemoveBrokerRequest)(nil),    // 44: walden.v1.RemoveBrokerRequest
+	(*RemoveBrokerResponse)(nil),   // 45: walden.v1.RemoveBrokerResponse
+	(*RemoveBroker)(nil),           // 46: walden.v1.RemoveBroker
+	nil,                            // 47: walden.v1.SetPolicy.SetEntry
+	nil,                            // 48: walden.v1.RenewalRefusal.MetadataEntry
+	nil,                            // 49: walden.v1.SetPolicyRequest.SetEntry
+	(ObservationState)(0),          // 50: walden.v1.ObservationState
+	(BrokerState)(0),               // 51: walden.v1.BrokerState
+	(EventKind)(0),                 // 52: walden.v1.EventKind
 }
 var file_walden_v1_broker_proto_depIdxs = []int32{
-	46, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
+	50, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
 	0,  // 1: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
 	2,  // 2: walden.v1.Broker.observations:type_name -> walden.v1.Observation
 	3,  // 3: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
-	47, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
+	51, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
 	1,  // 5: walden.v1.Broker.automq:type_name -> walden.v1.AutomqNode
 	2,  // 6: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
 	5,  // 7: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
-	48, // 8: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
+	52, // 8: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
 	0,  // 9: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
 	1,  // 10: walden.v1.RegisterBroker.automq:type_name -> walden.v1.AutomqNode
-	46, // 11: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
+	50, // 11: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
 	5,  // 12: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
-	44, // 13: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
+	47, // 13: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
 	7,  // 14: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
 	6,  // 15: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
 	0,  // 16: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
 	1,  // 17: walden.v1.RegisterRequest.automq:type_name -> walden.v1.AutomqNode
 	24, // 18: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
-	4,  // 19: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
-	4,  // 20: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
-	5,  // 21: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
-	4,  // 22: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
-	4,  // 23: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
-	6,  // 24: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
-	8,  // 25: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	7,  // 26: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	45, // 27: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
-	8,  // 28: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	7,  // 29: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	4,  // 30: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
-	20, // 31: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	22, // 32: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	25, // 33: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	27, // 34: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	29, // 35: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	31, // 36: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	33, // 37: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	35, // 38: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	37, // 39: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	39, // 40: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	41, // 41: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
-	21, // 42: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	23, // 43: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	26, // 44: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	28, // 45: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	30, // 46: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	32, // 47: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	34, // 48: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	36, // 49: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	38, // 50: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	40, // 51: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	42, // 52: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
-	42, // [42:53] is the sub-list for method output_type
-	31, // [31:42] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	23, // 19: walden.v1.RenewLeasesResponse.grant:type_name -> walden.v1.RenewLeaseResponse
+	27, // 20: walden.v1.RenewLeasesResponse.refusal:type_name -> walden.v1.RenewalRefusal
+	48, // 21: walden.v1.RenewalRefusal.metadata:type_name -> walden.v1.RenewalRefusal.MetadataEntry
+	4,  // 22: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
+	4,  // 23: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
+	5,  // 24: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
+	4,  // 25: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
+	4,  // 26: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
+	6,  // 27: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
+	8,  // 28: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	7,  // 29: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
+	49, // 30: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	8,  // 31: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	7,  // 32: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
+	4,  // 33: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
+	20, // 34: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	22, // 35: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	25, // 36: walden.v1.Agent.RenewLeases:input_type -> walden.v1.RenewLeasesRequest
+	28, // 37: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	30, // 38: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	32, // 39: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	34, // 40: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	36, // 41: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	38, // 42: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	40, // 43: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	42, // 44: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	44, // 45: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
+	21, // 46: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	23, // 47: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	26, // 48: walden.v1.Agent.RenewLeases:output_type -> walden.v1.RenewLeasesResponse
+	29, // 49: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	31, // 50: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	33, // 51: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	35, // 52: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	37, // 53: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	39, // 54: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	41, // 55: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	43, // 56: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	45, // 57: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
+	46, // [46:58] is the sub-list for method output_type
+	34, // [34:46] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
@@ -3768,7 +3997,7 @@ func file_walden_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_broker_proto_rawDesc), len(file_walden_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

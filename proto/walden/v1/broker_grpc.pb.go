@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Agent_Register_FullMethodName   = "/walden.v1.Agent/Register"
-	Agent_RenewLease_FullMethodName = "/walden.v1.Agent/RenewLease"
+	Agent_Register_FullMethodName    = "/walden.v1.Agent/Register"
+	Agent_RenewLease_FullMethodName  = "/walden.v1.Agent/RenewLease"
+	Agent_RenewLeases_FullMethodName = "/walden.v1.Agent/RenewLeases"
 )
 
 // AgentClient is the client API for Agent service.
@@ -33,7 +34,16 @@ const (
 // its own clock (a quorum lease, docs/safety.md).
 type AgentClient interface {
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
+	// RenewLease is one renewal per call: what agents of walden before
+	// RenewLeases use, and what an agent falls back to with a coordinator
+	// that answers RenewLeases with Unimplemented.
 	RenewLease(ctx context.Context, in *RenewLeaseRequest, opts ...grpc.CallOption) (*RenewLeaseResponse, error)
+	// RenewLeases renews over one long-lived stream per agent and
+	// coordinator: every request is one renewal, answered on the stream by
+	// one response carrying its seq, with the grant RenewLease would answer
+	// or the refusal it would fail with. The grant rule is RenewLease's; the
+	// coordinator grants the renewals that arrive together as one batch.
+	RenewLeases(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RenewLeasesRequest, RenewLeasesResponse], error)
 }
 
 type agentClient struct {
@@ -64,6 +74,19 @@ func (c *agentClient) RenewLease(ctx context.Context, in *RenewLeaseRequest, opt
 	return out, nil
 }
 
+func (c *agentClient) RenewLeases(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RenewLeasesRequest, RenewLeasesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[0], Agent_RenewLeases_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RenewLeasesRequest, RenewLeasesResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_RenewLeasesClient = grpc.BidiStreamingClient[RenewLeasesRequest, RenewLeasesResponse]
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -74,7 +97,16 @@ func (c *agentClient) RenewLease(ctx context.Context, in *RenewLeaseRequest, opt
 // its own clock (a quorum lease, docs/safety.md).
 type AgentServer interface {
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
+	// RenewLease is one renewal per call: what agents of walden before
+	// RenewLeases use, and what an agent falls back to with a coordinator
+	// that answers RenewLeases with Unimplemented.
 	RenewLease(context.Context, *RenewLeaseRequest) (*RenewLeaseResponse, error)
+	// RenewLeases renews over one long-lived stream per agent and
+	// coordinator: every request is one renewal, answered on the stream by
+	// one response carrying its seq, with the grant RenewLease would answer
+	// or the refusal it would fail with. The grant rule is RenewLease's; the
+	// coordinator grants the renewals that arrive together as one batch.
+	RenewLeases(grpc.BidiStreamingServer[RenewLeasesRequest, RenewLeasesResponse]) error
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -90,6 +122,9 @@ func (UnimplementedAgentServer) Register(context.Context, *RegisterRequest) (*Re
 }
 func (UnimplementedAgentServer) RenewLease(context.Context, *RenewLeaseRequest) (*RenewLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RenewLease not implemented")
+}
+func (UnimplementedAgentServer) RenewLeases(grpc.BidiStreamingServer[RenewLeasesRequest, RenewLeasesResponse]) error {
+	return status.Error(codes.Unimplemented, "method RenewLeases not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -148,6 +183,13 @@ func _Agent_RenewLease_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_RenewLeases_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServer).RenewLeases(&grpc.GenericServerStream[RenewLeasesRequest, RenewLeasesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_RenewLeasesServer = grpc.BidiStreamingServer[RenewLeasesRequest, RenewLeasesResponse]
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -164,7 +206,14 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Agent_RenewLease_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "RenewLeases",
+			Handler:       _Agent_RenewLeases_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "walden/v1/broker.proto",
 }
 
