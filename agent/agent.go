@@ -175,7 +175,11 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	log := opts.Logger.With("broker_id", cfg.BrokerID)
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// A fixed window: the answers are a few bytes, and grpc's estimate
+		// of the bandwidth-delay product would cost a ping and its answer
+		// after each of them.
+		grpc.WithInitialWindowSize(renewalWindow), grpc.WithInitialConnWindowSize(renewalWindow)}, opts.DialOptions...)
 	if len(opts.WatchdogCommand) == 0 {
 		opts.WatchdogCommand = defaultWatchdogCommand()
 	}
@@ -647,12 +651,14 @@ type refusalOf struct {
 func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl time.Duration, refused chan<- refusalOf, discovered chan<- []string) {
 	req := &waldenv1.RenewLeaseRequest{BrokerId: a.cfg.BrokerID, Epoch: epoch}
 	log := a.log.With("coordinator", addr)
+	r := NewRenewer(func() (*grpc.ClientConn, error) { return a.conns.Get(addr) }, log)
+	defer r.Close()
 	failures := 0
 	var coordinator string
 	for {
 		perTry := max(ttl/6, 50*time.Millisecond)
 		sent := a.clock.Now()
-		resp, err := a.renewOnce(ctx, addr, req, perTry)
+		resp, err := r.Renew(ctx, req, perTry)
 		if ctx.Err() != nil {
 			return
 		}
@@ -712,17 +718,6 @@ func (a *Agent) observeRenewal(err error) {
 	default:
 		a.opts.ObserveRenewal("failed")
 	}
-}
-
-// renewOnce sends one renewal to addr, bounded by perTry.
-func (a *Agent) renewOnce(ctx context.Context, addr string, req *waldenv1.RenewLeaseRequest, perTry time.Duration) (*waldenv1.RenewLeaseResponse, error) {
-	conn, err := a.conns.Get(addr)
-	if err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, perTry)
-	defer cancel()
-	return waldenv1.NewAgentClient(conn).RenewLease(cctx, req)
 }
 
 // granted records a coordinator's grant and the voters it named, and

@@ -142,6 +142,87 @@ func TestRegistersAndRenews(t *testing.T) {
 	}
 }
 
+// TestRenewsOverOneStream: the agent renews with each coordinator over one
+// long-lived stream, not a call each, and the voters sent once on a stream
+// keep counting for the grants that leave them out.
+func TestRenewsOverOneStream(t *testing.T) {
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	a := startAgent(t, testConfig(c.coords[0].addr), Options{})
+	waitRegistered(t, a)
+	testutil.Eventually(t, 10*time.Second, "renewals over the streams", func() error {
+		for _, fc := range c.coords {
+			if _, streamed, _ := fc.transport(); streamed < 6 {
+				return errorf("%s granted %d streamed renewals", fc.id, streamed)
+			}
+		}
+		return nil
+	})
+	for _, fc := range c.coords {
+		streams, streamed, unary := fc.transport()
+		if streams != 1 || unary != 0 {
+			t.Errorf("%s: %d streams opened and %d calls for %d streamed renewals, want one stream and no call", fc.id, streams, unary, streamed)
+		}
+	}
+	// Every grant after the first on a stream came without the voters:
+	// the lease still rests on all three.
+	if l := a.Lease(); !l.Valid {
+		t.Fatalf("lease with grants that leave the voters out: %+v", l)
+	}
+	a.mu.Lock()
+	live := a.st.holder.Live(a.clock.Now())
+	a.mu.Unlock()
+	if len(live) != 3 {
+		t.Fatalf("grants counted %v, want all three voters", live)
+	}
+}
+
+// TestFallsBackToCallsWithAnOlderCoordinator: a coordinator of an older
+// walden answers the stream with Unimplemented; the agent renews with it
+// one call each and over streams with the others, and holds its lease.
+func TestFallsBackToCallsWithAnOlderCoordinator(t *testing.T) {
+	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+	old := c.coords[0]
+	old.setNoStream(true)
+	a := startAgent(t, testConfig(c.addrs()...), Options{})
+	waitRegistered(t, a)
+	testutil.Eventually(t, 10*time.Second, "renewals by every coordinator", func() error {
+		if _, _, unary := old.transport(); unary < 4 {
+			return errorf("%s (no stream) answered %d calls", old.id, unary)
+		}
+		for _, fc := range c.coords[1:] {
+			if _, streamed, _ := fc.transport(); streamed < 4 {
+				return errorf("%s granted %d streamed renewals", fc.id, streamed)
+			}
+		}
+		return nil
+	})
+	if streams, streamed, _ := old.transport(); streams != 0 || streamed != 0 {
+		t.Fatalf("the older coordinator served %d streams, %d renewals", streams, streamed)
+	}
+	for _, fc := range c.coords[1:] {
+		if _, _, unary := fc.transport(); unary != 0 {
+			t.Errorf("%s serves the stream but got %d calls", fc.id, unary)
+		}
+	}
+	// With the older coordinator alone able to grant, the lease rests on
+	// its calls: the two others hang.
+	c.coords[1].setHang(true)
+	c.coords[2].setHang(true)
+	defer c.coords[1].setHang(false)
+	defer c.coords[2].setHang(false)
+	if err := a.Check(); err != nil {
+		t.Fatalf("Check with every coordinator answering: %v", err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the lease expires with one grant of three", func() error {
+		if err := a.Check(); !errors.Is(err, ErrLeaseExpired) {
+			return errorf("Check = %v", err)
+		}
+		return nil
+	})
+	c.coords[1].setHang(false)
+	waitRegistered(t, a)
+}
+
 // TestDiscoversVoters: an agent configured with one coordinator learns the
 // other voters from its grants and renews with them too (one grant of
 // three is no lease).

@@ -60,6 +60,12 @@ type fakeCoord struct {
 	lastRecv time.Duration
 	renewals int
 	calls    int // Register calls answered with a leader hint
+	// noStream makes the coordinator one of a walden before streamed
+	// renewals: RenewLeases is Unimplemented.
+	noStream bool
+	// streams counts the renewal streams opened, streamed the renewals
+	// answered on them, unary the RenewLease calls.
+	streams, streamed, unary int
 }
 
 // newFakeCluster serves n coordinators on loopback until the test ends;
@@ -127,6 +133,50 @@ func (f *fakeCoord) Register(ctx context.Context, req *waldenv1.RegisterRequest)
 }
 
 func (f *fakeCoord) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
+	f.mu.Lock()
+	f.unary++
+	f.mu.Unlock()
+	return f.renew(ctx, req)
+}
+
+// RenewLeases answers each renewal of the stream as RenewLease does, with
+// the voters once per stream.
+func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
+	f.mu.Lock()
+	if f.noStream {
+		f.mu.Unlock()
+		return status.Error(codes.Unimplemented, "unknown method RenewLeases for service walden.v1.Agent")
+	}
+	f.streams++
+	f.mu.Unlock()
+	sentVoters := false
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		resp, err := f.renew(stream.Context(), &waldenv1.RenewLeaseRequest{BrokerId: req.GetBrokerId(), Epoch: req.GetEpoch()})
+		out := &waldenv1.RenewLeasesResponse{Seq: req.GetSeq()}
+		if err != nil {
+			p := rpcerr.Split(err)
+			out.Refusal = &waldenv1.RenewalRefusal{Code: uint32(p.Code), Message: p.Message, Reason: string(p.Reason), Metadata: p.Metadata}
+		} else {
+			if sentVoters {
+				resp.Voters = nil
+			}
+			sentVoters = true
+			out.Grant = resp
+			f.mu.Lock()
+			f.streamed++
+			f.mu.Unlock()
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *fakeCoord) renew(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
 	f.mu.Lock()
 	hang := f.hang
 	f.mu.Unlock()
@@ -202,6 +252,20 @@ func (c *fakeCluster) stats() fakeStats {
 		fc.mu.Unlock()
 	}
 	return s
+}
+
+// transport counts the renewal streams opened, the renewals granted on
+// them and the RenewLease calls.
+func (f *fakeCoord) transport() (streams, streamed, unary int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.streams, f.streamed, f.unary
+}
+
+func (f *fakeCoord) setNoStream(on bool) {
+	f.mu.Lock()
+	f.noStream = on
+	f.mu.Unlock()
 }
 
 func (f *fakeCoord) count() (renewals, hints int) {

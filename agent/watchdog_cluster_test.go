@@ -71,7 +71,7 @@ func (d *cutDialer) Cut() {
 }
 
 // grantLog records, per coordinator, when the agent sent the last renewal
-// that coordinator granted: the coordinator granted it no earlier, so it
+// that coordinator granted (on a stream or in a call): the coordinator granted it no earlier, so it
 // may attest no earlier than that plus lease_ttl plus drift (on the same
 // boot clock: the coordinators run in this process).
 type grantLog struct {
@@ -86,6 +86,49 @@ func (g *grantLog) intercept(ctx context.Context, method string, req, reply any,
 		g.mu.Lock()
 		g.sent[r.GetCoordinatorId()] = max(g.sent[r.GetCoordinatorId()], sent)
 		g.mu.Unlock()
+	}
+	return err
+}
+
+// interceptStream records the grants of the renewal streams as intercept
+// does those of the calls: each renewal's send time, by seq, and the grant
+// that answers it.
+func (g *grantLog) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != waldenv1.Agent_RenewLeases_FullMethodName {
+		return cs, err
+	}
+	return &loggedStream{ClientStream: cs, g: g, sent: map[uint64]int64{}}, nil
+}
+
+type loggedStream struct {
+	grpc.ClientStream
+	g    *grantLog
+	mu   sync.Mutex
+	sent map[uint64]int64 // by seq
+}
+
+func (s *loggedStream) SendMsg(m any) error {
+	if r, ok := m.(*waldenv1.RenewLeasesRequest); ok {
+		s.mu.Lock()
+		s.sent[r.GetSeq()] = bootNow()
+		s.mu.Unlock()
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *loggedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*waldenv1.RenewLeasesResponse); ok && err == nil && r.GetGrant().GetCoordinatorId() != "" {
+		s.mu.Lock()
+		sent, ok := s.sent[r.GetSeq()]
+		s.mu.Unlock()
+		if ok {
+			id := r.GetGrant().GetCoordinatorId()
+			s.g.mu.Lock()
+			s.g.sent[id] = max(s.g.sent[id], sent)
+			s.g.mu.Unlock()
+		}
 	}
 	return err
 }
@@ -178,7 +221,7 @@ func startWatchedAgent(t *testing.T) (*testCluster, *agent.Agent, *cutDialer, *g
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("test", t.Name())
 	}
 	a, err := agent.New(cfg, agent.Options{Logger: logger, RegisterBackoffMax: 200 * time.Millisecond,
-		DialOptions:     []grpc.DialOption{grpc.WithContextDialer(cut.dial), grpc.WithChainUnaryInterceptor(grants.intercept)},
+		DialOptions:     []grpc.DialOption{grpc.WithContextDialer(cut.dial), grpc.WithChainUnaryInterceptor(grants.intercept), grpc.WithChainStreamInterceptor(grants.interceptStream)},
 		WatchdogCommand: helperCommand(t, "watchdog"), BrokerStdout: null, BrokerStderr: null})
 	if err != nil {
 		t.Fatal(err)
