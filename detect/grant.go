@@ -37,6 +37,19 @@ var (
 // promised never to grant again). The answer names the voters, so the
 // agent knows whose grants count and where to renew.
 func Grant(st RenewalState, g *lease.Grantor, nodeID, broker string, epoch uint64) (*waldenv1.RenewLeaseResponse, error) {
+	return grant(st, g, nodeID, broker, epoch, g.Grant)
+}
+
+// GrantAt is Grant with the boot-clock reading now taken once for a batch
+// of renewals, after every renewal of the batch was received
+// (lease.Grantor.GrantAt).
+func GrantAt(st RenewalState, g *lease.Grantor, nodeID, broker string, epoch uint64, now time.Duration) (*waldenv1.RenewLeaseResponse, error) {
+	return grant(st, g, nodeID, broker, epoch, func(k lease.Key, ttl, drift time.Duration) error {
+		return g.GrantAt(k, ttl, drift, now)
+	})
+}
+
+func grant(st RenewalState, g *lease.Grantor, nodeID, broker string, epoch uint64, grantFn func(k lease.Key, ttl, drift time.Duration) error) (*waldenv1.RenewLeaseResponse, error) {
 	r, err := st.Renewal(broker, epoch)
 	if err != nil {
 		return nil, err
@@ -53,7 +66,7 @@ func Grant(st RenewalState, g *lease.Grantor, nodeID, broker string, epoch uint6
 	g.ClusterHorizon(time.Duration(r.LeaseHorizonMs) * time.Millisecond)
 	ttl := time.Duration(r.LeaseTTLMs) * time.Millisecond
 	drift := time.Duration(r.DriftMarginMs) * time.Millisecond
-	if err := g.Grant(lease.Key{Broker: broker, Epoch: epoch}, ttl, drift); err != nil {
+	if err := grantFn(lease.Key{Broker: broker, Epoch: epoch}, ttl, drift); err != nil {
 		return nil, err
 	}
 	// The voters are shared with every other answer: gRPC only reads them.

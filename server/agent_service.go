@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +27,11 @@ import (
 type agentService struct {
 	waldenv1.UnimplementedAgentServer
 	d *serviceDeps
+	// renewals grants the streamed renewals (RenewLeases) in batches.
+	renewals *renewalBatcher
+	// streams counts the renewal streams open (as the
+	// walden_lease_renewal_streams gauge does).
+	streams atomic.Int64
 }
 
 func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterRequest) (*waldenv1.RegisterResponse, error) {
@@ -91,16 +97,20 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (_ *waldenv1.RenewLeaseResponse, err error) {
 	d := s.d
 	defer func() { countRenewal(d.decisions, err) }()
-	if err := checkBrokerID("broker_id", req.GetBrokerId()); err != nil {
+	if err := checkRenewalRequest(req.GetBrokerId(), req.GetEpoch()); err != nil {
 		return nil, err
-	}
-	if req.GetEpoch() == 0 {
-		return nil, invalidArg("epoch", "must be positive")
 	}
 	if err := d.checkRenewal(ctx, req.GetBrokerId(), req.GetEpoch()); err != nil {
 		return nil, err
 	}
 	resp, err := detect.Grant(d.state, d.grantor, d.nodeID, req.GetBrokerId(), req.GetEpoch())
+	return d.renewalAnswer(ctx, req.GetBrokerId(), req.GetEpoch(), resp, err)
+}
+
+// renewalAnswer is the answer to a renewal of broker at epoch that
+// detect.Grant answered with resp or err: the grant with the leader this
+// member knows, or the refusal as a status error.
+func (d *serviceDeps) renewalAnswer(ctx context.Context, broker string, epoch uint64, resp *waldenv1.RenewLeaseResponse, err error) (*waldenv1.RenewLeaseResponse, error) {
 	switch {
 	case err == nil:
 		resp.LeaderId = d.node.LeaderID()
@@ -111,11 +121,11 @@ func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseR
 		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s is not a voting member", d.nodeID)
 	case errors.Is(err, lease.ErrPromised):
 		return nil, rpcerr.Status(fmt.Errorf("lease of broker %q at epoch %d not renewed by %s: it attested the lease expired; it renews again once the attestation is withdrawn: %w",
-			req.GetBrokerId(), req.GetEpoch(), d.nodeID, refusal.ErrLeaseAttested)).Err()
+			broker, epoch, d.nodeID, refusal.ErrLeaseAttested)).Err()
 	case errors.Is(err, lease.ErrQuiet):
 		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s started less than a lease ago and waits out the leases it may have granted before (%v)", d.nodeID, err)
 	case errors.Is(err, lease.ErrStore):
-		d.logger.ErrorContext(ctx, "lease not granted: the lease state cannot be saved", "broker_id", req.GetBrokerId(), "err", err)
+		d.logger.ErrorContext(ctx, "lease not granted: the lease state cannot be saved", "broker_id", broker, "err", err)
 		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s cannot save its lease state", d.nodeID)
 	default:
 		return nil, d.stateErr(ctx, err)
@@ -143,18 +153,41 @@ func countRenewal(m *metrics.Decisions, err error) {
 	}
 }
 
+// checkRenewalRequest refuses a renewal without a broker id or an epoch.
+func checkRenewalRequest(broker string, epoch uint64) error {
+	if err := checkBrokerID("broker_id", broker); err != nil {
+		return err
+	}
+	if epoch == 0 {
+		return invalidArg("epoch", "must be positive")
+	}
+	return nil
+}
+
+// renewalEpoch applies the epoch rule to a renewal from the applied state:
+// nil, or the refusal and whether it may come from this member lagging
+// behind the log (it does not know the broker, or knows only an older
+// epoch than the one presented) and must be confirmed by a ReadIndex round
+// before it is answered.
+func (d *serviceDeps) renewalEpoch(broker string, epoch uint64) (lagging bool, err error) {
+	if err = d.state.CheckBroker(broker, epoch, nil); err == nil {
+		return false, nil
+	}
+	b, known := d.state.Broker(broker)
+	return !known || epoch >= b.GetEpoch(), err
+}
+
 // checkRenewal applies the epoch rule to a renewal. A member that does not
 // know the broker, or knows only an older epoch than the one presented, may
 // merely lag behind the log: it answers only after a ReadIndex round shows
 // the refusal is current, so that a lagging member never makes an agent
 // believe it was fenced.
 func (d *serviceDeps) checkRenewal(ctx context.Context, broker string, epoch uint64) error {
-	err := d.state.CheckBroker(broker, epoch, nil)
+	lagging, err := d.renewalEpoch(broker, epoch)
 	if err == nil {
 		return nil
 	}
-	b, known := d.state.Broker(broker)
-	if known && epoch < b.GetEpoch() {
+	if !lagging {
 		return d.stateErr(ctx, err)
 	}
 	if err := d.node.LinearizableRead(ctx); err != nil {

@@ -76,7 +76,8 @@ func newDetector(deps detectorDeps) (*detector, error) {
 		logger:         logger.With("component", "detect"),
 		proposeTimeout: 5 * time.Second,
 	}
-	det := &detector{d: d, agent: &agentService{d: d}, brokers: &brokersService{d: d, liveMembers: deps.node.LiveMembers}}
+	det := &detector{d: d, agent: &agentService{d: d, renewals: newRenewalBatcher(d, lease.BootClock, renewalBatchWindow)},
+		brokers: &brokersService{d: d, liveMembers: deps.node.LiveMembers}}
 	gcfg, on := cfg.GossipConfig()
 	if on {
 		gcfg.Logger = logger
@@ -128,6 +129,7 @@ func (det *detector) run(ctx context.Context) {
 			}
 		}()
 	}
+	go det.agent.renewals.run(ctx)
 	go det.observer.Run(ctx)
 	go det.decider.Run(ctx)
 	go det.d.reportPolicyDrift(ctx)

@@ -1,0 +1,299 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"walden/internal/testutil"
+	"walden/lease"
+	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+)
+
+// renewalStream is a test client of Agent.RenewLeases: one renewal sent,
+// its answer read.
+type renewalStream struct {
+	t      *testing.T
+	stream waldenv1.Agent_RenewLeasesClient
+	seq    uint64
+}
+
+func openRenewalStream(t *testing.T, conn *grpc.ClientConn) *renewalStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := waldenv1.NewAgentClient(conn).RenewLeases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &renewalStream{t: t, stream: s}
+}
+
+func (r *renewalStream) renew(broker string, epoch uint64) *waldenv1.RenewLeasesResponse {
+	r.t.Helper()
+	r.seq++
+	if err := r.stream.Send(&waldenv1.RenewLeasesRequest{BrokerId: broker, Epoch: epoch, Seq: r.seq}); err != nil {
+		r.t.Fatalf("send: %v", err)
+	}
+	resp, err := r.stream.Recv()
+	if err != nil {
+		r.t.Fatalf("receive: %v", err)
+	}
+	if resp.GetSeq() != r.seq {
+		r.t.Fatalf("answer seq %d, want %d", resp.GetSeq(), r.seq)
+	}
+	return resp
+}
+
+// TestRenewalStreamAnswers: over one stream, a coordinator grants as
+// RenewLease does (the voters once per configuration), and refuses as it
+// does, each refusal an answer on the stream that stays open: a malformed
+// renewal (InvalidArgument naming the field), an unknown broker (after a
+// read index round), an epoch replaced by a registration.
+func TestRenewalStreamAnswers(t *testing.T) {
+	cfg := singleMember(t)
+	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
+	s := startServer(t, cfg)
+	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	ctx := context.Background()
+	ag := waldenv1.NewAgentClient(conn)
+	reg, err := ag.Register(ctx, &waldenv1.RegisterRequest{ClusterName: "solo", BrokerId: "b1", AgentAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openRenewalStream(t, conn)
+	var first *waldenv1.RenewLeasesResponse
+	testutil.Eventually(t, 10*time.Second, "a grant after the quiet period", func() error {
+		first = st.renew("b1", reg.GetEpoch())
+		if first.GetGrant() == nil {
+			return fmt.Errorf("refused: %v", first.GetRefusal())
+		}
+		return nil
+	})
+	g := first.GetGrant()
+	if g.GetEpoch() != reg.GetEpoch() || g.GetCoordinatorId() != "c1" || g.GetLeaseTtlMs() != tLeaseTTL.Milliseconds() ||
+		len(g.GetVoters()) != 1 || g.GetVoters()[0].GetId() != "c1" || g.GetLeaderId() != "c1" {
+		t.Fatalf("first grant on the stream: %v", g)
+	}
+	next := st.renew("b1", reg.GetEpoch()).GetGrant()
+	if next == nil || len(next.GetVoters()) != 0 || next.GetConfIndex() != g.GetConfIndex() {
+		t.Fatalf("second grant on the stream: %v, want the same configuration without the voters", next)
+	}
+	if rem, ok := s.detector.d.grantor.Remaining(lease.Key{Broker: "b1", Epoch: reg.GetEpoch()}); !ok || rem <= 0 || rem > tLeaseTTL {
+		t.Fatalf("the coordinator's grant has %v left (%v)", rem, ok)
+	}
+
+	refusals := []struct {
+		broker string
+		epoch  uint64
+		code   codes.Code
+		reason refusal.Reason
+		field  string
+	}{
+		{"b1", 0, codes.InvalidArgument, "", "epoch"},
+		{"", 1, codes.InvalidArgument, "", "broker_id"},
+		{"b9", 1, codes.NotFound, refusal.UnknownNode, ""},
+	}
+	for _, want := range refusals {
+		f := st.renew(want.broker, want.epoch).GetRefusal()
+		if f == nil || codes.Code(f.GetCode()) != want.code || refusal.Reason(f.GetReason()) != want.reason {
+			t.Fatalf("renewal of %q at %d: refusal %v, want %v %q", want.broker, want.epoch, f, want.code, want.reason)
+		}
+		if want.field != "" && !strings.HasPrefix(f.GetMessage(), want.field+": ") {
+			t.Errorf("renewal of %q at %d: refusal %v does not name the field %s", want.broker, want.epoch, f, want.field)
+		}
+	}
+	// A registration replaces the epoch: the old one is refused, the new
+	// one granted, on the same stream.
+	reg2, err := ag.Register(ctx, &waldenv1.RegisterRequest{ClusterName: "solo", BrokerId: "b1", AgentAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := st.renew("b1", reg.GetEpoch()).GetRefusal(); refusal.Reason(f.GetReason()) != refusal.EpochExpired {
+		t.Fatalf("renewal of the replaced epoch: %v", f)
+	}
+	if g := st.renew("b1", reg2.GetEpoch()).GetGrant(); g == nil || g.GetEpoch() != reg2.GetEpoch() {
+		t.Fatalf("renewal of the new epoch: %v", g)
+	}
+	if n := s.detector.agent.streams.Load(); n != 1 {
+		t.Fatalf("%d renewal streams open, want 1", n)
+	}
+}
+
+// TestRenewalStreamsBatch: renewals of many streams sent at once are all
+// answered, each with its own seq, in batches that share a boot-clock
+// reading.
+func TestRenewalStreamsBatch(t *testing.T) {
+	cfg := singleMember(t)
+	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
+	s := startServer(t, cfg)
+	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	const n = 40
+	epochs := make([]uint64, n)
+	for i := range n {
+		reg, err := waldenv1.NewAgentClient(conn).Register(context.Background(), &waldenv1.RegisterRequest{ClusterName: "solo", BrokerId: fmt.Sprintf("b%d", i), AgentAddr: "127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[i] = reg.GetEpoch()
+	}
+	streams := make([]*renewalStream, n)
+	for i := range streams {
+		streams[i] = openRenewalStream(t, conn)
+	}
+	testutil.Eventually(t, 10*time.Second, "a grant after the quiet period", func() error {
+		if g := streams[0].renew("b0", epochs[0]); g.GetGrant() == nil {
+			return fmt.Errorf("refused: %v", g.GetRefusal())
+		}
+		return nil
+	})
+	// Each batch reads the boot clock once: fewer batches than renewals.
+	b := s.detector.agent.renewals
+	batches0, renewals0 := b.batches.Load(), b.renewals.Load()
+	for round := range 3 {
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i, st := range streams {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st.seq++
+				if err := st.stream.Send(&waldenv1.RenewLeasesRequest{BrokerId: fmt.Sprintf("b%d", i), Epoch: epochs[i], Seq: st.seq}); err != nil {
+					errs <- err
+					return
+				}
+				resp, err := st.stream.Recv()
+				switch {
+				case err != nil:
+					errs <- err
+				case resp.GetSeq() != st.seq || resp.GetGrant().GetEpoch() != epochs[i]:
+					errs <- fmt.Errorf("stream %d round %d: answer %v", i, round, resp)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	batches, renewals := b.batches.Load()-batches0, b.renewals.Load()-renewals0
+	t.Logf("%d renewals granted in %d batches (one boot-clock reading each)", renewals, batches)
+	if renewals != 3*n || batches < 1 || batches >= renewals {
+		t.Fatalf("%d renewals in %d batches, want %d in fewer batches", renewals, batches, 3*n)
+	}
+}
+
+// TestMixedAgentsDuringAnUpgrade: in one cluster, an agent of the walden
+// before streamed renewals (one RenewLease call per renewal, as it renewed
+// then) and an agent of this one (one stream per coordinator) both hold
+// their leases and are observed alive by every coordinator; a kill of the
+// new one is still detected.
+func TestMixedAgentsDuringAnUpgrade(t *testing.T) {
+	c := newDetCluster(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	old := startUnaryAgent(ctx, t, c, "b-old")
+	a := c.startAgent("b-new", nil)
+	c.waitAllAlive("b-old", "b-new")
+	c.waitFor("the old agent's lease valid", 10*time.Second, old.valid)
+	for _, s := range c.servers {
+		c.waitFor("one renewal stream on "+s.cfg.NodeID, 10*time.Second, func() bool { return s.detector.agent.streams.Load() == 1 })
+	}
+	// Both keep their leases for a few lease periods.
+	c.hold("both agents hold their leases", 3*tLeaseTTL, func() bool { return old.valid() && a.Lease().Valid })
+
+	// The new agent dies: it is failed over as before.
+	epoch := a.Lease().Epoch
+	_ = a.Stop(false)
+	c.waitFor("b-new failed over", 20*time.Second, func() bool {
+		b := c.broker("b-new")
+		return b.GetEpoch() > epoch && b.GetFenced()
+	})
+	if b := c.broker("b-old"); b.GetFenced() {
+		t.Fatal("the old agent's broker was failed over")
+	}
+	if !old.valid() {
+		t.Fatal("the old agent's lease lapsed")
+	}
+}
+
+// unaryAgent renews as the agents before streamed renewals did: a
+// RenewLease call to every coordinator every lease_ttl/3.
+type unaryAgent struct {
+	mu     sync.Mutex
+	holder *lease.Holder
+}
+
+func (u *unaryAgent) valid() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ok, _ := u.holder.Valid(lease.BootClock.Now())
+	return ok
+}
+
+func startUnaryAgent(ctx context.Context, t *testing.T, c *detCluster, id string) *unaryAgent {
+	t.Helper()
+	// Its probe endpoint answers, as an agent's does.
+	probed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(probed.Close)
+	reg, err := waldenv1.NewAgentClient(c.conns[c.pick("leader")]).Register(ctx, &waldenv1.RegisterRequest{
+		ClusterName: "det", BrokerId: id, AgentAddr: probed.Listener.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unaryAgent{holder: lease.NewHolder(c.agentMargin)}
+	u.holder.SetEpoch(reg.GetEpoch())
+	var wg sync.WaitGroup
+	for _, conn := range c.conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := waldenv1.NewAgentClient(conn)
+			for ctx.Err() == nil {
+				sent := lease.BootClock.Now()
+				cctx, cancel := context.WithTimeout(ctx, tLeaseTTL/6)
+				resp, err := cl.RenewLease(cctx, &waldenv1.RenewLeaseRequest{BrokerId: id, Epoch: reg.GetEpoch()})
+				cancel()
+				wait := tLeaseTTL / 12
+				if err == nil {
+					v := lease.Voters{Index: resp.GetConfIndex()}
+					for _, m := range resp.GetVoters() {
+						v.IDs = append(v.IDs, m.GetId())
+					}
+					u.mu.Lock()
+					u.holder.Granted(lease.Grant{Coordinator: resp.GetCoordinatorId(), Epoch: reg.GetEpoch(), Sent: sent,
+						TTL: time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond}, v)
+					u.mu.Unlock()
+					wait = tLeaseTTL/3 - (lease.BootClock.Now() - sent)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(max(wait, time.Millisecond)):
+				}
+			}
+		}()
+	}
+	t.Cleanup(wg.Wait)
+	return u
+}
