@@ -38,7 +38,9 @@ import (
 // 127.0.0.0/8 of its own), a registration, the probe endpoint (GET /healthz
 // through the agent's own HTTP limits), its lease renewed with every voter
 // on connections of its own (every lease_ttl/3, attempts bounded by /6,
-// retries every /12, as package agent does), and, for the brokers asked to,
+// retries every /12, as package agent does; over one stream per
+// coordinator with package agent's Renewer, or with one call each as
+// agents before streamed renewals did), and, for the brokers asked to,
 // a memberlist gossip member. What a real agent also does for its broker
 // (the local lease endpoint's other routes, epoch hooks) is left out: no
 // coordinator sees it.
@@ -58,6 +60,10 @@ type loadConfig struct {
 	JoinRate int `json:"join_rate"`
 	// Margin is the agents' lease_safety_margin.
 	Margin time.Duration `json:"margin"`
+	// Transport is how the agents renew: "stream" (one stream per
+	// coordinator, as package agent does) or "unary" (one RenewLease call
+	// per renewal, as agents before streamed renewals did).
+	Transport string `json:"transport"`
 }
 
 type simBroker struct {
@@ -366,13 +372,18 @@ func (p *loadProc) start(ctx context.Context, b simBroker) (*simAgent, error) {
 
 	local := &net.TCPAddr{IP: net.ParseIP(b.IP)}
 	dialer := &net.Dialer{LocalAddr: local, Timeout: 2 * time.Second}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "tcp", addr)
+		}),
+		grpc.WithReadBufferSize(4 << 10), grpc.WithWriteBufferSize(4 << 10), grpc.WithSharedWriteBuffer(true)}
+	if p.cfg.Transport == "stream" {
+		// As package agent dials: a fixed window (no bandwidth probe).
+		opts = append(opts, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	}
 	for _, c := range p.cfg.Coordinators {
-		conn, err := grpc.NewClient("passthrough:///"+c,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return dialer.DialContext(ctx, "tcp", addr)
-			}),
-			grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10), grpc.WithSharedWriteBuffer(true))
+		conn, err := grpc.NewClient("passthrough:///"+c, opts...)
 		if err != nil {
 			a.closeConns()
 			_ = a.srv.Close()
@@ -572,11 +583,24 @@ func (a *simAgent) renew(ctx context.Context, epoch uint64, ttl time.Duration) {
 	wg.Wait()
 }
 
-// renewWith renews with coordinator i as package agent does; it reports
-// whether the epoch was refused for good.
+// renewWith renews with coordinator i as package agent does (over a
+// stream with agent.Renewer, or with one call each as agents before it
+// did); it reports whether the epoch was refused for good.
 func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.Duration) bool {
 	req := &waldenv1.RenewLeaseRequest{BrokerId: a.b.ID, Epoch: epoch}
 	cl := waldenv1.NewAgentClient(a.conns[i])
+	renew := func(ctx context.Context, perTry time.Duration) (*waldenv1.RenewLeaseResponse, error) {
+		cctx, cancel := context.WithTimeout(ctx, perTry)
+		defer cancel()
+		return cl.RenewLease(cctx, req)
+	}
+	if a.p.cfg.Transport == "stream" {
+		r := agent.NewRenewer(func() (*grpc.ClientConn, error) { return a.conns[i], nil }, slog.New(slog.DiscardHandler))
+		defer r.Close()
+		renew = func(ctx context.Context, perTry time.Duration) (*waldenv1.RenewLeaseResponse, error) {
+			return r.Renew(ctx, req, perTry)
+		}
+	}
 	// Start at a random point of the period: agents that start together
 	// do not renew in lock-step.
 	select {
@@ -588,9 +612,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 		perTry := max(ttl/6, 50*time.Millisecond)
 		sent := lease.BootClock.Now()
 		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, perTry)
-		resp, err := cl.RenewLease(cctx, req)
-		cancel()
+		resp, err := renew(ctx, perTry)
 		if ctx.Err() != nil {
 			return false
 		}

@@ -38,6 +38,7 @@ type options struct {
 	Settle        time.Duration
 	PerProcess    int
 	GossipMembers int
+	Transports    []string
 	RegisterRate  int
 	JoinRate      int
 	MinReady      float64
@@ -71,6 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Walden, "walden", "", "the walden binary the coordinators run (empty: built from the repository into the run's directory)")
 	fs.StringVar(&o.Baseline, "baseline", "", "another walden binary (e.g. built from an earlier commit), measured side by side: before each measurement of -walden, the same measurement of it")
 	brokers := fs.String("brokers", "10,100,1000,5000", "comma-separated numbers of brokers, one measurement each")
+	transports := fs.String("transports", "stream", "comma-separated renewal transports of the agents, one measurement each: stream (one stream per agent and coordinator, as package agent renews) and unary (one RenewLease call per renewal, as agents before streamed renewals did; the -baseline binary is measured with it)")
 	fs.IntVar(&o.Kills, "kills", 20, "brokers killed per measurement (in rounds of at most half the brokers, revived between rounds)")
 	fs.DurationVar(&o.Window, "window", 20*time.Second, "the kills of a round happen at random instants over this window")
 	fs.DurationVar(&o.Steady, "steady", 60*time.Second, "the steady-state window over which CPU, RSS, raft entries, renewals and probes are measured")
@@ -86,6 +88,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory (configs, data, logs)")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	for _, f := range strings.Split(*transports, ",") {
+		f = strings.TrimSpace(f)
+		if f != "stream" && f != "unary" {
+			return o, fmt.Errorf("%w: -transports: stream or unary, not %q", errUsage, f)
+		}
+		o.Transports = append(o.Transports, f)
 	}
 	for _, f := range strings.Split(*brokers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -112,7 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // row is one measurement.
 type row struct {
 	// Build is "walden", or "baseline" for the -baseline binary.
-	Build         string `json:"build"`
+	Build string `json:"build"`
+	// Transport is how the agents renewed: stream or unary.
+	Transport     string `json:"transport"`
 	Brokers       int    `json:"brokers"`
 	GossipMembers int    `json:"gossip_members"`
 	// GossipSeen is the fewest agents a coordinator's gossip pool had
@@ -140,11 +151,21 @@ type row struct {
 	// Renewals granted per second, all coordinators together, and the
 	// renewal round trip's p99 (upper bound of its histogram bucket) as
 	// the agents saw it.
-	RenewalsPerS    float64           `json:"renewals_per_s"`
-	RenewalP99Ms    float64           `json:"renewal_p99_ms"`
-	RenewalsRefused map[string]uint64 `json:"renewals_refused"`
-	RenewalsFailed  uint64            `json:"renewals_failed"`
-	ProbesPerS      float64           `json:"probes_per_s"`
+	RenewalsPerS float64 `json:"renewals_per_s"`
+	// CoordMsPerRenewal is each coordinator's CPU per renewal it granted
+	// (its cores over its renewals per second, in ms): everything the
+	// coordinator did over the window, the observer, raft and gossip
+	// included. CoordMarginalMs is the same above the fewest-broker row of
+	// the same build and transport in the run (the CPU the added renewals
+	// cost, on the leader and the followers alike). LoadMsPerRenewal is the
+	// load processes' CPU per renewal they were granted.
+	CoordMsPerRenewal [3]float64        `json:"coordinator_ms_per_renewal"`
+	CoordMarginalMs   [3]float64        `json:"coordinator_marginal_ms_per_renewal,omitempty"`
+	LoadMsPerRenewal  float64           `json:"load_ms_per_renewal"`
+	RenewalP99Ms      float64           `json:"renewal_p99_ms"`
+	RenewalsRefused   map[string]uint64 `json:"renewals_refused"`
+	RenewalsFailed    uint64            `json:"renewals_failed"`
+	ProbesPerS        float64           `json:"probes_per_s"`
 	// Detection: kill → FAILED committed, seen on the leader.
 	Kills          int     `json:"kills"`
 	Detected       int     `json:"detected"`
@@ -168,8 +189,11 @@ type row struct {
 	LoadCores  float64 `json:"load_cores"`
 	LoadRSSMB  float64 `json:"load_rss_mb"`
 	LoadBefore string  `json:"load_average_before"`
-	LoadAfter  string  `json:"load_average_after"`
-	Date       string  `json:"date"`
+	// coordRenewalsPerS are the renewals each coordinator granted per
+	// second over the steady window.
+	coordRenewalsPerS [3]float64
+	LoadAfter         string `json:"load_average_after"`
+	Date              string `json:"date"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -204,15 +228,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var rows []row
-	builds := []struct{ name, bin string }{{"walden", o.Walden}}
+	// The variants measured side by side at every number of brokers: the
+	// -baseline binary (agents renewing one call each, as they did with
+	// it), then this walden with each transport.
+	type variant struct{ name, bin, transport string }
+	var variants []variant
 	if o.Baseline != "" {
-		builds = append([]struct{ name, bin string }{{"baseline", o.Baseline}}, builds...)
+		variants = append(variants, variant{"baseline", o.Baseline, "unary"})
+	}
+	for _, t := range o.Transports {
+		variants = append(variants, variant{"walden", o.Walden, t})
 	}
 	for _, n := range o.Brokers {
-		for _, b := range builds {
-			fmt.Fprintf(stderr, "%s, %d brokers: starting (load average %s)\n", b.name, n, loadavg())
-			r, err := measure(ctx, o, b.bin, self, top, n, stderr)
-			r.Build = b.name
+		for _, b := range variants {
+			fmt.Fprintf(stderr, "%s (%s renewals), %d brokers: starting (load average %s)\n", b.name, b.transport, n, loadavg())
+			r, err := measure(ctx, o, b.bin, b.transport, self, top, n, stderr)
+			r.Build, r.Transport = b.name, b.transport
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -220,12 +251,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				// A measurement that stopped short is a result too: say
 				// why, and go on with the next.
 				r.Error = err.Error()
-				fmt.Fprintf(stderr, "%s, %d brokers: stopped: %v\n", b.name, n, err)
+				fmt.Fprintf(stderr, "%s (%s renewals), %d brokers: stopped: %v\n", b.name, b.transport, n, err)
 			}
 			rows = append(rows, r)
-			fmt.Fprintf(stderr, "%s, %d brokers: done: %s\n", b.name, n, summary(r))
+			fmt.Fprintf(stderr, "%s (%s renewals), %d brokers: done: %s\n", b.name, b.transport, n, summary(r))
 		}
 	}
+	marginal(rows)
 	if o.Format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -237,14 +269,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func summary(r row) string {
-	return fmt.Sprintf("cores %.3f/%.3f/%.3f, rss %.0f/%.0f/%.0f MB, entries/s %.1f, renewals/s %.0f (p99 ≤%.0f ms), lapses %d, CPU wait/run %.1f coordinators %.1f load; detection p50 %.0f ms p99 %.0f ms (%d of %d)",
+	return fmt.Sprintf("cores %.3f/%.3f/%.3f, rss %.0f/%.0f/%.0f MB, entries/s %.1f, renewals/s %.0f (p99 ≤%.0f ms), ms/renewal %.3f/%.3f/%.3f (load %.3f), lapses %d, CPU wait/run %.1f coordinators %.1f load; detection p50 %.0f ms p99 %.0f ms (%d of %d)",
 		r.CoordCores[0], r.CoordCores[1], r.CoordCores[2], r.CoordRSSMB[0], r.CoordRSSMB[1], r.CoordRSSMB[2],
-		r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, r.Lapses, r.CoordWait, r.LoadWait, r.DetectP50Ms, r.DetectP99Ms, r.Detected, r.Kills)
+		r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, r.CoordMsPerRenewal[0], r.CoordMsPerRenewal[1], r.CoordMsPerRenewal[2], r.LoadMsPerRenewal,
+		r.Lapses, r.CoordWait, r.LoadWait, r.DetectP50Ms, r.DetectP99Ms, r.Detected, r.Kills)
+}
+
+// marginal fills the marginal CPU per renewal of every row above the
+// fewest-broker row of the same build and transport: (cores − cores of
+// that row) / (renewals/s − its renewals/s), per coordinator.
+func marginal(rows []row) {
+	for i := range rows {
+		r := &rows[i]
+		var base *row
+		for j := range rows {
+			b := &rows[j]
+			if b.Build == r.Build && b.Transport == r.Transport && b.Error == "" && b.Brokers < r.Brokers && (base == nil || b.Brokers < base.Brokers) {
+				base = b
+			}
+		}
+		if base == nil || r.Error != "" {
+			continue
+		}
+		for c := range 3 {
+			if d := r.coordRenewalsPerS[c] - base.coordRenewalsPerS[c]; d > 0 {
+				r.CoordMarginalMs[c] = 1000 * (r.CoordCores[c] - base.CoordCores[c]) / d
+			}
+		}
+	}
 }
 
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "build\tbrokers\tgossip (seen)\tcores c1/c2/c3\tRSS MB c1/c2/c3\tgoroutines\tentries/s\trenewals/s\trenewal p99\tprobes/s\tdetection p50\tp99\tmin–max\tfalse failovers\tlapses\tload cores\tload RSS MB\tCPU wait/run coord, load\tjoin, startup (ready)\tload avg")
+	fmt.Fprintln(tw, "build\trenewals\tbrokers\tgossip (seen)\tcores c1/c2/c3\tRSS MB c1/c2/c3\tgoroutines\tentries/s\trenewals/s\trenewal p99\tms/renewal c1/c2/c3 (marginal)\tprobes/s\tdetection p50\tp99\tmin–max\tfalse failovers\tlapses\tload cores\tload ms/renewal\tload RSS MB\tCPU wait/run coord, load\tjoin, startup (ready)\tload avg")
 	for _, r := range rows {
 		mark := func(i int, s string) string {
 			if fmt.Sprintf("c%d", i+1) == r.Leader {
@@ -252,21 +309,23 @@ func printTable(w io.Writer, rows []row) {
 			}
 			return s
 		}
-		var c, m, g []string
+		var c, m, g, ms, mg []string
 		for i := range 3 {
 			c = append(c, mark(i, fmt.Sprintf("%.3f", r.CoordCores[i])))
 			m = append(m, mark(i, fmt.Sprintf("%.0f", r.CoordRSSMB[i])))
 			g = append(g, fmt.Sprint(r.CoordGoroutines[i]))
+			ms = append(ms, fmt.Sprintf("%.3f", r.CoordMsPerRenewal[i]))
+			mg = append(mg, fmt.Sprintf("%.3f", r.CoordMarginalMs[i]))
 		}
 		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\t%d\tstopped: %s\n", r.Build, r.Brokers, r.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%d\tstopped: %s\n", r.Build, r.Transport, r.Brokers, r.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d (%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d\t%.2f\t%.0f\t%.1f, %.1f\t%.0f s, %.0f s (%.0f %%)\t%s→%s\n",
-			r.Build, r.Brokers, r.GossipMembers, r.GossipSeen, strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
-			r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, r.ProbesPerS,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d (%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%s (%s)\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d\t%.2f\t%.3f\t%.0f\t%.1f, %.1f\t%.0f s, %.0f s (%.0f %%)\t%s→%s\n",
+			r.Build, r.Transport, r.Brokers, r.GossipMembers, r.GossipSeen, strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
+			r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, strings.Join(ms, "/"), strings.Join(mg, "/"), r.ProbesPerS,
 			r.DetectP50Ms, r.DetectP99Ms, r.DetectMinMs, r.DetectMaxMs, r.FalseFailovers, r.Lapses,
-			r.LoadCores, r.LoadRSSMB, r.CoordWait, r.LoadWait, r.JoinS, r.StartupS, 100*r.ReadyFraction, r.LoadBefore, r.LoadAfter)
+			r.LoadCores, r.LoadMsPerRenewal, r.LoadRSSMB, r.CoordWait, r.LoadWait, r.JoinS, r.StartupS, 100*r.ReadyFraction, r.LoadBefore, r.LoadAfter)
 	}
 	tw.Flush()
 }
@@ -345,7 +404,7 @@ func (l *loads) stop() {
 }
 
 // measure runs one measurement with n brokers.
-func measure(ctx context.Context, o options, bin, self, top string, n int, log io.Writer) (row, error) {
+func measure(ctx context.Context, o options, bin, transport, self, top string, n int, log io.Writer) (row, error) {
 	r := row{Brokers: n, Policy: o.Policy, LoadBefore: loadavg(), Date: time.Now().Format(time.RFC3339)}
 	dir, err := os.MkdirTemp(top, fmt.Sprintf("n%d-", n))
 	if err != nil {
@@ -381,7 +440,7 @@ func measure(ctx context.Context, o options, bin, self, top string, n int, log i
 		part := brokers[i:min(i+o.PerProcess, n)]
 		lp, err := startLoad(self, filepath.Join(dir, fmt.Sprintf("load-%d.log", len(l.procs))), loadConfig{
 			ClusterName: "scale", Coordinators: coordAddrs, GossipJoin: join, Brokers: part,
-			RegisterRate: o.RegisterRate, JoinRate: max(1, o.JoinRate/procs), Margin: 500 * time.Millisecond,
+			RegisterRate: o.RegisterRate, JoinRate: max(1, o.JoinRate/procs), Margin: 500 * time.Millisecond, Transport: transport,
 		})
 		if err != nil {
 			return r, err
@@ -667,6 +726,15 @@ func steady(ctx context.Context, o options, cl *cluster, l *loads, r *row) error
 		granted += v - s0.Granted[k]
 	}
 	r.RenewalsPerS = float64(granted) / wall
+	for i, m := range cl.coords {
+		r.coordRenewalsPerS[i] = float64(s1.Granted[m.admin]-s0.Granted[m.admin]) / wall
+		if r.coordRenewalsPerS[i] > 0 {
+			r.CoordMsPerRenewal[i] = 1000 * r.CoordCores[i] / r.coordRenewalsPerS[i]
+		}
+	}
+	if r.RenewalsPerS > 0 {
+		r.LoadMsPerRenewal = 1000 * r.LoadCores / r.RenewalsPerS
+	}
 	r.ProbesPerS = float64(s1.Probes-s0.Probes) / wall
 	r.RenewalsFailed = s1.Failed - s0.Failed
 	r.RenewalsRefused = map[string]uint64{}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"math"
 	"testing"
 	"time"
 )
@@ -49,7 +50,13 @@ func TestFlags(t *testing.T) {
 	if err != nil || len(o.Brokers) != 2 || o.Brokers[1] != 1000 || o.Policy != "tuned" {
 		t.Fatalf("%+v %v", o, err)
 	}
-	for _, bad := range [][]string{{"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}, {"-min-ready", "0"}, {"-min-ready", "1.5"}, {"-gossip-join-rate", "0"}} {
+	if o.Transports[0] != "stream" || len(o.Transports) != 1 {
+		t.Fatalf("default transports %v", o.Transports)
+	}
+	if o, err := parseFlags([]string{"-transports", "unary, stream"}, io.Discard); err != nil || len(o.Transports) != 2 || o.Transports[0] != "unary" {
+		t.Fatalf("%+v %v", o, err)
+	}
+	for _, bad := range [][]string{{"-transports", "http"}, {"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}, {"-min-ready", "0"}, {"-min-ready", "1.5"}, {"-gossip-join-rate", "0"}} {
 		if _, err := parseFlags(bad, io.Discard); !errors.Is(err, errUsage) {
 			t.Fatalf("%v: %v, want a usage error", bad, err)
 		}
@@ -64,5 +71,22 @@ func TestBrokerIPsAreDistinct(t *testing.T) {
 			t.Fatalf("%s twice", ip)
 		}
 		seen[ip] = true
+	}
+}
+
+func TestMarginal(t *testing.T) {
+	rows := []row{
+		{Build: "walden", Transport: "stream", Brokers: 10, CoordCores: [3]float64{0.02, 0.02, 0.02}, coordRenewalsPerS: [3]float64{10, 10, 10}},
+		{Build: "walden", Transport: "unary", Brokers: 1000, CoordCores: [3]float64{0.22, 0.2, 0.2}, coordRenewalsPerS: [3]float64{1000, 1000, 1000}},
+		{Build: "walden", Transport: "stream", Brokers: 1000, CoordCores: [3]float64{0.07, 0.05, 0.06}, coordRenewalsPerS: [3]float64{1010, 1010, 1010}},
+	}
+	marginal(rows)
+	for i, want := range [3]float64{0.05, 0.03, 0.04} {
+		if got := rows[2].CoordMarginalMs[i]; math.Abs(got-want) > 1e-9 {
+			t.Fatalf("marginal %v, want %v at c%d", rows[2].CoordMarginalMs, want, i+1)
+		}
+	}
+	if got := rows[1].CoordMarginalMs; got != [3]float64{} {
+		t.Fatalf("a row without a smaller one of its transport got %v", got)
 	}
 }
