@@ -149,6 +149,7 @@ func TestGrantorAttestsOnlyAfterItsGrantAndDrift(t *testing.T) {
 func TestGrantorGrantAtBatchReading(t *testing.T) {
 	clk := &ManualClock{}
 	g, _ := NewGrantor(clk, &MemStore{}, time.Second, 100*time.Millisecond)
+	g.ClusterHorizon(1100 * time.Millisecond)
 	k := Key{"b1", 1}
 	clk.Advance(1200 * time.Millisecond)
 	if err := g.GrantAt(k, time.Second, 100*time.Millisecond, 1000*time.Millisecond); !errors.Is(err, ErrQuiet) {
