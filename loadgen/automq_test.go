@@ -74,6 +74,11 @@ automq: {node_id: 1, cluster_id: lg, controller: {voters: [%q]}, metadata_url: %
 	if err != nil || !v.OK() || v.Acked != 400 || v.Present != 400 {
 		t.Fatalf("verify: %+v %v", v, err)
 	}
+	// The same records read through the broker that leads each stream.
+	bv, err := loadgen.Verify(context.Background(), loadgen.VerifyConfig{Brokers: []string{b.Addr()}, Ledger: ledger, Wait: 20 * time.Second})
+	if err != nil || !bv.OK() || bv.Present != 400 {
+		t.Fatalf("verify through the broker: %+v %v", bv, err)
+	}
 	// An object the controller lists but the bucket lost.
 	store, err := objstore.New(context.Background(), s3, objstore.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

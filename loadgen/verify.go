@@ -24,8 +24,13 @@ import (
 
 // VerifyConfig configures Verify.
 type VerifyConfig struct {
-	// Coordinators are the coordinators' admin addresses. Required.
+	// Coordinators are the coordinators' admin addresses. Required unless
+	// Brokers is set.
 	Coordinators []string
+	// Brokers are the brokers' data API addresses: each stream is read
+	// from the broker that says it leads it (brokers in mode automq; see
+	// LoadConfig.Brokers).
+	Brokers []string
 	// Ledger is the file Load wrote. Required.
 	Ledger string
 	// Wait is how long Verify keeps reading a stream that does not yet
@@ -145,7 +150,7 @@ func ReadLedger(path string) (map[uint64]map[uint64]string, int64, error) {
 // Verify reads every stream of the ledger back through the brokers and
 // checks each acknowledged record.
 func Verify(ctx context.Context, cfg VerifyConfig) (*VerifyReport, error) {
-	if len(cfg.Coordinators) == 0 {
+	if len(cfg.Coordinators) == 0 && len(cfg.Brokers) == 0 {
 		return nil, fmt.Errorf("%w: --coordinators: at least one address", ErrInvalid)
 	}
 	if cfg.Ledger == "" {
@@ -164,12 +169,16 @@ func Verify(ctx context.Context, cfg VerifyConfig) (*VerifyReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	coords := broker.NewCoordinators(cfg.Coordinators, cfg.DialOptions...)
-	defer coords.Close()
+	var coords *broker.Coordinators
+	if len(cfg.Brokers) == 0 {
+		coords = broker.NewCoordinators(cfg.Coordinators, cfg.DialOptions...)
+		defer coords.Close()
+	}
 	if len(cfg.BrokerDialOptions) == 0 {
 		cfg.BrokerDialOptions = cfg.DialOptions
 	}
 	res := newResolver(coords, cfg.BrokerAddrs, cfg.BrokerDialOptions)
+	res.brokers = cfg.Brokers
 	defer res.close()
 
 	rep := &VerifyReport{Streams: []StreamVerify{}}

@@ -29,7 +29,8 @@ type AutomqVerifyConfig struct {
 	// controller to reach its last acknowledged offset (uploads and
 	// failovers still running). Default 30s.
 	Wait time.Duration
-	// HTTPClient reads the view (default: 5s timeout).
+	// HTTPClient reads the view and S3 (default: a 5s timeout for the
+	// view, the AWS SDK's client for S3).
 	HTTPClient *http.Client
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
@@ -62,7 +63,7 @@ func VerifyAutomq(ctx context.Context, cfg AutomqVerifyConfig) (*VerifyReport, e
 	if err != nil {
 		return nil, err
 	}
-	store, err := objstore.New(ctx, cfg.S3, objstore.Options{Logger: cfg.Logger})
+	store, err := objstore.New(ctx, cfg.S3, objstore.Options{Logger: cfg.Logger, HTTPClient: cfg.HTTPClient})
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: s3: %w", err)
 	}

@@ -65,6 +65,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Client, error) {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 		o.UsePathStyle = cfg.PathStyle
+		if opts.HTTPClient != nil {
+			o.HTTPClient = opts.HTTPClient
+		}
 		// Whole-object reads of multipart objects carry composite
 		// checksums the SDK cannot validate; do not log each skip.
 		o.DisableLogOutputChecksumValidationSkipped = true

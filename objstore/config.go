@@ -3,6 +3,7 @@ package objstore
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 )
@@ -83,6 +84,9 @@ type Options struct {
 	PartSize int64
 	// Logger receives the client's logs. Default slog.Default().
 	Logger *slog.Logger
+	// HTTPClient, when set, sends the S3 requests (e.g. one that dials
+	// from another network namespace). Default: the AWS SDK's.
+	HTTPClient *http.Client
 }
 
 // Defaults and limits of Options.
