@@ -256,6 +256,8 @@ type AgentBroker struct {
 	PID    int    `json:"pid"`
 	Reason string `json:"reason"`
 	Starts int    `json:"starts"`
+	// SinceUnixMS is when the broker entered State.
+	SinceUnixMS int64 `json:"since_unix_ms"`
 }
 
 // AgentBroker asks broker p's agent about the broker process it watches.

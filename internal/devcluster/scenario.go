@@ -162,7 +162,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 	loadDone := make(chan loadResult, 1)
 	f.say("load: %.0f records/s of %d bytes over %d streams (ledger %s)", f.Rate, f.Payload, len(c.AllStreams()), ledger)
 	go func() {
-		rep, err := loadgen.Load(loadCtx, c.loadConfig(loadgen.LoadConfig{Streams: c.AllStreams(),
+		rep, err := loadgen.Load(loadCtx, c.LoadConfig(loadgen.LoadConfig{Streams: c.AllStreams(),
 			Rate: f.Rate, Duration: 10 * f.Timeout, PayloadBytes: f.Payload, Ledger: ledger}))
 		loadDone <- loadResult{rep, err}
 	}()
@@ -186,7 +186,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		n := (f.Backlog + int64(f.BacklogPayload) - 1) / int64(f.BacklogPayload)
 		f.say("backlog: appending %d records of %d bytes to %s's stream %d (upload_interval %s keeps them in its WAL)",
 			n, f.BacklogPayload, f.Victim, victim.BacklogStream, c.Opts.UploadInterval)
-		rep, err := loadgen.Load(ctx, c.loadConfig(loadgen.LoadConfig{Streams: []uint64{victim.BacklogStream},
+		rep, err := loadgen.Load(ctx, c.LoadConfig(loadgen.LoadConfig{Streams: []uint64{victim.BacklogStream},
 			Rate: 1e6, Duration: 3 * f.Timeout, MaxRecords: n, PayloadBytes: f.BacklogPayload, Ledger: bl,
 			// One Append stays well under gRPC's 4 MiB message limit.
 			MaxBatch: max(1, (1<<20)/f.BacklogPayload)}))
@@ -336,7 +336,7 @@ func (f *Failover) Run(ctx context.Context, c *Cluster) (*Summary, error) {
 		f.say("every live broker uploaded its WAL; reading every stream back from AutoMQ's objects in S3 through the controller's view")
 	}
 	for _, l := range ledgers {
-		v, err := c.verify(ctx, l, f.Timeout)
+		v, err := c.Verify(ctx, l, f.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("verify %s: %w", l, err)
 		}

@@ -66,10 +66,10 @@ type automqWatch struct {
 	nodeEpoch   int64
 }
 
-// loadConfig completes a load's configuration for this cluster: through
+// LoadConfig completes a load's configuration for this cluster: through
 // the coordinators' catalog, or, with AutoMQ-mode brokers, through the
 // brokers themselves.
-func (c *Cluster) loadConfig(lc loadgen.LoadConfig) loadgen.LoadConfig {
+func (c *Cluster) LoadConfig(lc loadgen.LoadConfig) loadgen.LoadConfig {
 	lc.DialOptions = c.DialOptions()
 	if c.IsAutomq() {
 		lc.Brokers = c.BrokerAddrs()
@@ -79,9 +79,9 @@ func (c *Cluster) loadConfig(lc loadgen.LoadConfig) loadgen.LoadConfig {
 	return lc
 }
 
-// verify checks a ledger: through the brokers, or, with AutoMQ-mode
+// Verify checks a ledger: through the brokers, or, with AutoMQ-mode
 // brokers, through AutoMQ's objects in S3 and the controller's view.
-func (c *Cluster) verify(ctx context.Context, ledger string, wait time.Duration) (*loadgen.VerifyReport, error) {
+func (c *Cluster) Verify(ctx context.Context, ledger string, wait time.Duration) (*loadgen.VerifyReport, error) {
 	if c.IsAutomq() {
 		return loadgen.VerifyAutomq(ctx, loadgen.AutomqVerifyConfig{MetadataURL: c.MetadataURL(), S3: c.S3Config, Ledger: ledger, Wait: wait,
 			HTTPClient: c.HTTPClient(5 * time.Second)})
