@@ -32,13 +32,15 @@ var (
 	ErrInvalid = errors.New("chaos: invalid configuration")
 )
 
-// Nodes are the processes of the topology, one namespace each.
-var Nodes = []string{"s3", "c1", "c2", "c3", "b1", "b2", "b3", "client"}
+// Nodes are the processes of the topology, one namespace each: "amq" is
+// the development AutoMQ controller of the AutoMQ scenarios (an AutoMQ-mode
+// broker shares its agent's namespace: the agent starts it).
+var Nodes = []string{"s3", "c1", "c2", "c3", "b1", "b2", "b3", "client", "amq"}
 
 // Fixed ports: every process has an address of its own.
 var ports = map[string]string{
 	"s3": "7070", "admin": "7000", "raft": "7001", "http": "7003", "metrics": "7004",
-	"listen": "9000", "agent": "9001",
+	"listen": "9000", "agent": "9001", "voter1": "9093", "voter2": "9094", "voter3": "9095",
 }
 
 func port(proc, role string) string {
@@ -159,6 +161,13 @@ type Result struct {
 	// MaxWaitMs is the longest time a producer waited with records
 	// pending.
 	MaxWaitMs int64 `json:"max_wait_ms"`
+	// Broker is the kind of broker: "walden" or "automq".
+	Broker string `json:"broker"`
+	// Watchdog is, in the AutoMQ scenarios that cut a broker off from the
+	// coordinators, when its agent's watchdog killed it and when a
+	// coordinator first attested its lease expired (nil elsewhere). The
+	// goal is the kill before the attestation.
+	Watchdog *WatchdogTiming `json:"watchdog,omitempty"`
 	// ReopenMs is the time from the fault until every stream of the
 	// broker failed over was seen open on another broker (-1: no
 	// broker's failover was expected or it did not happen).
@@ -173,6 +182,19 @@ type Result struct {
 	DurationMs int64    `json:"duration_ms"`
 	Dir        string   `json:"dir"`
 	Error      string   `json:"error,omitempty"`
+}
+
+// WatchdogTiming times a watchdog's kill of a broker against the
+// coordinators' attestations, in milliseconds from the fault (-1: never).
+type WatchdogTiming struct {
+	KillMs        int64 `json:"kill_ms"`
+	FirstAttestMs int64 `json:"first_attest_ms"`
+}
+
+// Before reports whether the broker was killed, and before any
+// attestation.
+func (w *WatchdogTiming) Before() bool {
+	return w.KillMs >= 0 && (w.FirstAttestMs < 0 || w.KillMs < w.FirstAttestMs)
 }
 
 // Harness is a topology and its firewall, shared by the scenarios of a
@@ -247,6 +269,11 @@ type Env struct {
 	reopen   string // the broker whose reopen time is measured
 	goal     bool
 	notes    []string
+	// watchdog names the broker whose watchdog must kill it before any
+	// coordinator attests (AutoMQ scenarios).
+	watchdog string
+	// amq is what the AutoMQ observers saw.
+	amq automqSeen
 }
 
 // Say prints a progress line.
@@ -325,6 +352,9 @@ func (e *Env) Brokers(except string) []string {
 // WaitReopened waits until every stream broker owned is open on another
 // broker.
 func (e *Env) WaitReopened(ctx context.Context, broker string, timeout time.Duration) error {
+	if e.Cluster.IsAutomq() {
+		return e.waitReopenedAutomq(ctx, broker, timeout)
+	}
 	p := e.Cluster.Proc(broker)
 	return devcluster.Poll(ctx, timeout, "the streams of "+broker+" open on other brokers", func() error {
 		ss, err := e.Cluster.ListStreams(ctx)
@@ -414,7 +444,7 @@ func (h *Harness) RunScenario(ctx context.Context, s Scenario) Result {
 	defer cancel()
 	start := time.Now()
 	cfg := h.cfg
-	res := Result{Scenario: s.Name, Policy: cfg.Policy, Seed: cfg.Seed, ReopenMs: -1, Dir: filepath.Join(cfg.Dir, s.Name),
+	res := Result{Scenario: s.Name, Policy: s.policy(cfg.Policy), Seed: cfg.Seed, ReopenMs: -1, Dir: filepath.Join(cfg.Dir, s.Name),
 		Failovers: []string{}, Missed: []string{}, Notes: []string{}}
 	err := h.runScenario(ctx, s, &res)
 	res.DurationMs = time.Since(start).Milliseconds()
@@ -442,9 +472,14 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	}
 	rec := history.NewRecorder(names)
 	opts := h.clusterOptions(dir, rec)
+	opts.Policy = Policies[res.Policy]
+	if s.Automq {
+		h.automqOptions(&opts, res.Policy)
+	}
 	if s.Options != nil {
 		s.Options(&opts)
 	}
+	res.Broker = opts.Broker
 	c, err := devcluster.New(opts)
 	if err != nil {
 		return err
@@ -467,7 +502,11 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 		}
 	}
 	cleanups = append(cleanups, c.Close)
-	cfg.Say(fmt.Sprintf("starting versitygw, 3 coordinators and 3 brokers in their namespaces (logs in %s)", dir))
+	if s.Automq {
+		cfg.Say(fmt.Sprintf("starting versitygw, the AutoMQ controller, 3 coordinators and 3 AutoMQ-mode brokers beside their agents in their namespaces (logs in %s)", dir))
+	} else {
+		cfg.Say(fmt.Sprintf("starting versitygw, 3 coordinators and 3 brokers in their namespaces (logs in %s)", dir))
+	}
 	if err := c.Start(ctx, 90*time.Second); err != nil {
 		return fmt.Errorf("chaos: start the cluster: %w", err)
 	}
@@ -483,8 +522,8 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	}
 	loadDone := make(chan loadResult, 1)
 	go func() {
-		rep, err := loadgen.Load(runCtx, loadgen.LoadConfig{Coordinators: c.AdminAddrs(), Streams: c.AllStreams(),
-			Rate: cfg.Rate, Duration: time.Hour, PayloadBytes: 64, Ledger: ledger, DialOptions: c.DialOptions()})
+		rep, err := loadgen.Load(runCtx, c.LoadConfig(loadgen.LoadConfig{Streams: c.AllStreams(),
+			Rate: cfg.Rate, Duration: time.Hour, PayloadBytes: 64, Ledger: ledger}))
 		loadDone <- loadResult{rep, err}
 	}()
 	var obs sync.WaitGroup
@@ -494,9 +533,14 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	go func() { defer obs.Done(); watchCatalog(obsCtx, c) }()
 	obs.Add(1)
 	go func() { defer obs.Done(); watchLeases(obsCtx, c, rec) }()
-	for _, id := range c.AllStreams() {
+	if s.Automq {
 		obs.Add(1)
-		go func() { defer obs.Done(); readStream(obsCtx, c, id) }()
+		go func() { defer obs.Done(); env.watchAutomq(obsCtx) }()
+	} else {
+		for _, id := range c.AllStreams() {
+			obs.Add(1)
+			go func() { defer obs.Done(); readStream(obsCtx, c, id) }()
+		}
 	}
 	stopAll := func() *loadgen.LoadReport {
 		stopRun()
@@ -547,7 +591,12 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	// The ledger, read back through the brokers (recorded too: the
 	// history ends with full reads of every stream).
 	cfg.Say("verifying the ledger")
-	v, err := loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: c.AdminAddrs(), Ledger: ledger, Wait: time.Minute, DialOptions: c.DialOptions()})
+	var v *loadgen.VerifyReport
+	if s.Automq {
+		v, err = env.verifyAutomq(ctx, ledger)
+	} else {
+		v, err = loadgen.Verify(ctx, loadgen.VerifyConfig{Coordinators: c.AdminAddrs(), Ledger: ledger, Wait: time.Minute, DialOptions: c.DialOptions()})
+	}
 	if err != nil {
 		return fmt.Errorf("chaos: verify: %w", err)
 	}
@@ -588,13 +637,20 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	env.mu.Lock()
 	faultAt, reopenBroker, goal := env.faultAt, env.reopen, env.goal
 	env.mu.Unlock()
+	if s.Automq {
+		env.judgeAutomq(ctx, res, evs, faultAt)
+	}
 	if counts.LeaseInvalid > 0 && !faultAt.IsZero() {
 		env.Note("LEASE_INVALID by broker, before / during / after the faults: %s", leaseRefusals(ops, rec.At(faultAt), rec.At(healedAt)))
 	}
 	if reopenBroker != "" && !faultAt.IsZero() {
-		res.ReopenMs = reopenAfter(ops, faultOwned[reopenBroker], reopenBroker, rec.At(faultAt))
+		if s.Automq {
+			res.ReopenMs = env.reopenAfterAutomq(faultOwned[reopenBroker], faultAt)
+		} else {
+			res.ReopenMs = reopenAfter(ops, faultOwned[reopenBroker], reopenBroker, rec.At(faultAt))
+		}
 		if goal {
-			res.ReopenGoalMs = (cfg.FailureTimeout() + 1500*time.Millisecond).Milliseconds()
+			res.ReopenGoalMs = (policyFailureTimeout[res.Policy] + 1500*time.Millisecond).Milliseconds()
 		}
 	}
 	cfg.Say(fmt.Sprintf("checking the history: %d operations (%d appends, %d reads)", len(ops), counts.Appends, counts.Reads))
@@ -704,6 +760,13 @@ func judge(r *Result) {
 	}
 	if r.ReopenGoalMs > 0 && (r.ReopenMs < 0 || r.ReopenMs > r.ReopenGoalMs) {
 		miss("streams reopened after %d ms, goal %d ms", r.ReopenMs, r.ReopenGoalMs)
+	}
+	if w := r.Watchdog; w != nil && !w.Before() {
+		if w.KillMs < 0 {
+			miss("the watchdog never killed the broker (a coordinator attested at +%d ms)", w.FirstAttestMs)
+		} else {
+			miss("the watchdog killed the broker at +%d ms, not before the first attestation at +%d ms", w.KillMs, w.FirstAttestMs)
+		}
 	}
 	r.Verdict = "pass"
 	if len(r.Missed) > 0 {

@@ -21,9 +21,11 @@ import (
 // the scenarios marked Short, with the fast policy and short faults, on
 // real processes in network namespaces. It asserts the safety goals — no
 // acknowledged record lost, no stale write, a linearizable history, no
-// false failover — and logs the others (duplicates, the time to reopen)
-// with the table: duplicates need the idempotent producer, and the reopen
-// time is a measure, not a property a loaded machine can promise.
+// false failover, an AutoMQ broker cut off from the coordinators killed by
+// its watchdog before any attestation — and logs the others (duplicates,
+// the time to reopen) with the table: duplicates need the idempotent
+// producer, and the reopen time is a measure, not a property a loaded
+// machine can promise.
 func TestChaosShort(t *testing.T) {
 	if err := netns.Available(); err != nil {
 		t.Skipf("chaos: %v", err)
@@ -83,6 +85,11 @@ func TestChaosShort(t *testing.T) {
 		}
 		if r.FalseFailovers != 0 {
 			bad = append(bad, fmt.Sprintf("%d false failovers", r.FalseFailovers))
+		}
+		// An AutoMQ broker cut off from the coordinators must be dead
+		// before any of them attests its lease expired.
+		if w := r.Watchdog; w != nil && !w.Before() {
+			bad = append(bad, fmt.Sprintf("the watchdog killed the broker at %d ms, the first attestation came at %d ms", w.KillMs, w.FirstAttestMs))
 		}
 		if len(bad) > 0 {
 			t.Errorf("%s (logs and history in %s): %v", r.Scenario, r.Dir, bad)

@@ -15,6 +15,11 @@ func TestJudge(t *testing.T) {
 	if ok.Verdict != "pass" || len(ok.Missed) != 0 {
 		t.Fatalf("clean result judged %s %v", ok.Verdict, ok.Missed)
 	}
+	wd := Result{Acked: 10, Present: 10, Linearizable: history.Linearizable, ReopenMs: -1, Watchdog: &WatchdogTiming{KillMs: 1800, FirstAttestMs: 3700}}
+	judge(&wd)
+	if wd.Verdict != "pass" {
+		t.Fatalf("a broker killed before the attestations judged %s %v", wd.Verdict, wd.Missed)
+	}
 	cases := []struct {
 		name string
 		edit func(*Result)
@@ -29,6 +34,8 @@ func TestJudge(t *testing.T) {
 		{"slow reopen", func(r *Result) { r.ReopenMs, r.ReopenGoalMs = 7000, 6500 }, "reopened after 7000 ms, goal 6500 ms"},
 		{"never reopened", func(r *Result) { r.ReopenMs, r.ReopenGoalMs = -1, 6500 }, "reopened after -1 ms"},
 		{"error", func(r *Result) { r.Error = "boom" }, "did not complete: boom"},
+		{"watchdog late", func(r *Result) { r.Watchdog = &WatchdogTiming{KillMs: 3000, FirstAttestMs: 2500} }, "not before the first attestation"},
+		{"watchdog never", func(r *Result) { r.Watchdog = &WatchdogTiming{KillMs: -1, FirstAttestMs: 2500} }, "never killed"},
 	}
 	for _, tc := range cases {
 		r := Result{Acked: 10, Present: 10, Linearizable: history.Linearizable, ReopenMs: -1}

@@ -29,6 +29,15 @@ type Scenario struct {
 	Description string
 	// Short marks the scenarios of the short form (`make test`).
 	Short bool
+	// Automq runs the scenario with AutoMQ-mode brokers, each beside its
+	// agent in watchdog mode, and the development AutoMQ controller.
+	Automq bool
+	// Policy, when set, is the policy the scenario runs under whatever the
+	// run's. The AutoMQ scenarios run walden's defaults: a broker that
+	// never checks its lease is killed by its watchdog when the lease
+	// lapses, and with lease_ttl 1s a loaded host lets healthy brokers'
+	// leases lapse (walden's brokers then only refuse appends a moment).
+	Policy string
 	// Options adjusts the cluster's layout (optional).
 	Options func(*devcluster.Options)
 	// Setup runs before the cluster starts; undo runs after it stopped
@@ -77,7 +86,21 @@ func Catalog() []Scenario {
 			Run: replaceCoordinator},
 		{Name: "force-new-cluster", Description: "two coordinators of three lost for good under load; the survivor forced into a new cluster, the others added back empty",
 			Run: forceNewCluster},
+		{Name: "automq-kill-broker", Automq: true, Policy: "default",
+			Description: "AutoMQ mode: kill -9 a broker's process under load, its agent alive; its agent starts it again after the failover",
+			Run:         automqKillBroker},
+		{Name: "automq-broker-cut-from-coordinators", Automq: true, Short: true, Policy: "default",
+			Description: "AutoMQ mode: a broker and its agent cut off from the coordinators, not from its clients: the watchdog kills it before any coordinator attests",
+			Run:         automqBrokerCutFromCoordinators},
 	}
+}
+
+// policy is the policy the scenario runs under in a run of policy run.
+func (s Scenario) policy(run string) string {
+	if s.Policy != "" {
+		return s.Policy
+	}
+	return run
 }
 
 // ShortNames are the scenarios of the short form.
