@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"walden/automq/controller"
@@ -175,11 +176,29 @@ func (b *AutomqBroker) producerState(ctx context.Context, id, next int64) (*prod
 	return table, len(segs) - first, nil
 }
 
+// openedBefore reports whether the controller shows any of streams opened
+// at least once (it has ranges).
+func (b *AutomqBroker) openedBefore(ctx context.Context, streams []uint64) bool {
+	ss, err := b.meta.Streams(ctx)
+	if err != nil {
+		return false
+	}
+	for _, s := range ss {
+		if slices.Contains(streams, uint64(s.StreamID)) && len(s.Ranges) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // watchNode takes over t's streams when node t.NodeID stops answering, as
 // the KRaft controller moves the partitions of a broker whose heartbeats
 // stopped: the node's data API is probed with TCP connects; once it has
-// answered at least once and then not for takeover_after, this broker leads
-// t's streams (lead with leadTakeover). If the node answers again before the
+// answered at least once — or the streams were opened before, by anyone
+// (this broker started after the node died) — and then not for
+// takeover_after, this broker leads t's streams (lead with leadTakeover).
+// A node that never answered and whose streams were never opened is still
+// starting: its streams stay its own. If the node answers again before the
 // streams opened, the broker gives them back. It returns once it leads all
 // of them.
 func (b *AutomqBroker) watchNode(ctx context.Context, t config.BrokerAutomqTakeover) {
@@ -187,6 +206,7 @@ func (b *AutomqBroker) watchNode(ctx context.Context, t config.BrokerAutomqTakeo
 	interval := max(min(250*time.Millisecond, after/4), 20*time.Millisecond)
 	log := b.log.With("from_node", t.NodeID, "from_addr", t.Addr)
 	var lastUp time.Time
+	began := time.Now()
 	var leading context.CancelFunc
 	done := make(chan struct{}, len(t.Streams))
 	opened := 0
@@ -207,7 +227,10 @@ func (b *AutomqBroker) watchNode(ctx context.Context, t config.BrokerAutomqTakeo
 				leading = nil
 				log.Info("the node answers again: its streams stay with it")
 			}
-		} else if !lastUp.IsZero() && leading == nil && now.Sub(lastUp) >= after {
+		} else if lastUp.IsZero() && b.openedBefore(ctx, t.Streams) {
+			lastUp = began
+		}
+		if err != nil && !lastUp.IsZero() && leading == nil && now.Sub(lastUp) >= after {
 			lctx, cancel := context.WithCancel(ctx)
 			leading = cancel
 			log.Info("the node has not answered for takeover_after: this broker leads its streams now, as the controller moves "+

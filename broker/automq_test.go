@@ -444,3 +444,36 @@ func TestAutomqBrokerRefuses(t *testing.T) {
 		t.Fatalf("start on node 1's WAL as node 2: %v", err)
 	}
 }
+
+// TestAutomqBrokerTakesOverFromANodeDeadBeforeItStarted: a broker started
+// after the node whose streams it takes over died (its data API never
+// answered it) leads them once the controller shows they were opened before;
+// a node that never answered and whose streams never opened is left alone.
+func TestAutomqBrokerTakesOverFromANodeDeadBeforeItStarted(t *testing.T) {
+	e := newAmqEnv(t, 1, 2, 3)
+	a := e.start(e.config("a", 1, 1))
+	serving(t, a, 1)
+	p := &producerRun{t: t, stream: 1, pid: 5, acked: map[uint64]string{}}
+	p.append(apiClient(t, a.Addr()), 3)
+	deadAddr := a.Addr()
+	if err := a.Stop(false); err != nil {
+		t.Fatal(err)
+	}
+	e.failover(filepath.Join(e.dir, "a.wal"), 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neverUp := ln.Addr().String()
+	ln.Close()
+	bcfg := e.config("b", 2, 2)
+	bcfg.Automq.Takeover = []config.BrokerAutomqTakeover{{NodeID: 1, Addr: deadAddr, Streams: []uint64{1}},
+		{NodeID: 3, Addr: neverUp, Streams: []uint64{3}}}
+	b := e.start(bcfg)
+	serving(t, b, 1, 2)
+	p.readAll(apiClient(t, b.Addr()))
+	time.Sleep(3 * bcfg.Automq.TakeoverAfter)
+	if s := e.stream(3); s.State != devcontroller.StreamClosed || len(s.Ranges) != 0 {
+		t.Fatalf("stream 3 of a node that never started: %+v", s)
+	}
+}
