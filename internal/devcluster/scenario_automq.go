@@ -62,8 +62,11 @@ type automqWatch struct {
 	streams     map[int64]string
 	notClosed   int // STREAM_NOT_CLOSED answers counted so far
 	notClosedAt int // the count at the kill
-	checkpoints map[string]int
-	nodeEpoch   int64
+	// notClosedSaid is the count last printed, notClosedSaidAt when.
+	notClosedSaid   int
+	notClosedSaidAt time.Time
+	checkpoints     map[string]int
+	nodeEpoch       int64
 }
 
 // LoadConfig completes a load's configuration for this cluster: through
@@ -223,13 +226,15 @@ func (w *watcher) pollAutomqStreams(ctx context.Context) {
 			notClosed += r.Count
 		}
 	}
-	if notClosed > w.amq.notClosed {
+	// Said at the first answer, then at most once a second.
+	if notClosed > w.amq.notClosedSaid && (w.amq.notClosedSaid == w.amq.notClosedAt || time.Since(w.amq.notClosedSaidAt) >= time.Second) {
 		w.f.say("AutoMQ controller: OpenStreams answered STREAM_NOT_CLOSED %d times so far: new leaders wait for the old one's streams to close",
-			notClosed)
+			notClosed-w.amq.notClosedAt)
+		w.amq.notClosedSaid, w.amq.notClosedSaidAt = notClosed, time.Now()
 	}
 	w.amq.notClosed = notClosed
 	if !killed {
-		w.amq.notClosedAt = notClosed
+		w.amq.notClosedAt, w.amq.notClosedSaid = notClosed, notClosed
 	}
 	for _, n := range v.Nodes {
 		if n.NodeID == victimNode {
