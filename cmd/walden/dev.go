@@ -59,6 +59,11 @@ var devPolicies = map[string][]string{
 	"demo": {"failure_timeout: 2s", "lease_ttl: 1s", "drift_margin: 200ms"},
 }
 
+// devAutomqDemoPolicy is the demo policy with --broker automq: lease_ttl
+// 1.5s, so that the watchdog's margin (300ms) and the agent's safety margin
+// (200ms) leave a broker time for a late renewal.
+var devAutomqDemoPolicy = []string{"failure_timeout: 2s", "lease_ttl: 1500ms", "drift_margin: 200ms"}
+
 func init() {
 	var o devOptions
 	cmd := &cobra.Command{
@@ -119,7 +124,7 @@ controller's offsets.`,
 	f.Int64Var(&o.backlog, "backlog", 0, "bytes of un-uploaded WAL to build on the victim before the kill (e.g. 67108864)")
 	f.DurationVar(&o.uploadInterval, "upload-interval", 0, "brokers' upload_interval (default 1h: the victim dies with records in its WAL that S3 lacks, and the failover recovers them)")
 	f.BoolVar(&o.insecure, "insecure", false, "run in plaintext without authorization (default: mutual TLS with roles, a throwaway CA in --dir)")
-	f.StringVar(&o.policy, "policy", "default", "failover policy: default (walden's defaults) or demo (failure_timeout 2s, lease_ttl 1s)")
+	f.StringVar(&o.policy, "policy", "default", "failover policy: default (walden's defaults) or demo (failure_timeout 2s, lease_ttl 1s; 1.5s with --broker automq)")
 	f.StringVar(&o.broker, "broker", devcluster.BrokerWalden, "brokers: walden (the reference broker) or automq (AutoMQ-mode brokers, each beside a walden agent in watchdog mode, and the development AutoMQ controller)")
 	rootCmd.AddCommand(cmd)
 }
@@ -169,8 +174,11 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	}
 	opts := devcluster.Options{Bin: exe, Dir: dir, Policy: policy, UploadInterval: o.uploadInterval, Insecure: o.insecure, Broker: o.broker}
 	if o.broker == devcluster.BrokerAutomq && o.policy == "demo" {
-		// lease_ttl 1s: the agents' margins must leave the broker a lease
-		// (lease_safety_margin + kill_margin below lease_ttl).
+		// A broker that never checks its lease is killed by its watchdog
+		// kill_margin before the lease ends: with lease_ttl 1s a renewal
+		// a little late on a busy host kills a healthy broker. The demo
+		// policy of AutoMQ mode leaves the broker more room.
+		opts.Policy = devAutomqDemoPolicy
 		opts.LeaseSafetyMargin, opts.KillMargin = 200*time.Millisecond, 300*time.Millisecond
 	}
 	if opts.UploadInterval == 0 {
@@ -377,9 +385,14 @@ func devAutomqLines(s *devcluster.Summary) []string {
 
 // devKeepAutomq says how to look at a kept cluster of AutoMQ-mode brokers.
 func devKeepAutomq(out io.Writer, c *devcluster.Cluster, s *devcluster.Summary, eps, tlsEnv, loadFlags, dir string) {
-	var streams []string
+	var streams, pids []string
 	for _, id := range c.AllStreams() {
 		streams = append(streams, fmt.Sprint(id))
+	}
+	for _, b := range c.Brokers {
+		if ab, err := c.AgentBroker(context.Background(), b); err == nil && ab.PID > 0 {
+			pids = append(pids, fmt.Sprint(ab.PID))
+		}
 	}
 	fmt.Fprintf(out, `
 the cluster keeps running (Ctrl-C stops it); %s's broker was killed, the other brokers lead its streams.
@@ -390,9 +403,10 @@ the cluster keeps running (Ctrl-C stops it); %s's broker was killed, the other b
   waldenctl events --limit 30
   curl http://%s/v1/broker   # what %s's agent says of its broker
   walden load --brokers %s --streams %s --rate 100 --duration 10s --ledger %s/more.jsonl%s
+  kill -USR1 %s   # the brokers upload their WALs now (every %s otherwise): verify reads S3 only
   AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s walden verify --automq %s --s3-endpoint %s --s3-bucket %s --s3-path-style --ledger %s/more.jsonl
 logs and data: %s
 `, s.Victim, c.MetadataURL(), eps, tlsEnv, s.JobID, c.Brokers[0].AgentListen, c.Brokers[0].Name, strings.Join(c.BrokerAddrs(), ","),
-		strings.Join(streams, ","), dir, loadFlags, c.S3Config.AccessKeyID, c.S3Config.SecretAccessKey, c.MetadataURL(), c.S3Config.Endpoint,
+		strings.Join(streams, ","), dir, loadFlags, strings.Join(pids, " "), c.Opts.UploadInterval, c.S3Config.AccessKeyID, c.S3Config.SecretAccessKey, c.MetadataURL(), c.S3Config.Endpoint,
 		c.S3Config.Bucket, dir, dir)
 }
