@@ -8,7 +8,13 @@
 // restarting the killed broker) and the chaos harness. Options' Listen,
 // Command, Dial and S3Command hooks let another harness place the same
 // processes elsewhere (the chaos harness puts each in a network namespace
-// of its own, with versitygw as the S3 child).
+// of its own, with versitygw as the S3 child). With Options.Broker
+// BrokerAutomq the brokers are AutoMQ-mode brokers, each started by its
+// `walden agent` in watchdog mode (the agent is the child; it starts the
+// broker), beside the development AutoMQ controller (`walden automq
+// dev-controller`, the child "amq"), and the coordinators recover with
+// recovery.action automq: `walden dev --broker automq`, the AutoMQ
+// end-to-end tests and chaos scenarios.
 //
 // It owns the processes it starts and nothing else: it never edits a data
 // directory or a WAL behind a process's back, never judges outcomes by
