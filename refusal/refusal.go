@@ -39,6 +39,9 @@ const (
 	StaleObservation     Reason = "STALE_OBSERVATION"
 	FailoverRequested    Reason = "FAILOVER_REQUESTED"
 	LeaseAttested        Reason = "LEASE_ATTESTED"
+	// RestoreReconciling: the cluster was restored from a backup and has
+	// not reconciled its catalog with what exists beyond it yet.
+	RestoreReconciling Reason = "RESTORE_RECONCILING"
 )
 
 // The refusals of a broker's data API. What each means is in Reasons.
@@ -112,6 +115,10 @@ var Reasons = []Info{
 	{FailoverRequested, "An operator requested the broker's failover; its lease is not renewed any more."},
 	{LeaseAttested, "This coordinator attested that its grant of the epoch expired and grants it no more " +
 		"until it withdraws the attestation."},
+	{RestoreReconciling, "The cluster was restored from a backup and is reconciling its catalog with the objects " +
+		"written to S3 and the records in the brokers' WALs after it: until it is done no broker registers and no " +
+		"stream opens, so that no offset acknowledged before is issued again. Metadata phase names where it is " +
+		"(waldenctl restore status)."},
 	{LeaseInvalid, "The broker's agent does not confirm its lease now."},
 	{NotReady, "The broker is registering or recovering."},
 	{ShuttingDown, "The broker is stopping."},
@@ -183,6 +190,7 @@ var (
 	ErrStaleObservation     = New(StaleObservation, "stale observation")
 	ErrFailoverRequested    = New(FailoverRequested, "failover requested")
 	ErrLeaseAttested        = New(LeaseAttested, "lease attested expired")
+	ErrRestoreReconciling   = New(RestoreReconciling, "restore reconciling")
 )
 
 var sentinels = []*Error{
@@ -190,6 +198,7 @@ var sentinels = []*Error{
 	ErrOffsetMismatch, ErrNotOwner, ErrStaleAttempt, ErrJobNotRunning, ErrRecoveryRunning,
 	ErrUnknownStream, ErrUnknownJob, ErrMaintenance, ErrInvalidArgument,
 	ErrLeaseNotExpired, ErrDecidedInAnotherTerm, ErrStaleObservation, ErrFailoverRequested, ErrLeaseAttested,
+	ErrRestoreReconciling,
 }
 
 // Of returns the reason of the refusal err wraps, or "" when it wraps none.

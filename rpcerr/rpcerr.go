@@ -47,6 +47,7 @@ var codeOf = map[refusal.Reason]codes.Code{
 	refusal.StaleObservation:     codes.Aborted,
 	refusal.FailoverRequested:    codes.FailedPrecondition,
 	refusal.LeaseAttested:        codes.FailedPrecondition,
+	refusal.RestoreReconciling:   codes.FailedPrecondition,
 
 	refusal.LeaseInvalid:       codes.FailedPrecondition,
 	refusal.NotReady:           codes.Unavailable,

@@ -66,6 +66,7 @@ func TestStatus(t *testing.T) {
 		{refusal.ErrStaleObservation, codes.Aborted},
 		{refusal.ErrFailoverRequested, codes.FailedPrecondition},
 		{refusal.ErrLeaseAttested, codes.FailedPrecondition},
+		{refusal.ErrRestoreReconciling, codes.FailedPrecondition},
 	}
 	for _, c := range cases {
 		reason := refusal.Of(c.err)

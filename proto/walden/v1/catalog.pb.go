@@ -257,7 +257,10 @@ type Object struct {
 	FirstWalOffset int64 `protobuf:"varint,11,opt,name=first_wal_offset,json=firstWalOffset,proto3" json:"first_wal_offset,omitempty"`
 	LastWalOffset  int64 `protobuf:"varint,12,opt,name=last_wal_offset,json=lastWalOffset,proto3" json:"last_wal_offset,omitempty"`
 	// checksum is the object's whole-body CRC32C (also sent to S3).
-	Crc32C        uint32 `protobuf:"varint,13,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Crc32C uint32 `protobuf:"varint,13,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// reconciled is set for objects a restored cluster committed again
+	// (written after the backup); ranges may then be some of its index's.
+	Reconciled    bool `protobuf:"varint,14,opt,name=reconciled,proto3" json:"reconciled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,6 +384,13 @@ func (x *Object) GetCrc32C() uint32 {
 		return x.Crc32C
 	}
 	return 0
+}
+
+func (x *Object) GetReconciled() bool {
+	if x != nil {
+		return x.Reconciled
+	}
+	return false
 }
 
 // FailoverContext marks a request made by a recovery job on behalf of a
@@ -1302,7 +1312,7 @@ const file_walden_v1_catalog_proto_rawDesc = "" +
 	"\n" +
 	"end_offset\x18\x04 \x01(\x04R\tendOffset\x12\x1a\n" +
 	"\bposition\x18\x05 \x01(\x04R\bposition\x12\x16\n" +
-	"\x06length\x18\x06 \x01(\x04R\x06length\"\xad\x03\n" +
+	"\x06length\x18\x06 \x01(\x04R\x06length\"\xcd\x03\n" +
 	"\x06Object\x12\x1b\n" +
 	"\tobject_id\x18\x01 \x01(\tR\bobjectId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1317,7 +1327,10 @@ const file_walden_v1_catalog_proto_rawDesc = "" +
 	" \x01(\tR\x05jobId\x12(\n" +
 	"\x10first_wal_offset\x18\v \x01(\x03R\x0efirstWalOffset\x12&\n" +
 	"\x0flast_wal_offset\x18\f \x01(\x03R\rlastWalOffset\x12\x16\n" +
-	"\x06crc32c\x18\r \x01(\rR\x06crc32c\"X\n" +
+	"\x06crc32c\x18\r \x01(\rR\x06crc32c\x12\x1e\n" +
+	"\n" +
+	"reconciled\x18\x0e \x01(\bR\n" +
+	"reconciled\"X\n" +
 	"\x0fFailoverContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +

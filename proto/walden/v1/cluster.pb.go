@@ -227,7 +227,10 @@ type StatusResponse struct {
 	// progress_by names the leader whose replication view the members'
 	// match_index and commits are (a follower asks the leader for it); empty
 	// when no leader answered: then match_index is 0 and commits false.
-	ProgressBy    string `protobuf:"bytes,9,opt,name=progress_by,json=progressBy,proto3" json:"progress_by,omitempty"`
+	ProgressBy string `protobuf:"bytes,9,opt,name=progress_by,json=progressBy,proto3" json:"progress_by,omitempty"`
+	// restore is the reconciliation of a cluster restored from a backup, as
+	// the answering member applied it (absent when not restored).
+	Restore       *RestoreState `protobuf:"bytes,10,opt,name=restore,proto3" json:"restore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +326,13 @@ func (x *StatusResponse) GetProgressBy() string {
 		return x.ProgressBy
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetRestore() *RestoreState {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
 }
 
 type MemberListRequest struct {
@@ -725,7 +735,7 @@ var File_walden_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17walden/v1/cluster.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xd2\x02\n" +
+	"\x17walden/v1/cluster.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\x1a\x17walden/v1/restore.proto\"\xd2\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\araft_id\x18\x02 \x01(\x04R\x06raftId\x12\x1b\n" +
@@ -742,7 +752,7 @@ const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\acommits\x18\n" +
 	" \x01(\bR\acommits\x12 \n" +
 	"\vincarnation\x18\v \x01(\x04R\vincarnation\"\x0f\n" +
-	"\rStatusRequest\"\xb2\x02\n" +
+	"\rStatusRequest\"\xe5\x02\n" +
 	"\x0eStatusResponse\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -754,7 +764,9 @@ const file_walden_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"raft_state\x18\b \x01(\tR\traftState\x12\x1f\n" +
 	"\vprogress_by\x18\t \x01(\tR\n" +
-	"progressBy\"7\n" +
+	"progressBy\x121\n" +
+	"\arestore\x18\n" +
+	" \x01(\v2\x17.walden.v1.RestoreStateR\arestore\"7\n" +
 	"\x11MemberListRequest\x12\"\n" +
 	"\flinearizable\x18\x01 \x01(\bR\flinearizable\"b\n" +
 	"\x12MemberListResponse\x12+\n" +
@@ -812,29 +824,31 @@ var file_walden_v1_cluster_proto_goTypes = []any{
 	(*LeaderTransferRequest)(nil),  // 9: walden.v1.LeaderTransferRequest
 	(*LeaderTransferResponse)(nil), // 10: walden.v1.LeaderTransferResponse
 	(MemberRole)(0),                // 11: walden.v1.MemberRole
+	(*RestoreState)(nil),           // 12: walden.v1.RestoreState
 }
 var file_walden_v1_cluster_proto_depIdxs = []int32{
 	11, // 0: walden.v1.Member.member_role:type_name -> walden.v1.MemberRole
 	0,  // 1: walden.v1.StatusResponse.members:type_name -> walden.v1.Member
-	0,  // 2: walden.v1.MemberListResponse.members:type_name -> walden.v1.Member
-	0,  // 3: walden.v1.MemberAddResponse.member:type_name -> walden.v1.Member
-	0,  // 4: walden.v1.MemberAddResponse.members:type_name -> walden.v1.Member
-	0,  // 5: walden.v1.MemberRemoveResponse.members:type_name -> walden.v1.Member
-	1,  // 6: walden.v1.Cluster.Status:input_type -> walden.v1.StatusRequest
-	3,  // 7: walden.v1.Cluster.MemberList:input_type -> walden.v1.MemberListRequest
-	5,  // 8: walden.v1.Cluster.MemberAdd:input_type -> walden.v1.MemberAddRequest
-	7,  // 9: walden.v1.Cluster.MemberRemove:input_type -> walden.v1.MemberRemoveRequest
-	9,  // 10: walden.v1.Cluster.LeaderTransfer:input_type -> walden.v1.LeaderTransferRequest
-	2,  // 11: walden.v1.Cluster.Status:output_type -> walden.v1.StatusResponse
-	4,  // 12: walden.v1.Cluster.MemberList:output_type -> walden.v1.MemberListResponse
-	6,  // 13: walden.v1.Cluster.MemberAdd:output_type -> walden.v1.MemberAddResponse
-	8,  // 14: walden.v1.Cluster.MemberRemove:output_type -> walden.v1.MemberRemoveResponse
-	10, // 15: walden.v1.Cluster.LeaderTransfer:output_type -> walden.v1.LeaderTransferResponse
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	12, // 2: walden.v1.StatusResponse.restore:type_name -> walden.v1.RestoreState
+	0,  // 3: walden.v1.MemberListResponse.members:type_name -> walden.v1.Member
+	0,  // 4: walden.v1.MemberAddResponse.member:type_name -> walden.v1.Member
+	0,  // 5: walden.v1.MemberAddResponse.members:type_name -> walden.v1.Member
+	0,  // 6: walden.v1.MemberRemoveResponse.members:type_name -> walden.v1.Member
+	1,  // 7: walden.v1.Cluster.Status:input_type -> walden.v1.StatusRequest
+	3,  // 8: walden.v1.Cluster.MemberList:input_type -> walden.v1.MemberListRequest
+	5,  // 9: walden.v1.Cluster.MemberAdd:input_type -> walden.v1.MemberAddRequest
+	7,  // 10: walden.v1.Cluster.MemberRemove:input_type -> walden.v1.MemberRemoveRequest
+	9,  // 11: walden.v1.Cluster.LeaderTransfer:input_type -> walden.v1.LeaderTransferRequest
+	2,  // 12: walden.v1.Cluster.Status:output_type -> walden.v1.StatusResponse
+	4,  // 13: walden.v1.Cluster.MemberList:output_type -> walden.v1.MemberListResponse
+	6,  // 14: walden.v1.Cluster.MemberAdd:output_type -> walden.v1.MemberAddResponse
+	8,  // 15: walden.v1.Cluster.MemberRemove:output_type -> walden.v1.MemberRemoveResponse
+	10, // 16: walden.v1.Cluster.LeaderTransfer:output_type -> walden.v1.LeaderTransferResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_cluster_proto_init() }
@@ -843,6 +857,7 @@ func file_walden_v1_cluster_proto_init() {
 		return
 	}
 	file_walden_v1_types_proto_init()
+	file_walden_v1_restore_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

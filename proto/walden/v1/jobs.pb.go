@@ -178,7 +178,13 @@ type Job struct {
 	// streams at the catalog's ends (what the WAL held beyond is lost).
 	WalLost bool `protobuf:"varint,33,opt,name=wal_lost,json=walLost,proto3" json:"wal_lost,omitempty"`
 	// resolution is the operator's reason of the last resolution.
-	Resolution    string `protobuf:"bytes,34,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	Resolution string `protobuf:"bytes,34,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	// restore is set on the jobs a restored cluster's reconciliation created
+	// (restore-BROKER-TOKEN): the job first reads the WAL and reports what
+	// it holds (survey), then commits the stream tails the plan gave it.
+	Restore       bool           `protobuf:"varint,35,opt,name=restore,proto3" json:"restore,omitempty"`
+	Survey        *RestoreSurvey `protobuf:"bytes,36,opt,name=survey,proto3" json:"survey,omitempty"`
+	Tails         []*StreamTail  `protobuf:"bytes,37,rep,name=tails,proto3" json:"tails,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +457,27 @@ func (x *Job) GetResolution() string {
 		return x.Resolution
 	}
 	return ""
+}
+
+func (x *Job) GetRestore() bool {
+	if x != nil {
+		return x.Restore
+	}
+	return false
+}
+
+func (x *Job) GetSurvey() *RestoreSurvey {
+	if x != nil {
+		return x.Survey
+	}
+	return nil
+}
+
+func (x *Job) GetTails() []*StreamTail {
+	if x != nil {
+		return x.Tails
+	}
+	return nil
 }
 
 // TargetReport is a recovery target's account of a job in the terms of the
@@ -911,7 +938,9 @@ type CheckpointJob struct {
 	RecordsUploaded uint64  `protobuf:"varint,14,opt,name=records_uploaded,json=recordsUploaded,proto3" json:"records_uploaded,omitempty"`
 	JobStep         JobStep `protobuf:"varint,15,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
 	// target_report, when set, replaces the job's.
-	TargetReport  *TargetReport `protobuf:"bytes,16,opt,name=target_report,json=targetReport,proto3" json:"target_report,omitempty"`
+	TargetReport *TargetReport `protobuf:"bytes,16,opt,name=target_report,json=targetReport,proto3" json:"target_report,omitempty"`
+	// survey, when set, is a restore job's survey of its WAL (once per job).
+	Survey        *RestoreSurvey `protobuf:"bytes,17,opt,name=survey,proto3" json:"survey,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1055,6 +1084,13 @@ func (x *CheckpointJob) GetJobStep() JobStep {
 func (x *CheckpointJob) GetTargetReport() *TargetReport {
 	if x != nil {
 		return x.TargetReport
+	}
+	return nil
+}
+
+func (x *CheckpointJob) GetSurvey() *RestoreSurvey {
+	if x != nil {
+		return x.Survey
 	}
 	return nil
 }
@@ -1958,7 +1994,7 @@ var File_walden_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\n" +
-	"\x14walden/v1/jobs.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x15walden/v1/types.proto\"\xb4\x01\n" +
+	"\x14walden/v1/jobs.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/restore.proto\x1a\x15walden/v1/types.proto\"\xb4\x01\n" +
 	"\n" +
 	"Checkpoint\x12\x16\n" +
 	"\x04step\x18\x01 \x01(\tB\x02\x18\x01R\x04step\x12\x18\n" +
@@ -1966,7 +2002,7 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x16\n" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x12-\n" +
-	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\x85\n" +
+	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xfe\n" +
 	"\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
@@ -2007,7 +2043,10 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\bwal_lost\x18! \x01(\bR\awalLost\x12\x1e\n" +
 	"\n" +
 	"resolution\x18\" \x01(\tR\n" +
-	"resolution\"\xa0\x02\n" +
+	"resolution\x12\x18\n" +
+	"\arestore\x18# \x01(\bR\arestore\x120\n" +
+	"\x06survey\x18$ \x01(\v2\x18.walden.v1.RestoreSurveyR\x06survey\x12+\n" +
+	"\x05tails\x18% \x03(\v2\x15.walden.v1.StreamTailR\x05tails\"\xa0\x02\n" +
 	"\fTargetReport\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x03R\x06nodeId\x12\x1d\n" +
@@ -2042,7 +2081,7 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
 	"\flive_members\x18\x04 \x03(\tR\vliveMembers\x12\x12\n" +
-	"\x04term\x18\x05 \x01(\x04R\x04term\"\xba\x04\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\"\xec\x04\n" +
 	"\rCheckpointJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
@@ -2061,7 +2100,8 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\tstep_done\x18\r \x01(\bR\bstepDone\x12)\n" +
 	"\x10records_uploaded\x18\x0e \x01(\x04R\x0frecordsUploaded\x12-\n" +
 	"\bjob_step\x18\x0f \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\x12<\n" +
-	"\rtarget_report\x18\x10 \x01(\v2\x17.walden.v1.TargetReportR\ftargetReport\"\xd0\x01\n" +
+	"\rtarget_report\x18\x10 \x01(\v2\x17.walden.v1.TargetReportR\ftargetReport\x120\n" +
+	"\x06survey\x18\x11 \x01(\v2\x18.walden.v1.RestoreSurveyR\x06survey\"\xd0\x01\n" +
 	"\tFinishJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x18\n" +
@@ -2168,6 +2208,8 @@ var file_walden_v1_jobs_proto_goTypes = []any{
 	(*WalLocation)(nil),        // 25: walden.v1.WalLocation
 	(JobState)(0),              // 26: walden.v1.JobState
 	(*AutomqNode)(nil),         // 27: walden.v1.AutomqNode
+	(*RestoreSurvey)(nil),      // 28: walden.v1.RestoreSurvey
+	(*StreamTail)(nil),         // 29: walden.v1.StreamTail
 }
 var file_walden_v1_jobs_proto_depIdxs = []int32{
 	24, // 0: walden.v1.Checkpoint.job_step:type_name -> walden.v1.JobStep
@@ -2177,35 +2219,38 @@ var file_walden_v1_jobs_proto_depIdxs = []int32{
 	24, // 4: walden.v1.Job.job_step:type_name -> walden.v1.JobStep
 	27, // 5: walden.v1.Job.automq:type_name -> walden.v1.AutomqNode
 	2,  // 6: walden.v1.Job.target_report:type_name -> walden.v1.TargetReport
-	3,  // 7: walden.v1.TargetReport.streams:type_name -> walden.v1.TargetStream
-	4,  // 8: walden.v1.TargetReport.objects:type_name -> walden.v1.TargetObject
-	24, // 9: walden.v1.CheckpointJob.job_step:type_name -> walden.v1.JobStep
-	2,  // 10: walden.v1.CheckpointJob.target_report:type_name -> walden.v1.TargetReport
-	26, // 11: walden.v1.FinishJob.job_state:type_name -> walden.v1.JobState
-	26, // 12: walden.v1.ListJobsRequest.job_state:type_name -> walden.v1.JobState
-	1,  // 13: walden.v1.ListJobsResponse.jobs:type_name -> walden.v1.Job
-	1,  // 14: walden.v1.GetJobResponse.job:type_name -> walden.v1.Job
-	1,  // 15: walden.v1.CancelJobResponse.job:type_name -> walden.v1.Job
-	24, // 16: walden.v1.BlockJob.job_step:type_name -> walden.v1.JobStep
-	1,  // 17: walden.v1.ResolveJobResponse.job:type_name -> walden.v1.Job
-	1,  // 18: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
-	11, // 19: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
-	13, // 20: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
-	15, // 21: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
-	16, // 22: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
-	18, // 23: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
-	21, // 24: walden.v1.Jobs.ResolveJob:input_type -> walden.v1.ResolveJobRequest
-	12, // 25: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
-	14, // 26: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
-	12, // 27: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
-	17, // 28: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
-	23, // 29: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
-	22, // 30: walden.v1.Jobs.ResolveJob:output_type -> walden.v1.ResolveJobResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	28, // 7: walden.v1.Job.survey:type_name -> walden.v1.RestoreSurvey
+	29, // 8: walden.v1.Job.tails:type_name -> walden.v1.StreamTail
+	3,  // 9: walden.v1.TargetReport.streams:type_name -> walden.v1.TargetStream
+	4,  // 10: walden.v1.TargetReport.objects:type_name -> walden.v1.TargetObject
+	24, // 11: walden.v1.CheckpointJob.job_step:type_name -> walden.v1.JobStep
+	2,  // 12: walden.v1.CheckpointJob.target_report:type_name -> walden.v1.TargetReport
+	28, // 13: walden.v1.CheckpointJob.survey:type_name -> walden.v1.RestoreSurvey
+	26, // 14: walden.v1.FinishJob.job_state:type_name -> walden.v1.JobState
+	26, // 15: walden.v1.ListJobsRequest.job_state:type_name -> walden.v1.JobState
+	1,  // 16: walden.v1.ListJobsResponse.jobs:type_name -> walden.v1.Job
+	1,  // 17: walden.v1.GetJobResponse.job:type_name -> walden.v1.Job
+	1,  // 18: walden.v1.CancelJobResponse.job:type_name -> walden.v1.Job
+	24, // 19: walden.v1.BlockJob.job_step:type_name -> walden.v1.JobStep
+	1,  // 20: walden.v1.ResolveJobResponse.job:type_name -> walden.v1.Job
+	1,  // 21: walden.v1.RetryJobResponse.job:type_name -> walden.v1.Job
+	11, // 22: walden.v1.Jobs.ListJobs:input_type -> walden.v1.ListJobsRequest
+	13, // 23: walden.v1.Jobs.GetJob:input_type -> walden.v1.GetJobRequest
+	15, // 24: walden.v1.Jobs.WatchJobs:input_type -> walden.v1.WatchJobsRequest
+	16, // 25: walden.v1.Jobs.CancelJob:input_type -> walden.v1.CancelJobRequest
+	18, // 26: walden.v1.Jobs.RetryJob:input_type -> walden.v1.RetryJobRequest
+	21, // 27: walden.v1.Jobs.ResolveJob:input_type -> walden.v1.ResolveJobRequest
+	12, // 28: walden.v1.Jobs.ListJobs:output_type -> walden.v1.ListJobsResponse
+	14, // 29: walden.v1.Jobs.GetJob:output_type -> walden.v1.GetJobResponse
+	12, // 30: walden.v1.Jobs.WatchJobs:output_type -> walden.v1.ListJobsResponse
+	17, // 31: walden.v1.Jobs.CancelJob:output_type -> walden.v1.CancelJobResponse
+	23, // 32: walden.v1.Jobs.RetryJob:output_type -> walden.v1.RetryJobResponse
+	22, // 33: walden.v1.Jobs.ResolveJob:output_type -> walden.v1.ResolveJobResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_jobs_proto_init() }
@@ -2214,6 +2259,7 @@ func file_walden_v1_jobs_proto_init() {
 		return
 	}
 	file_walden_v1_broker_proto_init()
+	file_walden_v1_restore_proto_init()
 	file_walden_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -161,7 +161,8 @@ func TestAddAndToLegacy(t *testing.T) {
 // testdata was written: new keys, which a script reading the old ones never
 // sees. Every other key must print exactly as before.
 var addedFields = []string{`,"automq":null`, `,"version":""`, `,"commits":false`, `,"incarnation":"0"`, `,"progress_by":""`,
-	`,"target_report":null`, `,"blocked_unix_ms":"0"`, `,"wal_lost":false`, `,"resolution":""`}
+	`,"target_report":null`, `,"blocked_unix_ms":"0"`, `,"wal_lost":false`, `,"resolution":""`,
+	`,"restore":false`, `,"survey":null`, `,"tails":[]`, `,"restore":null`, `,"reconciled":false`}
 
 // withoutAddedFields drops addedFields from the compacted JSON js.
 func withoutAddedFields(t *testing.T, js []byte) []byte {

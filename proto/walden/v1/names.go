@@ -10,7 +10,7 @@ import (
 
 // Named is an enum of types.proto: a value with a name people read.
 type Named interface {
-	BrokerState | ObservationState | JobState | JobStep | MemberRole | EventKind
+	BrokerState | ObservationState | JobState | JobStep | MemberRole | EventKind | RestorePhase
 	Descriptor() protoreflect.EnumDescriptor
 	Number() protoreflect.EnumNumber
 	Name() string
@@ -39,6 +39,10 @@ func (x MemberRole) Name() string { return nameOf(x.Descriptor(), x.Number()) }
 // Name is the event kind's name ("register", "dry_run", ...); "" for
 // EVENT_KIND_UNSPECIFIED.
 func (x EventKind) Name() string { return nameOf(x.Descriptor(), x.Number()) }
+
+// Name is the restore phase's name ("scan", "survey", "plan", "recover",
+// "done"); "" for RESTORE_PHASE_UNSPECIFIED (not restored).
+func (x RestorePhase) Name() string { return nameOf(x.Descriptor(), x.Number()) }
 
 // Parse returns the value of E named s (as Name spells it), and false when
 // no value is (the empty name included).

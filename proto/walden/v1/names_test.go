@@ -36,7 +36,9 @@ func TestNames(t *testing.T) {
 		{Names[JobStep](), []string{"fence", "attach", "read", "upload", "commit", "close", "detach", "done"}},
 		{Names[MemberRole](), []string{"voter", "learner", "leader", "follower"}},
 		{Names[EventKind](), []string{"register", "observation", "decision", "dry_run", "freeze", "unfreeze", "cooldown",
-			"policy", "maintenance", "ack", "lease", "job", "stream", "recovery", "remove", "failover_requested", "force_new_cluster"}},
+			"policy", "maintenance", "ack", "lease", "job", "stream", "recovery", "remove", "failover_requested", "force_new_cluster",
+			"restore"}},
+		{Names[RestorePhase](), []string{"scan", "survey", "plan", "recover", "done"}},
 	}
 	for _, l := range lists {
 		if !slices.Equal(l.got, l.want) {

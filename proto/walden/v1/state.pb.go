@@ -56,6 +56,10 @@ type Command struct {
 	//	*Command_RequestFailover
 	//	*Command_SeedPolicy
 	//	*Command_ForceNewCluster
+	//	*Command_ReconcileScan
+	//	*Command_ReconcileObjects
+	//	*Command_ReconcilePlan
+	//	*Command_ReconcileProgress
 	//	*Command_OpenStream
 	//	*Command_CommitObject
 	//	*Command_CloseStream
@@ -245,6 +249,42 @@ func (x *Command) GetForceNewCluster() *ForceNewCluster {
 	return nil
 }
 
+func (x *Command) GetReconcileScan() *ReconcileScan {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReconcileScan); ok {
+			return x.ReconcileScan
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReconcileObjects() *ReconcileObjects {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReconcileObjects); ok {
+			return x.ReconcileObjects
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReconcilePlan() *ReconcilePlan {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReconcilePlan); ok {
+			return x.ReconcilePlan
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReconcileProgress() *ReconcileProgress {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReconcileProgress); ok {
+			return x.ReconcileProgress
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetOpenStream() *OpenStreamRequest {
 	if x != nil {
 		if x, ok := x.Op.(*Command_OpenStream); ok {
@@ -397,6 +437,23 @@ type Command_ForceNewCluster struct {
 	ForceNewCluster *ForceNewCluster `protobuf:"bytes,30,opt,name=force_new_cluster,json=forceNewCluster,proto3,oneof"`
 }
 
+type Command_ReconcileScan struct {
+	// Restore reconciliation (docs/state.md#restore-reconciliation).
+	ReconcileScan *ReconcileScan `protobuf:"bytes,31,opt,name=reconcile_scan,json=reconcileScan,proto3,oneof"`
+}
+
+type Command_ReconcileObjects struct {
+	ReconcileObjects *ReconcileObjects `protobuf:"bytes,32,opt,name=reconcile_objects,json=reconcileObjects,proto3,oneof"`
+}
+
+type Command_ReconcilePlan struct {
+	ReconcilePlan *ReconcilePlan `protobuf:"bytes,33,opt,name=reconcile_plan,json=reconcilePlan,proto3,oneof"`
+}
+
+type Command_ReconcileProgress struct {
+	ReconcileProgress *ReconcileProgress `protobuf:"bytes,34,opt,name=reconcile_progress,json=reconcileProgress,proto3,oneof"`
+}
+
 type Command_OpenStream struct {
 	// Stream catalog.
 	OpenStream *OpenStreamRequest `protobuf:"bytes,40,opt,name=open_stream,json=openStream,proto3,oneof"`
@@ -466,6 +523,14 @@ func (*Command_RequestFailover) isCommand_Op() {}
 func (*Command_SeedPolicy) isCommand_Op() {}
 
 func (*Command_ForceNewCluster) isCommand_Op() {}
+
+func (*Command_ReconcileScan) isCommand_Op() {}
+
+func (*Command_ReconcileObjects) isCommand_Op() {}
+
+func (*Command_ReconcilePlan) isCommand_Op() {}
+
+func (*Command_ReconcileProgress) isCommand_Op() {}
 
 func (*Command_OpenStream) isCommand_Op() {}
 
@@ -1044,8 +1109,11 @@ type StateSnapshot struct {
 	// starts with an empty data dir waits it out before it grants or attests,
 	// and voter changes are spaced by it (docs/safety.md).
 	LeaseHorizonMs int64 `protobuf:"varint,16,opt,name=lease_horizon_ms,json=leaseHorizonMs,proto3" json:"lease_horizon_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// restore is set in a cluster restored from a backup: where its
+	// reconciliation with S3 and the brokers' WALs is.
+	Restore       *RestoreState `protobuf:"bytes,17,opt,name=restore,proto3" json:"restore,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StateSnapshot) Reset() {
@@ -1190,6 +1258,312 @@ func (x *StateSnapshot) GetLeaseHorizonMs() int64 {
 	return 0
 }
 
+func (x *StateSnapshot) GetRestore() *RestoreState {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
+// ReconcileScan ends the scan of a restored cluster (leader): the brokers
+// S3 names beyond the registry are added, and every broker gets a restore
+// job that reads its WAL.
+type ReconcileScan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// term is the raft term of the leadership that scanned; refused in
+	// another.
+	Term          uint64   `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	BrokersFound  []string `protobuf:"bytes,2,rep,name=brokers_found,json=brokersFound,proto3" json:"brokers_found,omitempty"`
+	ObjectsListed uint64   `protobuf:"varint,3,opt,name=objects_listed,json=objectsListed,proto3" json:"objects_listed,omitempty"`
+	// live_members are the candidates for the jobs' assignees.
+	LiveMembers   []string `protobuf:"bytes,4,rep,name=live_members,json=liveMembers,proto3" json:"live_members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileScan) Reset() {
+	*x = ReconcileScan{}
+	mi := &file_walden_v1_state_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileScan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileScan) ProtoMessage() {}
+
+func (x *ReconcileScan) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_state_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileScan.ProtoReflect.Descriptor instead.
+func (*ReconcileScan) Descriptor() ([]byte, []int) {
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReconcileScan) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ReconcileScan) GetBrokersFound() []string {
+	if x != nil {
+		return x.BrokersFound
+	}
+	return nil
+}
+
+func (x *ReconcileScan) GetObjectsListed() uint64 {
+	if x != nil {
+		return x.ObjectsListed
+	}
+	return 0
+}
+
+func (x *ReconcileScan) GetLiveMembers() []string {
+	if x != nil {
+		return x.LiveMembers
+	}
+	return nil
+}
+
+// ReconcileObjects commits again, in order, objects written after the
+// backup (leader, phase plan). All or nothing.
+type ReconcileObjects struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	Objects       []*ReconciledObject    `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileObjects) Reset() {
+	*x = ReconcileObjects{}
+	mi := &file_walden_v1_state_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileObjects) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileObjects) ProtoMessage() {}
+
+func (x *ReconcileObjects) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_state_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileObjects.ProtoReflect.Descriptor instead.
+func (*ReconcileObjects) Descriptor() ([]byte, []int) {
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReconcileObjects) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ReconcileObjects) GetObjects() []*ReconciledObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+// ReconciledObject is one object with the ranges the reconciliation takes
+// from it (all of its index's, or some when others hold the rest) and the
+// last batch of each idempotent producer in them.
+type ReconciledObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Object        *Object                `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	Producers     []*StreamProducers     `protobuf:"bytes,2,rep,name=producers,proto3" json:"producers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconciledObject) Reset() {
+	*x = ReconciledObject{}
+	mi := &file_walden_v1_state_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconciledObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconciledObject) ProtoMessage() {}
+
+func (x *ReconciledObject) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_state_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconciledObject.ProtoReflect.Descriptor instead.
+func (*ReconciledObject) Descriptor() ([]byte, []int) {
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReconciledObject) GetObject() *Object {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *ReconciledObject) GetProducers() []*StreamProducers {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+// ReconcilePlan ends the plan phase (leader): the streams whose last
+// records are in a WAL are opened for the broker's restore job, every
+// other stream is closed, and the report is kept.
+type ReconcilePlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	Tails         []*StreamTail          `protobuf:"bytes,2,rep,name=tails,proto3" json:"tails,omitempty"`
+	Report        *RestoreReport         `protobuf:"bytes,3,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcilePlan) Reset() {
+	*x = ReconcilePlan{}
+	mi := &file_walden_v1_state_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcilePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcilePlan) ProtoMessage() {}
+
+func (x *ReconcilePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_state_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcilePlan.ProtoReflect.Descriptor instead.
+func (*ReconcilePlan) Descriptor() ([]byte, []int) {
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReconcilePlan) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ReconcilePlan) GetTails() []*StreamTail {
+	if x != nil {
+		return x.Tails
+	}
+	return nil
+}
+
+func (x *ReconcilePlan) GetReport() *RestoreReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+// ReconcileProgress records how far the leader's check of the objects is.
+type ReconcileProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	Progress      *RestoreProgress       `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileProgress) Reset() {
+	*x = ReconcileProgress{}
+	mi := &file_walden_v1_state_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileProgress) ProtoMessage() {}
+
+func (x *ReconcileProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_state_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileProgress.ProtoReflect.Descriptor instead.
+func (*ReconcileProgress) Descriptor() ([]byte, []int) {
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReconcileProgress) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ReconcileProgress) GetProgress() *RestoreProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // PolicyOverrides are the runtime policy changes made through raft.
 type PolicyOverrides struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1208,7 +1582,7 @@ type PolicyOverrides struct {
 
 func (x *PolicyOverrides) Reset() {
 	*x = PolicyOverrides{}
-	mi := &file_walden_v1_state_proto_msgTypes[8]
+	mi := &file_walden_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1594,7 @@ func (x *PolicyOverrides) String() string {
 func (*PolicyOverrides) ProtoMessage() {}
 
 func (x *PolicyOverrides) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_state_proto_msgTypes[8]
+	mi := &file_walden_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1607,7 @@ func (x *PolicyOverrides) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyOverrides.ProtoReflect.Descriptor instead.
 func (*PolicyOverrides) Descriptor() ([]byte, []int) {
-	return file_walden_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_walden_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PolicyOverrides) GetValues() map[string]string {
@@ -1275,7 +1649,7 @@ var File_walden_v1_state_proto protoreflect.FileDescriptor
 
 const file_walden_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\"\xa2\f\n" +
+	"\x15walden/v1/state.proto\x12\twalden.v1\x1a\x16walden/v1/broker.proto\x1a\x17walden/v1/catalog.proto\x1a\x17walden/v1/cluster.proto\x1a\x14walden/v1/jobs.proto\x1a\x17walden/v1/restore.proto\"\xc3\x0e\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12(\n" +
@@ -1298,7 +1672,11 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\x10request_failover\x18\x1c \x01(\v2\x1a.walden.v1.RequestFailoverH\x00R\x0frequestFailover\x128\n" +
 	"\vseed_policy\x18\x1d \x01(\v2\x15.walden.v1.SeedPolicyH\x00R\n" +
 	"seedPolicy\x12H\n" +
-	"\x11force_new_cluster\x18\x1e \x01(\v2\x1a.walden.v1.ForceNewClusterH\x00R\x0fforceNewCluster\x12?\n" +
+	"\x11force_new_cluster\x18\x1e \x01(\v2\x1a.walden.v1.ForceNewClusterH\x00R\x0fforceNewCluster\x12A\n" +
+	"\x0ereconcile_scan\x18\x1f \x01(\v2\x18.walden.v1.ReconcileScanH\x00R\rreconcileScan\x12J\n" +
+	"\x11reconcile_objects\x18  \x01(\v2\x1b.walden.v1.ReconcileObjectsH\x00R\x10reconcileObjects\x12A\n" +
+	"\x0ereconcile_plan\x18! \x01(\v2\x18.walden.v1.ReconcilePlanH\x00R\rreconcilePlan\x12M\n" +
+	"\x12reconcile_progress\x18\" \x01(\v2\x1c.walden.v1.ReconcileProgressH\x00R\x11reconcileProgress\x12?\n" +
 	"\vopen_stream\x18( \x01(\v2\x1c.walden.v1.OpenStreamRequestH\x00R\n" +
 	"openStream\x12E\n" +
 	"\rcommit_object\x18) \x01(\v2\x1e.walden.v1.CommitObjectRequestH\x00R\fcommitObject\x12B\n" +
@@ -1353,7 +1731,7 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\x11ConfChangeContext\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
-	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\x99\x05\n" +
+	"\x06member\x18\x02 \x01(\v2\x18.walden.v1.MemberContextR\x06member\"\xcc\x05\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12!\n" +
 	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12#\n" +
@@ -1374,7 +1752,26 @@ const file_walden_v1_state_proto_rawDesc = "" +
 	"\tproducers\x18\x0e \x03(\v2\x1a.walden.v1.StreamProducersR\tproducers\x12\x1d\n" +
 	"\n" +
 	"conf_index\x18\x0f \x01(\x04R\tconfIndex\x12(\n" +
-	"\x10lease_horizon_ms\x18\x10 \x01(\x03R\x0eleaseHorizonMs\"\xf3\x02\n" +
+	"\x10lease_horizon_ms\x18\x10 \x01(\x03R\x0eleaseHorizonMs\x121\n" +
+	"\arestore\x18\x11 \x01(\v2\x17.walden.v1.RestoreStateR\arestore\"\x92\x01\n" +
+	"\rReconcileScan\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\x12#\n" +
+	"\rbrokers_found\x18\x02 \x03(\tR\fbrokersFound\x12%\n" +
+	"\x0eobjects_listed\x18\x03 \x01(\x04R\robjectsListed\x12!\n" +
+	"\flive_members\x18\x04 \x03(\tR\vliveMembers\"]\n" +
+	"\x10ReconcileObjects\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\x125\n" +
+	"\aobjects\x18\x02 \x03(\v2\x1b.walden.v1.ReconciledObjectR\aobjects\"w\n" +
+	"\x10ReconciledObject\x12)\n" +
+	"\x06object\x18\x01 \x01(\v2\x11.walden.v1.ObjectR\x06object\x128\n" +
+	"\tproducers\x18\x02 \x03(\v2\x1a.walden.v1.StreamProducersR\tproducers\"\x82\x01\n" +
+	"\rReconcilePlan\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\x12+\n" +
+	"\x05tails\x18\x02 \x03(\v2\x15.walden.v1.StreamTailR\x05tails\x120\n" +
+	"\x06report\x18\x03 \x01(\v2\x18.walden.v1.RestoreReportR\x06report\"_\n" +
+	"\x11ReconcileProgress\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\x126\n" +
+	"\bprogress\x18\x02 \x01(\v2\x1a.walden.v1.RestoreProgressR\bprogress\"\xf3\x02\n" +
 	"\x0fPolicyOverrides\x12>\n" +
 	"\x06values\x18\x01 \x03(\v2&.walden.v1.PolicyOverrides.ValuesEntryR\x06values\x12E\n" +
 	"\tset_index\x18\x02 \x03(\v2(.walden.v1.PolicyOverrides.SetIndexEntryR\bsetIndex\x12%\n" +
@@ -1401,7 +1798,7 @@ func file_walden_v1_state_proto_rawDescGZIP() []byte {
 	return file_walden_v1_state_proto_rawDescData
 }
 
-var file_walden_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_walden_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_walden_v1_state_proto_goTypes = []any{
 	(*Command)(nil),              // 0: walden.v1.Command
 	(*ForceNewCluster)(nil),      // 1: walden.v1.ForceNewCluster
@@ -1411,95 +1808,115 @@ var file_walden_v1_state_proto_goTypes = []any{
 	(*MemberContext)(nil),        // 5: walden.v1.MemberContext
 	(*ConfChangeContext)(nil),    // 6: walden.v1.ConfChangeContext
 	(*StateSnapshot)(nil),        // 7: walden.v1.StateSnapshot
-	(*PolicyOverrides)(nil),      // 8: walden.v1.PolicyOverrides
-	nil,                          // 9: walden.v1.PolicyOverrides.ValuesEntry
-	nil,                          // 10: walden.v1.PolicyOverrides.SetIndexEntry
-	(*RegisterBroker)(nil),       // 11: walden.v1.RegisterBroker
-	(*ObserveBroker)(nil),        // 12: walden.v1.ObserveBroker
-	(*DeclareFailed)(nil),        // 13: walden.v1.DeclareFailed
-	(*SetPolicy)(nil),            // 14: walden.v1.SetPolicy
-	(*AckBroker)(nil),            // 15: walden.v1.AckBroker
-	(*SetMaintenance)(nil),       // 16: walden.v1.SetMaintenance
-	(*RecordEvent)(nil),          // 17: walden.v1.RecordEvent
-	(*RemoveBroker)(nil),         // 18: walden.v1.RemoveBroker
-	(*RequestFailover)(nil),      // 19: walden.v1.RequestFailover
-	(*SeedPolicy)(nil),           // 20: walden.v1.SeedPolicy
-	(*OpenStreamRequest)(nil),    // 21: walden.v1.OpenStreamRequest
-	(*CommitObjectRequest)(nil),  // 22: walden.v1.CommitObjectRequest
-	(*CloseStreamRequest)(nil),   // 23: walden.v1.CloseStreamRequest
-	(*RenewJobLease)(nil),        // 24: walden.v1.RenewJobLease
-	(*ReassignJob)(nil),          // 25: walden.v1.ReassignJob
-	(*CheckpointJob)(nil),        // 26: walden.v1.CheckpointJob
-	(*FinishJob)(nil),            // 27: walden.v1.FinishJob
-	(*CancelJob)(nil),            // 28: walden.v1.CancelJob
-	(*RetryJob)(nil),             // 29: walden.v1.RetryJob
-	(*BlockJob)(nil),             // 30: walden.v1.BlockJob
-	(*ResolveJob)(nil),           // 31: walden.v1.ResolveJob
-	(*RegisterBrokerResult)(nil), // 32: walden.v1.RegisterBrokerResult
-	(*DeclareFailedResult)(nil),  // 33: walden.v1.DeclareFailedResult
-	(*Broker)(nil),               // 34: walden.v1.Broker
-	(*Event)(nil),                // 35: walden.v1.Event
-	(*OpenStreamResponse)(nil),   // 36: walden.v1.OpenStreamResponse
-	(*CommitObjectResponse)(nil), // 37: walden.v1.CommitObjectResponse
-	(*CloseStreamResponse)(nil),  // 38: walden.v1.CloseStreamResponse
-	(*Job)(nil),                  // 39: walden.v1.Job
-	(*Member)(nil),               // 40: walden.v1.Member
-	(*Stream)(nil),               // 41: walden.v1.Stream
-	(*Object)(nil),               // 42: walden.v1.Object
-	(*StreamProducers)(nil),      // 43: walden.v1.StreamProducers
-	(*Policy)(nil),               // 44: walden.v1.Policy
+	(*ReconcileScan)(nil),        // 8: walden.v1.ReconcileScan
+	(*ReconcileObjects)(nil),     // 9: walden.v1.ReconcileObjects
+	(*ReconciledObject)(nil),     // 10: walden.v1.ReconciledObject
+	(*ReconcilePlan)(nil),        // 11: walden.v1.ReconcilePlan
+	(*ReconcileProgress)(nil),    // 12: walden.v1.ReconcileProgress
+	(*PolicyOverrides)(nil),      // 13: walden.v1.PolicyOverrides
+	nil,                          // 14: walden.v1.PolicyOverrides.ValuesEntry
+	nil,                          // 15: walden.v1.PolicyOverrides.SetIndexEntry
+	(*RegisterBroker)(nil),       // 16: walden.v1.RegisterBroker
+	(*ObserveBroker)(nil),        // 17: walden.v1.ObserveBroker
+	(*DeclareFailed)(nil),        // 18: walden.v1.DeclareFailed
+	(*SetPolicy)(nil),            // 19: walden.v1.SetPolicy
+	(*AckBroker)(nil),            // 20: walden.v1.AckBroker
+	(*SetMaintenance)(nil),       // 21: walden.v1.SetMaintenance
+	(*RecordEvent)(nil),          // 22: walden.v1.RecordEvent
+	(*RemoveBroker)(nil),         // 23: walden.v1.RemoveBroker
+	(*RequestFailover)(nil),      // 24: walden.v1.RequestFailover
+	(*SeedPolicy)(nil),           // 25: walden.v1.SeedPolicy
+	(*OpenStreamRequest)(nil),    // 26: walden.v1.OpenStreamRequest
+	(*CommitObjectRequest)(nil),  // 27: walden.v1.CommitObjectRequest
+	(*CloseStreamRequest)(nil),   // 28: walden.v1.CloseStreamRequest
+	(*RenewJobLease)(nil),        // 29: walden.v1.RenewJobLease
+	(*ReassignJob)(nil),          // 30: walden.v1.ReassignJob
+	(*CheckpointJob)(nil),        // 31: walden.v1.CheckpointJob
+	(*FinishJob)(nil),            // 32: walden.v1.FinishJob
+	(*CancelJob)(nil),            // 33: walden.v1.CancelJob
+	(*RetryJob)(nil),             // 34: walden.v1.RetryJob
+	(*BlockJob)(nil),             // 35: walden.v1.BlockJob
+	(*ResolveJob)(nil),           // 36: walden.v1.ResolveJob
+	(*RegisterBrokerResult)(nil), // 37: walden.v1.RegisterBrokerResult
+	(*DeclareFailedResult)(nil),  // 38: walden.v1.DeclareFailedResult
+	(*Broker)(nil),               // 39: walden.v1.Broker
+	(*Event)(nil),                // 40: walden.v1.Event
+	(*OpenStreamResponse)(nil),   // 41: walden.v1.OpenStreamResponse
+	(*CommitObjectResponse)(nil), // 42: walden.v1.CommitObjectResponse
+	(*CloseStreamResponse)(nil),  // 43: walden.v1.CloseStreamResponse
+	(*Job)(nil),                  // 44: walden.v1.Job
+	(*Member)(nil),               // 45: walden.v1.Member
+	(*Stream)(nil),               // 46: walden.v1.Stream
+	(*Object)(nil),               // 47: walden.v1.Object
+	(*StreamProducers)(nil),      // 48: walden.v1.StreamProducers
+	(*RestoreState)(nil),         // 49: walden.v1.RestoreState
+	(*StreamTail)(nil),           // 50: walden.v1.StreamTail
+	(*RestoreReport)(nil),        // 51: walden.v1.RestoreReport
+	(*RestoreProgress)(nil),      // 52: walden.v1.RestoreProgress
+	(*Policy)(nil),               // 53: walden.v1.Policy
 }
 var file_walden_v1_state_proto_depIdxs = []int32{
 	2,  // 0: walden.v1.Command.noop:type_name -> walden.v1.Noop
-	11, // 1: walden.v1.Command.register_broker:type_name -> walden.v1.RegisterBroker
-	12, // 2: walden.v1.Command.observe_broker:type_name -> walden.v1.ObserveBroker
-	13, // 3: walden.v1.Command.declare_failed:type_name -> walden.v1.DeclareFailed
-	14, // 4: walden.v1.Command.set_policy:type_name -> walden.v1.SetPolicy
-	15, // 5: walden.v1.Command.ack_broker:type_name -> walden.v1.AckBroker
-	16, // 6: walden.v1.Command.set_maintenance:type_name -> walden.v1.SetMaintenance
-	17, // 7: walden.v1.Command.record_event:type_name -> walden.v1.RecordEvent
-	18, // 8: walden.v1.Command.remove_broker:type_name -> walden.v1.RemoveBroker
-	19, // 9: walden.v1.Command.request_failover:type_name -> walden.v1.RequestFailover
-	20, // 10: walden.v1.Command.seed_policy:type_name -> walden.v1.SeedPolicy
+	16, // 1: walden.v1.Command.register_broker:type_name -> walden.v1.RegisterBroker
+	17, // 2: walden.v1.Command.observe_broker:type_name -> walden.v1.ObserveBroker
+	18, // 3: walden.v1.Command.declare_failed:type_name -> walden.v1.DeclareFailed
+	19, // 4: walden.v1.Command.set_policy:type_name -> walden.v1.SetPolicy
+	20, // 5: walden.v1.Command.ack_broker:type_name -> walden.v1.AckBroker
+	21, // 6: walden.v1.Command.set_maintenance:type_name -> walden.v1.SetMaintenance
+	22, // 7: walden.v1.Command.record_event:type_name -> walden.v1.RecordEvent
+	23, // 8: walden.v1.Command.remove_broker:type_name -> walden.v1.RemoveBroker
+	24, // 9: walden.v1.Command.request_failover:type_name -> walden.v1.RequestFailover
+	25, // 10: walden.v1.Command.seed_policy:type_name -> walden.v1.SeedPolicy
 	1,  // 11: walden.v1.Command.force_new_cluster:type_name -> walden.v1.ForceNewCluster
-	21, // 12: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
-	22, // 13: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
-	23, // 14: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
-	24, // 15: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
-	25, // 16: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
-	26, // 17: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
-	27, // 18: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
-	28, // 19: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
-	29, // 20: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
-	30, // 21: walden.v1.Command.block_job:type_name -> walden.v1.BlockJob
-	31, // 22: walden.v1.Command.resolve_job:type_name -> walden.v1.ResolveJob
-	4,  // 23: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
-	32, // 24: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
-	33, // 25: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
-	34, // 26: walden.v1.Result.broker:type_name -> walden.v1.Broker
-	8,  // 27: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
-	35, // 28: walden.v1.Result.event:type_name -> walden.v1.Event
-	36, // 29: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
-	37, // 30: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
-	38, // 31: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
-	39, // 32: walden.v1.Result.job:type_name -> walden.v1.Job
-	5,  // 33: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
-	40, // 34: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
-	34, // 35: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
-	8,  // 36: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
-	35, // 37: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
-	41, // 38: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
-	42, // 39: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
-	39, // 40: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
-	43, // 41: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
-	9,  // 42: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
-	10, // 43: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
-	44, // 44: walden.v1.PolicyOverrides.seed:type_name -> walden.v1.Policy
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	8,  // 12: walden.v1.Command.reconcile_scan:type_name -> walden.v1.ReconcileScan
+	9,  // 13: walden.v1.Command.reconcile_objects:type_name -> walden.v1.ReconcileObjects
+	11, // 14: walden.v1.Command.reconcile_plan:type_name -> walden.v1.ReconcilePlan
+	12, // 15: walden.v1.Command.reconcile_progress:type_name -> walden.v1.ReconcileProgress
+	26, // 16: walden.v1.Command.open_stream:type_name -> walden.v1.OpenStreamRequest
+	27, // 17: walden.v1.Command.commit_object:type_name -> walden.v1.CommitObjectRequest
+	28, // 18: walden.v1.Command.close_stream:type_name -> walden.v1.CloseStreamRequest
+	29, // 19: walden.v1.Command.renew_job_lease:type_name -> walden.v1.RenewJobLease
+	30, // 20: walden.v1.Command.reassign_job:type_name -> walden.v1.ReassignJob
+	31, // 21: walden.v1.Command.checkpoint_job:type_name -> walden.v1.CheckpointJob
+	32, // 22: walden.v1.Command.finish_job:type_name -> walden.v1.FinishJob
+	33, // 23: walden.v1.Command.cancel_job:type_name -> walden.v1.CancelJob
+	34, // 24: walden.v1.Command.retry_job:type_name -> walden.v1.RetryJob
+	35, // 25: walden.v1.Command.block_job:type_name -> walden.v1.BlockJob
+	36, // 26: walden.v1.Command.resolve_job:type_name -> walden.v1.ResolveJob
+	4,  // 27: walden.v1.Result.noop:type_name -> walden.v1.NoopResult
+	37, // 28: walden.v1.Result.register_broker:type_name -> walden.v1.RegisterBrokerResult
+	38, // 29: walden.v1.Result.declare_failed:type_name -> walden.v1.DeclareFailedResult
+	39, // 30: walden.v1.Result.broker:type_name -> walden.v1.Broker
+	13, // 31: walden.v1.Result.policy:type_name -> walden.v1.PolicyOverrides
+	40, // 32: walden.v1.Result.event:type_name -> walden.v1.Event
+	41, // 33: walden.v1.Result.open_stream:type_name -> walden.v1.OpenStreamResponse
+	42, // 34: walden.v1.Result.commit_object:type_name -> walden.v1.CommitObjectResponse
+	43, // 35: walden.v1.Result.close_stream:type_name -> walden.v1.CloseStreamResponse
+	44, // 36: walden.v1.Result.job:type_name -> walden.v1.Job
+	5,  // 37: walden.v1.ConfChangeContext.member:type_name -> walden.v1.MemberContext
+	45, // 38: walden.v1.StateSnapshot.members:type_name -> walden.v1.Member
+	39, // 39: walden.v1.StateSnapshot.brokers:type_name -> walden.v1.Broker
+	13, // 40: walden.v1.StateSnapshot.policy:type_name -> walden.v1.PolicyOverrides
+	40, // 41: walden.v1.StateSnapshot.events:type_name -> walden.v1.Event
+	46, // 42: walden.v1.StateSnapshot.streams:type_name -> walden.v1.Stream
+	47, // 43: walden.v1.StateSnapshot.objects:type_name -> walden.v1.Object
+	44, // 44: walden.v1.StateSnapshot.jobs:type_name -> walden.v1.Job
+	48, // 45: walden.v1.StateSnapshot.producers:type_name -> walden.v1.StreamProducers
+	49, // 46: walden.v1.StateSnapshot.restore:type_name -> walden.v1.RestoreState
+	10, // 47: walden.v1.ReconcileObjects.objects:type_name -> walden.v1.ReconciledObject
+	47, // 48: walden.v1.ReconciledObject.object:type_name -> walden.v1.Object
+	48, // 49: walden.v1.ReconciledObject.producers:type_name -> walden.v1.StreamProducers
+	50, // 50: walden.v1.ReconcilePlan.tails:type_name -> walden.v1.StreamTail
+	51, // 51: walden.v1.ReconcilePlan.report:type_name -> walden.v1.RestoreReport
+	52, // 52: walden.v1.ReconcileProgress.progress:type_name -> walden.v1.RestoreProgress
+	14, // 53: walden.v1.PolicyOverrides.values:type_name -> walden.v1.PolicyOverrides.ValuesEntry
+	15, // 54: walden.v1.PolicyOverrides.set_index:type_name -> walden.v1.PolicyOverrides.SetIndexEntry
+	53, // 55: walden.v1.PolicyOverrides.seed:type_name -> walden.v1.Policy
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_state_proto_init() }
@@ -1511,6 +1928,7 @@ func file_walden_v1_state_proto_init() {
 	file_walden_v1_catalog_proto_init()
 	file_walden_v1_cluster_proto_init()
 	file_walden_v1_jobs_proto_init()
+	file_walden_v1_restore_proto_init()
 	file_walden_v1_state_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_Noop)(nil),
 		(*Command_RegisterBroker)(nil),
@@ -1524,6 +1942,10 @@ func file_walden_v1_state_proto_init() {
 		(*Command_RequestFailover)(nil),
 		(*Command_SeedPolicy)(nil),
 		(*Command_ForceNewCluster)(nil),
+		(*Command_ReconcileScan)(nil),
+		(*Command_ReconcileObjects)(nil),
+		(*Command_ReconcilePlan)(nil),
+		(*Command_ReconcileProgress)(nil),
 		(*Command_OpenStream)(nil),
 		(*Command_CommitObject)(nil),
 		(*Command_CloseStream)(nil),
@@ -1554,7 +1976,7 @@ func file_walden_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_state_proto_rawDesc), len(file_walden_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -389,6 +389,9 @@ const (
 	// (walden server --force-new-cluster): what it may have lost, the brokers
 	// fenced and the fencing token moved.
 	EventKind_EVENT_KIND_FORCE_NEW_CLUSTER EventKind = 17
+	// A cluster restored from a backup reconciled its catalog: each phase it
+	// went through, what it committed again, what it found damaged.
+	EventKind_EVENT_KIND_RESTORE EventKind = 18
 )
 
 // Enum value maps for EventKind.
@@ -412,6 +415,7 @@ var (
 		15: "EVENT_KIND_REMOVE",
 		16: "EVENT_KIND_FAILOVER_REQUESTED",
 		17: "EVENT_KIND_FORCE_NEW_CLUSTER",
+		18: "EVENT_KIND_RESTORE",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":        0,
@@ -432,6 +436,7 @@ var (
 		"EVENT_KIND_REMOVE":             15,
 		"EVENT_KIND_FAILOVER_REQUESTED": 16,
 		"EVENT_KIND_FORCE_NEW_CLUSTER":  17,
+		"EVENT_KIND_RESTORE":            18,
 	}
 )
 
@@ -460,6 +465,79 @@ func (x EventKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use EventKind.Descriptor instead.
 func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_walden_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+// RestorePhase is where a cluster restored from a backup is in reconciling
+// its catalog with what exists beyond the backup: the objects written to S3
+// after it and the brokers' WALs (docs/state.md#restore-reconciliation).
+// Until it is done no broker registers and no stream opens
+// (RESTORE_RECONCILING), so that no offset acknowledged before is issued
+// again.
+type RestorePhase int32
+
+const (
+	// Not restored, or restored by a walden before the reconciliation.
+	RestorePhase_RESTORE_PHASE_UNSPECIFIED RestorePhase = 0
+	// The leader lists the cluster's prefix in S3 for the brokers that wrote
+	// after the backup; it ends by creating one restore job per broker.
+	RestorePhase_RESTORE_PHASE_SCAN RestorePhase = 1
+	// Each broker's restore job reads the broker's WAL and reports the runs
+	// of records it holds per stream and stream epoch.
+	RestorePhase_RESTORE_PHASE_SURVEY RestorePhase = 2
+	// The leader checks the objects written after the backup, commits them
+	// again in order and assigns each stream's tail to the WAL that holds it.
+	RestorePhase_RESTORE_PHASE_PLAN RestorePhase = 3
+	// The restore jobs commit the tails of the WALs and close the streams.
+	RestorePhase_RESTORE_PHASE_RECOVER RestorePhase = 4
+	// Reconciled: brokers register and streams open again.
+	RestorePhase_RESTORE_PHASE_DONE RestorePhase = 5
+)
+
+// Enum value maps for RestorePhase.
+var (
+	RestorePhase_name = map[int32]string{
+		0: "RESTORE_PHASE_UNSPECIFIED",
+		1: "RESTORE_PHASE_SCAN",
+		2: "RESTORE_PHASE_SURVEY",
+		3: "RESTORE_PHASE_PLAN",
+		4: "RESTORE_PHASE_RECOVER",
+		5: "RESTORE_PHASE_DONE",
+	}
+	RestorePhase_value = map[string]int32{
+		"RESTORE_PHASE_UNSPECIFIED": 0,
+		"RESTORE_PHASE_SCAN":        1,
+		"RESTORE_PHASE_SURVEY":      2,
+		"RESTORE_PHASE_PLAN":        3,
+		"RESTORE_PHASE_RECOVER":     4,
+		"RESTORE_PHASE_DONE":        5,
+	}
+)
+
+func (x RestorePhase) Enum() *RestorePhase {
+	p := new(RestorePhase)
+	*p = x
+	return p
+}
+
+func (x RestorePhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RestorePhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_walden_v1_types_proto_enumTypes[6].Descriptor()
+}
+
+func (RestorePhase) Type() protoreflect.EnumType {
+	return &file_walden_v1_types_proto_enumTypes[6]
+}
+
+func (x RestorePhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RestorePhase.Descriptor instead.
+func (RestorePhase) EnumDescriptor() ([]byte, []int) {
+	return file_walden_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 var File_walden_v1_types_proto protoreflect.FileDescriptor
@@ -504,7 +582,7 @@ const file_walden_v1_types_proto_rawDesc = "" +
 	"\x11MEMBER_ROLE_VOTER\x10\x01\x12\x17\n" +
 	"\x13MEMBER_ROLE_LEARNER\x10\x02\x12\x16\n" +
 	"\x12MEMBER_ROLE_LEADER\x10\x03\x12\x18\n" +
-	"\x14MEMBER_ROLE_FOLLOWER\x10\x04*\xd3\x03\n" +
+	"\x14MEMBER_ROLE_FOLLOWER\x10\x04*\xeb\x03\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_KIND_REGISTER\x10\x01\x12\x1a\n" +
@@ -524,7 +602,15 @@ const file_walden_v1_types_proto_rawDesc = "" +
 	"\x13EVENT_KIND_RECOVERY\x10\x0e\x12\x15\n" +
 	"\x11EVENT_KIND_REMOVE\x10\x0f\x12!\n" +
 	"\x1dEVENT_KIND_FAILOVER_REQUESTED\x10\x10\x12 \n" +
-	"\x1cEVENT_KIND_FORCE_NEW_CLUSTER\x10\x11B!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
+	"\x1cEVENT_KIND_FORCE_NEW_CLUSTER\x10\x11\x12\x16\n" +
+	"\x12EVENT_KIND_RESTORE\x10\x12*\xaa\x01\n" +
+	"\fRestorePhase\x12\x1d\n" +
+	"\x19RESTORE_PHASE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12RESTORE_PHASE_SCAN\x10\x01\x12\x18\n" +
+	"\x14RESTORE_PHASE_SURVEY\x10\x02\x12\x16\n" +
+	"\x12RESTORE_PHASE_PLAN\x10\x03\x12\x19\n" +
+	"\x15RESTORE_PHASE_RECOVER\x10\x04\x12\x16\n" +
+	"\x12RESTORE_PHASE_DONE\x10\x05B!Z\x1fwalden/proto/walden/v1;waldenv1b\x06proto3"
 
 var (
 	file_walden_v1_types_proto_rawDescOnce sync.Once
@@ -538,7 +624,7 @@ func file_walden_v1_types_proto_rawDescGZIP() []byte {
 	return file_walden_v1_types_proto_rawDescData
 }
 
-var file_walden_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_walden_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_walden_v1_types_proto_goTypes = []any{
 	(BrokerState)(0),      // 0: walden.v1.BrokerState
 	(ObservationState)(0), // 1: walden.v1.ObservationState
@@ -546,6 +632,7 @@ var file_walden_v1_types_proto_goTypes = []any{
 	(JobStep)(0),          // 3: walden.v1.JobStep
 	(MemberRole)(0),       // 4: walden.v1.MemberRole
 	(EventKind)(0),        // 5: walden.v1.EventKind
+	(RestorePhase)(0),     // 6: walden.v1.RestorePhase
 }
 var file_walden_v1_types_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -565,7 +652,7 @@ func file_walden_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_types_proto_rawDesc), len(file_walden_v1_types_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   0,
 			NumExtensions: 0,
 			NumServices:   0,
