@@ -220,7 +220,7 @@ func committedObjects(rep *failover.Report) map[int64]string {
 func checkpoint(step waldenv1.JobStep, rep *failover.Report) *waldenv1.CheckpointJob {
 	cp := &waldenv1.CheckpointJob{JobStep: step, TargetReport: reportToProto(rep),
 		StreamsTotal: uint32(len(rep.Streams)), StreamsClosed: uint32(rep.StreamsClosed()), RecordsUploaded: uint64(rep.Records),
-		SkippedBytes: uint64(max(rep.SkippedBytes, 0))}
+		SkippedBytes: uint64(max(rep.SkippedBytes, 0)), BytesUploaded: uint64(max(rep.BytesUploaded, 0)), BytesTotal: uint64(max(rep.BytesUploaded, 0))}
 	if len(rep.Gaps) > 0 {
 		cp.Gaps = rep.Gaps
 	}

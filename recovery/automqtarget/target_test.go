@@ -173,6 +173,9 @@ func TestAutoMQJobFailsOverTheNode(t *testing.T) {
 			t.Fatalf("stream %d at the controller: %s at %d", s.GetStreamId(), st.State, st.EndOffset)
 		}
 	}
+	if j.GetBytesUploaded() != rep.GetBytesUploaded() || j.GetBytesTotal() != rep.GetBytesUploaded() {
+		t.Fatalf("job bytes %d/%d, the report's %d", j.GetBytesUploaded(), j.GetBytesTotal(), rep.GetBytesUploaded())
+	}
 	if j.GetStreamsClosed() != 2 || j.GetStreamsTotal() != 2 || j.GetRecordsUploaded() != uint64(w.counts[10]+w.counts[20]) {
 		t.Fatalf("job counters: %d/%d streams, %d records", j.GetStreamsClosed(), j.GetStreamsTotal(), j.GetRecordsUploaded())
 	}
