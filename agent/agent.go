@@ -17,6 +17,7 @@ import (
 
 	"walden/authz"
 	"walden/config"
+	"walden/connlimit"
 	"walden/coordclient"
 	"walden/gossip"
 	"walden/httplimit"
@@ -43,9 +44,12 @@ type Options struct {
 	// Metrics, when set, is served at GET /metrics on the agent's local
 	// endpoint (the process's Prometheus registry).
 	Metrics http.Handler
-	// HTTPLimits bound the local HTTP endpoint; zero means
-	// DefaultHTTPLimits.
+	// HTTPLimits bound the local HTTP endpoint; zero means the
+	// configuration's limits.http (DefaultHTTPLimits when it has none).
 	HTTPLimits httplimit.Limits
+	// ListenerMetrics, when set, counts what the endpoint's limits
+	// refused (listener "agent_http").
+	ListenerMetrics *connlimit.Metrics
 	// ObserveRenewal, when set, is told the outcome of every renewal with
 	// one coordinator: "granted", "refused" (the coordinator answered with a
 	// refusal) or "failed" (no answer in time). It must not block.
@@ -62,12 +66,9 @@ type Options struct {
 	BrokerStdout, BrokerStderr *os.File
 }
 
-// DefaultHTTPLimits bound the agent's HTTP endpoint: its clients are one
-// broker and the coordinators' probes, which send their headers at once and
-// ask every second, so a few hundred connections, a short header time and a
-// short idle time are plenty. A flood of connections then holds at most
-// MaxConns file descriptors, each for a few seconds.
-var DefaultHTTPLimits = httplimit.Limits{MaxConns: 256, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10}
+// DefaultHTTPLimits bound the agent's HTTP endpoint (httplimit.AgentDefaults:
+// its clients are one broker and the coordinators' probes).
+var DefaultHTTPLimits = httplimit.AgentDefaults()
 
 // Lease is the broker's lease as the agent knows it at one instant.
 type Lease struct {
@@ -236,9 +237,12 @@ func (a *Agent) Start() error {
 	a.addr = ln.Addr().String()
 	lim := a.opts.HTTPLimits
 	if lim == (httplimit.Limits{}) {
+		lim = a.cfg.Limits.HTTP
+	}
+	if lim == (httplimit.Limits{}) {
 		lim = DefaultHTTPLimits
 	}
-	ln = httplimit.Listener(ln, lim)
+	ln = httplimit.ListenerWith(a.opts.ListenerMetrics, "agent_http", ln, lim)
 	a.httpSrv = httplimit.Server(a.Handler(), lim, slog.NewLogLogger(a.log.With("component", "http").Handler(), slog.LevelWarn))
 
 	g := a.cfg.Gossip

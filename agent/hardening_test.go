@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -8,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"walden/connlimit"
 	"walden/httplimit"
+	"walden/internal/testutil"
 )
 
 // openFDs counts this process's open file descriptors (Linux).
@@ -75,5 +78,66 @@ func TestHardeningIdleConnectionFlood(t *testing.T) {
 			t.Fatalf("/healthz after the flood: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHardeningFloodFromOneSource is finding 2 of the hardening table for
+// the agent's endpoint: 20,000 idle connections from one source address
+// take at most max_conns_per_source of its file descriptors (the rest are
+// closed at once and counted), while the probes and the broker's lease
+// questions from another address are answered.
+func TestHardeningFloodFromOneSource(t *testing.T) {
+	const flood = 20_000
+	c := newFakeCluster(t, 1, testTTL, testDrift, nil)
+	m := connlimit.NewMetrics()
+	a := startAgent(t, testConfig(c.addrs()...), Options{ListenerMetrics: m})
+	perSource := DefaultHTTPLimits.MaxConnsPerSource
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	stop := make(chan struct{})
+	answered := make(chan int, 1)
+	var failed []error
+	go func() {
+		n := 0
+		defer func() { answered <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			for _, path := range []string{"/healthz", "/v1/lease"} {
+				resp, err := client.Get("http://" + a.Addr() + path)
+				if err != nil {
+					failed = append(failed, err)
+					continue
+				}
+				resp.Body.Close()
+				n++
+			}
+		}
+	}()
+	f := testutil.NewFlood(t, a.Addr(), "127.0.0.2", flood, time.Minute)
+	if f.Held < flood*9/10 {
+		t.Fatalf("only %d of %d connections opened (%d failed)", f.Held, flood, f.Failed)
+	}
+	testutil.Eventually(t, 30*time.Second, "the flood refused", func() error {
+		refused, accepted := m.Refused("agent_http", "max_conns_per_source"), m.Accepted("agent_http")
+		if refused+accepted < float64(f.Held) || accepted > refused/4 {
+			return fmt.Errorf("%v refused and %v accepted of %d", refused, accepted, f.Held)
+		}
+		return nil
+	})
+	if open := m.Open("agent_http"); open > float64(perSource+4) {
+		t.Fatalf("%v connections open under the flood, bound %d", open, perSource)
+	}
+	close(stop)
+	n := <-answered
+	for _, err := range failed {
+		t.Errorf("a question to the agent under the flood: %v", err)
+	}
+	t.Logf("%d idle connections opened in %s: %v refused at once, %v accepted, %v open; %d questions answered meanwhile",
+		f.Held, f.Took.Round(time.Millisecond), m.Refused("agent_http", "max_conns_per_source"), m.Accepted("agent_http"), m.Open("agent_http"), n)
+	if n == 0 {
+		t.Fatal("nothing answered under the flood")
 	}
 }

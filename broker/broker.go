@@ -19,6 +19,7 @@ import (
 	"walden/agent"
 	"walden/authz"
 	"walden/config"
+	"walden/connlimit"
 	"walden/mtls"
 	"walden/objstore"
 	"walden/producer"
@@ -38,6 +39,10 @@ type Options struct {
 	// DialOptions are the options of the catalog connections; default
 	// the tls keys' mutual TLS, or plain gRPC without them.
 	DialOptions []grpc.DialOption
+	// ListenerMetrics, when set, counts what the data API's limits
+	// (limits.api) refused; the embedded agent's endpoint counts in
+	// Agent.ListenerMetrics.
+	ListenerMetrics *connlimit.Metrics
 	// ServerOptions are added to the data API's gRPC server (e.g. metrics
 	// interceptors).
 	ServerOptions []grpc.ServerOption
@@ -222,7 +227,13 @@ func (b *Broker) Start(ctx context.Context) error {
 		_ = ln.Close()
 		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	b.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(b.creds)}, b.opts.ServerOptions...)...)
+	// The data API is bounded: connections in all and per source
+	// address, handshake time, calls per connection, keepalive pings.
+	lim := b.cfg.Limits.API
+	ln = b.opts.ListenerMetrics.Listener(ln, connlimit.BrokerAPI, lim.MaxConns, lim.MaxConnsPerSource)
+	sopts := append([]grpc.ServerOption{grpc.Creds(b.opts.ListenerMetrics.Creds(connlimit.BrokerAPI, b.creds, b.log.With("component", "listener")))},
+		b.opts.ListenerMetrics.ServerOptions(connlimit.BrokerAPI, lim)...)
+	b.grpc = grpc.NewServer(append(sopts, b.opts.ServerOptions...)...)
 	waldenv1.RegisterBrokerAPIServer(b.grpc, &apiServer{b: b})
 	go func() {
 		if err := b.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

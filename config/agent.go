@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"walden/gossip"
+	"walden/httplimit"
 )
 
 // Agent is the configuration of one `walden agent`, the sidecar (or, through
@@ -51,6 +52,9 @@ type Agent struct {
 	Insecure bool `yaml:"insecure"`
 	// Log configures the process log.
 	Log Log `yaml:"log"`
+	// Limits bound the agent's endpoint: connections (in all and per
+	// source address), header time, idle time (docs/security.md).
+	Limits AgentLimits `yaml:"limits"`
 	// Broker is how the agent watches the broker beside it: its process
 	// (started by the agent, or named by a pid file), a TCP connect to its
 	// listener, an exec health check. Empty: the agent does not watch it
@@ -186,6 +190,7 @@ func DefaultAgentConfig() *Agent {
 		Gossip:            gossip.DefaultConfig(),
 		LeaseSafetyMargin: DefaultLeaseSafetyMargin,
 		Log:               Log{Level: "info", Format: "json"},
+		Limits:            AgentLimits{HTTP: httplimit.AgentDefaults()},
 		Broker: AgentBroker{
 			HealthTimeout:    DefaultBrokerHealthTimeout,
 			CheckInterval:    DefaultBrokerCheckInterval,
@@ -256,6 +261,7 @@ func (c *Agent) Validate() error {
 	v.agentAutomq(c.Automq, c.Watchdog)
 
 	v.logSection(c.Log)
+	v.limit("limits.http", c.Limits.HTTP)
 	v.tlsSection(c.TLS)
 	v.plaintext(c.TLS, c.Insecure, []keyAddr{{"listen", c.Listen}, {"gossip.listen", c.Gossip.BindAddr}})
 	return errors.Join(v.errs...)

@@ -78,6 +78,10 @@ type Broker struct {
 	Insecure bool `yaml:"insecure"`
 	// Log configures the process log.
 	Log Log `yaml:"log"`
+	// Limits bound the data API and the embedded agent's endpoint:
+	// connections (in all and per source address), handshake time, calls
+	// per connection, keepalive pings (docs/security.md).
+	Limits BrokerLimits `yaml:"limits"`
 
 	src *source
 }
@@ -189,6 +193,7 @@ func DefaultBrokerConfig() *Broker {
 		UploadBytes:       DefaultBrokerUploadBytes,
 		LeaseSafetyMargin: DefaultLeaseSafetyMargin,
 		Log:               Log{Level: "info", Format: "json"},
+		Limits:            DefaultBrokerLimits(),
 		Mode:              BrokerModeWalden,
 		Automq: BrokerAutomq{
 			Controller:        failover.DefaultConfig().Controller,
@@ -265,6 +270,7 @@ func (c *Broker) AgentConfig(brokerAddr string) *Agent {
 		TLS:               c.TLS,
 		Insecure:          c.Insecure,
 		Log:               c.Log,
+		Limits:            AgentLimits{HTTP: c.Limits.AgentHTTP},
 	}
 }
 
@@ -317,6 +323,8 @@ func (c *Broker) Validate() error {
 		v.add("lease_safety_margin", "must not be negative, got %s", c.LeaseSafetyMargin)
 	}
 	v.logSection(c.Log)
+	v.limit("limits.api", c.Limits.API)
+	v.limit("limits.agent_http", c.Limits.AgentHTTP)
 	v.tlsSection(c.TLS)
 	v.plaintext(c.TLS, c.Insecure, []keyAddr{{"listen", c.Listen}, {"agent_listen", c.AgentListen}, {"gossip.listen", c.Gossip.BindAddr}})
 	return errors.Join(v.errs...)
@@ -449,6 +457,7 @@ func (c *Broker) validateAutomq() error {
 	}
 	v.uploads(c)
 	v.logSection(c.Log)
+	v.limit("limits.api", c.Limits.API)
 	v.tlsSection(c.TLS)
 	v.plaintext(c.TLS, c.Insecure, []keyAddr{{"listen", c.Listen}})
 	return errors.Join(v.errs...)

@@ -51,6 +51,15 @@ func TestHardeningConfigFiles(t *testing.T) {
 		{"an election timeout of 100s", write("election.yaml", valid+"raft:\n  tick_interval: 1s\n  election_ticks: 100\n"), 17, "raft.election_ticks",
 			"1m40s, longer than the longest election timeout walden accepts (1m0s)"},
 		{"a snapshot count of 10^12", write("snap.yaml", valid+"raft:\n  snapshot_count: 1000000000000\n"), 16, "raft.snapshot_count", "at most 100000000"},
+		// The listeners' limits (finding 2).
+		{"no connection at all", write("conns.yaml", valid+"limits:\n  admin:\n    max_conns: 0\n"), 17, "limits.admin.max_conns", "must be from 1 to 1000000"},
+		{"more per source than in all", write("source.yaml", valid+"limits:\n  raft:\n    max_conns_per_source: 300\n"), 17, "limits.raft.max_conns_per_source",
+			"must be from 1 to max_conns (256)"},
+		{"an hour to shake hands", write("hs.yaml", valid+"limits:\n  admin:\n    handshake_timeout: 1h\n"), 17, "limits.admin.handshake_timeout", "must be from 100ms to 5m0s"},
+		{"no stream per connection", write("streams.yaml", valid+"limits:\n  admin:\n    max_concurrent_streams: 0\n"), 17, "limits.admin.max_concurrent_streams", "must be from 1 to 100000"},
+		{"pings every millisecond", write("ping.yaml", valid+"limits:\n  raft:\n    keepalive_min_time: 1ms\n"), 17, "limits.raft.keepalive_min_time", "must be from 1s to 1h0m0s"},
+		{"HTTP connections per source", write("httpsrc.yaml", valid+"limits:\n  http:\n    max_conns: 10\n    max_conns_per_source: 20\n"), 18, "limits.http.max_conns_per_source",
+			"must be from 1 to max_conns (10)"},
 	}
 	for _, tc := range cases {
 		done := make(chan error, 1)

@@ -47,6 +47,10 @@ type Server struct {
 	Insecure bool `yaml:"insecure"`
 	// Raft tunes the consensus module.
 	Raft Raft `yaml:"raft"`
+	// Limits bound every listener of the member: connections (in all and
+	// per source address), handshake time, calls per connection,
+	// keepalive pings (docs/security.md).
+	Limits ServerLimits `yaml:"limits"`
 	// Gossip is this member's membership in the gossip pool (memberlist),
 	// used by failure detection: listen address, join list, encryption key
 	// file and the probe timings (memberlist's LAN defaults). Gossip is on
@@ -249,6 +253,7 @@ func DefaultServerConfig() *Server {
 			SnapshotCount:          10000,
 			SnapshotCatchUpEntries: 5000,
 		},
+		Limits:   DefaultServerLimits(),
 		Gossip:   func() gossip.Config { g := gossip.DefaultConfig(); g.BindAddr = ""; return g }(),
 		Policy:   DefaultPolicy(),
 		Recovery: recovery.DefaultConfig(),
@@ -376,6 +381,11 @@ func (c *Server) Validate() error {
 	if r.SnapshotCount < 1 {
 		v.add("raft.snapshot_count", "must be at least 1")
 	}
+
+	v.limit("limits.admin", c.Limits.Admin)
+	v.limit("limits.raft", c.Limits.Raft)
+	v.limit("limits.http", c.Limits.HTTP)
+	v.limit("limits.metrics", c.Limits.Metrics)
 
 	if g, on := c.GossipConfig(); on && c.ClusterName != "" && c.NodeID != "" {
 		if err := g.Validate(); err != nil {

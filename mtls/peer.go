@@ -33,6 +33,10 @@ var (
 type PeerError struct {
 	// Sentence is the whole message.
 	Sentence string
+	// Reason names the refusal for programs and metrics: unknown_ca,
+	// host_name, expired, wrong_role, no_certificate, not_tls, timeout,
+	// bad_certificate or unverified.
+	Reason string
 	// ByPeer is set when the other side refused this one.
 	ByPeer bool
 	// Err is what TLS said.
@@ -73,6 +77,10 @@ func HandshakeSentence(msg string) (string, bool) {
 }
 
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// RefusalReason is Reason (package connlimit counts refused handshakes by
+// it without importing this package).
+func (e *PeerError) RefusalReason() string { return e.Reason }
 
 // Is makes errors.Is(err, ErrPeerRefused) or ErrRefusedByPeer true.
 func (e *PeerError) Is(target error) bool {
@@ -158,8 +166,8 @@ func explainClient(err error, role authz.Role, addr string, hasCert bool) error 
 		return err
 	}
 	peer := peerName(role, addr)
-	refused := func(format string, args ...any) error {
-		return &PeerError{Sentence: "this client refused " + peer + ": " + fmt.Sprintf(format, args...), Err: err}
+	refused := func(reason, format string, args ...any) error {
+		return &PeerError{Sentence: "this client refused " + peer + ": " + fmt.Sprintf(format, args...), Reason: reason, Err: err}
 	}
 	var (
 		rm  *roleMismatch
@@ -170,34 +178,34 @@ func explainClient(err error, role authz.Role, addr string, hasCert bool) error 
 	)
 	switch {
 	case errors.As(err, &rm):
-		return &PeerError{Sentence: "this client refused " + peer + ": " + rm.Error()}
+		return &PeerError{Sentence: "this client refused " + peer + ": " + rm.Error(), Reason: "wrong_role"}
 	case errors.As(err, &ua):
-		return refused("its certificate was not signed by the CA this client trusts (tls.ca_file, or --cacert): it belongs to another cluster, or the CA file is another cluster's")
+		return refused("unknown_ca", "its certificate was not signed by the CA this client trusts (tls.ca_file, or --cacert): it belongs to another cluster, or the CA file is another cluster's")
 	case errors.As(err, &he):
-		return refused("its certificate is not valid for the address dialed (%s); issue one for it with walden certs issue --host", he.Host)
+		return refused("host_name", "its certificate is not valid for the address dialed (%s); issue one for it with walden certs issue --host", he.Host)
 	case errors.As(err, &ci) && ci.Reason == x509.Expired:
-		return refused("its certificate has expired or is not valid yet (check the clocks, or issue a new one)")
+		return refused("expired", "its certificate has expired or is not valid yet (check the clocks, or issue a new one)")
 	case errors.As(err, &cve):
-		return refused("its certificate could not be verified")
+		return refused("unverified", "its certificate could not be verified")
 	}
 	if alert, ok := remoteAlert(err); ok {
-		byPeer := func(format string, args ...any) error {
-			return &PeerError{Sentence: peer + " refused " + fmt.Sprintf(format, args...), ByPeer: true, Err: err}
+		byPeer := func(reason, format string, args ...any) error {
+			return &PeerError{Sentence: peer + " refused " + fmt.Sprintf(format, args...), Reason: reason, ByPeer: true, Err: err}
 		}
 		switch alert {
 		case "tls: unknown certificate authority":
-			return byPeer("this client's certificate: it was not signed by the CA %s trusts (tls.ca_file there): is this client's certificate (tls.cert_file, or --cert) one of this cluster's?", pronoun(role))
+			return byPeer("unknown_ca", "this client's certificate: it was not signed by the CA %s trusts (tls.ca_file there): is this client's certificate (tls.cert_file, or --cert) one of this cluster's?", pronoun(role))
 		case "tls: certificate required":
 			if hasCert {
 				// A client offers only a certificate of a CA the server
 				// names as one it trusts.
-				return byPeer("this client's certificate: it was not signed by the CA %s trusts (tls.ca_file there): is this client's certificate (tls.cert_file, or --cert) one of this cluster's?", pronoun(role))
+				return byPeer("unknown_ca", "this client's certificate: it was not signed by the CA %s trusts (tls.ca_file there): is this client's certificate (tls.cert_file, or --cert) one of this cluster's?", pronoun(role))
 			}
-			return byPeer("this client: it requires a client certificate signed by the cluster's CA (tls.cert_file and tls.key_file, or --cert and --key)")
+			return byPeer("no_certificate", "this client: it requires a client certificate signed by the cluster's CA (tls.cert_file and tls.key_file, or --cert and --key)")
 		case "tls: expired certificate":
-			return byPeer("this client's certificate: it has expired (or is not valid yet); issue a new one")
+			return byPeer("expired", "this client's certificate: it has expired (or is not valid yet); issue a new one")
 		case "tls: bad certificate", "tls: unsupported certificate", "tls: certificate revoked", "tls: unknown certificate":
-			return byPeer("this client's certificate (%s)", strings.TrimPrefix(alert, "tls: "))
+			return byPeer("bad_certificate", "this client's certificate (%s)", strings.TrimPrefix(alert, "tls: "))
 		}
 	}
 	return err
@@ -228,8 +236,8 @@ func explainServer(err error, addr string) error {
 		return nil
 	}
 	client := "the client at " + addr
-	refused := func(format string, args ...any) error {
-		return &PeerError{Sentence: "this server refused " + client + ": " + fmt.Sprintf(format, args...), Err: err}
+	refused := func(reason, format string, args ...any) error {
+		return &PeerError{Sentence: "this server refused " + client + ": " + fmt.Sprintf(format, args...), Reason: reason, Err: err}
 	}
 	var (
 		ua  x509.UnknownAuthorityError
@@ -241,20 +249,20 @@ func explainServer(err error, addr string) error {
 	msg := err.Error()
 	switch {
 	case errors.As(err, &ua):
-		return refused("its certificate was not signed by this cluster's CA (tls.ca_file)")
+		return refused("unknown_ca", "its certificate was not signed by this cluster's CA (tls.ca_file)")
 	case errors.As(err, &ci) && ci.Reason == x509.Expired:
-		return refused("its certificate has expired or is not valid yet")
+		return refused("expired", "its certificate has expired or is not valid yet")
 	case errors.As(err, &cve):
-		return refused("its certificate could not be verified")
+		return refused("unverified", "its certificate could not be verified")
 	case strings.Contains(msg, "client didn't provide a certificate"):
-		return refused("it presented no certificate signed by this cluster's CA (tls.ca_file): none at all, or one of another CA, which a client does not offer")
+		return refused("no_certificate", "it presented no certificate signed by this cluster's CA (tls.ca_file): none at all, or one of another CA, which a client does not offer")
 	case errors.As(err, &rh):
-		return refused("it does not speak TLS")
+		return refused("not_tls", "it does not speak TLS")
 	case errors.As(err, &ne) && ne.Timeout():
-		return refused("it did not finish its TLS handshake in time")
+		return refused("timeout", "it did not finish its TLS handshake in time")
 	}
 	if alert, ok := remoteAlert(err); ok {
-		return &PeerError{Sentence: client + " refused this server's certificate (" + strings.TrimPrefix(alert, "tls: ") + ")", ByPeer: true, Err: err}
+		return &PeerError{Sentence: client + " refused this server's certificate (" + strings.TrimPrefix(alert, "tls: ") + ")", Reason: "bad_certificate", ByPeer: true, Err: err}
 	}
 	return err
 }

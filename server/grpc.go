@@ -28,7 +28,7 @@ import (
 // service and reflection, behind recovery, request metrics, authorization,
 // size limits and logging interceptors (in that order: a refusal is
 // counted, and the log line of a call names its identity).
-func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.TransportCredentials, az *authz.Authorizer, reg prometheus.Registerer, logger *slog.Logger) (*grpc.Server, error) {
+func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.TransportCredentials, az *authz.Authorizer, reg prometheus.Registerer, logger *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	if err := reg.Register(metrics); err != nil {
 		return nil, err
@@ -42,7 +42,7 @@ func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.Tran
 		logger.ErrorContext(ctx, "panic in gRPC handler", "panic", p, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
-	s := grpc.NewServer(
+	s := grpc.NewServer(append(opts,
 		grpc.Creds(creds),
 		grpc.InitialWindowSize(adminStreamWindow),
 		grpc.InitialConnWindowSize(adminConnWindow),
@@ -59,7 +59,7 @@ func newAdminGRPC(admin *adminService, hs *health.Server, creds credentials.Tran
 			az.StreamInterceptor(),
 			fieldlimit.StreamInterceptor(),
 			logging.StreamServerInterceptor(slogAdapter(logger), logOpts...),
-		),
+		))...,
 	)
 	waldenv1.RegisterClusterServer(s, admin)
 	healthpb.RegisterHealthServer(s, hs)

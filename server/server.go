@@ -18,6 +18,7 @@ import (
 
 	"walden/authz"
 	"walden/config"
+	"walden/connlimit"
 	"walden/fieldlimit"
 	"walden/fsm"
 	"walden/httplimit"
@@ -59,6 +60,8 @@ type Server struct {
 	metricsSrv *http.Server
 
 	adminLis, raftLis, httpLis, metricsLis net.Listener
+	// listeners counts what the listeners' limits refused.
+	listeners *connlimit.Metrics
 
 	stopOnce sync.Once
 }
@@ -132,6 +135,18 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
 
+	// Every listener is bounded: connections in all and per source
+	// address, handshake time, calls per connection, keepalive pings.
+	lm := connlimit.NewMetrics()
+	if err := registerAllCollectors(reg, lm.Collectors()); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	s.listeners = lm
+	lim := cfg.Limits
+	s.adminLis = lm.Listener(s.adminLis, connlimit.Admin, lim.Admin.MaxConns, lim.Admin.MaxConnsPerSource)
+	s.raftLis = lm.Listener(s.raftLis, connlimit.Raft, lim.Raft.MaxConns, lim.Raft.MaxConnsPerSource)
+	listenLog := logger.With("component", "listener")
+
 	trMetrics, err := raftnode.NewTransportMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("server: transport metrics: %w", err)
@@ -153,7 +168,8 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 		Metrics:     trMetrics,
 		CheckSender: authz.CheckMember,
 	})
-	s.raftGRPC = grpc.NewServer(append(raftnode.ServerOptions(), grpc.Creds(tlsCfg.serverCreds()),
+	s.raftGRPC = grpc.NewServer(append(append(raftnode.ServerOptions(), lm.ServerOptions(connlimit.Raft, lim.Raft)...),
+		grpc.Creds(lm.Creds(connlimit.Raft, tlsCfg.serverCreds(), listenLog)),
 		grpc.ChainUnaryInterceptor(az.UnaryInterceptor(), fieldlimit.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(az.StreamInterceptor(), fieldlimit.StreamInterceptor()))...)
 	tr.Register(s.raftGRPC)
@@ -174,7 +190,8 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	node := s.node
 	s.health = health.NewServer()
 	s.admin = newAdminService(node, cfg.NodeID, tlsCfg.clientCreds(), logger.With("component", "admin"))
-	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, tlsCfg.serverCreds(), az, reg, logger.With("component", "grpc")); err != nil {
+	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, lm.Creds(connlimit.Admin, tlsCfg.serverCreds(), listenLog), az, reg,
+		logger.With("component", "grpc"), lm.ServerOptions(connlimit.Admin, lim.Admin)...); err != nil {
 		return nil, fmt.Errorf("server: admin grpc: %w", err)
 	}
 	// Failure detection: gossip, observer, decider, Agent and Brokers APIs.
@@ -214,19 +231,19 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	// Both HTTP listeners are bounded (httplimit): header size and time,
 	// idle keep-alive time, connections open at once.
 	if s.httpLis != nil {
-		s.httpLis = httplimit.Listener(s.httpLis, httplimit.Limits{})
+		s.httpLis = httplimit.ListenerWith(lm, "http", s.httpLis, lim.HTTP)
 		if tlsCfg.enabled() {
 			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.r.ServerConfig())
 		}
 		s.httpSrv = httplimit.Server(newHTTPHandler(reg, node, webui.Handler(webui.Options{
 			Source:    &webSource{admin: s.admin, brokers: s.detector.brokers, failovers: failovers, state: state},
 			Authorize: webAuthorize,
-		})), httplimit.Limits{}, slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn))
+		})), lim.HTTP, slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn))
 	}
 	if s.metricsLis != nil {
 		// Plain HTTP also with TLS on, for probes and scrapers: no web view.
-		s.metricsLis = httplimit.Listener(s.metricsLis, httplimit.Limits{})
-		s.metricsSrv = httplimit.Server(newHTTPHandler(reg, node, nil), httplimit.Limits{},
+		s.metricsLis = httplimit.ListenerWith(lm, "metrics", s.metricsLis, lim.Metrics)
+		s.metricsSrv = httplimit.Server(newHTTPHandler(reg, node, nil), lim.Metrics,
 			slog.NewLogLogger(logger.With("component", "metrics-http").Handler(), slog.LevelWarn))
 	}
 	return s, nil

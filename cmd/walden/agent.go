@@ -14,6 +14,7 @@ import (
 	"walden/agent"
 	"walden/authz"
 	"walden/config"
+	"walden/connlimit"
 	"walden/metrics"
 	"walden/mtls"
 	"walden/server"
@@ -95,7 +96,9 @@ take effect at the next start.`,
 			reg.MustRegister(metrics.NewAgentCollector(cfg.BrokerID, agentLease(func() *agent.Agent { return a })))
 			renewals := metrics.NewAgentRenewals(cfg.BrokerID)
 			reg.MustRegister(renewals.Collectors()...)
-			opts := agent.Options{Logger: logger, Metrics: handler(reg), ObserveRenewal: renewals.Renewal,
+			listeners := connlimit.NewMetrics()
+			reg.MustRegister(listeners.Collectors()...)
+			opts := agent.Options{Logger: logger, Metrics: handler(reg), ObserveRenewal: renewals.Renewal, ListenerMetrics: listeners,
 				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.r.ClientCreds())}}
 			if cfg.Broker.Watched() || cfg.Watchdog.Enabled {
 				opts.BrokerObserver = newAgentBrokerMetrics(reg, cfg.BrokerID)

@@ -81,9 +81,9 @@ SIGUSR1 makes it upload what its WAL holds at once.`,
 				return b.Run(ctx)
 			}
 			var b *broker.Broker
-			metricsHandler, serverOpts, observeRenewal := brokerMetrics(cfg.BrokerID, func() *broker.Broker { return b })
-			b, err = broker.New(cfg, broker.Options{Logger: logger, ServerOptions: serverOpts,
-				Agent: agent.Options{Metrics: metricsHandler, ObserveRenewal: observeRenewal}})
+			metricsHandler, serverOpts, observeRenewal, listeners := brokerMetrics(cfg.BrokerID, func() *broker.Broker { return b })
+			b, err = broker.New(cfg, broker.Options{Logger: logger, ServerOptions: serverOpts, ListenerMetrics: listeners,
+				Agent: agent.Options{Metrics: metricsHandler, ObserveRenewal: observeRenewal, ListenerMetrics: listeners}})
 			if err != nil {
 				return err
 			}

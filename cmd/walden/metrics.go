@@ -11,6 +11,7 @@ import (
 
 	"walden/agent"
 	"walden/broker"
+	"walden/connlimit"
 	"walden/metrics"
 	"walden/version"
 )
@@ -66,8 +67,10 @@ func newAgentBrokerMetrics(reg *prometheus.Registry, brokerID string) agentBroke
 // broker` (the agent's lease and renewals, the broker's status and its API
 // calls), the gRPC server options that measure its data API, and the
 // observer of the embedded agent's renewals.
-func brokerMetrics(brokerID string, b func() *broker.Broker) (http.Handler, []grpc.ServerOption, func(string)) {
+func brokerMetrics(brokerID string, b func() *broker.Broker) (http.Handler, []grpc.ServerOption, func(string), *connlimit.Metrics) {
 	reg := processRegistry()
+	listeners := connlimit.NewMetrics()
+	reg.MustRegister(listeners.Collectors()...)
 	renewals := metrics.NewAgentRenewals(brokerID)
 	reg.MustRegister(renewals.Collectors()...)
 	api := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
@@ -89,5 +92,5 @@ func brokerMetrics(brokerID string, b func() *broker.Broker) (http.Handler, []gr
 	return handler(reg), []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(api.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(api.StreamServerInterceptor()),
-	}, renewals.Renewal
+	}, renewals.Renewal, listeners
 }
