@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"walden/filecheck"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -32,6 +33,11 @@ const magic = "WALDNSNP"
 
 // maxHeader bounds the header length read from a file.
 const maxHeader = 1 << 20
+
+// MaxFileBytes bounds a snapshot file ReadFile reads: the state a raft
+// snapshot carries is at most 512 MiB (raftnode.MaxRaftMessageBytes), and
+// a file holds one with its header and checksum.
+const MaxFileBytes = 1 << 30
 
 // Snapshot is a verified snapshot: its header, its data and the SHA-256 of
 // the file.
@@ -98,9 +104,11 @@ func Decode(b []byte) (*Snapshot, error) {
 	return s, nil
 }
 
-// ReadFile reads and verifies the snapshot file path.
+// ReadFile reads and verifies the snapshot file path: a regular file of at
+// most MaxFileBytes, checked before it is opened (/dev/zero grew without
+// end, a FIFO hung).
 func ReadFile(path string) (*Snapshot, error) {
-	b, err := os.ReadFile(path)
+	b, err := filecheck.ReadRegular(path, "snapshot file", MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -475,11 +475,11 @@ func coordinatorDisks(ctx context.Context, e *Env) (func(), error) {
 		}
 	}
 	for _, m := range e.Cluster.Coords {
-		dir := filepath.Join(e.Cluster.Opts.Dir, m.Name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		dir := filepath.Join(e.Cluster.Opts.Dir, m.Name) // the member's data_dir: its owner's only
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return undo, err
 		}
-		if err := unix.Mount(diskSource, dir, "tmpfs", 0, "size=256m,mode=0755"); err != nil {
+		if err := unix.Mount(diskSource, dir, "tmpfs", 0, "size=256m,mode=0700"); err != nil {
 			return undo, fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
 		}
 		mounted = append(mounted, dir)

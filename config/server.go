@@ -107,6 +107,12 @@ type TLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
 	CAFile   string `yaml:"ca_file"`
+	// AllowGroupReadableKey lets key_file (and the gossip key) be
+	// readable by their group, as a key mounted from a Kubernetes secret
+	// with an fsGroup is (0440). Without it a private key that anyone
+	// but its owner may read is refused, as ssh refuses one. Others may
+	// never read it. Default false.
+	AllowGroupReadableKey bool `yaml:"allow_group_readable_key"`
 }
 
 // Enabled reports whether TLS is configured.

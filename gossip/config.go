@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
+
+	"walden/filecheck"
 )
 
 // Config configures one Pool. The YAML keys (snake_case tags) are relative to
@@ -293,7 +294,7 @@ func validHostPort(key, s string) error {
 // surrounded by white space such as a trailing newline. Every error matches
 // ErrEncryptionKey and names the file.
 func LoadEncryptionKey(path string) ([]byte, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := filecheck.ReadRegular(path, "the file", 4096)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrEncryptionKey, path, err)
 	}

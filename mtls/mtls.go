@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 
 	"google.golang.org/grpc/credentials"
@@ -14,6 +13,7 @@ import (
 
 	"walden/authz"
 	"walden/config"
+	"walden/filecheck"
 	"walden/gossip"
 )
 
@@ -32,14 +32,21 @@ type Configs struct {
 	Client *tls.Config
 }
 
+// maxPEMBytes bounds a certificate, key or CA file.
+const maxPEMBytes = 1 << 20
+
+// overrideKey is the configuration key that lets a private key be readable
+// by its group.
+const overrideKey = "tls.allow_group_readable_key: true"
+
 // Load reads the files c names. With TLS off it returns empty Configs.
 func Load(c config.TLS) (Configs, error) {
 	if !c.Enabled() {
 		return Configs{}, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	cert, err := loadKeyPair(c)
 	if err != nil {
-		return Configs{}, fmt.Errorf("tls.cert_file %s, tls.key_file %s: %w", c.CertFile, c.KeyFile, err)
+		return Configs{}, err
 	}
 	pool, err := CertPool(c.CAFile)
 	if err != nil {
@@ -61,9 +68,41 @@ func Load(c config.TLS) (Configs, error) {
 	}, nil
 }
 
-// CertPool reads the PEM certificates of file.
+// loadKeyPair reads the certificate and key c names, each a regular file
+// of at most 1 MiB, the key readable by its owner only (or its group with
+// the override).
+func loadKeyPair(c config.TLS) (tls.Certificate, error) {
+	cert, err := LoadKeyPair(c.CertFile, c.KeyFile, c.AllowGroupReadableKey, overrideKey)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("tls.cert_file %s, tls.key_file %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	return cert, nil
+}
+
+// LoadKeyPair reads a certificate and its private key, each a regular file
+// of at most 1 MiB (checked before it is read: /dev/zero or a FIFO are
+// refused at once); the key must not be readable by anyone but its owner
+// (ssh's rule), or its group when allowGroup (override names the setting
+// that allows it, for the refusal's hint).
+func LoadKeyPair(certFile, keyFile string, allowGroup bool, override string) (tls.Certificate, error) {
+	certPEM, err := filecheck.ReadRegular(certFile, "certificate file", maxPEMBytes)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if err := filecheck.CheckPrivateKey(keyFile, "private key", allowGroup, override); err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := filecheck.ReadRegular(keyFile, "private key", maxPEMBytes)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// CertPool reads the PEM certificates of file (a regular file of at most
+// 1 MiB).
 func CertPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
+	pem, err := filecheck.ReadRegular(file, "CA file", maxPEMBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +166,9 @@ func CheckGossipKey(c config.TLS, named string) error {
 	if path == "" {
 		path, from = c.GossipKeyFile(), "the gossip.key beside tls.ca_file"
 	}
+	if err := filecheck.CheckPrivateKey(path, "gossip key", c.AllowGroupReadableKey, overrideKey); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: tls is set, so gossip is encrypted with %s (%s): %w", ErrGossipKey, from, path, err)
+	}
 	if _, err := gossip.LoadEncryptionKey(path); err != nil {
 		reason := strings.TrimPrefix(err.Error(), gossip.ErrEncryptionKey.Error()+" "+path+": ")
 		var pe *fs.PathError
@@ -152,9 +194,9 @@ func CheckIdentity(c config.TLS, want authz.Identity) error {
 	if !c.Enabled() {
 		return nil
 	}
-	kp, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	kp, err := loadKeyPair(c)
 	if err != nil {
-		return fmt.Errorf("tls.cert_file %s, tls.key_file %s: %w", c.CertFile, c.KeyFile, err)
+		return err
 	}
 	leaf, err := x509.ParseCertificate(kp.Certificate[0])
 	if err != nil {

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"walden/config"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -348,4 +352,86 @@ func TestHardeningRemoveBroker(t *testing.T) {
 	if err != nil || after.GetBroker().GetEpoch() != before.GetBroker().GetEpoch() || after.GetBroker().GetRegisteredUnixMs() != before.GetBroker().GetRegisteredUnixMs() {
 		t.Fatalf("b1 changed: %v -> %v (%v)", before, after, err)
 	}
+}
+
+// TestHardeningFilesAndPermissions is findings 6 and 7 of the hardening
+// table for a member: a 0777 data directory and a 0644 private key were
+// accepted silently, and a certificate file that is /dev/zero would be read
+// without end. Each is refused before anything starts, naming the key and
+// the chmod to run; tls.allow_group_readable_key lets a key be read by its
+// group (a Kubernetes secret mounted with an fsGroup is 0440), never by
+// others.
+func TestHardeningFilesAndPermissions(t *testing.T) {
+	p := newTestPKI(t)
+	member := func() *config.Server {
+		cfg := singleMember(t)
+		cfg.TLS = p.Member(t, "c1")
+		return cfg
+	}
+	refused := func(name string, cfg *config.Server, want ...string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			s, err := New(cfg, nil)
+			if err == nil {
+				s.Stop()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: started", name)
+				return
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: %v, want it to say %q", name, err, w)
+				}
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: New still running after 10s", name)
+		}
+	}
+
+	open := member()
+	if err := os.MkdirAll(open.DataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open.DataDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	refused("a 0777 data_dir", open, "data_dir "+open.DataDir, "mode 0777", "run chmod 700 "+open.DataDir)
+	if _, err := os.Stat(filepath.Join(open.DataDir, "raft.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused data_dir was written: %v", err)
+	}
+
+	readable := member()
+	if err := os.Chmod(readable.TLS.KeyFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused("a 0644 private key", readable, "tls.key_file", "mode 0644 lets every user at the private key", "run chmod 600 "+readable.TLS.KeyFile)
+	readable.TLS.AllowGroupReadableKey = true
+	refused("a 0644 private key with the override", readable, "mode 0644", "run chmod 640 "+readable.TLS.KeyFile)
+
+	group := member()
+	if err := os.Chmod(group.TLS.KeyFile, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	refused("a 0640 private key", group, "lets its group at the private key", "tls.allow_group_readable_key: true")
+	group.TLS.AllowGroupReadableKey = true
+	for _, f := range []string{group.TLS.KeyFile, group.TLS.GossipKeyFile()} {
+		if err := os.Chmod(f, 0o440); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(group, nil)
+	if err != nil {
+		t.Fatalf("a 0440 private key with tls.allow_group_readable_key: %v", err)
+	}
+	s.Stop()
+
+	zero := member()
+	zero.TLS.CertFile = "/dev/zero"
+	refused("a certificate that is /dev/zero", zero, "certificate file /dev/zero", "not a regular file (a character device)")
 }

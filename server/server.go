@@ -20,6 +20,7 @@ import (
 	"walden/config"
 	"walden/connlimit"
 	"walden/fieldlimit"
+	"walden/filecheck"
 	"walden/fsm"
 	"walden/httplimit"
 	"walden/metrics"
@@ -122,6 +123,11 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 		}
 	}
 
+	// The data directory holds the cluster's state: its owner's only
+	// (raftnode creates it 0700).
+	if err := filecheck.CheckPrivateDir(cfg.DataDir, "data_dir"); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.storage, err = raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, base.With("component", "storage"))
 	if err != nil {
 		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)

@@ -3,6 +3,9 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"os"
+
+	"walden/filecheck"
 )
 
 // Errors returned by the package. They are wrapped with the file name and the
@@ -58,4 +61,14 @@ var (
 // fileError wraps err with the package prefix and the file name.
 func fileError(name, op string, err error) error {
 	return fmt.Errorf("wal: %s: %s: %w", name, op, err)
+}
+
+// checkKind refuses a path that is neither a regular file nor a block
+// device (a FIFO would block a reader, /dev/zero never ends, a directory
+// or a socket holds no WAL).
+func checkKind(path string, m os.FileMode) error {
+	if m.IsRegular() || (m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0) {
+		return nil
+	}
+	return fileError(path, "open", fmt.Errorf("%w: %s, not a regular file or block device", ErrNotWAL, filecheck.Kind(m)))
 }

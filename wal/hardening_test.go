@@ -8,7 +8,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -108,4 +111,47 @@ func TestHardeningCreateWithoutSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
+}
+
+// TestHardeningWALFileKinds is finding 6 of the hardening table for the
+// WAL: a WAL is a regular file or a block device; a FIFO (which blocked
+// the reader on open), /dev/zero (which never ends), a directory are
+// refused at once, naming what they are, for reading and for writing.
+func TestHardeningWALFileKinds(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "wal.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, kind string }{{fifo, "a FIFO"}, {"/dev/zero", "a character device"}, {dir, "a directory"}} {
+		for name, open := range map[string]func() error{
+			"Open":       func() error { _, err := Open(tc.path); return err },
+			"OpenWriter": func() error { _, err := OpenWriter(tc.path, OpenOptions{}); return err },
+			"Create": func() error {
+				_, err := Create(tc.path, CreateOptions{Capacity: 1 << 20})
+				return err
+			},
+		} {
+			done := make(chan error, 1)
+			go func() { done <- open() }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrNotWAL) || !strings.Contains(err.Error(), tc.kind) || !strings.Contains(err.Error(), tc.path) {
+					t.Errorf("%s(%s): %v, want ErrNotWAL naming %s", name, tc.path, err, tc.kind)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s(%s): still running after 5s", name, tc.path)
+			}
+		}
+	}
+	// A new WAL is its owner's only.
+	p := filepath.Join(dir, "b1.wal")
+	w, err := Create(p, CreateOptions{Capacity: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("a new WAL: %v %v, want mode 0600", st.Mode(), err)
+	}
 }

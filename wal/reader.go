@@ -126,6 +126,14 @@ type Reader struct {
 // the header's capacity, or a block device at least that large) and reads
 // its header.
 func Open(path string) (*Reader, error) {
+	// What the path is, before it is opened: opening a FIFO would block.
+	before, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	if err := checkKind(path, before.Mode()); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
@@ -134,6 +142,10 @@ func Open(path string) (*Reader, error) {
 	if err != nil {
 		f.Close()
 		return nil, fileError(path, "stat", err)
+	}
+	if !os.SameFile(before, fi) {
+		f.Close()
+		return nil, fileError(path, "open", errors.New("the file changed while it was opened"))
 	}
 	var size int64
 	exact := true

@@ -188,6 +188,11 @@ func Create(path string, opts CreateOptions) (*Writer, error) {
 		return nil, fmt.Errorf("%w (creating %s)", err, path)
 	}
 	fi, err := os.Stat(path)
+	if err == nil {
+		if err := checkKind(path, fi.Mode()); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case err == nil && fi.Mode()&os.ModeDevice != 0:
 		f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -219,7 +224,8 @@ func Create(path string, opts CreateOptions) (*Writer, error) {
 		return nil, fileError(path, "create", fmt.Errorf("%w: capacity %d bytes, %d bytes free on the file system of %s",
 			ErrNoSpace, opts.Capacity, free, filepath.Dir(path)))
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	// The WAL holds the broker's records: its owner's only.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
 	}
@@ -300,6 +306,11 @@ func create(f *os.File, name string, opts CreateOptions) (*Writer, error) {
 func OpenWriter(path string, opts OpenOptions) (*Writer, error) {
 	if err := opts.WriterOptions.Validate(); err != nil {
 		return nil, fmt.Errorf("%w (opening %s)", err, path)
+	}
+	if fi, err := os.Stat(path); err == nil {
+		if err := checkKind(path, fi.Mode()); err != nil {
+			return nil, err
+		}
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {

@@ -158,7 +158,7 @@ func (c *cli) complete(cmd *cobra.Command) error {
 		tc.RootCAs = pool
 	}
 	if c.cert != "" {
-		kp, err := tls.LoadX509KeyPair(c.cert, c.key)
+		kp, err := mtls.LoadKeyPair(c.cert, c.key, false, "") // regular files; the key its owner's only
 		if err != nil {
 			return fmt.Errorf("--cert/--key: %w", err)
 		}
