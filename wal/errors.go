@@ -14,6 +14,10 @@ var (
 	// ErrNotWAL means neither header slot holds a known magic: the file is
 	// not a block WAL (or was never initialised).
 	ErrNotWAL = errors.New("not a WAL: no header slot has a known magic")
+	// ErrNotWALFile means the path is neither a regular file nor a block
+	// device (a FIFO, a character device such as /dev/zero, a directory):
+	// it is refused before it is opened.
+	ErrNotWALFile = errors.New("not a regular file or block device")
 	// ErrHeaderCRC means a header slot has a known magic but its CRC does not
 	// match; returned when no slot is valid and at least one failed its CRC.
 	ErrHeaderCRC = errors.New("header CRC mismatch in both slots")
@@ -70,5 +74,5 @@ func checkKind(path string, m os.FileMode) error {
 	if m.IsRegular() || (m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0) {
 		return nil
 	}
-	return fileError(path, "open", fmt.Errorf("%w: %s, not a regular file or block device", ErrNotWAL, filecheck.Kind(m)))
+	return fileError(path, "open", fmt.Errorf("%w (%s): a WAL is a regular file or a block device", ErrNotWALFile, filecheck.Kind(m)))
 }

@@ -136,8 +136,8 @@ func TestHardeningWALFileKinds(t *testing.T) {
 			go func() { done <- open() }()
 			select {
 			case err := <-done:
-				if !errors.Is(err, ErrNotWAL) || !strings.Contains(err.Error(), tc.kind) || !strings.Contains(err.Error(), tc.path) {
-					t.Errorf("%s(%s): %v, want ErrNotWAL naming %s", name, tc.path, err, tc.kind)
+				if !errors.Is(err, ErrNotWALFile) || !strings.Contains(err.Error(), tc.kind) || !strings.Contains(err.Error(), tc.path) {
+					t.Errorf("%s(%s): %v, want ErrNotWALFile naming %s", name, tc.path, err, tc.kind)
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatalf("%s(%s): still running after 5s", name, tc.path)
