@@ -64,6 +64,7 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReadObject -fuzztime=$(FUZZTIME) ./automq/object
 	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) ./raftnode
 	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) ./raftnode
+	$(GO) test -run='^$$' -fuzz=FuzzAPI -fuzztime=$(FUZZTIME) ./server
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeFrames -fuzztime=$(FUZZTIME) ./automq/protocol
 
 # deps installs what the tests need beyond Go modules: the pinned versitygw

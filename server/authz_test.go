@@ -121,7 +121,7 @@ type servedMethod struct {
 
 // servedMethods enumerates the methods of every service registered on the
 // servers, from the services' descriptors.
-func servedMethods(t *testing.T, servers map[string]*grpc.Server) []servedMethod {
+func servedMethods(t testing.TB, servers map[string]*grpc.Server) []servedMethod {
 	t.Helper()
 	var out []servedMethod
 	for srvName, s := range servers {

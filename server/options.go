@@ -18,6 +18,10 @@ type options struct {
 	prober detect.Prober
 	// raftCreds wraps the credentials of the member's raft connections.
 	raftCreds func(credentials.TransportCredentials) credentials.TransportCredentials
+	// quiet runs none of the loops that propose on their own (observer,
+	// decider, maintenance expiry, recovery jobs): only requests change
+	// the state.
+	quiet bool
 }
 
 // Listeners are listeners the caller bound already, used instead of
@@ -38,6 +42,12 @@ func WithListeners(l Listeners) Option {
 // HTTP (tests inject probe faults with it).
 func withProber(p detect.Prober) Option {
 	return func(o *options) { o.prober = p }
+}
+
+// withoutLoops makes Run start none of the loops that propose on their own
+// (the API fuzzer compares the state before and after each request).
+func withoutLoops() Option {
+	return func(o *options) { o.quiet = true }
 }
 
 // withRaftCredentials wraps the credentials of the member's raft peer

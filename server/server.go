@@ -63,6 +63,10 @@ type Server struct {
 	adminLis, raftLis, httpLis, metricsLis net.Listener
 	// listeners counts what the listeners' limits refused.
 	listeners *connlimit.Metrics
+	// state is the replicated state this member applies.
+	state *fsm.State
+	// quiet, set by a test, runs no loop that proposes on its own.
+	quiet bool
 
 	stopOnce sync.Once
 }
@@ -181,6 +185,7 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	tr.Register(s.raftGRPC)
 
 	state := fsm.New(cfg.ClusterName)
+	s.state, s.quiet = state, o.quiet
 	rc := raftConfig(cfg, base, reg)
 	rc.VoterChangeWait = voterChangeWait(cfg, state)
 	s.node, err = raftnode.NewNode(rc, state, s.storage, tr)
@@ -323,11 +328,16 @@ func (s *Server) Run(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go watchLeader(wctx, s.node, s.health, s.cfg.Raft.TickInterval, s.logger)
-	s.detector.run(wctx)
-	go newMaintenanceExpiry(s.detector.d).run(wctx, time.Second)
-	go s.metrics.failovers.Run(wctx)
 	recoveryDone := make(chan struct{})
-	go func() { defer close(recoveryDone); s.recovery.Run(wctx) }()
+	if s.quiet {
+		go s.detector.agent.renewals.run(wctx)
+		close(recoveryDone)
+	} else {
+		s.detector.run(wctx)
+		go newMaintenanceExpiry(s.detector.d).run(wctx, time.Second)
+		go s.metrics.failovers.Run(wctx)
+		go func() { defer close(recoveryDone); s.recovery.Run(wctx) }()
+	}
 	defer func() { cancel(); <-recoveryDone }() // the attempts stop with wctx
 	s.logger.Info("walden server serving", "cluster_name", s.cfg.ClusterName,
 		"admin", s.adminLis.Addr().String(), "raft", s.raftLis.Addr().String(), "http", s.cfg.Listen.HTTP,
