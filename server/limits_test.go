@@ -35,6 +35,7 @@ import (
 // holds more than the bound.
 func TestListenersHoldAFlood(t *testing.T) {
 	const flood = 20_000
+	testutil.SkipFloodUnderRace(t)
 	p := newTestPKI(t)
 	initial, listeners := bindMembers(t, "c1", "c2", "c3")
 	const perSource = 64

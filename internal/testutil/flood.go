@@ -57,12 +57,24 @@ func init() {
 // test's cleanup closes them too).
 func NewFlood(t testing.TB, addr, src string, n int, within time.Duration) *Flood {
 	t.Helper()
+	SkipFloodUnderRace(t)
 	f, err := StartFlood(addr, src, n, within)
 	t.Cleanup(f.Close)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// SkipFloodUnderRace skips a flood test under the race detector: tens of
+// thousands of connections accepted and closed take minutes there, and a
+// flood tests bounds, not data races (package connlimit's own tests run
+// under it).
+func SkipFloodUnderRace(t testing.TB) {
+	t.Helper()
+	if Race {
+		t.Skip("a flood of idle connections under the race detector takes minutes; go test without -race runs it")
+	}
 }
 
 // StartFlood is NewFlood for another goroutine than the test's: the caller

@@ -3,3 +3,6 @@
 package testutil
 
 const raceSlack = 1
+
+// Race reports whether the tests run under the race detector.
+const Race = false
