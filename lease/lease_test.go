@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -332,4 +333,50 @@ func TestHolderCountsGrantsByIncarnation(t *testing.T) {
 	if ok, _ := h.Valid(3 * time.Second); !ok {
 		t.Fatal("c1 and the new c3: not valid")
 	}
+}
+
+// A reading is shared only by the renewals that arrived before it was
+// taken: a renewal that arrives after the last reading gets a new one.
+func TestReadingsAreTakenAfterArrival(t *testing.T) {
+	clk := &ManualClock{T: time.Second}
+	r := NewReadings(clk)
+	a, b := r.Arrived(), r.Arrived()
+	clk.Advance(time.Millisecond)
+	if got := r.For(a); got != 1001*time.Millisecond {
+		t.Fatalf("reading for a: %v", got)
+	}
+	clk.Advance(time.Millisecond)
+	// b arrived before a's reading: it shares it.
+	if got := r.For(b); got != 1001*time.Millisecond {
+		t.Fatalf("reading for b, arrived before a's reading: %v, want a's", got)
+	}
+	c := r.Arrived()
+	if got := r.For(c); got != 1002*time.Millisecond {
+		t.Fatalf("reading for c, arrived after a's reading: %v, want a new one", got)
+	}
+	if r.Taken() != 2 {
+		t.Fatalf("%d readings for 3 renewals, want 2", r.Taken())
+	}
+	// Concurrent arrivals and grants: every reading a grant gets was taken
+	// after its arrival (the clock only moves forward here, so the reading
+	// is at least the clock's value when the renewal arrived).
+	var mu sync.Mutex
+	mono := ClockFunc(func() time.Duration { mu.Lock(); defer mu.Unlock(); clk.Advance(time.Microsecond); return clk.T })
+	r = NewReadings(mono)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				at := mono.Now()
+				tk := r.Arrived()
+				if got := r.For(tk); got < at {
+					t.Errorf("reading %v before the renewal arrived at %v", got, at)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

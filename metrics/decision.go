@@ -10,7 +10,6 @@ import (
 //	walden_lease_renewals_total{result}         renewals answered by this member (granted, refused)
 //	walden_lease_refusals_total{reason}         refused renewals by reason
 //	walden_lease_renewal_streams                agents' renewal streams open on this member
-//	walden_lease_renewal_batch_size             renewals of the streams granted together
 //	walden_failover_decisions_total{outcome,reason}
 //	walden_failover_holds{gate}                 suspect brokers the leader holds back, by the gate that holds them
 //	walden_failover_frozen                      1 while automatic failover is frozen
@@ -20,7 +19,6 @@ type Decisions struct {
 	renewals  *prometheus.CounterVec
 	refusals  *prometheus.CounterVec
 	streams   prometheus.Gauge
-	batches   prometheus.Histogram
 	decisions *prometheus.CounterVec
 	holds     *prometheus.GaugeVec
 	frozen    prometheus.Gauge
@@ -40,11 +38,6 @@ func NewDecisions() *Decisions {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walden_lease_renewal_streams",
 			Help: "Agents' lease renewal streams (Agent.RenewLeases) open on this coordinator: one per agent of this walden or later; agents of an older walden renew with one call each.",
-		}),
-		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "walden_lease_renewal_batch_size",
-			Help:    "Renewals of the renewal streams this coordinator granted together, as one batch (one boot-clock reading, one read index round for the refusals it confirms).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walden_failover_decisions_total",
@@ -78,7 +71,7 @@ func NewDecisions() *Decisions {
 
 // Collectors are the series to register.
 func (d *Decisions) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.renewals, d.refusals, d.streams, d.batches, d.decisions, d.holds, d.frozen}
+	return []prometheus.Collector{d.renewals, d.refusals, d.streams, d.decisions, d.holds, d.frozen}
 }
 
 // RenewalGranted counts a granted renewal.
@@ -101,13 +94,6 @@ func (d *Decisions) RenewalRefused(reason string) {
 func (d *Decisions) RenewalStreams(delta int) {
 	if d != nil {
 		d.streams.Add(float64(delta))
-	}
-}
-
-// RenewalBatch records the size of a batch of streamed renewals.
-func (d *Decisions) RenewalBatch(n int) {
-	if d != nil {
-		d.batches.Observe(float64(n))
 	}
 }
 

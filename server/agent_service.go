@@ -27,8 +27,9 @@ import (
 type agentService struct {
 	waldenv1.UnimplementedAgentServer
 	d *serviceDeps
-	// renewals grants the streamed renewals (RenewLeases) in batches.
-	renewals *renewalBatcher
+	// readings shares boot-clock readings between the streamed renewals
+	// granted together.
+	readings *lease.Readings
 	// streams counts the renewal streams open (as the
 	// walden_lease_renewal_streams gauge does).
 	streams atomic.Int64

@@ -76,7 +76,7 @@ func newDetector(deps detectorDeps) (*detector, error) {
 		logger:         logger.With("component", "detect"),
 		proposeTimeout: 5 * time.Second,
 	}
-	det := &detector{d: d, agent: &agentService{d: d, renewals: newRenewalBatcher(d, lease.BootClock, renewalBatchWindow)},
+	det := &detector{d: d, agent: &agentService{d: d, readings: lease.NewReadings(lease.BootClock)},
 		brokers: &brokersService{d: d, liveMembers: deps.node.LiveMembers}}
 	gcfg, on := cfg.GossipConfig()
 	if on {
@@ -129,7 +129,6 @@ func (det *detector) run(ctx context.Context) {
 			}
 		}()
 	}
-	go det.agent.renewals.run(ctx)
 	go det.observer.Run(ctx)
 	go det.decider.Run(ctx)
 	go det.d.reportPolicyDrift(ctx)

@@ -34,9 +34,15 @@ type seenSetting struct {
 }
 
 func newMaintenanceExpiry(d *serviceDeps) *maintenanceExpiry {
+	brokers := d.state.Brokers
+	// It only reads: the copy the state shares until it changes spares a
+	// copy of every broker every second.
+	if v, ok := d.state.(interface{ BrokersView() []*waldenv1.Broker }); ok {
+		brokers = v.BrokersView
+	}
 	return &maintenanceExpiry{
 		leader:  func() bool { l, _ := d.isLeader(); return l },
-		brokers: d.state.Brokers,
+		brokers: brokers,
 		propose: func(ctx context.Context, cmd *waldenv1.Command) error { _, err := d.propose(ctx, cmd); return err },
 		logger:  d.logger.With("component", "maintenance"),
 		seen:    map[string]seenSetting{},

@@ -220,6 +220,11 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	s.detector.d.driftKeys = driftKeys
+	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walden_lease_renewal_clock_readings_total",
+		Help: "Boot-clock readings this member took to grant streamed renewals: the renewals granted at about the same time share one, taken after they all arrived."},
+		func() float64 { return float64(s.detector.agent.readings.Taken()) })); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
 	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
 	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
 	// The series that explain failovers.
@@ -330,7 +335,6 @@ func (s *Server) Run(ctx context.Context) error {
 	go watchLeader(wctx, s.node, s.health, s.cfg.Raft.TickInterval, s.logger)
 	recoveryDone := make(chan struct{})
 	if s.quiet {
-		go s.detector.agent.renewals.run(wctx)
 		close(recoveryDone)
 	} else {
 		s.detector.run(wctx)
