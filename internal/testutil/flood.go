@@ -17,8 +17,8 @@ import (
 
 // Flood is a set of idle TCP connections held against a listener, as an
 // attacker without a certificate would: connected, never speaking. They are
-// held by helper processes (the test binary run again, floodPerProcess
-// connections each), so that the test process's own file descriptor limit
+// held by helper processes (the test binary run again, up to 10,000
+// connections each, fewer when RLIMIT_NOFILE is lower), so that the test process's own file descriptor limit
 // is left to the listener under test: a flood of 20,000 needs no raised
 // RLIMIT_NOFILE.
 type Flood struct {
@@ -38,9 +38,16 @@ type floodProc struct {
 	stdin io.WriteCloser
 }
 
-// floodPerProcess bounds the connections one helper process holds (below
-// the usual RLIMIT_NOFILE of 20,000 or more).
-const floodPerProcess = 10_000
+// floodPerProcess bounds the connections one helper process holds: at
+// most 10,000, and below the RLIMIT_NOFILE the helpers inherit.
+func floodPerProcess() int {
+	per := 10_000
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err == nil && r.Cur < uint64(per)+256 {
+		per = max(int(r.Cur)-256, 64)
+	}
+	return per
+}
 
 // floodEnv makes the test binary a flood helper (see init).
 const floodEnv = "WALDEN_TESTUTIL_FLOOD"
@@ -86,9 +93,10 @@ func StartFlood(addr, src string, n int, within time.Duration) (*Flood, error) {
 		held, failed int
 		err          error
 	}
-	reports := make(chan report, n/floodPerProcess+1)
-	for left := n; left > 0; left -= floodPerProcess {
-		share := min(left, floodPerProcess)
+	per := floodPerProcess()
+	reports := make(chan report, n/per+1)
+	for left := n; left > 0; left -= per {
+		share := min(left, per)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%d", floodEnv, addr, src, share, within.Milliseconds()))
 		cmd.Stderr = os.Stderr
