@@ -15,7 +15,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 LDFLAGS   := -X walden/version.version=$(VERSION) -X walden/version.commit=$(COMMIT)
 
-.PHONY: all deps build tools proto proto-check lint vet fmt-check test test-unit test-race test-alerts fuzz-short bench run e2e chaos simulate clean
+.PHONY: all deps build docs tools proto proto-check lint vet fmt-check test test-unit test-race test-alerts fuzz-short bench run e2e chaos simulate clean
 
 all: build
 
@@ -127,6 +127,14 @@ e2e: build versitygw
 CHAOS_FLAGS ?=
 chaos: build versitygw
 	$(GO) run ./chaos/cmd/walden-chaos -walden $(BIN)/walden -versitygw $(TOOLS)/versitygw $(CHAOS_FLAGS)
+
+# docs writes the pages generated from the code: the configuration
+# references (docs/server.md, docs/agent.md, docs/broker.md, from the config
+# structs' doc comments and defaults) and the CLI reference (docs/waldenctl.md,
+# from waldenctl's commands). The tests fail when a page differs from the
+# code and say to run this.
+docs:
+	WALDEN_UPDATE_DOCS=1 $(GO) test -count=1 -run 'TestConfigReferencesUpToDate|TestCLIReferenceUpToDate' ./config ./cmd/waldenctl
 
 clean:
 	rm -rf $(BIN)

@@ -8,6 +8,7 @@ import (
 
 func TestParsePolicyAndGossipSections(t *testing.T) {
 	y := validYAML + `gossip:
+  listen: 127.0.0.1:7201
   probe_interval: 500ms
   probe_timeout: 200ms
   join: [127.0.0.1:7202]
@@ -55,7 +56,11 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"policy:\n  failure_timout: 3s\n", "policy.failure_timout: unknown key"},
 		{"gossip:\n  probe_timeout: 2s\n", "gossip.probe_timeout: must be less than probe_interval"},
 	} {
-		_, err := ParseServer("c1.yaml", []byte(validYAML+c.yaml))
+		y := validYAML + c.yaml
+		if strings.HasPrefix(c.yaml, "gossip:") {
+			y += "  listen: 127.0.0.1:7201\n"
+		}
+		_, err := ParseServer("c1.yaml", []byte(y))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want %q", c.yaml, err, c.want)
 		}

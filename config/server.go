@@ -54,7 +54,7 @@ type Server struct {
 	// Gossip is this member's membership in the gossip pool (memberlist),
 	// used by failure detection: listen address, join list, encryption key
 	// file and the probe timings (memberlist's LAN defaults). Gossip is on
-	// when gossip.listen (or the older listen.gossip) is set.
+	// when gossip.listen is set.
 	Gossip gossip.Config `yaml:"gossip"`
 	// Policy holds the bootstrap failover policy; `waldenctl policy set`
 	// overrides keys at runtime through raft.
@@ -76,7 +76,8 @@ type Listen struct {
 	Admin string `yaml:"admin"`
 	// Raft serves the gRPC raft peer transport. Required.
 	Raft string `yaml:"raft"`
-	// Gossip is the memberlist address (used by failure detection). Optional.
+	// Gossip is refused: the gossip address is gossip.listen (one key for
+	// one address; walden before v0.1.0 accepted both).
 	Gossip string `yaml:"gossip"`
 	// HTTP serves /metrics, /healthz, /readyz and the web view /ui/, with
 	// mutual TLS when tls is set. Optional: empty disables it.
@@ -89,24 +90,40 @@ type Listen struct {
 
 // Member is one founding member: its id and advertised addresses.
 type Member struct {
-	ID    string `yaml:"id"`
-	Raft  string `yaml:"raft"`
+	// ID is the member's id (its node_id). Required; unique in the list;
+	// letters, digits, '.', '_' and '-', at most 63.
+	ID string `yaml:"id"`
+	// Raft is the raft address other members dial (host:port, a host and a
+	// non-zero port). Required; unique.
+	Raft string `yaml:"raft"`
+	// Admin is the admin API address that other members and waldenctl dial
+	// (host:port). Required; unique.
 	Admin string `yaml:"admin"`
 }
 
 // Log configures the process log.
 type Log struct {
-	// Level is debug, info, warn or error. Default info.
+	// Level is debug, info, warn or error. Default info. SIGHUP applies a
+	// change at once.
 	Level string `yaml:"level"`
-	// Format is json or text. Default json.
+	// Format is json or text (slog, on stderr). Default json.
 	Format string `yaml:"format"`
 }
 
 // TLS names the PEM files for mutual TLS. All three are set, or none.
 type TLS struct {
+	// CertFile is the PEM certificate of this process (walden certs
+	// issue), used as server and as client certificate; it must carry this
+	// process's identity (a coordinator's node_id, an agent's broker id).
 	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	CAFile   string `yaml:"ca_file"`
+	// KeyFile is the PEM private key of cert_file, readable by its owner
+	// only (or its group too with allow_group_readable_key).
+	KeyFile string `yaml:"key_file"`
+	// CAFile is the PEM CA that signed every member's, agent's and user's
+	// certificate (walden certs init). The three keys are set together or
+	// not at all. The gossip key is the gossip.key beside it unless
+	// gossip.encryption_key_file names another.
+	CAFile string `yaml:"ca_file"`
 	// AllowGroupReadableKey lets key_file (and the gossip key) be
 	// readable by their group, as a key mounted from a Kubernetes secret
 	// with an fsGroup is (0440). Without it a private key that anyone
@@ -141,18 +158,23 @@ const (
 
 // Raft tunes the consensus module.
 type Raft struct {
-	// TickInterval is the length of one raft tick. Default 100ms.
+	// TickInterval is the length of one raft tick. Default 100ms; from 1ms
+	// to 1s.
 	TickInterval time.Duration `yaml:"tick_interval"`
-	// ElectionTicks is the election timeout in ticks. Default 10.
+	// ElectionTicks is the election timeout in ticks. Default 10; more than
+	// heartbeat_ticks, at most 1000, and election_ticks × tick_interval at
+	// most 1m.
 	ElectionTicks int `yaml:"election_ticks"`
-	// HeartbeatTicks is the leader's heartbeat interval in ticks. Default 1.
+	// HeartbeatTicks is the leader's heartbeat interval in ticks. Default 1;
+	// at least 1.
 	HeartbeatTicks int `yaml:"heartbeat_ticks"`
-	// SnapshotCount is the number of applied entries between snapshots.
-	// Default 10000.
+	// SnapshotCount is the number of applied entries between snapshots
+	// (each followed by log compaction). Default 10000; from 1 to
+	// 100,000,000.
 	SnapshotCount uint64 `yaml:"snapshot_count"`
 	// SnapshotCatchUpEntries is the number of entries kept in the log after
 	// a snapshot, so that a slow follower can catch up without one.
-	// Default 5000.
+	// Default 5000; at most 100,000,000.
 	SnapshotCatchUpEntries uint64 `yaml:"snapshot_catchup_entries"`
 }
 
@@ -220,14 +242,10 @@ func (p Policy) Proto() *waldenv1.Policy {
 }
 
 // GossipConfig returns the gossip pool configuration of this member, and
-// whether gossip is on: gossip.listen, or else listen.gossip, is the bind
-// address; the node name is "coordinator/<node_id>". With tls set and no
+// whether gossip is on: gossip.listen is the bind address; the node name is "coordinator/<node_id>". With tls set and no
 // gossip.encryption_key_file, the key is the gossip.key beside tls.ca_file.
 func (c *Server) GossipConfig() (gossip.Config, bool) {
 	g := c.Gossip
-	if g.BindAddr == "" {
-		g.BindAddr = c.Listen.Gossip
-	}
 	g.ClusterName = c.ClusterName
 	g.NodeName = string(gossip.RoleCoordinator) + "/" + c.NodeID
 	g.Meta = gossip.Meta{Role: gossip.RoleCoordinator, ID: c.NodeID}
@@ -299,7 +317,9 @@ func (c *Server) Validate() error {
 
 	adminOK := v.listenAddr("listen.admin", c.Listen.Admin, true)
 	v.listenAddr("listen.raft", c.Listen.Raft, true)
-	v.listenAddr("listen.gossip", c.Listen.Gossip, false)
+	if c.Listen.Gossip != "" {
+		v.add("listen.gossip", "moved to gossip.listen: write gossip: {listen: %s} (one key for the gossip address)", c.Listen.Gossip)
+	}
 	v.listenAddr("listen.http", c.Listen.HTTP, false)
 	v.listenAddr("listen.metrics", c.Listen.Metrics, false)
 	seen := map[string]string{}

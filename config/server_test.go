@@ -16,7 +16,7 @@ data_dir: /var/lib/walden/c1
 listen:
   admin: 127.0.0.1:7001
   raft: 127.0.0.1:7101
-  gossip: 127.0.0.1:7201
+  metrics: 127.0.0.1:7401
   http: 127.0.0.1:7301
 initial_cluster:
   - {id: c1, raft: 127.0.0.1:7101, admin: 127.0.0.1:7001}
@@ -85,7 +85,9 @@ func TestParseErrors(t *testing.T) {
 		{"tab indentation", func(t *testing.T) string { return replace(t, "  http:", "\thttp:") }, 8, "", "invalid YAML"},
 		{"empty file", func(*testing.T) string { return "# nothing\n" }, 1, "", "file is empty"},
 		{"unknown top-level key", func(t *testing.T) string { return validYAML + "data_dri: /x\n" }, 15, "data_dri", `unknown key (did you mean "data_dir"?)`},
-		{"unknown nested key", func(t *testing.T) string { return replace(t, "  gossip:", "  gosip:") }, 7, "listen.gosip", "unknown key"},
+		{"unknown nested key", func(t *testing.T) string { return replace(t, "  metrics:", "  metrix:") }, 7, "listen.metrix", "unknown key"},
+		{"the gossip address under listen", func(t *testing.T) string { return replace(t, "  metrics: 127.0.0.1:7401", "  gossip: 127.0.0.1:7201") }, 7,
+			"listen.gossip", "moved to gossip.listen"},
 		{"unknown key in list item", func(t *testing.T) string { return replace(t, "{id: c2,", "{id: c2, weight: 3,") }, 11, "initial_cluster[1].weight", "unknown key"},
 		{"duplicate key", func(t *testing.T) string { return validYAML + "node_id: c2\n" }, 15, "node_id", "duplicate key (first set on line 2)"},
 		{"wrong type scalar for mapping", func(t *testing.T) string { return replace(t, "log: {level: info, format: json}", "log: info") }, 13, "log", "expected a mapping"},

@@ -112,7 +112,8 @@ type ControllerTLS struct {
 type ControllerSASL struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty for none.
 	Mechanism string `yaml:"mechanism"`
-	Username  string `yaml:"username"`
+	// Username is the SASL user name (required with a mechanism).
+	Username string `yaml:"username"`
 	// PasswordFile holds the password (its first line); the password is
 	// never written in the configuration itself.
 	PasswordFile string `yaml:"password_file"`
