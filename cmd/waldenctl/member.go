@@ -79,8 +79,12 @@ func newMemberAddCmd(c *cli) *cobra.Command {
 
 func newMemberRemoveCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:               "remove ID",
-		Short:             "Remove a member (voter or learner)",
+		Use:   "remove ID",
+		Short: "Remove a member (voter or learner)",
+		Long: `remove takes a member out of the configuration. A voter's removal less than the
+cluster's longest lease_ttl + drift_margin after the previous voter change is refused
+(VOTER_CHANGE_TOO_SOON, exit 4) with the time to wait. -o json prints {"members": [...]}
+(the configuration after the removal).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.completeIDs("member", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -117,6 +121,13 @@ that long after it starts either (docs/safety.md).
 Refused, with nothing changed: a member that does not exist, the leader (transfer leadership
 first: waldenctl leader transfer), and a second voter change inside the spacing (the answer
 says how long to wait).`,
+		Example: `$ waldenctl member replace c3
+removed member c3; added c3 as a learner (raft 127.0.0.1:7103, admin 127.0.0.1:7003)
+start c3 with an empty data_dir and initial_cluster_state: existing; the leader promotes it to voter once it has caught up, and not before the cluster's longest lease_ttl + drift_margin has passed since the removal
+$ waldenctl member replace c9
+waldenctl: member replace: no member c9 (members: c1, c2, c3); to add a member, use waldenctl member add
+$ waldenctl member replace c2        # c2 leads
+waldenctl: member replace: c2 is the leader; move leadership first (waldenctl leader transfer ID, to another voter), then replace c2`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.completeIDs("member", 0),
 		RunE: func(cmd *cobra.Command, args []string) error {

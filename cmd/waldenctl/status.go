@@ -17,7 +17,21 @@ func newStatusCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster as the first answering member sees it",
-		Args:  cobra.NoArgs,
+		Long: `status is the answering member's view: its raft state, the leader and term,
+its commit and applied indexes, and every member with its role, version,
+whether its transport reaches it, and, as the leader sees them (a follower
+asks the leader; "-" when no leader answered), whether each member commits
+and its match index. A member may be reachable and apply entries, yet not
+commit: its acknowledgements do not reach the leader, or its disk is full.`,
+		Example: `$ waldenctl --endpoints 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 status
+CLUSTER  ANSWERED BY  STATE     LEADER  TERM  COMMIT  APPLIED
+demo     c1           follower  c2      2     41      41
+
+ID  ROLE      VERSION  RAFT ADDR       ADMIN ADDR      REACHABLE  COMMITS  MATCH INDEX
+c1  follower  v0.1.0   127.0.0.1:7101  127.0.0.1:7001  true       true     41
+c2  leader    v0.1.0   127.0.0.1:7102  127.0.0.1:7002  true       true     41
+c3  follower  v0.1.0   127.0.0.1:7103  127.0.0.1:7003  true       false    12`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *waldenv1.StatusResponse
 			err := c.call(cmd.Context(), op{verb: "show", kind: "status"}, true, func(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
