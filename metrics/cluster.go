@@ -119,7 +119,10 @@ func (c *ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			failovers += float64(b.GetFailovers())
 			for _, o := range b.GetObservations() {
-				if o.GetObserverId() == c.src.NodeID {
+				// Observations of an earlier epoch, or of a broker failed
+				// over (fenced) since, are history, not a current view:
+				// counted, a failed-over broker stayed "suspect" for good.
+				if o.GetObserverId() == c.src.NodeID && o.GetEpoch() == b.GetEpoch() && !b.GetFenced() {
 					obs[bounded(o.GetObservationState().Name(), ObservationStates)]++
 				}
 			}

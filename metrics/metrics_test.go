@@ -170,6 +170,9 @@ func TestClusterCollector(t *testing.T) {
 	f.brokers = []*waldenv1.Broker{
 		{BrokerId: "b1", BrokerState: waldenv1.BrokerState_BROKER_STATE_ALIVE, Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_ALIVE}, {ObserverId: "c2", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD}}},
 		{BrokerId: "b2", BrokerState: waldenv1.BrokerState_BROKER_STATE_FAILED, Failovers: 2, CooldownBlocked: true, Observations: []*waldenv1.Observation{{ObserverId: "c1", ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD}}},
+		// Failed over and fenced: c1's suspicion of its old epoch is not
+		// counted (it stayed "suspect" for good).
+		{BrokerId: "b3", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERED, Epoch: 5, Fenced: true, Observations: []*waldenv1.Observation{{ObserverId: "c1", Epoch: 4, ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT}}},
 		{BrokerId: "b3", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERED, Failovers: 1},
 	}
 	f.jobs = []*waldenv1.Job{{JobId: "j1", JobState: waldenv1.JobState_JOB_STATE_RUNNING}, {JobId: "j2", JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED}}
@@ -180,7 +183,7 @@ func TestClusterCollector(t *testing.T) {
 walden_brokers{state="alive"} 1
 walden_brokers{state="failed"} 1
 walden_brokers{state="maintenance"} 0
-walden_brokers{state="recovered"} 1
+walden_brokers{state="recovered"} 2
 walden_brokers{state="recovering"} 0
 walden_brokers{state="suspect"} 0
 # HELP walden_failovers_total Failover decisions applied to brokers (automatic and manual), from the replicated state: the same on every member.

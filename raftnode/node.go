@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,7 @@ type Node struct {
 	st      Storage
 	tr      Transport
 	raft    raft.Node
+	rlog    *raftLogger
 	metrics *nodeMetrics
 
 	reqIDs    *requestIDs
@@ -164,8 +167,11 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 	}
 	n.readCtx, n.readCancel = context.WithCancel(context.Background())
 	n.readNext = newReadRound(n.readCtx)
+	n.rlog = &raftLogger{l: n.logger.With("component", "raft")}
 	for _, m := range cfg.InitialCluster {
 		n.names[RaftID(m.GetId())] = m.GetId()
+		n.rlog.learn(RaftID(m.GetId()), m.GetId())
+		n.rlog.learn(RaftID(m.GetId()), m.GetId())
 	}
 
 	empty := st.IsEmpty()
@@ -211,7 +217,7 @@ func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, erro
 		CheckQuorum:       true,
 		PreVote:           true,
 		StepDownOnRemoval: true,
-		Logger:            &raftLogger{l: n.logger.With("component", "raft")},
+		Logger:            n.rlog,
 	}
 	// raft.StartNode and RestartNode panic on a bad config; check it first
 	// so that NewNode returns the error instead.
@@ -609,6 +615,7 @@ func (n *Node) applyConfChange(e *raftpb.Entry, toStateMachine bool) (removed bo
 	n.confState = proto.Clone(raftpb.EnsureConfState(cs)).(*raftpb.ConfState)
 	if m := ctx.GetMember(); m.GetId() != "" {
 		n.names[RaftID(m.GetId())] = m.GetId()
+		n.rlog.learn(RaftID(m.GetId()), m.GetId())
 	}
 	// Refuse a removed member's messages from now on (they would reach raft
 	// from a member it no longer counts), and accept them again once it is
@@ -686,6 +693,7 @@ func (n *Node) refreshMembers() {
 	n.members = members
 	for id, m := range members {
 		n.names[id] = m.GetId()
+		n.rlog.learn(id, m.GetId())
 	}
 	n.mu.Unlock()
 }
@@ -915,22 +923,48 @@ func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 	n.raft.ReportSnapshot(id, status)
 }
 
-// raftLogger routes raft's logs to slog. raft's Fatal and Panic mean a
+// raftLogger routes raft's logs to slog. raft's own progress (elections,
+// votes, leader changes, which the node logs in its own words) goes to
+// debug, with every member named instead of its hexadecimal raft id; its
+// warnings and errors stay what they are. raft's Fatal and Panic mean a
 // broken invariant (corruption); they log and panic, as raft expects.
-type raftLogger struct{ l *slog.Logger }
+type raftLogger struct {
+	l *slog.Logger
+	// names maps the hexadecimal form raft prints of a raft id to the
+	// member's name (a sync.Map: raft logs from its own goroutine, whatever
+	// locks the node holds).
+	names sync.Map
+}
 
-func (r *raftLogger) Debug(v ...any) { r.l.Debug(fmt.Sprint(v...)) }
+// learn records member name's raft id.
+func (r *raftLogger) learn(id uint64, name string) {
+	r.names.Store(strconv.FormatUint(id, 16), name)
+}
 
-func (r *raftLogger) Debugf(format string, v ...any) { r.l.Debug(fmt.Sprintf(format, v...)) }
+var hexID = regexp.MustCompile(`\b[0-9a-f]{6,16}\b`)
 
-func (r *raftLogger) Info(v ...any) { r.l.Info(fmt.Sprint(v...)) }
+// named writes msg with the members' names for their raft ids.
+func (r *raftLogger) named(msg string) string {
+	return hexID.ReplaceAllStringFunc(msg, func(h string) string {
+		if n, ok := r.names.Load(h); ok {
+			return n.(string)
+		}
+		return h
+	})
+}
 
-func (r *raftLogger) Infof(format string, v ...any) { r.l.Info(fmt.Sprintf(format, v...)) }
+func (r *raftLogger) Debug(v ...any) { r.l.Debug(r.named(fmt.Sprint(v...))) }
 
-func (r *raftLogger) Warning(v ...any) { r.l.Warn(fmt.Sprint(v...)) }
+func (r *raftLogger) Debugf(format string, v ...any) { r.l.Debug(r.named(fmt.Sprintf(format, v...))) }
+
+func (r *raftLogger) Info(v ...any) { r.l.Debug(r.named(fmt.Sprint(v...))) }
+
+func (r *raftLogger) Infof(format string, v ...any) { r.l.Debug(r.named(fmt.Sprintf(format, v...))) }
+
+func (r *raftLogger) Warning(v ...any) { r.l.Warn(r.named(fmt.Sprint(v...))) }
 
 func (r *raftLogger) Warningf(format string, v ...any) {
-	r.l.Warn(fmt.Sprintf(format, v...))
+	r.l.Warn(r.named(fmt.Sprintf(format, v...)))
 }
 
 func (r *raftLogger) Error(v ...any) { r.l.Error(fmt.Sprint(v...)) }

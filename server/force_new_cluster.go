@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
@@ -177,11 +178,40 @@ func memberNames(st *raftnode.DiskStorage, cluster string) map[uint64]string {
 		return names
 	}
 	s := fsm.New(cluster)
-	if s.Restore(snap.GetData()) != nil {
+	if s.Restore(snap.GetData()) == nil {
+		for _, m := range s.Members() {
+			names[m.GetRaftId()] = m.GetId()
+		}
+	}
+	// Members added after the snapshot are named by the membership changes
+	// of the log.
+	first, err1 := st.FirstIndex()
+	last, err2 := st.LastIndex()
+	if err1 != nil || err2 != nil || last < first {
 		return names
 	}
-	for _, m := range s.Members() {
-		names[m.GetRaftId()] = m.GetId()
+	ents, err := st.Entries(first, last+1, 1<<62)
+	if err != nil {
+		return names
+	}
+	for _, e := range ents {
+		var ctxBytes []byte
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			cc := new(raftpb.ConfChange)
+			if proto.Unmarshal(e.GetData(), cc) == nil {
+				ctxBytes = cc.GetContext()
+			}
+		case raftpb.EntryConfChangeV2:
+			cc := new(raftpb.ConfChangeV2)
+			if proto.Unmarshal(e.GetData(), cc) == nil {
+				ctxBytes = cc.GetContext()
+			}
+		}
+		c := new(waldenv1.ConfChangeContext)
+		if len(ctxBytes) > 0 && proto.Unmarshal(ctxBytes, c) == nil && c.GetMember().GetId() != "" {
+			names[raftnode.RaftID(c.GetMember().GetId())] = c.GetMember().GetId()
+		}
 	}
 	return names
 }

@@ -47,7 +47,7 @@ func (s *Server) handOffLeadership() {
 		return
 	}
 	s.logger.Info("leadership handed over before stopping", "leader_id", target, "term", s.node.Status().Term,
-		"match_index", match, "took", time.Since(start).Round(time.Millisecond))
+		"match_index", match, "took_ms", time.Since(start).Milliseconds())
 }
 
 // ReloadResult says what a Reload applied.
@@ -58,6 +58,10 @@ type ReloadResult struct {
 	// NeedRestart lists the top-level keys whose new values take effect
 	// only at the next start.
 	NeedRestart []string
+	// PolicyChanged is set when the policy section changed: it never takes
+	// effect in a running cluster (it only seeds a new one; waldenctl
+	// policy set changes the cluster's).
+	PolicyChanged bool
 }
 
 // Reload applies what can change while the member runs from cfg, the
@@ -76,7 +80,13 @@ func (s *Server) Reload(cfg *config.Server) (ReloadResult, error) {
 		return res, err
 	}
 	res.TLSReloaded = s.tls.enabled()
-	res.NeedRestart = restartKeys(s.cfg, cfg)
+	for _, k := range restartKeys(s.cfg, cfg) {
+		if k == "policy" {
+			res.PolicyChanged = true
+			continue
+		}
+		res.NeedRestart = append(res.NeedRestart, k)
+	}
 	return res, nil
 }
 

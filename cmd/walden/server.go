@@ -102,9 +102,14 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, path string, s *serv
 			continue
 		}
 		level.Set(server.ParseLevel(cfg.Log.Level))
-		logger.Info("configuration reloaded", "file", path, "log_level", level.Level().String(), "tls_reloaded", res.TLSReloaded)
+		// Confirmed at the level now in force (at least info), so that a
+		// member running at warn or error says so too.
+		logger.Log(ctx, max(slog.LevelInfo, level.Level()), "configuration reloaded", "file", path, "log_level", level.Level().String(), "tls_reloaded", res.TLSReloaded)
 		if len(res.NeedRestart) > 0 {
 			logger.Warn("changed settings take effect at the next start", "keys", res.NeedRestart)
+		}
+		if res.PolicyChanged {
+			logger.Warn("the policy section changed: the file's policy only seeds a new cluster and never takes effect in this one; change the cluster's policy with waldenctl policy set (waldenctl policy get shows it and where this file differs)", "file", path)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -210,6 +211,9 @@ that (--wait); if the wait ends first, the request stands and the failover compl
 			if err != nil {
 				return err
 			}
+			if resp.GetPreview() && c.structured() {
+				return c.printPreview(resp)
+			}
 			return c.print(resp, func(w io.Writer) {
 				switch {
 				case resp.GetPreview():
@@ -228,6 +232,27 @@ that (--wait); if the wait ends first, the request stands and the failover compl
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the decision a failover would make now and the conditions of an automatic one that do not hold; change nothing")
 	cmd.AddCommand(newFailoverShowCmd(c))
 	return cmd
+}
+
+// printPreview prints a --dry-run's answer as JSON or YAML: dry_run says
+// that nothing was changed (true), and policy_dry_run whether the policy's
+// dry_run would only have recorded the decision (the response's dry_run,
+// which read "dry_run: false" in a dry run's output).
+func (c *cli) printPreview(r *waldenv1.FailoverResponse) error {
+	b, err := waldenv1.MarshalJSON(r)
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	doc["policy_dry_run"], doc["dry_run"] = r.GetDryRun(), true
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	return c.printJSONBytes(out)
 }
 
 func printFailoverPreview(w io.Writer, r *waldenv1.FailoverResponse) {

@@ -244,3 +244,37 @@ func TestMaintenanceOnAgainKeepsTheTTL(t *testing.T) {
 		t.Fatalf("--no-ttl with --ttl: exit %d %q", code, errOut)
 	}
 }
+
+// TestMessages is the table of messages people read that issue 23 found
+// wrong: each as it reads now.
+func TestMessages(t *testing.T) {
+	addr := serveBrokers(t, &fakeBrokers{brokers: sampleBrokers()})
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string // substrings of stdout+stderr
+		not  []string
+	}{
+		{"a dry run's yaml says it was one", []string{"failover", "b2", "--dry-run", "-o", "yaml"}, []string{"dry_run: true", "policy_dry_run: false", "preview: true"}, []string{"\ndry_run: false\n"}},
+		{"failover show of a broker never failed over", []string{"--endpoints", serveFailovers(t, &fakeFailovers{f: sampleFailover()}), "failover", "show", "b3"},
+			[]string{"broker b3 has no failover: it was never failed over"}, []string{"no recovery job with that id"}},
+		{"a failover that got no answer names the command that tells", []string{"--endpoints", silentEndpoint(t), "--timeout", "200ms", "failover", "b1", "--reason", "x", "--wait", "200ms"},
+			[]string{"may or may not have been carried out", "check with: waldenctl failover show b1"}, nil},
+	} {
+		args := tc.args
+		if args[0] != "--endpoints" {
+			args = append([]string{"--endpoints", addr}, args...)
+		}
+		_, out, errOut := runCtl(t, args...)
+		for _, w := range tc.want {
+			if !strings.Contains(out+errOut, w) {
+				t.Errorf("%s: %q lacks %q", tc.name, out+errOut, w)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(out+errOut, w) {
+				t.Errorf("%s: %q has %q", tc.name, out+errOut, w)
+			}
+		}
+	}
+}

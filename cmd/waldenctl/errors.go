@@ -273,6 +273,9 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 	case "UNKNOWN_NODE":
 		return fmt.Sprintf("broker %s is not registered", firstNonEmpty(o.idOf("broker"), "given"))
 	case "JOB_NOT_FOUND":
+		if o.kind == "failover" {
+			return failoverNotFound(o.id)
+		}
 		return fmt.Sprintf("there is no recovery job %s", firstNonEmpty(o.idOf("job"), "with that id"))
 	case "JOB_NOT_RUNNING":
 		return fmt.Sprintf("job %s is not pending or running, so there is nothing to %s", o.id, firstNonEmpty(o.verb, "do"))
@@ -341,11 +344,22 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 			return fmt.Sprintf("there is no member %s in the cluster", o.id)
 		case o.kind == "job" && o.id != "":
 			return fmt.Sprintf("there is no recovery job %s", o.id)
+		case o.kind == "failover" && o.id != "":
+			return failoverNotFound(o.id)
 		case o.id != "":
 			return fmt.Sprintf("%s not found", obj)
 		}
 	}
 	return plain(s.Message())
+}
+
+// failoverNotFound says that id names no failover: neither a recovery
+// job's id nor a broker that was failed over.
+func failoverNotFound(id string) string {
+	if strings.HasPrefix(id, "job-") {
+		return fmt.Sprintf("there is no failover %s: no recovery job has that id (waldenctl failovers lists them)", id)
+	}
+	return fmt.Sprintf("broker %s has no failover: it was never failed over, or is not registered (waldenctl failovers lists them)", id)
 }
 
 func (o op) idOf(kind string) string {

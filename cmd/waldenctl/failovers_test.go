@@ -114,7 +114,7 @@ func TestFailoversCommands(t *testing.T) {
 		t.Fatalf("json: exit %d %v %s", code, err, out)
 	}
 	code, _, errOut = runCtl(t, "--endpoints", addr, "failover", "show", "job-b9-1")
-	if code != exitNotFound || !strings.HasPrefix(errOut, "waldenctl: failover job-b9-1 not found") {
+	if code != exitNotFound || errOut != "waldenctl: there is no failover job-b9-1: no recovery job has that id (waldenctl failovers lists them)\n" {
 		t.Fatalf("unknown: %d %q", code, errOut)
 	}
 }
