@@ -1,7 +1,7 @@
 // Package metrics defines the Prometheus series that explain failovers, on
 // coordinators, agents and brokers: their names, units, help texts and
 // labels, in one place, so that the dashboards and alert rules under deploy/
-// and docs/operations.md can be checked against it.
+// and docs/operating.md can be checked against it.
 //
 // The series come in three kinds:
 //   - collected at scrape time from what a process already knows (the
