@@ -159,6 +159,13 @@ func TestRefusalsReadAsSentences(t *testing.T) {
 		!strings.Contains(doc.Error.Message, "already failed over") {
 		t.Fatalf("json error: %+v", doc.Error)
 	}
+	// The coordinator's own refusal of a second failover (NODE_FENCED)
+	// reads the same as the documented one.
+	r.err = refusedWith(codes.FailedPrecondition, "NODE_FENCED", `NODE_FENCED: broker "b1" was already failed over (epoch 4 is fenced; job job-b1-4): node fenced`, nil)
+	code, _, errOut = runCtl(t, "--endpoints", addr, "failover", "b1", "--reason", "again")
+	if code != exitRefused || errOut != "waldenctl: broker b1 is already failed over: it was fenced and has not registered again since\n" {
+		t.Fatalf("NODE_FENCED: exit %d %q", code, errOut)
+	}
 }
 
 func TestNoPackagePrefixes(t *testing.T) {

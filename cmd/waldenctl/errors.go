@@ -269,6 +269,9 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 		}
 		return fmt.Sprintf("%s: the epoch given is no longer current (fenced or superseded)", obj)
 	case "NODE_FENCED":
+		if o.verb == "fail over" {
+			return fmt.Sprintf("broker %s is already failed over: it was fenced and has not registered again since", o.id)
+		}
 		return fmt.Sprintf("%s is fenced: it was failed over and must register again before it may write", obj)
 	case "UNKNOWN_NODE":
 		return fmt.Sprintf("broker %s is not registered", firstNonEmpty(o.idOf("broker"), "given"))
