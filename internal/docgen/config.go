@@ -180,10 +180,28 @@ func fieldDocs(root string, t reflect.Type) (map[string]string, error) {
 		return nil, fmt.Errorf("docgen: %s is not a package of module %s", t.PkgPath(), mod)
 	}
 	dir := filepath.Join(root, filepath.FromSlash(strings.TrimPrefix(rel, "/")))
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	// The package's own files first; its tests only for a type of theirs.
+	out, found, err := structDocs(dir, t.Name(), func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") })
+	if err == nil && !found {
+		out, found, err = structDocs(dir, t.Name(), func(fi os.FileInfo) bool { return strings.HasSuffix(fi.Name(), "_test.go") })
+	}
 	if err != nil {
-		return nil, fmt.Errorf("docgen: parse %s: %w", dir, err)
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("docgen: type %s not found in %s", t.Name(), dir)
+	}
+	docsCache[t] = out
+	return out, nil
+}
+
+// structDocs reads the doc comments of the fields of struct type name in
+// the files of dir that filter accepts.
+func structDocs(dir, name string, filter func(os.FileInfo) bool) (map[string]string, bool, error) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, filter, parser.ParseComments)
+	if err != nil {
+		return nil, false, fmt.Errorf("docgen: parse %s: %w", dir, err)
 	}
 	out := map[string]string{}
 	found := false
@@ -191,8 +209,8 @@ func fieldDocs(root string, t reflect.Type) (map[string]string, error) {
 		for _, f := range p.Files {
 			ast.Inspect(f, func(n ast.Node) bool {
 				ts, ok := n.(*ast.TypeSpec)
-				if !ok || ts.Name.Name != t.Name() {
-					return true
+				if !ok || ts.Name.Name != name || found {
+					return !found
 				}
 				st, ok := ts.Type.(*ast.StructType)
 				if !ok {
@@ -216,11 +234,7 @@ func fieldDocs(root string, t reflect.Type) (map[string]string, error) {
 			})
 		}
 	}
-	if !found {
-		return nil, fmt.Errorf("docgen: type %s not found in %s", t.Name(), dir)
-	}
-	docsCache[t] = out
-	return out, nil
+	return out, found, nil
 }
 
 func moduleRoot() (string, error) {
