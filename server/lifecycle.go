@@ -80,14 +80,23 @@ func (s *Server) Reload(cfg *config.Server) (ReloadResult, error) {
 		return res, err
 	}
 	res.TLSReloaded = s.tls.enabled()
-	for _, k := range restartKeys(s.cfg, cfg) {
+	res.NeedRestart, res.PolicyChanged = changedKeys(s.cfg, cfg)
+	return res, nil
+}
+
+// changedKeys splits the keys that differ between the running
+// configuration and a new one into those that take effect at the next
+// start and the policy section, which never does in a running cluster (the
+// file only seeds a new one).
+func changedKeys(running, next *config.Server) (needRestart []string, policyChanged bool) {
+	for _, k := range restartKeys(running, next) {
 		if k == "policy" {
-			res.PolicyChanged = true
+			policyChanged = true
 			continue
 		}
-		res.NeedRestart = append(res.NeedRestart, k)
+		needRestart = append(needRestart, k)
 	}
-	return res, nil
+	return needRestart, policyChanged
 }
 
 // restartKeys lists the top-level keys (yaml names) that differ between the

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
+	"walden/config"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -66,5 +68,20 @@ func TestMaintenanceOnAgainKeepsWhatIsLeftOfItsTTL(t *testing.T) {
 		if got := keptTTL(tc.b, now); got != tc.want {
 			t.Errorf("keptTTL(%v) = %d, want %d", tc.b, got, tc.want)
 		}
+	}
+}
+
+// TestReloadSaysWhatAChangedKeyDoes: a changed policy section is not a
+// key that "takes effect at the next start" (it never does: it seeds a new
+// cluster only); other keys are.
+func TestReloadSaysWhatAChangedKeyDoes(t *testing.T) {
+	running := config.DefaultServerConfig()
+	next := config.DefaultServerConfig()
+	next.Policy.FailureTimeout = 9 * time.Second
+	next.Raft.ElectionTicks = 20
+	next.Log.Level = "warn"
+	keys, policy := changedKeys(running, next)
+	if fmt.Sprint(keys) != "[raft]" || !policy {
+		t.Fatalf("restart keys %v, policy changed %v", keys, policy)
 	}
 }
