@@ -24,7 +24,9 @@ type Server struct {
 	ClusterName string `yaml:"cluster_name"`
 	// NodeID is this member's id (e.g. "c1"). Required.
 	NodeID string `yaml:"node_id"`
-	// DataDir holds the raft log (raftlog/) and the snapshots (raft.db).
+	// DataDir holds the raft log (raftlog/) and the snapshots (raft.db),
+	// its owner's only: created 0700, and refused when other users may
+	// enter it (chmod 700).
 	// Required.
 	DataDir string `yaml:"data_dir"`
 	// Listen holds the addresses this member listens on.
