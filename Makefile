@@ -6,7 +6,7 @@ BIN       := bin
 TOOLS     := $(BIN)/tools
 PKGS      := ./...
 # Packages with goroutines of their own: run under the race detector.
-RACE_PKGS ?= ./raftnode/... ./server/... ./wal/... ./gossip/... ./agent/... ./detect/... ./lease/... ./objstore/... ./fencing/... ./fsm/... ./broker/... ./recovery/... ./loadgen/... ./coordclient/... ./chaos/history/... ./chaos/netfault/... ./authz/... ./httplimit/... ./automq/controller/... ./automq/devcontroller/... ./automq/failover/...
+RACE_PKGS ?= ./raftnode/... ./raftlog/... ./server/... ./wal/... ./gossip/... ./agent/... ./detect/... ./lease/... ./objstore/... ./fencing/... ./fsm/... ./broker/... ./recovery/... ./loadgen/... ./coordclient/... ./chaos/history/... ./chaos/netfault/... ./authz/... ./httplimit/... ./automq/controller/... ./automq/devcontroller/... ./automq/failover/...
 FUZZTIME  ?= 10s
 # The version and commit stamped into the binaries (walden version,
 # waldenctl version, walden_build_info). Without git they stay empty and
@@ -62,8 +62,8 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
 	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) ./objformat
 	$(GO) test -run='^$$' -fuzz=FuzzReadObject -fuzztime=$(FUZZTIME) ./automq/object
-	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) ./raftnode
-	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) ./raftnode
+	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) ./raftlog
+	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) ./raftlog
 	$(GO) test -run='^$$' -fuzz=FuzzAPI -fuzztime=$(FUZZTIME) ./server
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeFrames -fuzztime=$(FUZZTIME) ./automq/protocol
 
@@ -92,7 +92,7 @@ test-alerts:
 # transfer manager direct; AutoMQ's failover of 1 GiB against the transfer
 # manager direct; the failover end to end (64 MiB un-uploaded WAL).
 bench: versitygw
-	$(GO) test -run='^$$' -bench=. -benchtime=1x ./wal ./raftnode
+	$(GO) test -run='^$$' -bench=. -benchtime=1x ./wal ./raftlog ./raftnode
 	cd bench && $(GO) run ./raftcompare
 	$(GO) test ./server -run='^$$' -bench=BenchmarkDetection -benchtime=1x -timeout=30m
 	$(GO) test -run='^$$' -bench=BenchmarkRecovery -benchtime=1x ./recovery

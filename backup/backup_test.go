@@ -13,6 +13,7 @@ import (
 	"walden/config"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 )
 
@@ -131,7 +132,7 @@ func TestRestore(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	// The data dir holds the new cluster's state at the snapshot index.
-	st, err := raftnode.OpenStorage(cfg.DataDir, "new", "n2", nil)
+	st, err := raftlog.Open(cfg.DataDir, "new", "n2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestRestoreOlderVersion(t *testing.T) {
 	if _, err := Restore(s, cfg, RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := raftnode.OpenStorage(cfg.DataDir, "new", "n1", nil)
+	st, err := raftlog.Open(cfg.DataDir, "new", "n1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

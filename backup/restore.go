@@ -12,6 +12,7 @@ import (
 	"walden/config"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 )
 
@@ -94,7 +95,7 @@ func Restore(s *Snapshot, cfg *config.Server, opts RestoreOptions) (*RestoreResu
 	if err != nil {
 		return nil, err
 	}
-	st, err := raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, opts.Logger)
+	st, err := raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("backup: restore: %w", err)
 	}

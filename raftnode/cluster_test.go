@@ -22,6 +22,7 @@ import (
 	"walden/fsm"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
 )
@@ -110,7 +111,7 @@ type testMember struct {
 	dir  string
 	node *raftnode.Node
 	sm   *recordingSM
-	st   *raftnode.DiskStorage
+	st   *raftlog.DiskStorage
 }
 
 // newTestCluster defines a cluster of the members ids and starts them all.
@@ -144,7 +145,7 @@ func (c *testCluster) start(id string) *testMember {
 		c.members[id] = m
 	}
 	c.mu.Unlock()
-	st, err := raftnode.OpenStorage(m.dir, c.name, id, testLogger(c.t))
+	st, err := raftlog.Open(m.dir, c.name, id, testLogger(c.t))
 	if err != nil {
 		c.t.Fatalf("open storage of %s: %v", id, err)
 	}
@@ -440,7 +441,7 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 
 // lastIndexOnDisk reads the last log index of a stopped member.
 func (c *testCluster) lastIndexOnDisk(id string) (uint64, error) {
-	st, err := raftnode.OpenStorage(c.member(id).dir, c.name, id, testLogger(c.t))
+	st, err := raftlog.Open(c.member(id).dir, c.name, id, testLogger(c.t))
 	if err != nil {
 		return 0, err
 	}
@@ -738,7 +739,7 @@ func TestGRPCTransportCluster(t *testing.T) {
 		srv := grpc.NewServer(raftnode.ServerOptions()...)
 		tr.Register(srv)
 		go func() { _ = srv.Serve(listeners[id]) }()
-		st, err := raftnode.OpenStorage(filepath.Join(t.TempDir(), id), "demo", id, testLogger(t))
+		st, err := raftlog.Open(filepath.Join(t.TempDir(), id), "demo", id, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}

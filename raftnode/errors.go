@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Errors of a running member; the storage's are beside DiskStorage.
+// Errors of a running member; the storage's are raftlog's.
 var (
 	// ErrNoLeader is returned when this member knows no leader (election in
 	// progress, or cut off from the majority). Retry later or ask another

@@ -11,7 +11,6 @@ import (
 var (
 	TestLogger = testLogger
 	Noop       = noop
-	CopyTree   = copyTree
 )
 
 // SnapshotForTest serializes the member's state machine (recordingSM in

@@ -9,6 +9,6 @@ import (
 var (
 	testLogger = raftnode.TestLogger
 	noop       = raftnode.Noop
-	copyTree   = raftnode.CopyTree
+	copyTree   = testutil.CopyTree
 	waitFor    = testutil.EventuallyTrue
 )

@@ -1,24 +1,18 @@
 package raftnode
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"sync/atomic"
 	"time"
+
+	"walden/raftlog"
 )
 
 // RaftID is the numeric raft id of the member named memberID: the first 8
 // bytes of SHA-256(memberID), big-endian, never zero (raft reserves 0 for
 // "none"; a zero hash maps to 1). Every member derives the same id from the
-// same name, so ids need no coordination. The storage records the same id.
-func RaftID(memberID string) uint64 {
-	sum := sha256.Sum256([]byte(memberID))
-	id := binary.BigEndian.Uint64(sum[:8])
-	if id == 0 {
-		id = 1
-	}
-	return id
-}
+// same name, so ids need no coordination. It is the id the storage records
+// (raftlog.RaftID).
+func RaftID(memberID string) uint64 { return raftlog.RaftID(memberID) }
 
 // requestIDs generates the request ids of one member's proposals: the high
 // 16 bits are a hash of the member id, the low 48 bits a counter seeded from

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 )
 
 // Node is one running member of the raft group. One goroutine owns the
@@ -28,7 +29,7 @@ type Node struct {
 	id      uint64
 	logger  *slog.Logger
 	sm      StateMachine
-	st      Storage
+	st      raftlog.Storage
 	tr      Transport
 	raft    raft.Node
 	rlog    *raftLogger
@@ -124,7 +125,7 @@ type Node struct {
 // On restart the state machine is restored from st.Snapshot() and raft
 // replays the committed entries after it. The node does not own st: close it
 // after Stop (or after Done is closed).
-func NewNode(cfg Config, sm StateMachine, st Storage, tr Transport) (*Node, error) {
+func NewNode(cfg Config, sm StateMachine, st raftlog.Storage, tr Transport) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -10,12 +10,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 )
 
 // Disaster recovery: writing the first log of a cluster restored from a
 // backup, and shrinking a member's log to a cluster of one after the other
 // members were lost (etcd's snapshot restore and --force-new-cluster). Both
-// work offline on a Storage that no node runs on, through the Storage
+// work offline on a raftlog.Storage that no node runs on, through its
 // contract only.
 
 var (
@@ -39,7 +40,7 @@ const restoredTerm = 1
 // index whose configuration has members as its only voters, committed. Every
 // member of the new cluster writes the same from the same backup, so their
 // logs agree; they elect a leader among themselves when they start.
-func WriteRestoredState(st Storage, index uint64, members []*waldenv1.MemberContext, data []byte) error {
+func WriteRestoredState(st raftlog.Storage, index uint64, members []*waldenv1.MemberContext, data []byte) error {
 	if !st.IsEmpty() {
 		return ErrStorageNotEmpty
 	}
@@ -78,7 +79,7 @@ func WriteRestoredState(st Storage, index uint64, members []*waldenv1.MemberCont
 // note, when set, is given the log as it was (ForcedLog) and returns the
 // data of a normal entry appended after the removals (the state machine's
 // record of the operation); nil data appends nothing.
-func ForceNewCluster(st Storage, nodeID string, note func(ForcedLog) ([]byte, error)) (removed []uint64, err error) {
+func ForceNewCluster(st raftlog.Storage, nodeID string, note func(ForcedLog) ([]byte, error)) (removed []uint64, err error) {
 	hs, _, err := st.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: force new cluster: read state: %w", err)

@@ -14,6 +14,7 @@ import (
 	"walden/fsm"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
 )
@@ -45,7 +46,7 @@ func TestForceNewClusterAfterLosingTwoOfThree(t *testing.T) {
 	c.stopAll()
 
 	dir := c.member("c2").dir
-	st, err := raftnode.OpenStorage(dir, c.name, "c2", testLogger(t))
+	st, err := raftlog.Open(dir, c.name, "c2", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestWriteRestoredState(t *testing.T) {
 	}
 	for _, id := range []string{"c1", "c2", "c3"} {
 		dir := filepath.Join(t.TempDir(), id)
-		st, err := raftnode.OpenStorage(dir, c.name, id, testLogger(t))
+		st, err := raftlog.Open(dir, c.name, id, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}

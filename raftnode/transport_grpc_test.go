@@ -21,6 +21,7 @@ import (
 	"walden/fsm"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
 )
@@ -223,7 +224,7 @@ func startGRPCBenchCluster(b *testing.B) []*raftnode.Node {
 		srv := grpc.NewServer(raftnode.ServerOptions()...)
 		tr.Register(srv)
 		go func() { _ = srv.Serve(lis[i]) }()
-		st, err := raftnode.OpenStorage(filepath.Join(b.TempDir(), id), "bench", id, testLogger(b))
+		st, err := raftlog.Open(filepath.Join(b.TempDir(), id), "bench", id, testLogger(b))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -312,7 +313,7 @@ type grpcCluster struct {
 type grpcMember struct {
 	node *raftnode.Node
 	srv  *grpc.Server
-	st   *raftnode.DiskStorage
+	st   *raftlog.DiskStorage
 }
 
 func newGRPCCluster(t *testing.T, ids ...string) *grpcCluster {
@@ -357,7 +358,7 @@ func (c *grpcCluster) start(id string) {
 	srv := grpc.NewServer(raftnode.ServerOptions()...)
 	tr.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
-	st, err := raftnode.OpenStorage(c.dirs[id], "demo", id, testLogger(c.t))
+	st, err := raftlog.Open(c.dirs[id], "demo", id, testLogger(c.t))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"walden/fsm"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 )
 
@@ -35,7 +36,7 @@ func ForceNewCluster(cfg *config.Server, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	st, err := raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, logger.With("component", "storage"))
+	st, err := raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, logger.With("component", "storage"))
 	if err != nil {
 		return fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
 	}
@@ -98,7 +99,7 @@ const survivorProbeTimeout = 2 * time.Second
 // (the quorum is not lost) or when one answers with an applied or commit
 // index beyond this member's last index (force the new cluster there).
 // Members that do not answer are logged: their data is what would be lost.
-func checkSurvivorIsNewest(cfg *config.Server, st *raftnode.DiskStorage, logger *slog.Logger) error {
+func checkSurvivorIsNewest(cfg *config.Server, st *raftlog.DiskStorage, logger *slog.Logger) error {
 	last, err := st.LastIndex()
 	if err != nil {
 		return fmt.Errorf("server: --force-new-cluster: read the log: %w", err)
@@ -171,7 +172,7 @@ const ForceNewClusterEpochBump = 1_000_000
 
 // memberNames maps raft ids to member names from the storage's snapshot
 // (best effort: a name not found is printed as the raft id).
-func memberNames(st *raftnode.DiskStorage, cluster string) map[uint64]string {
+func memberNames(st *raftlog.DiskStorage, cluster string) map[uint64]string {
 	names := map[uint64]string{}
 	snap, err := st.Snapshot()
 	if err != nil || len(snap.GetData()) == 0 {

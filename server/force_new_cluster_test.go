@@ -12,7 +12,7 @@ import (
 
 	"walden/config"
 	waldenv1 "walden/proto/walden/v1"
-	"walden/raftnode"
+	"walden/raftlog"
 	"walden/server"
 )
 
@@ -63,7 +63,7 @@ func TestForceNewClusterRefusals(t *testing.T) {
 		cfg.Listen = config.Listen{Admin: "127.0.0.1:0", Raft: "127.0.0.1:0"}
 		cfg.InitialCluster = []config.Member{{ID: "c1", Raft: "127.0.0.1:1", Admin: "127.0.0.1:2"},
 			{ID: "c2", Raft: "127.0.0.1:3", Admin: c2}, {ID: "c3", Raft: "127.0.0.1:5", Admin: c3}}
-		st, err := raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, nil)
+		st, err := raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestForceNewClusterRefusals(t *testing.T) {
 	}
 	unchanged := func(cfg *config.Server) {
 		t.Helper()
-		st, err := raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, nil)
+		st, err := raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"walden/internal/testutil"
-	"walden/raftnode"
+	"walden/raftlog"
 )
 
 // The process tests build bin/walden and bin/waldenctl into a temporary
@@ -394,7 +394,7 @@ initial_cluster:
 	}
 	good := func(dataDir string) string { return withRaft(dataDir, testutil.Addr(t, "127.0.0.1")) }
 	foreign := filepath.Join(dir, "foreign")
-	st, err := raftnode.OpenStorage(foreign, "other-cluster", "c1", slog.New(slog.DiscardHandler))
+	st, err := raftlog.Open(foreign, "other-cluster", "c1", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"walden/metrics"
 	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 	"walden/recovery"
 	"walden/version"
@@ -46,7 +47,7 @@ type Server struct {
 	logger *slog.Logger
 
 	tls       *tlsSetup
-	storage   *raftnode.DiskStorage
+	storage   *raftlog.DiskStorage
 	node      *raftnode.Node
 	admin     *adminService
 	detector  *detector
@@ -128,11 +129,11 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	}
 
 	// The data directory holds the cluster's state: its owner's only
-	// (raftnode creates it 0700).
+	// (raftlog creates it 0700).
 	if err := filecheck.CheckPrivateDir(cfg.DataDir, "data_dir"); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.storage, err = raftnode.OpenStorage(cfg.DataDir, cfg.ClusterName, cfg.NodeID, base.With("component", "storage"))
+	s.storage, err = raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, base.With("component", "storage"))
 	if err != nil {
 		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftlog"
 	"walden/raftnode"
 )
 
@@ -24,11 +25,11 @@ type waldenMember struct {
 	id      string
 	node    *raftnode.Node
 	server  *grpc.Server
-	storage *raftnode.DiskStorage
+	storage *raftlog.DiskStorage
 }
 
 // waldenCluster is a 3-member walden cluster in this process: the raft
-// storage of raftnode.OpenStorage (one fdatasync per Ready), the fsm state machine and the gRPC peer transport
+// storage of raftlog.Open (one fdatasync per Ready), the fsm state machine and the gRPC peer transport
 // on 127.0.0.1, with raftnode's default timing (100 ms tick, 1 s election
 // timeout, as etcd's).
 type waldenCluster struct {
@@ -63,7 +64,7 @@ func startWalden(ctx context.Context, dir string, size int) (*waldenCluster, err
 
 	c := &waldenCluster{}
 	for i, id := range ids {
-		st, err := raftnode.OpenStorage(filepath.Join(dir, id), benchClusterName, id, quiet)
+		st, err := raftlog.Open(filepath.Join(dir, id), benchClusterName, id, quiet)
 		if err != nil {
 			closeListeners()
 			_ = c.Close()

@@ -4,16 +4,16 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"walden/raftnode"
+	"walden/raftlog"
 )
 
-// MemStorage adapts raft.MemoryStorage to raftnode.Storage, for tests that
+// MemStorage adapts raft.MemoryStorage to raftlog.Storage, for tests that
 // need no disk: nothing survives the process, and Save does not sync.
 type MemStorage struct {
 	*raft.MemoryStorage
 }
 
-var _ raftnode.Storage = (*MemStorage)(nil)
+var _ raftlog.Storage = (*MemStorage)(nil)
 
 // NewMemStorage returns an empty MemStorage.
 func NewMemStorage() *MemStorage { return &MemStorage{raft.NewMemoryStorage()} }

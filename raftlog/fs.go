@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"errors"
@@ -143,7 +143,7 @@ func (o osFile) Size() (int64, error) {
 // itself, which holds raft.db).
 func syncDir(dir string) error {
 	if err := (osFS{}).SyncDir(dir); err != nil {
-		return fmt.Errorf("raftnode: sync data dir %s: %w", filepath.Clean(dir), err)
+		return fmt.Errorf("raftlog: sync data dir %s: %w", filepath.Clean(dir), err)
 	}
 	return nil
 }

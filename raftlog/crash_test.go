@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"bufio"
@@ -181,7 +181,7 @@ func expectedStates(t *testing.T, fresh bool) (states []storedState, durable []u
 	dir := crashStartDir(t, fresh)
 	var s *DiskStorage
 	open := func() (*DiskStorage, error) {
-		return openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: crashSegmentSize, noSync: true})
+		return openWith(dir, "test", "n1", nil, storageOptions{segmentSize: crashSegmentSize, noSync: true})
 	}
 	var commitOnDisk uint64
 	for _, step := range crashWorkload(fresh) {
@@ -221,7 +221,7 @@ func crashStartDir(t *testing.T, fresh bool) string {
 // entry and keeps it across a restart.
 func checkCrashImage(t *testing.T, dir, what string, k int, states []storedState, durable []uint64) (repaired bool) {
 	t.Helper()
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: crashSegmentSize, noSync: true,
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: crashSegmentSize, noSync: true,
 		point: func(where string) { repaired = repaired || where == "log torn tail zeroed" }})
 	if err != nil {
 		t.Fatalf("%s: the crash image does not open: %v", what, err)
@@ -254,7 +254,7 @@ func checkCrashImage(t *testing.T, dir, what string, k int, states []storedState
 	if err := s.Close(); err != nil {
 		t.Fatalf("%s: close after the crash: %v", what, err)
 	}
-	s, err = openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: crashSegmentSize, noSync: true})
+	s, err = openWith(dir, "test", "n1", nil, storageOptions{segmentSize: crashSegmentSize, noSync: true})
 	if err != nil {
 		t.Fatalf("%s: reopen after a write after the crash: %v", what, err)
 	}
@@ -304,7 +304,7 @@ func TestStorageCrashAtEveryPoint(t *testing.T) {
 					_ = os.RemoveAll(img)
 				}
 			}}
-			open := func() (*DiskStorage, error) { return openStorage(dir, "test", "n1", nil, opts) }
+			open := func() (*DiskStorage, error) { return openWith(dir, "test", "n1", nil, opts) }
 			var s *DiskStorage
 			for k, st := range crashWorkload(fresh) {
 				step = k
@@ -388,7 +388,7 @@ func TestStorageCrashChild(t *testing.T) {
 			select {}
 		}
 	}}
-	open := func() (*DiskStorage, error) { return openStorage(dir, "test", "n1", nil, opts) }
+	open := func() (*DiskStorage, error) { return openWith(dir, "test", "n1", nil, opts) }
 	var s *DiskStorage
 	for k, st := range crashWorkload(fresh) {
 		if err := st.run(&s, open); err != nil {

@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	"walden/internal/testutil"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
@@ -70,7 +72,7 @@ func TestOpenStorageSurvivesRandomDamage(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := fingerprint(t, dir)
-		s, err := OpenStorage(dir, "test", "n1", nil)
+		s, err := Open(dir, "test", "n1", nil)
 		if err == nil {
 			// Damage that bbolt cannot see (a freed page, a byte inside a
 			// value that still decodes) opens; reading must not crash.
@@ -95,7 +97,7 @@ func TestOpenStorageSurvivesRandomDamage(t *testing.T) {
 // the structural check: it must answer, never panic, loop or exhaust memory.
 func FuzzVerifyBoltFile(f *testing.F) {
 	dir := f.TempDir()
-	s, err := OpenStorage(dir, "test", "n1", nil)
+	s, err := Open(dir, "test", "n1", nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -182,7 +184,7 @@ func FuzzReadLog(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fsys := memLogFS{files: map[string][]byte{segmentName(1): b}}
-		r, err := readLog(fsys, "raftlog", storageRaftID("n1"), 1)
+		r, err := readLog(fsys, "raftlog", RaftID("n1"), 1)
 		if err == nil {
 			if cerr := r.img.check(); cerr != nil {
 				t.Fatalf("readLog accepted a log that fails its own check: %v", cerr)
@@ -196,7 +198,7 @@ func FuzzReadLog(f *testing.F) {
 // populatedDirF is populatedDir for a fuzz target's seed corpus.
 func populatedDirF(f *testing.F) string {
 	dir := f.TempDir()
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 64 << 10, noSync: true})
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: 64 << 10, noSync: true})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -222,8 +224,8 @@ func populatedDirF(f *testing.F) string {
 // a checkpoint of 25 entries).
 func v1DirUpgradedF(f *testing.F) string {
 	dir := f.TempDir()
-	copyTree(f, filepath.Join("testdata", "v1", "populated"), dir)
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 64 << 10, noSync: true})
+	testutil.CopyTree(f, filepath.Join("testdata", "v1", "populated"), dir)
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: 64 << 10, noSync: true})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -255,7 +257,7 @@ func FuzzReplayFrames(f *testing.F) {
 	}
 	f.Add(bytes.Join(seed, sep))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		raftID := storageRaftID("n1")
+		raftID := RaftID("n1")
 		var seg []byte
 		var fb frameBuf
 		fb.reset()

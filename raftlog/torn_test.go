@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 func tornDir(t *testing.T) (dir, seg string, bOff, bLen int64) {
 	t.Helper()
 	dir = t.TempDir()
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 64 << 10})
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestStorageDiscardsUnfinishedWrite(t *testing.T) {
 			tc.tear(t, seg, off, n)
 			var logs bytes.Buffer
 			logger := slog.New(slog.NewTextHandler(&logs, nil))
-			s, err := openStorage(dir, "test", "n1", logger, storageOptions{segmentSize: 64 << 10})
+			s, err := openWith(dir, "test", "n1", logger, storageOptions{segmentSize: 64 << 10})
 			if err != nil {
 				t.Fatalf("open after a torn write: %v", err)
 			}
@@ -116,7 +116,7 @@ func TestStorageDiscardsUnfinishedWrite(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s, err = OpenStorage(dir, "test", "n1", nil)
+			s, err = Open(dir, "test", "n1", nil)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -171,7 +171,7 @@ func TestStorageRefusesDamageThatIsNoTornWrite(t *testing.T) {
 			dir, seg, off, n := tornDir(t)
 			tc.harm(t, seg, off, n)
 			before := fingerprint(t, dir)
-			s, err := OpenStorage(dir, "test", "n1", nil)
+			s, err := Open(dir, "test", "n1", nil)
 			if err == nil {
 				_ = s.Close()
 				t.Fatal("opened a damaged log")
@@ -188,7 +188,7 @@ func TestStorageRefusesDamageThatIsNoTornWrite(t *testing.T) {
 // segments back, then checkpoints it into one.
 func TestStorageEntriesSurviveReopenAcrossSegments(t *testing.T) {
 	dir := multiSegmentDir(t)
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 4096})
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestStorageEntriesSurviveReopenAcrossSegments(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = OpenStorage(dir, "test", "n1", nil)
+	s, err = Open(dir, "test", "n1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"encoding/binary"
@@ -14,7 +14,7 @@ import (
 // Storage format 1 kept the whole raft log in raft.db: a bucket "entries"
 // (key: index, value: raftpb.Entry; the first key is the compaction point,
 // holding only its index and term) and a bucket "state" (hard_state,
-// snapshot, conf_state). OpenStorage checks such a file as before and
+// snapshot, conf_state). Open checks such a file as before and
 // upgrades it to format 2 (see upgradeFormat1).
 const storageFormat1 uint32 = 1
 

@@ -1,12 +1,11 @@
-package raftnode
+package raftlog
 
 import (
-	"io/fs"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"walden/internal/testutil"
 )
 
 // copyStorageFile copies the data directory dir to a new directory: what a
@@ -15,31 +14,8 @@ import (
 func copyStorageFile(t *testing.T, dir string) string {
 	t.Helper()
 	dst := t.TempDir()
-	copyTree(t, dir, dst)
+	testutil.CopyTree(t, dir, dst)
 	return dst
-}
-
-// copyTree copies the files under src to dst.
-func copyTree(t testing.TB, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		to := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(to, 0o700)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(to, data, 0o600)
-	})
-	if err != nil {
-		t.Fatalf("copy %s: %v", src, err)
-	}
 }
 
 func commitOnDisk(t *testing.T, dir string) uint64 {

@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"bytes"
@@ -119,7 +119,7 @@ func (f *frameBuf) addProto(typ byte, m proto.Message) error {
 	var err error
 	f.b, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(f.b, m)
 	if err != nil {
-		return fmt.Errorf("raftnode: encode log record %d: %w", typ, err)
+		return fmt.Errorf("raftlog: encode log record %d: %w", typ, err)
 	}
 	return nil
 }

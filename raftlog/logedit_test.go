@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"bytes"

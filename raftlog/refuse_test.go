@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"walden/internal/testutil"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
@@ -73,7 +75,7 @@ func assertUnchanged(t *testing.T, before, after dirPrint) {
 func populatedDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 256 << 10})
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func populatedDir(t *testing.T) string {
 func multiSegmentDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 4096})
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,7 @@ func multiSegmentDir(t *testing.T) string {
 func v1Dir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	copyTree(t, filepath.Join("testdata", "v1", "populated"), dir)
+	testutil.CopyTree(t, filepath.Join("testdata", "v1", "populated"), dir)
 	return dir
 }
 
@@ -182,8 +184,7 @@ func setHardState(t *testing.T, dir string, hs *raftpb.HardState) {
 // checks the error names the problem and that nothing in the directory
 // changed.
 func TestOpenStorageRefuses(t *testing.T) {
-	storageLockTimeout = 50 * time.Millisecond
-	defer func() { storageLockTimeout = time.Second }()
+	short := storageOptions{lockTimeout: 50 * time.Millisecond}
 
 	dbPath := func(dir string) string { return filepath.Join(dir, storageFileName) }
 	cases := []struct {
@@ -800,10 +801,10 @@ func TestOpenStorageRefuses(t *testing.T) {
 				node = "n1"
 			}
 			before := fingerprint(t, dir)
-			s, err := OpenStorage(dir, cluster, node, nil)
+			s, err := openWith(dir, cluster, node, nil, short)
 			if err == nil {
 				_ = s.Close()
-				t.Fatalf("OpenStorage accepted the directory")
+				t.Fatalf("Open accepted the directory")
 			}
 			t.Logf("refused: %v", err)
 			if !errors.Is(err, tc.want) {
@@ -834,14 +835,12 @@ func putProtoKey(b *bolt.Bucket, key []byte, m proto.Message) error {
 // TestOpenStorageRefusesLockedDir opens a data directory that a running
 // storage holds.
 func TestOpenStorageRefusesLockedDir(t *testing.T) {
-	storageLockTimeout = 50 * time.Millisecond
-	defer func() { storageLockTimeout = time.Second }()
 	dir := populatedDir(t)
 	s := openTestStorage(t, dir)
 	defer s.Close()
 	before := fingerprint(t, dir)
-	if _, err := OpenStorage(dir, "test", "n1", nil); !errors.Is(err, ErrDataDirInUse) {
-		t.Fatalf("second OpenStorage: %v, want ErrDataDirInUse", err)
+	if _, err := openWith(dir, "test", "n1", nil, storageOptions{lockTimeout: 50 * time.Millisecond}); !errors.Is(err, ErrDataDirInUse) {
+		t.Fatalf("second Open: %v, want ErrDataDirInUse", err)
 	}
 	assertUnchanged(t, before, fingerprint(t, dir))
 }
@@ -889,7 +888,7 @@ func TestOpenStorageInitializes(t *testing.T) {
 			defer db.Close()
 			_ = db.View(func(tx *bolt.Tx) error {
 				id, version, err := readIdentity(tx.Bucket(bucketMeta))
-				if err != nil || version != storageFormatVersion || id != (storageIdentity{clusterName: "test", nodeID: "n1", raftID: storageRaftID("n1")}) {
+				if err != nil || version != storageFormatVersion || id != (storageIdentity{clusterName: "test", nodeID: "n1", raftID: RaftID("n1")}) {
 					t.Errorf("meta record = %+v, version %d, %v", id, version, err)
 				}
 				return nil

@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"fmt"
@@ -68,7 +68,7 @@ func (l *logImage) planSave(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 	if !raft.IsEmptySnap(snap) {
 		idx, term := snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
 		if l.snapIndex != 0 && l.snapIndex >= idx {
-			return p, fmt.Errorf("raftnode: save snapshot %d over snapshot %d: %w", idx, l.snapIndex, raft.ErrSnapOutOfDate)
+			return p, fmt.Errorf("raftlog: save snapshot %d over snapshot %d: %w", idx, l.snapIndex, raft.ErrSnapOutOfDate)
 		}
 		if idx > offset && idx <= last {
 			t, _ := l.term(idx)
@@ -83,7 +83,7 @@ func (l *logImage) planSave(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 	if len(ents) > 0 {
 		for i := 1; i < len(ents); i++ {
 			if ents[i].GetIndex() != ents[i-1].GetIndex()+1 {
-				return p, fmt.Errorf("raftnode: save entries: index %d follows %d: %w", ents[i].GetIndex(), ents[i-1].GetIndex(), ErrInvalidSave)
+				return p, fmt.Errorf("raftlog: save entries: index %d follows %d: %w", ents[i].GetIndex(), ents[i-1].GetIndex(), ErrInvalidSave)
 			}
 		}
 		first := ents[0].GetIndex()
@@ -95,10 +95,10 @@ func (l *logImage) planSave(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 				first = offset + 1
 			}
 			if first > last+1 {
-				return p, fmt.Errorf("raftnode: save entries from %d: last index is %d: %w", first, last, ErrInvalidSave)
+				return p, fmt.Errorf("raftlog: save entries from %d: last index is %d: %w", first, last, ErrInvalidSave)
 			}
 			if first <= snapIndex {
-				return p, fmt.Errorf("raftnode: save entries from %d: would overwrite entries covered by snapshot %d: %w", first, snapIndex, ErrInvalidSave)
+				return p, fmt.Errorf("raftlog: save entries from %d: would overwrite entries covered by snapshot %d: %w", first, snapIndex, ErrInvalidSave)
 			}
 			p.ents = toWrite
 		}

@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"math/rand/v2"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"walden/internal/testutil"
 )
 
 // crashFS is a storageFS on the real files that remembers what a power
@@ -223,7 +225,7 @@ func (m crashMode) String() string {
 // image copies the data directory to dst as a power loss now could leave it.
 func (c *crashFS) image(t testing.TB, dst string, mode crashMode, rng *rand.Rand) {
 	t.Helper()
-	copyTree(t, c.root, dst)
+	testutil.CopyTree(t, c.root, dst)
 	if mode == loseNothing {
 		return
 	}

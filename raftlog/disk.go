@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"crypto/sha256"
@@ -17,18 +17,18 @@ import (
 
 // Errors of the durable raft storage.
 var (
-	// ErrForeignDataDir is returned by OpenStorage when the data directory
+	// ErrForeignDataDir is returned by Open when the data directory
 	// belongs to another cluster name or node id than the configuration says,
 	// or holds files that are not a walden raft log. Nothing in it is changed.
 	ErrForeignDataDir = errors.New("data directory belongs to another cluster or node")
-	// ErrDamagedDataDir is returned by OpenStorage when raft.db or a segment
+	// ErrDamagedDataDir is returned by Open when raft.db or a segment
 	// of the raft log is unreadable, incomplete or inconsistent: a bbolt file
 	// that does not check out, an unknown format version, a segment missing
 	// or with a damaged frame, a log that does not fit its snapshot. The
 	// message names the file and, in a segment, the offset. Nothing in the
 	// directory is changed.
 	ErrDamagedDataDir = errors.New("data directory is damaged")
-	// ErrDataDirInUse is returned by OpenStorage when another process holds
+	// ErrDataDirInUse is returned by Open when another process holds
 	// the lock on raft.db.
 	ErrDataDirInUse = errors.New("data directory is in use by another process")
 	// ErrInvalidSave is returned by Save when the entries or the snapshot do not
@@ -47,11 +47,12 @@ var (
 	ErrStorageClosed = errors.New("storage closed")
 )
 
-// storageRaftID is the numeric raft id of the member named nodeID, recorded
-// in raft.db and in every segment: the first 8 bytes of SHA-256(nodeID),
-// big-endian, with 0 (raft's "no node") mapped to 1 — the node's own
-// derivation, repeated here so that the storage stands alone.
-func storageRaftID(nodeID string) uint64 {
+// RaftID is the numeric raft id of the member named nodeID, recorded in
+// raft.db and in every segment: the first 8 bytes of SHA-256(nodeID),
+// big-endian, never zero (raft reserves 0 for "none"; a zero hash maps to
+// 1). Every member derives the same id from the same name, so ids need no
+// coordination; raftnode.RaftID is this function.
+func RaftID(nodeID string) uint64 {
 	sum := sha256.Sum256([]byte(nodeID))
 	id := binary.BigEndian.Uint64(sum[:8])
 	if id == 0 {
@@ -189,11 +190,11 @@ func (s *DiskStorage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	case lo <= s.img.offset:
 		return nil, raft.ErrCompacted
 	case hi > last+1:
-		return nil, fmt.Errorf("raftnode: entries [%d, %d) beyond last index %d: %w", lo, hi, last, raft.ErrUnavailable)
+		return nil, fmt.Errorf("raftlog: entries [%d, %d) beyond last index %d: %w", lo, hi, last, raft.ErrUnavailable)
 	case last == s.img.offset:
 		return nil, raft.ErrUnavailable
 	case lo > hi:
-		return nil, fmt.Errorf("raftnode: entries [%d, %d): empty range: %w", lo, hi, raft.ErrUnavailable)
+		return nil, fmt.Errorf("raftlog: entries [%d, %d): empty range: %w", lo, hi, raft.ErrUnavailable)
 	}
 	ents := s.img.slice(lo, hi)
 	if maxSize == math.MaxUint64 || len(ents) <= 1 {
@@ -255,7 +256,7 @@ func (s *DiskStorage) Snapshot() (*raftpb.Snapshot, error) {
 	// snapshot deletes it only after the image moved past it.
 	snap, err := readSnapshot(s.db, s.img.snapIndex)
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: read snapshot %d from %s: %w", s.img.snapIndex, s.path, err)
+		return nil, fmt.Errorf("raftlog: read snapshot %d from %s: %w", s.img.snapIndex, s.path, err)
 	}
 	return snap, nil
 }
@@ -346,7 +347,7 @@ func (s *DiskStorage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte
 		return nil, raft.ErrSnapOutOfDate
 	}
 	if last := s.img.last(); i > last {
-		return nil, fmt.Errorf("raftnode: create snapshot at %d beyond last index %d: %w", i, last, raft.ErrUnavailable)
+		return nil, fmt.Errorf("raftlog: create snapshot at %d beyond last index %d: %w", i, last, raft.ErrUnavailable)
 	}
 	term, err := s.img.term(i)
 	if err != nil {
@@ -392,10 +393,10 @@ func (s *DiskStorage) Compact(compactIndex uint64) error {
 		return raft.ErrCompacted
 	}
 	if last := s.img.last(); compactIndex > last {
-		return fmt.Errorf("raftnode: compact %d beyond last index %d: %w", compactIndex, last, raft.ErrUnavailable)
+		return fmt.Errorf("raftlog: compact %d beyond last index %d: %w", compactIndex, last, raft.ErrUnavailable)
 	}
 	if compactIndex > s.img.snapIndex {
-		return fmt.Errorf("raftnode: compact %d: snapshot is at %d: %w", compactIndex, s.img.snapIndex, ErrCompactBeyondSnapshot)
+		return fmt.Errorf("raftlog: compact %d: snapshot is at %d: %w", compactIndex, s.img.snapIndex, ErrCompactBeyondSnapshot)
 	}
 	term, err := s.img.term(compactIndex)
 	if err != nil {
@@ -455,7 +456,7 @@ func (s *DiskStorage) addUnsyncedHardState(fb *frameBuf) error {
 func (s *DiskStorage) putSnapshot(snap *raftpb.Snapshot) error {
 	v, err := proto.Marshal(snap)
 	if err != nil {
-		return fmt.Errorf("raftnode: encode snapshot: %w", err)
+		return fmt.Errorf("raftlog: encode snapshot: %w", err)
 	}
 	keep := s.img.snapIndex
 	s.opts.point("bolt commit")
@@ -532,15 +533,15 @@ func (s *DiskStorage) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	if s.failed == nil {
-		s.failed = fmt.Errorf("raftnode: storage %s: %w", s.dir, ErrStorageClosed)
+		s.failed = fmt.Errorf("raftlog: storage %s: %w", s.dir, ErrStorageClosed)
 	}
 	s.mu.Unlock()
 	var errs []error
 	if err := s.log.close(); err != nil {
-		errs = append(errs, fmt.Errorf("raftnode: close raft log in %s: %w", s.dir, err))
+		errs = append(errs, fmt.Errorf("raftlog: close raft log in %s: %w", s.dir, err))
 	}
 	if err := s.db.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("raftnode: close storage %s: %w", s.path, err))
+		errs = append(errs, fmt.Errorf("raftlog: close storage %s: %w", s.path, err))
 	}
 	if flushErr != nil {
 		errs = append(errs, flushErr)
@@ -560,7 +561,7 @@ func (s *DiskStorage) err() error {
 func (s *DiskStorage) fail(op string, err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failed = fmt.Errorf("raftnode: %s in %s: %w: %w", op, s.dir, ErrStorageFailed, err)
+	s.failed = fmt.Errorf("raftlog: %s in %s: %w: %w", op, s.dir, ErrStorageFailed, err)
 	s.logger.Error("raft storage write failed; the member must restart", "op", op, "dir", s.dir, "err", err)
 	return s.failed
 }

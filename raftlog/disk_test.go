@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"errors"
@@ -30,9 +30,9 @@ func testCommand(payload []byte) []byte {
 // with segments of 256 KiB (copying and reading them back is then quick).
 func openTestStorage(t testing.TB, dir string) *DiskStorage {
 	t.Helper()
-	s, err := openStorage(dir, "test", "n1", nil, storageOptions{segmentSize: 256 << 10})
+	s, err := openWith(dir, "test", "n1", nil, storageOptions{segmentSize: 256 << 10})
 	if err != nil {
-		t.Fatalf("OpenStorage: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	return s
 }
@@ -439,7 +439,7 @@ func (m *diffModel) restart() {
 	if err := m.bolt.Close(); err != nil {
 		m.fatalf("Close: %v", err)
 	}
-	s, err := openStorage(m.dir, "test", "n1", nil, diffStorageOptions)
+	s, err := openWith(m.dir, "test", "n1", nil, diffStorageOptions)
 	if err != nil {
 		m.fatalf("reopen: %v", err)
 	}
@@ -487,7 +487,7 @@ func TestStorageDifferential(t *testing.T) {
 			// The differential test checks the logic; fsync is the
 			// benchmark's and the crash tests' business. Small segments
 			// make the log cut and checkpoint often.
-			s, err := openStorage(dir, "test", "n1", nil, diffStorageOptions)
+			s, err := openWith(dir, "test", "n1", nil, diffStorageOptions)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -566,8 +566,8 @@ func TestStorageIsEmptyAndIdentity(t *testing.T) {
 	if !s.IsEmpty() {
 		t.Fatal("new storage is not empty")
 	}
-	if s.RaftID() != storageRaftID("n1") || s.RaftID() == 0 {
-		t.Fatalf("RaftID = %d, want %d", s.RaftID(), storageRaftID("n1"))
+	if s.RaftID() != RaftID("n1") || s.RaftID() == 0 {
+		t.Fatalf("RaftID = %d, want %d", s.RaftID(), RaftID("n1"))
 	}
 	hs, cs, err := s.InitialState()
 	if err != nil || hs != nil || cs == nil {

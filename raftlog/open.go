@@ -1,4 +1,4 @@
-package raftnode
+package raftlog
 
 import (
 	"encoding/binary"
@@ -26,9 +26,8 @@ import (
 // upgraded when opened; any other version is refused as damaged.
 const storageFormatVersion uint32 = 2
 
-// storageLockTimeout bounds the wait for the file lock of raft.db (a
-// variable so that tests can shorten it).
-var storageLockTimeout = time.Second
+// defaultLockTimeout bounds the wait for the file lock of raft.db.
+const defaultLockTimeout = time.Second
 
 // storageIgnoredNames may sit in a data directory that has no raft.db yet
 // without making it foreign.
@@ -55,12 +54,13 @@ var (
 )
 
 // storageOptions are what tests change about a storage: the file system of
-// the log, its segment size, fsync, and a hook at every step a crash may
-// interrupt.
+// the log, its segment size, fsync, the wait for raft.db's lock, and a hook
+// at every step a crash may interrupt.
 type storageOptions struct {
 	fs          storageFS
 	segmentSize int64
 	noSync      bool
+	lockTimeout time.Duration
 	point       func(step string)
 }
 
@@ -71,13 +71,16 @@ func (o storageOptions) withDefaults() storageOptions {
 	if o.segmentSize == 0 {
 		o.segmentSize = defaultSegmentSize
 	}
+	if o.lockTimeout == 0 {
+		o.lockTimeout = defaultLockTimeout
+	}
 	if o.point == nil {
 		o.point = func(string) {}
 	}
 	return o
 }
 
-// OpenStorage opens the raft storage in dir for the member nodeID of the
+// Open opens the raft storage in dir for the member nodeID of the
 // cluster clusterName, creating dir and the storage when they do not exist.
 //
 // A new raft.db is written as raft.db.init and renamed once its identity is
@@ -96,39 +99,39 @@ func (o storageOptions) withDefaults() storageOptions {
 // format 2. A directory without raft.db is initialized only when it is empty
 // (apart from lost+found and a raft.db.init left by an interrupted
 // initialization, which is replaced).
-func OpenStorage(dir, clusterName, nodeID string, logger *slog.Logger) (*DiskStorage, error) {
-	return openStorage(dir, clusterName, nodeID, logger, storageOptions{})
+func Open(dir, clusterName, nodeID string, logger *slog.Logger) (*DiskStorage, error) {
+	return openWith(dir, clusterName, nodeID, logger, storageOptions{})
 }
 
-func openStorage(dir, clusterName, nodeID string, logger *slog.Logger, opts storageOptions) (*DiskStorage, error) {
+func openWith(dir, clusterName, nodeID string, logger *slog.Logger, opts storageOptions) (*DiskStorage, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	opts = opts.withDefaults()
 	if clusterName == "" || nodeID == "" {
-		return nil, fmt.Errorf("raftnode: open storage: cluster name and node id must be set (got %q, %q)", clusterName, nodeID)
+		return nil, fmt.Errorf("raftlog: open storage: cluster name and node id must be set (got %q, %q)", clusterName, nodeID)
 	}
 	path := filepath.Join(dir, storageFileName)
-	want := storageIdentity{clusterName: clusterName, nodeID: nodeID, raftID: storageRaftID(nodeID)}
+	want := storageIdentity{clusterName: clusterName, nodeID: nodeID, raftID: RaftID(nodeID)}
 
 	info, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := initStorageDir(dir, want, logger); err != nil {
+		if err := initStorageDir(dir, want, logger, opts.lockTimeout); err != nil {
 			return nil, err
 		}
 	case err != nil:
-		return nil, fmt.Errorf("raftnode: open storage: %w", err)
+		return nil, fmt.Errorf("raftlog: open storage: %w", err)
 	case !info.Mode().IsRegular():
-		return nil, fmt.Errorf("raftnode: open storage: %w: %s is not a regular file", ErrDamagedDataDir, path)
+		return nil, fmt.Errorf("raftlog: open storage: %w: %s is not a regular file", ErrDamagedDataDir, path)
 	}
 
 	// Check raft.db read-only before the read-write open.
-	version, err := checkStorageFile(path, want)
+	version, err := checkStorageFile(path, want, opts.lockTimeout)
 	if err != nil {
 		return nil, err
 	}
-	db, err := openCheckedBolt(path)
+	db, err := openCheckedBolt(path, opts.lockTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -152,19 +155,19 @@ func openStorage(dir, clusterName, nodeID string, logger *slog.Logger, opts stor
 
 // openCheckedBolt opens the checked raft.db for reading and writing. A
 // panic or fault of bbolt on damage the checks missed becomes a refusal.
-func openCheckedBolt(path string) (db *bolt.DB, err error) {
+func openCheckedBolt(path string, lockTimeout time.Duration) (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("raftnode: open storage: %w: %s: unreadable bbolt file: %v", ErrDamagedDataDir, path, r)
+			db, err = nil, fmt.Errorf("raftlog: open storage: %w: %s: unreadable bbolt file: %v", ErrDamagedDataDir, path, r)
 		}
 	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: storageLockTimeout})
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("raftnode: open storage: %w: %s is locked", ErrDataDirInUse, path)
+			return nil, fmt.Errorf("raftlog: open storage: %w: %s is locked", ErrDataDirInUse, path)
 		}
-		return nil, fmt.Errorf("raftnode: open storage %s: %w", path, err)
+		return nil, fmt.Errorf("raftlog: open storage %s: %w", path, err)
 	}
 	return db, nil
 }
@@ -177,18 +180,18 @@ type storageIdentity struct {
 
 // initStorageDir creates dir if needed and a new raft.db in it (format 2,
 // no log segment yet), refusing a directory that holds anything else.
-func initStorageDir(dir string, id storageIdentity, logger *slog.Logger) error {
+func initStorageDir(dir string, id storageIdentity, logger *slog.Logger, lockTimeout time.Duration) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("raftnode: create data dir: %w", err)
+		return fmt.Errorf("raftlog: create data dir: %w", err)
 	}
 	names, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("raftnode: read data dir: %w", err)
+		return fmt.Errorf("raftlog: read data dir: %w", err)
 	}
 	var foreign []string
 	for _, n := range names {
 		if n.Name() == logDirName {
-			return fmt.Errorf("raftnode: open storage: %w: %s holds a raft log (%s/) but no %s",
+			return fmt.Errorf("raftlog: open storage: %w: %s holds a raft log (%s/) but no %s",
 				ErrDamagedDataDir, dir, logDirName, storageFileName)
 		}
 		if !storageIgnoredNames[n.Name()] && n.Name() != storageInitFileName {
@@ -200,17 +203,17 @@ func initStorageDir(dir string, id storageIdentity, logger *slog.Logger) error {
 		if len(foreign) > 5 {
 			foreign = append(foreign[:5], "...")
 		}
-		return fmt.Errorf("raftnode: open storage: %w: %s has no %s but holds %s",
+		return fmt.Errorf("raftlog: open storage: %w: %s has no %s but holds %s",
 			ErrForeignDataDir, dir, storageFileName, strings.Join(foreign, ", "))
 	}
 
 	tmp := filepath.Join(dir, storageInitFileName)
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("raftnode: remove stale %s: %w", tmp, err)
+		return fmt.Errorf("raftlog: remove stale %s: %w", tmp, err)
 	}
-	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: storageLockTimeout})
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {
-		return fmt.Errorf("raftnode: create %s: %w", tmp, err)
+		return fmt.Errorf("raftlog: create %s: %w", tmp, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucket(bucketMeta)
@@ -239,10 +242,10 @@ func initStorageDir(dir string, id storageIdentity, logger *slog.Logger) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("raftnode: initialize %s: %w", tmp, err)
+		return fmt.Errorf("raftlog: initialize %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, storageFileName)); err != nil {
-		return fmt.Errorf("raftnode: initialize data dir: %w", err)
+		return fmt.Errorf("raftlog: initialize data dir: %w", err)
 	}
 	if err := syncDir(dir); err != nil {
 		return err
@@ -255,13 +258,13 @@ func initStorageDir(dir string, id storageIdentity, logger *slog.Logger) error {
 // and, for format 1, the whole log; for format 2 the snapshots (the log is
 // checked when it is read). It returns the format version and changes
 // nothing in the file.
-func checkStorageFile(path string, want storageIdentity) (version uint32, err error) {
+func checkStorageFile(path string, want storageIdentity, lockTimeout time.Duration) (version uint32, err error) {
 	damaged := func(format string, args ...any) error {
-		return fmt.Errorf("raftnode: open storage: %w: %s: %s", ErrDamagedDataDir, path, fmt.Sprintf(format, args...))
+		return fmt.Errorf("raftlog: open storage: %w: %s: %s", ErrDamagedDataDir, path, fmt.Sprintf(format, args...))
 	}
 	info, err := os.Stat(path)
 	if err != nil {
-		return 0, fmt.Errorf("raftnode: open storage: %w", err)
+		return 0, fmt.Errorf("raftlog: open storage: %w", err)
 	}
 	if info.Size() == 0 {
 		return 0, damaged("file is empty (0 bytes)")
@@ -274,10 +277,10 @@ func checkStorageFile(path string, want storageIdentity) (version uint32, err er
 			err = damaged("unreadable bbolt file: %v", r)
 		}
 	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: storageLockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return 0, fmt.Errorf("raftnode: open storage: %w: %s is locked", ErrDataDirInUse, path)
+			return 0, fmt.Errorf("raftlog: open storage: %w: %s is locked", ErrDataDirInUse, path)
 		}
 		return 0, damaged("not a bbolt file: %v", err)
 	}
@@ -286,7 +289,7 @@ func checkStorageFile(path string, want storageIdentity) (version uint32, err er
 	// memory map (bbolt holds the shared lock meanwhile).
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, fmt.Errorf("raftnode: open storage: %w", err)
+		return 0, fmt.Errorf("raftlog: open storage: %w", err)
 	}
 	defer f.Close()
 	if err := verifyBoltFile(f, info.Size()); err != nil {
@@ -307,7 +310,7 @@ func checkStorageFile(path string, want storageIdentity) (version uint32, err er
 			return damaged("%v", err)
 		}
 		if got.clusterName != want.clusterName || got.nodeID != want.nodeID {
-			return fmt.Errorf("raftnode: open storage: %w: %s holds cluster %q node %q, the config says cluster %q node %q",
+			return fmt.Errorf("raftlog: open storage: %w: %s holds cluster %q node %q, the config says cluster %q node %q",
 				ErrForeignDataDir, path, got.clusterName, got.nodeID, want.clusterName, want.nodeID)
 		}
 		if got.raftID != want.raftID {
@@ -404,7 +407,7 @@ func (s *DiskStorage) openLog() error {
 	logDir := filepath.Join(s.dir, logDirName)
 	recorded, err := readLastSegment(s.db)
 	if err != nil {
-		return fmt.Errorf("raftnode: open storage: %w", err)
+		return fmt.Errorf("raftlog: open storage: %w", err)
 	}
 	r, err := readLog(s.opts.fs, logDir, s.raftID, recorded)
 	if err != nil {
@@ -413,10 +416,10 @@ func (s *DiskStorage) openLog() error {
 	if r.img.snapIndex > 0 {
 		snap, err := readSnapshot(s.db, r.img.snapIndex)
 		if err != nil {
-			return fmt.Errorf("raftnode: open storage: %w: %s: %v (the raft log's snapshot)", ErrDamagedDataDir, s.path, err)
+			return fmt.Errorf("raftlog: open storage: %w: %s: %v (the raft log's snapshot)", ErrDamagedDataDir, s.path, err)
 		}
 		if snap.GetMetadata().GetTerm() != r.img.snapTerm {
-			return fmt.Errorf("raftnode: open storage: %w: %s: snapshot %d has term %d, the raft log says term %d",
+			return fmt.Errorf("raftlog: open storage: %w: %s: snapshot %d has term %d, the raft log says term %d",
 				ErrDamagedDataDir, s.path, r.img.snapIndex, snap.GetMetadata().GetTerm(), r.img.snapTerm)
 		}
 		s.snapMeta = snap.GetMetadata()
@@ -432,43 +435,43 @@ func (s *DiskStorage) openLog() error {
 	}
 	for _, tmp := range r.tmps {
 		if err := s.opts.fs.Remove(filepath.Join(logDir, tmp)); err != nil {
-			return fmt.Errorf("raftnode: open storage: remove %s: %w", tmp, err)
+			return fmt.Errorf("raftlog: open storage: remove %s: %w", tmp, err)
 		}
 		s.logger.Warn("removed a segment file left half-made by a crash", "file", filepath.Join(logDir, tmp))
 	}
 	for _, seq := range r.obsolete {
 		path := filepath.Join(logDir, segmentName(seq))
 		if err := s.opts.fs.Remove(path); err != nil {
-			return fmt.Errorf("raftnode: open storage: remove %s: %w", path, err)
+			return fmt.Errorf("raftlog: open storage: remove %s: %w", path, err)
 		}
 		s.logger.Warn("removed a segment a checkpoint made useless (a crash interrupted its deletion)", "file", path)
 	}
 	if len(r.tmps)+len(r.obsolete) > 0 && !s.opts.noSync {
 		if err := s.opts.fs.SyncDir(logDir); err != nil {
-			return fmt.Errorf("raftnode: open storage: sync %s: %w", logDir, err)
+			return fmt.Errorf("raftlog: open storage: sync %s: %w", logDir, err)
 		}
 	}
 	if len(r.segments) == 0 {
 		// A new log: its first segment starts with an empty checkpoint.
 		if err := s.opts.fs.MkdirAll(logDir); err != nil {
-			return fmt.Errorf("raftnode: open storage: create %s: %w", logDir, err)
+			return fmt.Errorf("raftlog: open storage: create %s: %w", logDir, err)
 		}
 		if !s.opts.noSync {
 			if err := s.opts.fs.SyncDir(s.dir); err != nil {
-				return fmt.Errorf("raftnode: open storage: sync %s: %w", s.dir, err)
+				return fmt.Errorf("raftlog: open storage: sync %s: %w", s.dir, err)
 			}
 		}
 		s.log.frameSeq = 1
 		if err := s.log.cut(s.fillCheckpoint, 0); err != nil {
 			_ = s.log.close()
-			return fmt.Errorf("raftnode: open storage: %w", err)
+			return fmt.Errorf("raftlog: open storage: %w", err)
 		}
 		return nil
 	}
 	last := r.segments[len(r.segments)-1]
 	f, err := s.opts.fs.OpenRW(filepath.Join(logDir, segmentName(last)))
 	if err != nil {
-		return fmt.Errorf("raftnode: open storage: %w", err)
+		return fmt.Errorf("raftlog: open storage: %w", err)
 	}
 	s.log.firstSeq, s.log.tailSeq, s.log.tail, s.log.tailSize = r.segments[0], last, f, r.tailSize
 	s.log.off, s.log.frameSeq = r.tail.end, r.tail.nextSeq
@@ -478,11 +481,11 @@ func (s *DiskStorage) openLog() error {
 		zeros := make([]byte, r.tail.tornEnd-r.tail.end)
 		if _, err := f.WriteAt(zeros, r.tail.end); err != nil {
 			_ = s.log.close()
-			return fmt.Errorf("raftnode: open storage: discard unfinished write in %s: %w", segmentName(last), err)
+			return fmt.Errorf("raftlog: open storage: discard unfinished write in %s: %w", segmentName(last), err)
 		}
 		if err := f.Datasync(); err != nil {
 			_ = s.log.close()
-			return fmt.Errorf("raftnode: open storage: discard unfinished write in %s: %w", segmentName(last), err)
+			return fmt.Errorf("raftlog: open storage: discard unfinished write in %s: %w", segmentName(last), err)
 		}
 		s.opts.point("log torn tail zeroed")
 		s.logger.Warn("discarded an unfinished write at the end of the raft log (a crash interrupted it before it was synced)",
@@ -491,7 +494,7 @@ func (s *DiskStorage) openLog() error {
 	if last != recorded {
 		if err := s.recordLastSegment(last); err != nil {
 			_ = s.log.close()
-			return fmt.Errorf("raftnode: open storage: %w", err)
+			return fmt.Errorf("raftlog: open storage: %w", err)
 		}
 	}
 	return nil
@@ -515,7 +518,7 @@ func (s *DiskStorage) upgradeFormat1() error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("raftnode: open storage: %w: %s: %v", ErrDamagedDataDir, s.path, err)
+		return fmt.Errorf("raftlog: open storage: %w: %s: %v", ErrDamagedDataDir, s.path, err)
 	}
 	logDir := filepath.Join(s.dir, logDirName)
 	fsys := s.opts.fs
@@ -523,15 +526,15 @@ func (s *DiskStorage) upgradeFormat1() error {
 		s.logger.Warn("removing the raft log of an interrupted upgrade; raft.db is still in format 1 and holds the whole log",
 			"dir", logDir, "files", len(names))
 		if err := fsys.RemoveAll(logDir); err != nil {
-			return fmt.Errorf("raftnode: upgrade storage: %w", err)
+			return fmt.Errorf("raftlog: upgrade storage: %w", err)
 		}
 	}
 	if err := fsys.MkdirAll(logDir); err != nil {
-		return fmt.Errorf("raftnode: upgrade storage: %w", err)
+		return fmt.Errorf("raftlog: upgrade storage: %w", err)
 	}
 	if !s.opts.noSync {
 		if err := fsys.SyncDir(s.dir); err != nil {
-			return fmt.Errorf("raftnode: upgrade storage: sync %s: %w", s.dir, err)
+			return fmt.Errorf("raftlog: upgrade storage: sync %s: %w", s.dir, err)
 		}
 	}
 	s.opts.point("upgrade log dir")
@@ -544,7 +547,7 @@ func (s *DiskStorage) upgradeFormat1() error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("raftnode: upgrade storage: %w", err)
+		return fmt.Errorf("raftlog: upgrade storage: %w", err)
 	}
 	s.opts.point("bolt commit")
 	err = s.db.Update(func(tx *bolt.Tx) error {
@@ -575,7 +578,7 @@ func (s *DiskStorage) upgradeFormat1() error {
 	})
 	s.opts.point("bolt committed")
 	if err != nil {
-		return fmt.Errorf("raftnode: upgrade storage %s: %w", s.path, err)
+		return fmt.Errorf("raftlog: upgrade storage %s: %w", s.path, err)
 	}
 	s.logger.Info("raft storage upgraded from format 1 (log in raft.db) to format 2 (log in segment files)",
 		"dir", s.dir, "entries", len(img.ents), "first_index", img.offset+1, "last_index", img.last(),
@@ -599,7 +602,7 @@ type logRead struct {
 func readLog(fsys storageFS, dir string, raftID, recorded uint64) (logRead, error) {
 	var r logRead
 	damaged := func(file string, format string, args ...any) error {
-		return fmt.Errorf("raftnode: open storage: %w: %s: %s", ErrDamagedDataDir, file, fmt.Sprintf(format, args...))
+		return fmt.Errorf("raftlog: open storage: %w: %s: %s", ErrDamagedDataDir, file, fmt.Sprintf(format, args...))
 	}
 	names, err := fsys.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -609,7 +612,7 @@ func readLog(fsys storageFS, dir string, raftID, recorded uint64) (logRead, erro
 		return r, nil
 	}
 	if err != nil {
-		return r, fmt.Errorf("raftnode: open storage: %w", err)
+		return r, fmt.Errorf("raftlog: open storage: %w", err)
 	}
 	for _, n := range names {
 		if seq, ok := parseSegmentName(n); ok {
@@ -637,7 +640,7 @@ func readLog(fsys storageFS, dir string, raftID, recorded uint64) (logRead, erro
 	for i := len(r.segments) - 1; i >= 0 && start < 0; i-- {
 		ok, err := startsWithCheckpoint(fsys, filepath.Join(dir, segmentName(r.segments[i])))
 		if err != nil {
-			return r, fmt.Errorf("raftnode: open storage: %w", err)
+			return r, fmt.Errorf("raftlog: open storage: %w", err)
 		}
 		if ok {
 			start = i
@@ -669,12 +672,12 @@ func readLog(fsys storageFS, dir string, raftID, recorded uint64) (logRead, erro
 		path := filepath.Join(dir, segmentName(seq))
 		f, err := fsys.Open(path)
 		if err != nil {
-			return r, fmt.Errorf("raftnode: open storage: %w", err)
+			return r, fmt.Errorf("raftlog: open storage: %w", err)
 		}
 		size, err := f.Size()
 		if err != nil {
 			_ = f.Close()
-			return r, fmt.Errorf("raftnode: open storage: %w", err)
+			return r, fmt.Errorf("raftlog: open storage: %w", err)
 		}
 		rp.beginSegment(seq, k == 0)
 		last := k == len(r.segments)-1
