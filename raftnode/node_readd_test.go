@@ -31,9 +31,15 @@ func TestMemberAddedAgainUnderItsNameCommits(t *testing.T) {
 			victim = id
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.node(leader).RemoveMember(ctx, victim); err != nil {
+	// Each membership change has a deadline of its own: on a loaded machine
+	// the waits between them (the removal taking effect, the promotion) may
+	// take longer than one change should.
+	op := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	if err := c.node(leader).RemoveMember(op(), victim); err != nil {
 		t.Fatalf("remove %s: %v", victim, err)
 	}
 	select {
@@ -46,7 +52,7 @@ func TestMemberAddedAgainUnderItsNameCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.mustPropose(leader, "between")
-	if err := c.node(leader).AddMember(ctx, &waldenv1.MemberContext{Id: victim, RaftAddr: "mem://" + victim, AdminAddr: "admin://" + victim}); err != nil {
+	if err := c.node(leader).AddMember(op(), &waldenv1.MemberContext{Id: victim, RaftAddr: "mem://" + victim, AdminAddr: "admin://" + victim}); err != nil {
 		t.Fatalf("add %s again: %v", victim, err)
 	}
 	c.mu.Lock()
@@ -63,10 +69,10 @@ func TestMemberAddedAgainUnderItsNameCommits(t *testing.T) {
 		}
 	}
 	// Membership changes through it are forwarded too.
-	if err := c.node(victim).AddMember(ctx, &waldenv1.MemberContext{Id: "c4", RaftAddr: "mem://c4"}); err != nil {
+	if err := c.node(victim).AddMember(op(), &waldenv1.MemberContext{Id: "c4", RaftAddr: "mem://c4"}); err != nil {
 		t.Fatalf("add c4 through %s: %v", victim, err)
 	}
-	if err := c.node(victim).RemoveMember(ctx, "c4"); err != nil {
+	if err := c.node(victim).RemoveMember(op(), "c4"); err != nil {
 		t.Fatalf("remove c4 through %s: %v", victim, err)
 	}
 	c.converged("c1", "c2", "c3")
