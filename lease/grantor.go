@@ -53,7 +53,17 @@ var (
 //     that grant's TTL plus drift on its own clock.
 //   - Before it attests it promises, durably, to grant k nothing more; the
 //     promise is lifted only by Withdrawn, once its withdrawal is committed.
+//
+// A grant waits for no disk: the store is written with only saveMu held,
+// and a promise being written already refuses the grants of its key. (An
+// fsync under the lock every grant takes held every renewal of the
+// coordinator for as long as the disk took, which on a loaded host made
+// other brokers' renewals late, hence more promises.)
 type Grantor struct {
+	// saveMu serializes the changes of the durable state: each is computed
+	// from the state in force and written while it is held. It is taken
+	// before mu.
+	saveMu     sync.Mutex
 	mu         sync.Mutex
 	clock      Clock
 	store      Store
@@ -64,9 +74,12 @@ type Grantor struct {
 	horizon      time.Duration
 	horizonKnown bool
 	durable      Durable
-	grants       map[Key]granted
-	seen         map[Key]time.Duration // first reading at which k was current here
-	heard        map[Key]time.Duration // last renewal request of k, granted or not
+	// promising is the key whose promise is being written: refused as if
+	// promised until the write ends.
+	promising *Key
+	grants    map[Key]granted
+	seen      map[Key]time.Duration // first reading at which k was current here
+	heard     map[Key]time.Duration // last renewal request of k, granted or not
 }
 
 type granted struct {
@@ -116,9 +129,7 @@ func (g *Grantor) QuietFor() time.Duration {
 // coordinator will add before it attests. It records the request as heard
 // even when it refuses.
 func (g *Grantor) Grant(k Key, ttl, drift time.Duration) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.grantLocked(k, ttl, drift, g.clock.Now())
+	return g.grant(k, ttl, drift, nil)
 }
 
 // GrantAt is Grant with a boot-clock reading the caller took: one reading
@@ -131,11 +142,31 @@ func (g *Grantor) Grant(k Key, ttl, drift time.Duration) error {
 // before for k counts as that one: the last grant's start never moves
 // back.
 func (g *Grantor) GrantAt(k Key, ttl, drift, now time.Duration) error {
+	return g.grant(k, ttl, drift, &now)
+}
+
+// grant grants at *at, or at a reading taken under the lock when at is
+// nil. A grant with a longer TTL or drift than any before raises the
+// stored high-water mark first, holding saveMu too (once per policy
+// raise).
+func (g *Grantor) grant(k Key, ttl, drift time.Duration, at *time.Duration) error {
 	g.mu.Lock()
+	if ttl > g.durable.MaxTTL || drift > g.durable.MaxDrift {
+		g.mu.Unlock()
+		g.saveMu.Lock()
+		defer g.saveMu.Unlock()
+		g.mu.Lock()
+	}
 	defer g.mu.Unlock()
+	now := g.clock.Now()
+	if at != nil {
+		now = *at
+	}
 	return g.grantLocked(k, ttl, drift, now)
 }
 
+// grantLocked grants k at now; mu is held, and saveMu too when the grant
+// raises the high-water mark.
 func (g *Grantor) grantLocked(k Key, ttl, drift, now time.Duration) error {
 	if last, ok := g.heard[k]; ok && last > now {
 		now = last
@@ -243,18 +274,30 @@ func (g *Grantor) HeardWithin(k Key, d time.Duration) bool {
 // Promise durably promises to grant k nothing more; the attestation may be
 // proposed once it returns nil. It refuses (without promising) when the
 // attestation is not allowed now.
+//
+// From the check that allows it, k is refused every grant: during the
+// write (the grants of other keys go on), and for good once it is written.
 func (g *Grantor) Promise(k Key) error {
+	g.saveMu.Lock()
+	defer g.saveMu.Unlock()
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if !g.mayAttestLocked(k, g.clock.Now()) {
+		g.mu.Unlock()
 		return fmt.Errorf("lease: %s: a grant of this coordinator may still be live", k)
 	}
 	if g.promisedLocked(k) {
+		g.mu.Unlock()
 		return nil
 	}
 	next := g.durable
 	next.Promises = append(slices.Clone(next.Promises), k)
-	if err := g.store.Save(next); err != nil {
+	g.promising = &k
+	g.mu.Unlock()
+	err := g.store.Save(next)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.promising = nil
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	g.durable = next
@@ -268,7 +311,9 @@ func (g *Grantor) Promised(k Key) bool {
 	return g.promisedLocked(k)
 }
 
-func (g *Grantor) promisedLocked(k Key) bool { return slices.Contains(g.durable.Promises, k) }
+func (g *Grantor) promisedLocked(k Key) bool {
+	return (g.promising != nil && *g.promising == k) || slices.Contains(g.durable.Promises, k)
+}
 
 // Withdrawn lifts the promise for k: call it only once the withdrawal of
 // the attestation is committed and applied here, so that no decision can
@@ -298,18 +343,25 @@ func (g *Grantor) Retire(broker string, current uint64) error {
 	return g.dropPromises(func(p Key) bool { return p.Broker == broker && p.Epoch != current })
 }
 
+// dropPromises lifts the promises drop selects. Until the write ends they
+// still refuse their keys' grants.
 func (g *Grantor) dropPromises(drop func(Key) bool) error {
+	g.saveMu.Lock()
+	defer g.saveMu.Unlock()
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if !slices.ContainsFunc(g.durable.Promises, drop) {
+		g.mu.Unlock()
 		return nil
 	}
 	next := g.durable
 	next.Promises = slices.DeleteFunc(slices.Clone(next.Promises), drop)
+	g.mu.Unlock()
 	if err := g.store.Save(next); err != nil {
 		return fmt.Errorf("%w: %w", ErrStore, err)
 	}
+	g.mu.Lock()
 	g.durable = next
+	g.mu.Unlock()
 	return nil
 }
 

@@ -380,3 +380,61 @@ func TestReadingsAreTakenAfterArrival(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// gatedStore is a store whose Save waits until the test lets it go.
+type gatedStore struct {
+	MemStore
+	entered chan struct{}
+	release chan error
+}
+
+func (s *gatedStore) Save(d Durable) error {
+	s.entered <- struct{}{}
+	if err := <-s.release; err != nil {
+		return err
+	}
+	return s.MemStore.Save(d)
+}
+
+// A promise being written refuses its key's grants and holds no other
+// grant: the grants of other brokers go on while the disk writes; a write
+// that fails leaves the key grantable again.
+func TestPromiseWriteHoldsNoOtherGrant(t *testing.T) {
+	clk := &ManualClock{}
+	st := &gatedStore{entered: make(chan struct{}), release: make(chan error)}
+	g, err := NewGrantor(clk, st, time.Second, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.ClusterHorizon(1100 * time.Millisecond)
+	clk.Advance(1200 * time.Millisecond)
+	k, other := Key{"b1", 1}, Key{"b2", 1}
+	for _, fail := range []bool{false, true} {
+		k.Epoch++
+		done := make(chan error, 1)
+		go func() { done <- g.Promise(k) }()
+		<-st.entered // the promise is being written
+		if err := g.Grant(other, time.Second, 100*time.Millisecond); err != nil {
+			t.Fatalf("grant of another broker during a promise's write: %v", err)
+		}
+		if err := g.Grant(k, time.Second, 100*time.Millisecond); !errors.Is(err, ErrPromised) {
+			t.Fatalf("grant of the key being promised: %v, want ErrPromised", err)
+		}
+		var werr error
+		if fail {
+			werr = errors.New("disk full")
+		}
+		st.release <- werr
+		err := <-done
+		switch {
+		case !fail && (err != nil || !g.Promised(k)):
+			t.Fatalf("promise: %v, promised %v", err, g.Promised(k))
+		case fail && (!errors.Is(err, ErrStore) || g.Promised(k)):
+			t.Fatalf("failed promise: %v, promised %v", err, g.Promised(k))
+		case fail:
+			if err := g.Grant(k, time.Second, 100*time.Millisecond); err != nil {
+				t.Fatalf("grant after a promise that failed to be written: %v", err)
+			}
+		}
+	}
+}
