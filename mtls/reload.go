@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc/credentials"
 
 	"walden/authz"
+	"walden/config"
 )
 
 // ErrReloadToggle refuses a reload that would turn TLS on or off: the
@@ -52,6 +54,54 @@ func (r *Reloader) Reload() error {
 	}
 	r.cur.Store(&c)
 	return nil
+}
+
+// Files is the Reloader of a process's tls section, for a process that
+// reads its configuration file again at SIGHUP (certificate rotation):
+// ReloadFiles takes the section of the new file and reads the files it
+// names; every new connection then uses them. A reload that fails changes
+// nothing: the files in use stay, and so does the section they came from.
+// Coordinators and agents hold one each.
+type Files struct {
+	*Reloader
+	mu      sync.Mutex
+	section config.TLS // what the Reloader's loads read
+}
+
+// LoadFiles reads the files c names (every connection plain when TLS is
+// off).
+func LoadFiles(c config.TLS) (*Files, error) {
+	f := &Files{section: c}
+	r, err := NewReloader(func() (Configs, error) { return Load(f.Section()) })
+	if err != nil {
+		return nil, err
+	}
+	f.Reloader = r
+	return f, nil
+}
+
+// ReloadFiles reads the files c names; on success every new connection
+// uses them. On an error nothing changes.
+func (f *Files) ReloadFiles(c config.TLS) error {
+	f.mu.Lock()
+	old := f.section
+	f.section = c
+	f.mu.Unlock()
+	if err := f.Reload(); err != nil {
+		f.mu.Lock()
+		f.section = old
+		f.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Section is the tls section of the files in use (after a successful
+// load), or of the files being read (during one).
+func (f *Files) Section() config.TLS {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.section
 }
 
 // Enabled reports whether TLS is on.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -89,6 +90,21 @@ func check(addr string, r *Reloader) error {
 	return err
 }
 
+// serveHealth serves gRPC's health service on a loopback port with creds
+// until the test ends, and returns its address.
+func serveHealth(t *testing.T, creds credentials.TransportCredentials) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.Creds(creds))
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go func() { _ = gs.Serve(l) }()
+	t.Cleanup(gs.Stop)
+	return l.Addr().String()
+}
+
 func TestReloaderRotatesCertificatesAndCA(t *testing.T) {
 	serverDir, clientDir := t.TempDir(), t.TempDir()
 	sc := writePKI(t, serverDir, "first CA")
@@ -109,15 +125,7 @@ func TestReloaderRotatesCertificatesAndCA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(grpc.Creds(srv.ServerCreds()))
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	go func() { _ = gs.Serve(l) }()
-	defer gs.Stop()
-	addr := l.Addr().String()
+	addr := serveHealth(t, srv.ServerCreds())
 
 	if err := check(addr, cli); err != nil {
 		t.Fatalf("before rotation: %v", err)
@@ -200,5 +208,60 @@ func TestReloaderServerConfigHTTP(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.ProtoMajor != 1 {
 		t.Fatalf("GET: %d %s", resp.StatusCode, resp.Proto)
+	}
+}
+
+// TestFilesReloadsAnotherSection: ReloadFiles reads the files of a new
+// section (a configuration file read again at SIGHUP) and every new
+// connection uses them; a section whose files do not load, or that turns
+// TLS off, changes nothing, and a later Reload reads the section in use.
+func TestFilesReloadsAnotherSection(t *testing.T) {
+	first := writePKI(t, t.TempDir(), "first CA")
+	second := writePKI(t, t.TempDir(), "second CA")
+	srv, err := LoadFiles(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveHealth(t, srv.ServerCreds())
+	cliFirst, err := LoadFiles(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliSecond, err := LoadFiles(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := check(addr, cliFirst.Reloader); err != nil {
+		t.Fatalf("before the reload: %v", err)
+	}
+
+	if err := srv.ReloadFiles(second); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Section() != second {
+		t.Fatalf("section in use %+v, want %+v", srv.Section(), second)
+	}
+	if err := check(addr, cliSecond.Reloader); err != nil {
+		t.Fatalf("client of the second CA after the reload: %v", err)
+	}
+	if err := check(addr, cliFirst.Reloader); err == nil {
+		t.Fatal("a client of the first CA was accepted after the reload")
+	}
+
+	broken := second
+	broken.CertFile = filepath.Join(t.TempDir(), "missing.pem")
+	for name, c := range map[string]config.TLS{"missing certificate": broken, "TLS off": {}} {
+		if err := srv.ReloadFiles(c); err == nil {
+			t.Fatalf("%s: reload succeeded", name)
+		}
+		if srv.Section() != second {
+			t.Fatalf("%s: section in use %+v after a failed reload, want %+v", name, srv.Section(), second)
+		}
+		if err := check(addr, cliSecond.Reloader); err != nil {
+			t.Fatalf("%s: after a failed reload: %v", name, err)
+		}
+	}
+	if err := srv.Reload(); err != nil {
+		t.Fatalf("reload of the section in use: %v", err)
 	}
 }

@@ -79,7 +79,7 @@ func (s *Server) Reload(cfg *config.Server) (ReloadResult, error) {
 	if err := s.tls.reload(cfg.TLS); err != nil {
 		return res, err
 	}
-	res.TLSReloaded = s.tls.enabled()
+	res.TLSReloaded = s.tls.Enabled()
 	res.NeedRestart, res.PolicyChanged = changedKeys(s.cfg, cfg)
 	return res, nil
 }

@@ -165,8 +165,8 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	// Every RPC is authorized from the peer's certificate (TLS on); raft
 	// frames are accepted from coordinators only, each as the member its
 	// certificate names.
-	az := &authz.Authorizer{Secure: tlsCfg.enabled(), Logger: logger.With("component", "authz")}
-	raftCreds := tlsCfg.clientCreds()
+	az := &authz.Authorizer{Secure: tlsCfg.Enabled(), Logger: logger.With("component", "authz")}
+	raftCreds := tlsCfg.ClientCreds()
 	if o.raftCreds != nil {
 		raftCreds = o.raftCreds(raftCreds)
 	}
@@ -180,7 +180,7 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 		CheckSender: authz.CheckMember,
 	})
 	s.raftGRPC = grpc.NewServer(append(append(raftnode.ServerOptions(), lm.ServerOptions(connlimit.Raft, lim.Raft)...),
-		grpc.Creds(lm.Creds(connlimit.Raft, tlsCfg.serverCreds(), listenLog)),
+		grpc.Creds(lm.Creds(connlimit.Raft, tlsCfg.ServerCreds(), listenLog)),
 		grpc.ChainUnaryInterceptor(az.UnaryInterceptor(), fieldlimit.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(az.StreamInterceptor(), fieldlimit.StreamInterceptor()))...)
 	tr.Register(s.raftGRPC)
@@ -201,8 +201,8 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 
 	node := s.node
 	s.health = health.NewServer()
-	s.admin = newAdminService(node, cfg.NodeID, tlsCfg.clientCreds(), logger.With("component", "admin"))
-	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, lm.Creds(connlimit.Admin, tlsCfg.serverCreds(), listenLog), az, reg,
+	s.admin = newAdminService(node, cfg.NodeID, tlsCfg.ClientCreds(), logger.With("component", "admin"))
+	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, lm.Creds(connlimit.Admin, tlsCfg.ServerCreds(), listenLog), az, reg,
 		logger.With("component", "grpc"), lm.ServerOptions(connlimit.Admin, lim.Admin)...); err != nil {
 		return nil, fmt.Errorf("server: admin grpc: %w", err)
 	}
@@ -249,8 +249,8 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	// idle keep-alive time, connections open at once.
 	if s.httpLis != nil {
 		s.httpLis = httplimit.ListenerWith(lm, "http", s.httpLis, lim.HTTP)
-		if tlsCfg.enabled() {
-			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.r.ServerConfig())
+		if tlsCfg.Enabled() {
+			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.ServerConfig())
 		}
 		s.httpSrv = httplimit.Server(newHTTPHandler(reg, node, webui.Handler(webui.Options{
 			Source:    &webSource{admin: s.admin, brokers: s.detector.brokers, failovers: failovers, state: state},

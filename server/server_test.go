@@ -156,7 +156,7 @@ func TestServerMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(a.Admin, grpc.WithTransportCredentials(ts.clientCreds()))
+	conn, err := grpc.NewClient(a.Admin, grpc.WithTransportCredentials(ts.ClientCreds()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestServerMutualTLS(t *testing.T) {
 	}
 
 	// HTTP serves TLS and requires the client certificate too.
-	good := &http.Client{Transport: &http.Transport{TLSClientConfig: ts.r.Current().Client}, Timeout: 2 * time.Second}
+	good := &http.Client{Transport: &http.Transport{TLSClientConfig: ts.Current().Client}, Timeout: 2 * time.Second}
 	resp, err := good.Get("https://" + a.HTTP + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("https with client cert: %v %v", resp, err)
@@ -237,7 +237,7 @@ func TestServerThreeMembersMutualTLS(t *testing.T) {
 	}
 	var clients []waldenv1.ClusterClient
 	for _, m := range initial {
-		conn, err := grpc.NewClient(m.Admin, grpc.WithTransportCredentials(ts.clientCreds()))
+		conn, err := grpc.NewClient(m.Admin, grpc.WithTransportCredentials(ts.ClientCreds()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestServerReloadRotatesCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := func(ts *tlsSetup) error {
-		conn, err := grpc.NewClient(a.Admin, grpc.WithTransportCredentials(ts.clientCreds()))
+		conn, err := grpc.NewClient(a.Admin, grpc.WithTransportCredentials(ts.ClientCreds()))
 		if err != nil {
 			return err
 		}

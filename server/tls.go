@@ -3,9 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"sync"
-
-	"google.golang.org/grpc/credentials"
 
 	"walden/config"
 	"walden/mtls"
@@ -19,52 +16,22 @@ var ErrTLSConfig = errors.New("server: unusable tls files")
 // certificate signed by ca_file, clients present cert_file and check the
 // server against ca_file. Every new connection uses the files of the last
 // successful (re)load; everything is plain when TLS is off.
-type tlsSetup struct {
-	mu    sync.Mutex
-	files config.TLS // the files the next (re)load reads
-	r     *mtls.Reloader
-}
+type tlsSetup struct{ *mtls.Files }
 
 func loadTLS(c config.TLS) (*tlsSetup, error) {
-	t := &tlsSetup{files: c}
-	r, err := mtls.NewReloader(func() (mtls.Configs, error) {
-		t.mu.Lock()
-		files := t.files
-		t.mu.Unlock()
-		return mtls.Load(files)
-	})
+	f, err := mtls.LoadFiles(c)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTLSConfig, err)
 	}
-	t.r = r
-	return t, nil
+	return &tlsSetup{f}, nil
 }
 
 // reload reads the certificate, key and CA files that c names (SIGHUP):
 // new connections use them from now on. On an error the files loaded
 // before stay in use.
 func (t *tlsSetup) reload(c config.TLS) error {
-	t.mu.Lock()
-	old := t.files
-	t.files = c
-	t.mu.Unlock()
-	if err := t.r.Reload(); err != nil {
-		t.mu.Lock()
-		t.files = old
-		t.mu.Unlock()
+	if err := t.ReloadFiles(c); err != nil {
 		return fmt.Errorf("%w: %w", ErrTLSConfig, err)
 	}
 	return nil
-}
-
-func (t *tlsSetup) enabled() bool { return t.r.Enabled() }
-
-// serverCreds are the credentials of the gRPC listeners.
-func (t *tlsSetup) serverCreds() credentials.TransportCredentials {
-	return t.r.ServerCreds()
-}
-
-// clientCreds are the credentials of connections to other members.
-func (t *tlsSetup) clientCreds() credentials.TransportCredentials {
-	return t.r.ClientCreds()
 }

@@ -32,10 +32,10 @@ func newTestPKI(t *testing.T) testPKI {
 
 func TestLoadTLSErrors(t *testing.T) {
 	p := newTestPKI(t)
-	if s, err := loadTLS(config.TLS{}); err != nil || s.enabled() {
+	if s, err := loadTLS(config.TLS{}); err != nil || s.Enabled() {
 		t.Fatalf("no tls: %v %v", s, err)
 	}
-	if s, err := loadTLS(p.Member(t, "c1")); err != nil || !s.enabled() {
+	if s, err := loadTLS(p.Member(t, "c1")); err != nil || !s.Enabled() {
 		t.Fatalf("tls: %v %v", s, err)
 	}
 	bad := p.Member(t, "c1")

@@ -87,7 +87,7 @@ take effect at the next start.`,
 			// The certificates are read again at SIGHUP: the agent's
 			// connections to the coordinators use the files of the last
 			// successful load (these credentials replace the agent's own).
-			files, err := newTLSFiles(cfg.TLS)
+			files, err := mtls.LoadFiles(cfg.TLS)
 			if err != nil {
 				return fmt.Errorf("%w: %w", agent.ErrInvalidConfig, err)
 			}
@@ -99,7 +99,7 @@ take effect at the next start.`,
 			listeners := connlimit.NewMetrics()
 			reg.MustRegister(listeners.Collectors()...)
 			opts := agent.Options{Logger: logger, Metrics: handler(reg), ObserveRenewal: renewals.Renewal, ListenerMetrics: listeners,
-				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.r.ClientCreds())}}
+				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.ClientCreds())}}
 			if cfg.Broker.Watched() || cfg.Watchdog.Enabled {
 				opts.BrokerObserver = newAgentBrokerMetrics(reg, cfg.BrokerID)
 			}
@@ -129,7 +129,7 @@ take effect at the next start.`,
 						continue
 					}
 					level.Set(server.ParseLevel(next.Log.Level))
-					logger.Info("configuration reloaded", "file", configPath, "log_level", level.Level().String(), "tls_reloaded", files.r.Enabled())
+					logger.Info("configuration reloaded", "file", configPath, "log_level", level.Level().String(), "tls_reloaded", files.Enabled())
 				}
 			}()
 			return a.Run(ctx)
@@ -144,9 +144,9 @@ take effect at the next start.`,
 // agent of broker brokerID. The certificate must stay that agent's own (the
 // coordinators would refuse anyone else's renewals); on any error the files
 // in use stay.
-func reloadAgentTLS(files *tlsFiles, brokerID string, next config.TLS) error {
+func reloadAgentTLS(files *mtls.Files, brokerID string, next config.TLS) error {
 	if err := mtls.CheckIdentity(next, authz.Identity{Role: authz.RoleAgent, BrokerID: brokerID}); err != nil {
 		return err
 	}
-	return files.reload(next)
+	return files.ReloadFiles(next)
 }

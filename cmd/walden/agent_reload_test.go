@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"walden/authz"
-	"walden/config"
 	"walden/internal/testutil/testpki"
 	"walden/mtls"
 )
@@ -16,7 +15,7 @@ import (
 func TestAgentReloadKeepsItsIdentity(t *testing.T) {
 	p := testpki.New(t)
 	own := p.TLS(t, authz.Identity{Name: "b1-agent", Role: authz.RoleAgent, BrokerID: "b1"})
-	files, err := newTLSFiles(own)
+	files, err := mtls.LoadFiles(own)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,21 +23,14 @@ func TestAgentReloadKeepsItsIdentity(t *testing.T) {
 	if err := reloadAgentTLS(files, "b1", other); !errors.Is(err, mtls.ErrWrongIdentity) {
 		t.Fatalf("reload with b2's certificate = %v, want ErrWrongIdentity", err)
 	}
-	if got := files.current(); got != own {
+	if got := files.Section(); got != own {
 		t.Fatalf("files in use after a refused reload = %+v, want %+v", got, own)
 	}
 	brokers := p.TLS(t, authz.Identity{Name: "b1", Role: authz.RoleBroker, BrokerID: "b1"})
 	if err := reloadAgentTLS(files, "b1", brokers); err != nil {
 		t.Fatalf("reload with b1's broker certificate: %v", err)
 	}
-	if got := files.current(); got != brokers {
+	if got := files.Section(); got != brokers {
 		t.Fatalf("files in use = %+v, want %+v", got, brokers)
 	}
-}
-
-// current is the tls section in use.
-func (t *tlsFiles) current() config.TLS {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.files
 }
