@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"reflect"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"walden/internal/typo"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -359,41 +362,13 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, key string) error 
 	return nil
 }
 
-// suggest names the known key closest to an unknown one, if one is close.
+// suggest names the known key closest to an unknown one (at most two
+// edits away; of keys equally near, the first in order), or else every
+// known key.
 func suggest(name string, fields map[string]int) string {
-	best, bestD := "", 3
-	for f := range fields {
-		if dd := editDistance(name, f); dd < bestD || (dd == bestD && f < best) {
-			best, bestD = f, dd
-		}
+	keys := slices.Sorted(maps.Keys(fields))
+	if best := typo.Closest(name, keys, 2); best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
-	if best == "" {
-		keys := make([]string, 0, len(fields))
-		for f := range fields {
-			keys = append(keys, f)
-		}
-		slices.Sort(keys)
-		return " (known keys: " + strings.Join(keys, ", ") + ")"
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return " (known keys: " + strings.Join(keys, ", ") + ")"
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/coordclient"
+	"walden/internal/typo"
 	"walden/mtls"
 	"walden/refusal"
 	"walden/rpcerr"
@@ -519,9 +520,6 @@ func plural(n int64, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// closest returns the candidate nearest to s by edit distance when it is
-// near enough to be a typo (at most a third of s's length, at least 1),
-// else "".
 // badWord refuses a flag's value that is not one of words: what it is
 // not, the words, and the closest one.
 func badWord(flag, value, what string, words []string) *callError {
@@ -532,40 +530,9 @@ func badWord(flag, value, what string, words []string) *callError {
 	return e
 }
 
+// closest returns the candidate nearest to s by edit distance when it is
+// near enough to be a typo (at most a third of s's length, at least 1),
+// else "".
 func closest(s string, candidates []string) string {
-	best, bestD := "", -1
-	for _, c := range candidates {
-		if c == s {
-			continue
-		}
-		d := editDistance(s, c)
-		if bestD < 0 || d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if bestD < 0 || bestD > max(1, len(s)/3) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return typo.Closest(s, candidates, max(1, len(s)/3))
 }
