@@ -31,6 +31,31 @@ func Kinds() []string {
 		KindClose, KindDetach, KindReopen}
 }
 
+// labels are the phase kinds as people read them.
+var labels = map[string]string{
+	KindObserve:   "observed",
+	KindDecide:    "decision",
+	KindFence:     "fence",
+	KindLeaseWait: "lease wait",
+	KindAttach:    "attach WAL",
+	KindRead:      "read WAL",
+	KindUpload:    "upload",
+	KindCommit:    "commit",
+	KindClose:     "close streams",
+	KindDetach:    "detach",
+	KindReopen:    "reopen",
+}
+
+// Label is phase kind k as people read it, the row label of a timeline
+// (waldenctl failover show, the web view): "attach WAL" for KindAttach. A
+// kind it does not know (a step a newer walden added) is shown as it is.
+func Label(k string) string {
+	if l, ok := labels[k]; ok {
+		return l
+	}
+	return k
+}
+
 // The state machine's event messages this package reads (fsm/brokers.go,
 // fsm/jobs.go).
 var (

@@ -139,3 +139,24 @@ func TestBuildManualFailoverLeaseWait(t *testing.T) {
 		t.Fatalf("lease wait phase %q, want bob 1500-5000\n%s", got, phases(f))
 	}
 }
+
+// TestLabel: every phase kind has a label of its own, and a kind this
+// version does not know is shown as it is.
+func TestLabel(t *testing.T) {
+	seen := map[string]string{}
+	for _, k := range timeline.Kinds() {
+		l := timeline.Label(k)
+		if other, dup := seen[l]; dup {
+			t.Errorf("kinds %q and %q share the label %q", other, k, l)
+		}
+		seen[l] = k
+	}
+	for k, want := range map[string]string{
+		timeline.KindObserve: "observed", timeline.KindLeaseWait: "lease wait", timeline.KindAttach: "attach WAL",
+		timeline.KindClose: "close streams", timeline.KindReopen: "reopen", "fence_automq": "fence_automq",
+	} {
+		if got := timeline.Label(k); got != want {
+			t.Errorf("Label(%q) = %q, want %q", k, got, want)
+		}
+	}
+}

@@ -35,21 +35,6 @@ var phaseColors = map[string]string{
 	timeline.KindReopen:    "#e67e22",
 }
 
-// phaseNames are the row labels by phase kind.
-var phaseNames = map[string]string{
-	timeline.KindObserve:   "observed",
-	timeline.KindDecide:    "decision",
-	timeline.KindFence:     "fence",
-	timeline.KindLeaseWait: "lease wait",
-	timeline.KindAttach:    "attach WAL",
-	timeline.KindRead:      "read WAL",
-	timeline.KindUpload:    "upload",
-	timeline.KindCommit:    "commit",
-	timeline.KindClose:     "close streams",
-	timeline.KindDetach:    "detach",
-	timeline.KindReopen:    "reopen",
-}
-
 // niceSteps are the axis tick intervals to choose from, in milliseconds.
 var niceSteps = []int64{10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000, 3_600_000}
 
@@ -90,10 +75,7 @@ func SVG(f *waldenv1.Failover, nowUnixMs int64) []byte {
 		y := svgAxisH + i*svgRowH
 		d := timeline.Duration(p, nowUnixMs)
 		running := p.GetEndUnixMs() == 0
-		label := phaseNames[p.GetKind()]
-		if label == "" {
-			label = p.GetKind()
-		}
+		label := timeline.Label(p.GetKind())
 		if p.GetActor() != "" {
 			label += " · " + p.GetActor()
 		}

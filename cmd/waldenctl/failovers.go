@@ -120,14 +120,6 @@ func newFailoverShowCmd(c *cli) *cobra.Command {
 	}
 }
 
-// phaseNames are the timeline's row labels.
-var phaseNames = map[string]string{
-	timeline.KindObserve: "observed", timeline.KindDecide: "decision", timeline.KindFence: "fence",
-	timeline.KindLeaseWait: "lease wait", timeline.KindAttach: "attach WAL", timeline.KindRead: "read WAL",
-	timeline.KindUpload: "upload", timeline.KindCommit: "commit", timeline.KindClose: "close streams",
-	timeline.KindDetach: "detach", timeline.KindReopen: "reopen",
-}
-
 // barWidth is the width of the timeline's bars in the terminal.
 const barWidth = 40
 
@@ -168,10 +160,7 @@ func printFailover(w io.Writer, f *waldenv1.Failover, now int64) {
 		if p.GetEndUnixMs() == 0 {
 			took += " so far"
 		}
-		name := phaseNames[p.GetKind()]
-		if name == "" {
-			name = p.GetKind()
-		}
+		name := timeline.Label(p.GetKind())
 		fmt.Fprintf(w, "%s\t%s\t+%s\t%s\t%s\t%s\n", name, orDash(p.GetActor()), durationText(p.GetStartUnixMs()-start), took,
 			bar(p.GetStartUnixMs()-start, dur, span, p.GetEndUnixMs() == 0), oneLine(p.GetDetail(), 100))
 	}
