@@ -83,6 +83,18 @@ func policyYAML(name string) string {
 	return p
 }
 
+// limitsYAML raises the admin listener's connection bound above its
+// default of 4,096 when the brokers' agents need more: each holds one
+// connection to each coordinator. Empty below that (a walden before
+// listener limits refuses the key).
+func limitsYAML(brokers int) string {
+	const defaultMaxConns, spare = 4096, 1000
+	if brokers+spare <= defaultMaxConns {
+		return ""
+	}
+	return fmt.Sprintf("limits:\n  admin: {max_conns: %d}\n", brokers+spare)
+}
+
 // errPortTaken marks a coordinator that could not bind a port chosen free
 // a moment before: another process on the machine took it meanwhile.
 var errPortTaken = errors.New("scale: a chosen port was taken before the coordinator bound it")
@@ -90,13 +102,13 @@ var errPortTaken = errors.New("scale: a chosen port was taken before the coordin
 // startCluster starts 3 coordinators with the walden binary bin in a new
 // directory under dir; it tries again with other ports, at most 5 times, when
 // another process took one of them first.
-func startCluster(ctx context.Context, bin, dir, policy string) (*cluster, error) {
+func startCluster(ctx context.Context, bin, dir, policy string, brokers int) (*cluster, error) {
 	for attempt := 1; ; attempt++ {
 		sub, err := os.MkdirTemp(dir, "cluster-")
 		if err != nil {
 			return nil, err
 		}
-		c, err := startClusterIn(ctx, bin, sub, policy)
+		c, err := startClusterIn(ctx, bin, sub, policy, brokers)
 		if err == nil || !errors.Is(err, errPortTaken) || attempt == 5 {
 			return c, err
 		}
@@ -106,7 +118,7 @@ func startCluster(ctx context.Context, bin, dir, policy string) (*cluster, error
 
 // startClusterIn writes the configs of 3 coordinators under dir and starts
 // them with the walden binary bin.
-func startClusterIn(ctx context.Context, bin, dir, policy string) (*cluster, error) {
+func startClusterIn(ctx context.Context, bin, dir, policy string, brokers int) (*cluster, error) {
 	c := &cluster{dir: dir}
 	for i := 1; i <= 3; i++ {
 		m := &coordinator{id: fmt.Sprintf("c%d", i), dir: filepath.Join(dir, fmt.Sprintf("c%d", i))}
@@ -145,7 +157,7 @@ policy:
   action: exec
   exec: {command: /bin/true}
 log: {level: warn, format: json}
-`, m.id, m.dir, m.admin, m.raft, m.metrics, peers.String(), m.gossip, strings.Join(join, ", "), policyYAML(policy))
+%s`, m.id, m.dir, m.admin, m.raft, m.metrics, peers.String(), m.gossip, strings.Join(join, ", "), policyYAML(policy), limitsYAML(brokers))
 		cfg := filepath.Join(dir, m.id+".yaml")
 		if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 			return nil, err

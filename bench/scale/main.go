@@ -410,7 +410,7 @@ func measure(ctx context.Context, o options, bin, transport, self, top string, n
 	if err != nil {
 		return r, err
 	}
-	cl, err := startCluster(ctx, bin, dir, o.Policy)
+	cl, err := startCluster(ctx, bin, dir, o.Policy, n)
 	if err != nil {
 		return r, err
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"walden/config"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -88,5 +90,22 @@ func TestMarginal(t *testing.T) {
 	}
 	if got := rows[1].CoordMarginalMs; got != [3]float64{} {
 		t.Fatalf("a row without a smaller one of its transport got %v", got)
+	}
+}
+
+// The admin listener's bound is raised only when the agents need it, and
+// the coordinator's config accepts the section.
+func TestLimitsYAML(t *testing.T) {
+	if got := limitsYAML(1000); got != "" {
+		t.Fatalf("limits at 1,000 brokers: %q", got)
+	}
+	text := "cluster_name: scale\nnode_id: c1\ndata_dir: /tmp/x\ninsecure: true\nlisten: {admin: 127.0.0.1:7001, raft: 127.0.0.1:7002}\n" +
+		"initial_cluster:\n  - {id: c1, raft: 127.0.0.1:7002, admin: 127.0.0.1:7001}\n" + limitsYAML(5000)
+	cfg, err := config.ParseServer("c1.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Limits.Admin.MaxConns != 6000 {
+		t.Fatalf("max_conns %d", cfg.Limits.Admin.MaxConns)
 	}
 }
