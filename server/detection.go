@@ -75,6 +75,7 @@ func newDetector(deps detectorDeps) (*detector, error) {
 		nodeID:         cfg.NodeID,
 		logger:         logger.With("component", "detect"),
 		proposeTimeout: 5 * time.Second,
+		adminMaxConns:  cfg.Limits.Admin.MaxConns,
 	}
 	det := &detector{d: d, agent: &agentService{d: d, readings: lease.NewReadings(lease.BootClock)},
 		brokers: &brokersService{d: d, liveMembers: deps.node.LiveMembers}}
@@ -132,6 +133,7 @@ func (det *detector) run(ctx context.Context) {
 	go det.observer.Run(ctx)
 	go det.decider.Run(ctx)
 	go det.d.reportPolicyDrift(ctx)
+	go det.d.warnAgentConnections(ctx, 30*time.Second)
 }
 
 // reportPolicyDrift says once, when the cluster's policy is known, on which

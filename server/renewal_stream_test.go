@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -296,4 +297,52 @@ func startUnaryAgent(ctx context.Context, t *testing.T, c *detCluster, id string
 	}
 	t.Cleanup(wg.Wait)
 	return u
+}
+
+// fewBrokers is a registry of n brokers (only Brokers is read).
+type fewBrokers struct {
+	brokerState
+	n int
+}
+
+func (f fewBrokers) Brokers() []*waldenv1.Broker { return make([]*waldenv1.Broker, f.n) }
+
+// The coordinator warns when the registered brokers come within a tenth
+// of limits.admin.max_conns, and not below.
+func TestWarnAgentConnections(t *testing.T) {
+	for _, tc := range []struct {
+		brokers int
+		warn    bool
+	}{{89, false}, {90, true}, {120, true}} {
+		var buf syncBuffer
+		d := &serviceDeps{state: fewBrokers{n: tc.brokers}, adminMaxConns: 100, logger: slog.New(slog.NewTextHandler(&buf, nil))}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		d.warnAgentConnections(ctx, 10*time.Millisecond)
+		cancel()
+		out := buf.String()
+		if got := strings.Contains(out, "limits.admin.max_conns=100"); got != tc.warn {
+			t.Fatalf("%d brokers, max_conns 100: warned %v: %q", tc.brokers, got, out)
+		}
+		if tc.warn && strings.Count(out, "level=WARN") != 1 {
+			t.Fatalf("warned more than once in a check interval's run: %q", out)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -58,6 +58,9 @@ type serviceDeps struct {
 	// proposeTimeout bounds a proposal made for an API call without a
 	// deadline of its own.
 	proposeTimeout time.Duration
+	// adminMaxConns is limits.admin.max_conns: every agent keeps a
+	// connection to this member (warnAgentConnections).
+	adminMaxConns int
 }
 
 // policy returns the cluster's effective policy (replicated: the same on
