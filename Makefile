@@ -52,11 +52,16 @@ vet:
 
 lint: proto-check fmt-check vet
 
+# A package's tests may take longer than go test's default 10 minutes on a
+# loaded 2-core machine (the server package under the race detector takes 3
+# on a quiet one): every package gets 30.
+TEST_TIMEOUT ?= 30m
+
 test-unit:
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test-race:
-	$(GO) test -count=1 -race $(RACE_PKGS)
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
