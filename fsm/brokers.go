@@ -34,6 +34,9 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 	if a := op.GetAutomq(); a != nil && (a.GetNodeId() < 0 || a.GetNodeEpoch() < 0) {
 		return nil, invalid("register broker %q: automq node_id %d and node_epoch %d must not be negative", id, a.GetNodeId(), a.GetNodeEpoch())
 	}
+	if s.reconcilingLocked() {
+		return nil, s.refuseReconciling(fmt.Sprintf("register broker %q", id))
+	}
 	if j := s.activeJobOf(id); j != nil {
 		return nil, fmt.Errorf("register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	}
@@ -318,6 +321,9 @@ func (s *State) applyRemoveBroker(index uint64, cmd *waldenv1.Command, op *walde
 	b, ok := s.brokers[id]
 	if !ok {
 		return nil, unknownBroker("remove broker", id)
+	}
+	if s.reconcilingLocked() {
+		return nil, s.refuseReconciling(fmt.Sprintf("remove broker %q", id))
 	}
 	if j := s.activeJobOf(id); j != nil {
 		return nil, fmt.Errorf("remove broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)

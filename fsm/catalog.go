@@ -21,6 +21,9 @@ const (
 // answered as is to the same owner and epoch (a retried open); any other
 // opened stream is STREAM_NOT_CLOSED.
 func (s *State) applyOpenStream(index uint64, op *waldenv1.OpenStreamRequest) (*waldenv1.Result, error) {
+	if s.reconcilingLocked() {
+		return nil, s.refuseReconciling(fmt.Sprintf("open stream %d", op.GetStreamId()))
+	}
 	if _, err := s.checkBroker(op.GetBrokerId(), op.GetBrokerEpoch(), nil); err != nil {
 		return nil, fmt.Errorf("open stream %d: %w", op.GetStreamId(), err)
 	}
@@ -155,14 +158,20 @@ func (s *State) applyCommitObject(index uint64, checks uint32, op *waldenv1.Comm
 	}
 	s.objects[o.GetObjectId()] = o
 	for _, sp := range op.GetProducers() {
-		t := s.producers[sp.GetStreamId()]
-		if t == nil {
-			t = producer.NewTable(nil)
-			s.producers[sp.GetStreamId()] = t
-		}
-		t.Merge(sp.GetProducers())
+		s.producerTable(sp.GetStreamId()).Merge(sp.GetProducers())
 	}
 	return s.commitResult(o, false), nil
+}
+
+// producerTable returns stream id's producer table, created empty when it
+// has none.
+func (s *State) producerTable(id uint64) *producer.Table {
+	t := s.producers[id]
+	if t == nil {
+		t = producer.NewTable(nil)
+		s.producers[id] = t
+	}
+	return t
 }
 
 // checkProducers validates a commit's producer summary against the

@@ -87,6 +87,14 @@ func (h *harness) cmd(op any) *waldenv1.Command {
 		c.Op = &waldenv1.Command_BlockJob{BlockJob: o}
 	case *waldenv1.ResolveJob:
 		c.Op = &waldenv1.Command_ResolveJob{ResolveJob: o}
+	case *waldenv1.ReconcileScan:
+		c.Op = &waldenv1.Command_ReconcileScan{ReconcileScan: o}
+	case *waldenv1.ReconcileObjects:
+		c.Op = &waldenv1.Command_ReconcileObjects{ReconcileObjects: o}
+	case *waldenv1.ReconcilePlan:
+		c.Op = &waldenv1.Command_ReconcilePlan{ReconcilePlan: o}
+	case *waldenv1.ReconcileProgress:
+		c.Op = &waldenv1.Command_ReconcileProgress{ReconcileProgress: o}
 	default:
 		h.t.Fatalf("unknown op %T", op)
 	}

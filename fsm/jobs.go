@@ -177,6 +177,14 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	if op.GetStepDone() && step == waldenv1.JobStep_JOB_STEP_UNSPECIFIED {
 		return nil, invalid("checkpoint job %s: step_done without step", j.GetJobId())
 	}
+	if sv := op.GetSurvey(); sv != nil {
+		if !j.GetRestore() {
+			return nil, invalid("checkpoint job %s: survey: only a restore job surveys its WAL", j.GetJobId())
+		}
+		if err := checkSurvey(j.GetJobId(), sv); err != nil {
+			return nil, err
+		}
+	}
 	if r := op.GetTargetReport(); r != nil && (len(r.GetStreams()) > MaxTargetReportItems || len(r.GetObjects()) > MaxTargetReportItems) {
 		return nil, invalid("checkpoint job %s: target_report: %d streams and %d objects, more than %d", j.GetJobId(),
 			len(r.GetStreams()), len(r.GetObjects()), MaxTargetReportItems)
@@ -207,6 +215,9 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	}
 	j.Error = op.GetError()
 	j.UpdatedUnixMs = s.now()
+	if sv := op.GetSurvey(); sv != nil {
+		s.recordSurvey(index, j, sv)
+	}
 	if op.GetStepDone() {
 		j.Checkpoints = append(j.Checkpoints, &waldenv1.Checkpoint{JobStep: step, Attempt: j.GetAttempt(),
 			Index: index, UnixMs: s.now(), Detail: op.GetDetail()})
@@ -264,6 +275,9 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 	}
 	s.touchBroker(j)
 	s.jobEvent(index, cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d %s", j.GetAttempt(), op.GetJobState().Name()), op.GetError()))
+	if j.GetRestore() {
+		s.advanceRestore(index, cmd.GetProposerId())
+	}
 	return jobResult(j), nil
 }
 
@@ -275,6 +289,11 @@ func (s *State) applyCancelJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 	}
 	if !jobActive(j) && j.GetJobState() != waldenv1.JobState_JOB_STATE_BLOCKED {
 		return nil, fmt.Errorf("cancel job: job %s is %s: %w", j.GetJobId(), j.GetJobState().Name(), refusal.ErrJobNotRunning)
+	}
+	if j.GetRestore() && s.reconcilingLocked() {
+		// The reconciliation waits for every restore job: a cancelled one
+		// would hold it, and its streams, forever.
+		return nil, s.refuseReconciling(fmt.Sprintf("cancel job %s (resolve it with --wal-lost if its WAL is gone for good)", j.GetJobId()))
 	}
 	j.JobState = waldenv1.JobState_JOB_STATE_CANCELLED
 	j.FinishedUnixMs = s.now()
@@ -380,6 +399,10 @@ func (s *State) applyResolveJob(index uint64, cmd *waldenv1.Command, op *waldenv
 		what = "resolved with the WAL declared lost (what it held beyond the catalog is lost)"
 	}
 	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "%s: %s; attempt %d on %q", what, op.GetReason(), j.GetAttempt(), next)
+	if j.GetRestore() && j.GetWalLost() && j.GetSurvey() == nil {
+		// Its WAL is gone for good: nothing to survey.
+		s.recordSurvey(index, j, &waldenv1.RestoreSurvey{WalLost: true})
+	}
 	return jobResult(j), nil
 }
 

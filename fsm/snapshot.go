@@ -60,6 +60,7 @@ func (s *State) snapshotLocked() *waldenv1.StateSnapshot {
 		Producers:         s.sortedProducers(),
 		ConfIndex:         s.confIndex,
 		LeaseHorizonMs:    s.leaseHorizonMs,
+		Restore:           clone(s.restore),
 	}
 }
 
@@ -153,6 +154,7 @@ func (s *State) Restore(data []byte) error {
 	s.objects = d.objects
 	s.jobs = d.jobs
 	s.producers = d.producers
+	s.restore = clone(snap.GetRestore())
 	s.indexStreamObjects()
 	s.watch.reset(s.applied)
 	s.notifyLocked()

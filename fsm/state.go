@@ -80,6 +80,9 @@ type State struct {
 	producers map[uint64]*producer.Table
 	// jobs by id.
 	jobs map[string]*waldenv1.Job
+	// restore is the reconciliation of a cluster restored from a backup
+	// (nil when not restored; restore.go).
+	restore *waldenv1.RestoreState
 
 	// changed is closed at the next apply that changes anything.
 	changed chan struct{}
@@ -117,6 +120,7 @@ func (s *State) reset() {
 	s.streamObjects = map[uint64][]string{}
 	s.producers = map[uint64]*producer.Table{}
 	s.jobs = map[string]*waldenv1.Job{}
+	s.restore = nil
 	s.deriveLocked()
 }
 
@@ -189,6 +193,14 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		res, err = s.applySeedPolicy(index, cmd, op.SeedPolicy)
 	case *waldenv1.Command_ForceNewCluster:
 		res, err = s.applyForceNewCluster(index, cmd, op.ForceNewCluster)
+	case *waldenv1.Command_ReconcileScan:
+		res, err = s.applyReconcileScan(index, term, cmd, op.ReconcileScan)
+	case *waldenv1.Command_ReconcileObjects:
+		res, err = s.applyReconcileObjects(index, term, op.ReconcileObjects)
+	case *waldenv1.Command_ReconcilePlan:
+		res, err = s.applyReconcilePlan(index, term, cmd, op.ReconcilePlan)
+	case *waldenv1.Command_ReconcileProgress:
+		res, err = s.applyReconcileProgress(term, op.ReconcileProgress)
 	case *waldenv1.Command_OpenStream:
 		res, err = s.applyOpenStream(index, op.OpenStream)
 	case *waldenv1.Command_CommitObject:

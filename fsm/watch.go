@@ -82,6 +82,19 @@ func (w *watchIDs) collect(m protoreflect.Message) {
 	})
 }
 
+// watchEverything adds every stream, job and broker to w.
+func (s *State) watchEverything(w *watchIDs) {
+	for id := range s.streams {
+		w.streams[id] = true
+	}
+	for id := range s.jobs {
+		w.jobs[id] = true
+	}
+	for id := range s.brokers {
+		w.brokers[id] = true
+	}
+}
+
 // expand adds the owners of the candidate streams and the jobs that closed
 // them, the last jobs of the candidate brokers, and the brokers of the
 // candidate jobs.
@@ -115,6 +128,8 @@ type watchBefore struct {
 	jobs    map[string]*waldenv1.Job
 	brokers map[string]*waldenv1.Broker
 	lastEv  uint64 // index of the newest event
+	// everything: every object after the entry is a candidate too.
+	everything bool
 	// the number of streams, jobs and brokers: an object only the result
 	// names (not the command) is reported only when its kind grew, as it
 	// is then new (what the command changes, it names or points to).
@@ -130,8 +145,16 @@ func (s *State) beforeApply(cmd *waldenv1.Command) *watchBefore {
 	}
 	w := newWatchIDs()
 	w.collect(cmd.ProtoReflect())
+	everything := false
+	switch cmd.GetOp().(type) {
+	case *waldenv1.Command_ForceNewCluster, *waldenv1.Command_ReconcileScan, *waldenv1.Command_ReconcilePlan:
+		// They change every broker, or every stream, without naming them
+		// (and a scan creates jobs and brokers).
+		everything = true
+		s.watchEverything(w)
+	}
 	s.expandWatchIDs(w)
-	b := &watchBefore{ids: w, streams: map[uint64]*waldenv1.Stream{}, jobs: map[string]*waldenv1.Job{}, brokers: map[string]*waldenv1.Broker{},
+	b := &watchBefore{ids: w, everything: everything, streams: map[uint64]*waldenv1.Stream{}, jobs: map[string]*waldenv1.Job{}, brokers: map[string]*waldenv1.Broker{},
 		nStreams: len(s.streams), nJobs: len(s.jobs), nBrokers: len(s.brokers)}
 	if n := len(s.events); n > 0 {
 		b.lastEv = s.events[n-1].GetIndex()
@@ -161,6 +184,9 @@ func (s *State) afterApply(index uint64, before *watchBefore, res *waldenv1.Resu
 		return
 	}
 	w := before.ids
+	if before.everything {
+		s.watchEverything(w)
+	}
 	post := newWatchIDs()
 	if res != nil {
 		post.collect(res.ProtoReflect())
