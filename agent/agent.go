@@ -541,9 +541,13 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 			}
 		} else if ctx.Err() != nil {
 			return 0, 0, false
-		} else if reason := refusalReason(err); reason == reasonRecoveryRunning {
+		} else if reason := refusalReason(err); reason == reasonRecoveryRunning || reason == reasonRestoreReconciling {
 			if !waitingLogged {
-				a.log.Info("registration waits while a recovery job for it is running", "err", err)
+				what := "a recovery job for it is running"
+				if reason == reasonRestoreReconciling {
+					what = "the cluster, restored from a backup, reconciles its catalog"
+				}
+				a.log.Info("registration waits while "+what, "err", err)
 				waitingLogged = true
 			}
 		} else {

@@ -23,6 +23,8 @@ const (
 	reasonEpochExpired    = refusal.EpochExpired
 	reasonRecoveryRunning = refusal.RecoveryRunning
 	reasonUnknownNode     = refusal.UnknownNode
+	// A restored cluster registers nobody until it is reconciled.
+	reasonRestoreReconciling = refusal.RestoreReconciling
 	// A coordinator that attested the lease expired, or whose broker's
 	// failover was requested, grants nothing more for the epoch.
 	reasonLeaseAttested     = refusal.LeaseAttested

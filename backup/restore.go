@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +16,11 @@ import (
 	"walden/raftlog"
 	"walden/raftnode"
 )
+
+// defaultLeaseWaitMs is how long a restore job waits before it reads a
+// WAL when the backup does not say the cluster's lease horizon (a walden
+// before it): walden's default lease_ttl + drift_margin.
+const defaultLeaseWaitMs = 3500
 
 // DefaultEpochBump is how far a restore moves the next fencing token past
 // the snapshot's: far more registrations and failovers than a cluster makes
@@ -91,7 +97,7 @@ func Restore(s *Snapshot, cfg *config.Server, opts RestoreOptions) (*RestoreResu
 	if err := checkEmptyDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	data, res, err := rewrite(s, cfg, opts.EpochBump)
+	data, res, err := Rewrite(s, cfg, opts.EpochBump)
 	if err != nil {
 		return nil, err
 	}
@@ -131,9 +137,13 @@ func checkEmptyDir(dir string) error {
 	return nil
 }
 
-// rewrite returns the snapshot's state as the new cluster's, in this
-// version's form (a backup of an older walden is upgraded first).
-func rewrite(s *Snapshot, cfg *config.Server, bump uint64) ([]byte, *RestoreResult, error) {
+// Rewrite returns the snapshot's state as the new cluster's (the data of a
+// raft snapshot of cfg's cluster), in this version's form (a backup of an
+// older walden is upgraded first): cfg's members, every broker's epoch
+// revoked, the jobs of backup time cancelled, the fencing token and every
+// stream's epoch moved bump past the snapshot's, and the reconciliation
+// with what was written after the backup in its first phase.
+func Rewrite(s *Snapshot, cfg *config.Server, bump uint64) ([]byte, *RestoreResult, error) {
 	st, err := fsm.UpgradeSnapshot(s.Data)
 	if errors.Is(err, fsm.ErrInvalidSnapshot) {
 		return nil, nil, fmt.Errorf("backup: restore: %w: %w", ErrCorrupt, err)
@@ -149,8 +159,31 @@ func rewrite(s *Snapshot, cfg *config.Server, bump uint64) ([]byte, *RestoreResu
 			MemberRole: waldenv1.MemberRole_MEMBER_ROLE_VOTER})
 		res.Members = append(res.Members, m.ID)
 	}
-	st.NextEpoch = max(st.GetNextEpoch(), 1) + bump
+	backupNext := max(st.GetNextEpoch(), 1)
+	st.NextEpoch = backupNext + bump
 	res.NextEpoch = st.NextEpoch
+	// Before any broker registers or any stream opens, the cluster finds
+	// what was written after the backup: the objects in S3 and the records
+	// the brokers' WALs hold (package reconcile). The brokers' epochs at the
+	// backup tell which objects may be of after it.
+	epochs := map[string]uint64{}
+	for _, b := range st.GetBrokers() {
+		epochs[b.GetBrokerId()] = b.GetEpoch()
+	}
+	leaseWait := st.GetLeaseHorizonMs()
+	if leaseWait <= 0 {
+		leaseWait = defaultLeaseWaitMs
+	}
+	st.Restore = &waldenv1.RestoreState{
+		RestorePhase:    waldenv1.RestorePhase_RESTORE_PHASE_SCAN,
+		FromCluster:     s.Header.GetClusterName(),
+		FromIndex:       s.Header.GetIndex(),
+		BackupSha256:    hex.EncodeToString(s.SHA256[:]),
+		EpochBump:       bump,
+		LeaseWaitMs:     leaseWait,
+		BackupEpochs:    epochs,
+		BackupNextEpoch: backupNext,
+	}
 	for _, b := range st.GetBrokers() {
 		if b.GetFenced() {
 			continue

@@ -500,3 +500,18 @@ func (s *State) applyReconcileProgress(term uint64, op *waldenv1.ReconcileProgre
 	s.restore.Progress = clone(op.GetProgress())
 	return &waldenv1.Result{}, nil
 }
+
+// CommittedKeys returns, for every S3 key the catalog's objects name, the
+// streams committed from it (an object reconciled in part is committed
+// under several ids with one key).
+func (s *State) CommittedKeys() map[string][]uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string][]uint64, len(s.objects))
+	for _, o := range s.objects {
+		for _, r := range o.GetRanges() {
+			out[o.GetKey()] = append(out[o.GetKey()], r.GetStreamId())
+		}
+	}
+	return out
+}

@@ -295,3 +295,35 @@ func TestRanges(t *testing.T) {
 		t.Fatal("EntryOf accepted a range of another length")
 	}
 }
+
+// TestParseKey reads back what Key wrote, and nothing else.
+func TestParseKey(t *testing.T) {
+	for _, c := range []struct {
+		prefix, broker string
+		epoch          uint64
+		first, last    int64
+	}{
+		{"walden", "broker-1", 3, 16384, 1048576},
+		{"", "b1", 1_000_007, 0, 0},
+		{"/a/b/", "b 1/x", 1<<64 - 1, -1, 1<<63 - 1},
+	} {
+		key := Key(c.prefix, c.broker, c.epoch, c.first, c.last)
+		kp, ok := ParseKey(c.prefix, key)
+		if !ok || kp.Broker != c.broker || kp.Epoch != c.epoch || kp.FirstWAL != c.first || kp.LastWAL != c.last {
+			t.Fatalf("ParseKey(%q, %q) = %+v, %t", c.prefix, key, kp, ok)
+		}
+		if kp.ObjectID() != ObjectID(c.broker, c.epoch, c.first, c.last) {
+			t.Fatalf("object id %s", kp.ObjectID())
+		}
+		if _, ok := ParseKey("other", key); ok && c.prefix != "" {
+			t.Fatalf("%q parsed under another prefix", key)
+		}
+	}
+	for _, key := range []string{"walden/b1/1/2-3.obj", "walden/b1/00000000000000000001/00000000000000000002-00000000000000000003.json",
+		"walden/x/b1/00000000000000000001/00000000000000000002-00000000000000000003.obj", "walden/s3-objects/123", "walden/",
+		"walden/b1/0000000000000000000a/00000000000000000002-00000000000000000003.obj"} {
+		if kp, ok := ParseKey("walden", key); ok {
+			t.Errorf("ParseKey(%q) = %+v", key, kp)
+		}
+	}
+}

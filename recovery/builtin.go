@@ -66,9 +66,12 @@ type plan struct {
 }
 
 // filter keeps, per opening stream, the records that continue the
-// stream's committed end offset, and stops a stream at its first gap.
+// stream's committed end offset, and stops a stream at its first gap. For a
+// restore job it keeps only the records of the stream epoch the plan gave
+// the stream's tail (epochs).
 type filter struct {
 	streams map[uint64]*waldenv1.Stream
+	epochs  map[uint64]uint64
 	next    map[uint64]uint64
 	stopped map[uint64]bool
 	gaps    []string
@@ -78,8 +81,8 @@ type filter struct {
 	below map[uint64]uint64
 }
 
-func newFilter(streams []*waldenv1.Stream) *filter {
-	f := &filter{streams: map[uint64]*waldenv1.Stream{}, next: map[uint64]uint64{}, stopped: map[uint64]bool{}, below: map[uint64]uint64{}}
+func newFilter(streams []*waldenv1.Stream, epochs map[uint64]uint64) *filter {
+	f := &filter{streams: map[uint64]*waldenv1.Stream{}, epochs: epochs, next: map[uint64]uint64{}, stopped: map[uint64]bool{}, below: map[uint64]uint64{}}
 	for _, st := range streams {
 		f.streams[st.GetStreamId()] = st
 		f.next[st.GetStreamId()] = st.GetEndOffset()
@@ -95,6 +98,11 @@ func (f *filter) keep(rec wal.Record) bool {
 	b := rec.Batch
 	id := b.StreamID
 	if _, ok := f.streams[id]; !ok || f.stopped[id] {
+		return false
+	}
+	if e, ok := f.epochs[id]; f.epochs != nil && (!ok || b.Epoch != e) {
+		// A restore job's stream takes the records of its tail's epoch
+		// only: another epoch's at these offsets were replaced.
 		return false
 	}
 	exp := f.next[id]
@@ -120,14 +128,14 @@ func objectOverhead(n int) int64 {
 
 // readPlan scans the WAL and groups the kept records into objects of at
 // most ObjectSize bytes.
-func (a *attempt) readPlan(path string, streams []*waldenv1.Stream) (*plan, error) {
+func (a *attempt) readPlan(path string, streams []*waldenv1.Stream, epochs map[uint64]uint64) (*plan, error) {
 	rd, err := wal.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("recovery: read: %w", err)
 	}
 	defer rd.Close()
 	p := &plan{recovered: rd.Header().TrimOffset}
-	f := newFilter(streams)
+	f := newFilter(streams, epochs)
 	var cur *planObject
 	for {
 		rec, err := rd.Next()
@@ -206,7 +214,7 @@ func (a *attempt) build(ctx context.Context, j *waldenv1.Job, path string, strea
 		return fmt.Errorf("recovery: upload: %w", err)
 	}
 	defer rd.Close()
-	f := newFilter(streams)
+	f := newFilter(streams, tailEpochs(j))
 	arena := make([]byte, 0, p.maxPayload())
 	prefix := ""
 	if a.e.store != nil {
@@ -366,6 +374,14 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	if err != nil {
 		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
+	if j.GetRestore() {
+		if step, err := a.survey(ctx, j); err != nil {
+			return step, err
+		}
+		if j, err = a.job(); err != nil {
+			return waldenv1.JobStep_JOB_STEP_READ, err
+		}
+	}
 	if j.GetWalLost() {
 		return a.withoutWAL(ctx, j)
 	}
@@ -383,7 +399,7 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	// total stays the broker's.
 	total := max(len(streams), int(j.GetStreamsTotal()))
 	started := time.Now()
-	p, err := a.readPlan(path, streams)
+	p, err := a.readPlan(path, streams, tailEpochs(j))
 	if err != nil {
 		return waldenv1.JobStep_JOB_STEP_READ, err
 	}

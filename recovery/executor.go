@@ -22,6 +22,9 @@ type State interface {
 	// order.
 	StreamObjects(streamID, fromOffset uint64, max int) []*waldenv1.Object
 	Object(id string) (*waldenv1.Object, bool)
+	// RestoreState is the reconciliation of a cluster restored from a
+	// backup (nil when not restored): restore jobs wait for its plan.
+	RestoreState() *waldenv1.RestoreState
 	Changed() <-chan struct{}
 }
 
@@ -177,7 +180,13 @@ func (e *Executor) Run(ctx context.Context, jobID string, att uint32) error {
 		return err
 	}
 	run := &Run{a: a}
-	if err := a.retry(ctx, func(ctx context.Context) (waldenv1.JobStep, error) { return e.target.Recover(ctx, run) }); err != nil {
+	target := e.target
+	if j.GetRestore() {
+		// A restore job reconciles walden's own catalog, whatever the
+		// member's recovery.action.
+		target = builtinTarget{}
+	}
+	if err := a.retry(ctx, func(ctx context.Context) (waldenv1.JobStep, error) { return target.Recover(ctx, run) }); err != nil {
 		return err
 	}
 	a.log.Info("recovery attempt succeeded", "elapsed", time.Since(start))
@@ -323,14 +332,20 @@ func (a *attempt) fence(ctx context.Context) error {
 	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_FENCE}); err != nil {
 		return err
 	}
-	detail, err := a.e.fencer.Fence(ctx, j)
-	if err != nil {
-		return err
+	detail := "restore job: the restore revoked the broker's epoch; no fence plugin"
+	if !j.GetRestore() {
+		// A restored cluster's brokers are not failed: their machines
+		// keep running and serve again once it is reconciled.
+		var err error
+		if detail, err = a.e.fencer.Fence(ctx, j); err != nil {
+			return err
+		}
 	}
 	if wait := time.Duration(j.GetLeaseWaitMs()) * time.Millisecond; wait > 0 {
 		// A broker failed over while it still held a lease (a manual
-		// failover) may acknowledge writes until that lease runs out; the
-		// WAL is read only after that, so the recovery sees every one.
+		// failover, or a restore: a lease of the old cluster) may
+		// acknowledge writes until that lease runs out; the WAL is read
+		// only after that, so the recovery sees every one.
 		a.log.Info("waiting for the broker's lease to run out before reading its WAL", "wait", wait)
 		t := time.NewTimer(wait)
 		select {

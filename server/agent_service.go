@@ -72,7 +72,7 @@ func (s *agentService) Register(ctx context.Context, req *waldenv1.RegisterReque
 	if err != nil {
 		// The agent retries while its broker's recovery runs: routine.
 		lvl := slog.LevelInfo
-		if errors.Is(err, refusal.ErrRecoveryRunning) {
+		if errors.Is(err, refusal.ErrRecoveryRunning) || errors.Is(err, refusal.ErrRestoreReconciling) {
 			lvl = slog.LevelDebug
 		}
 		d.logger.Log(ctx, lvl, "register refused", "broker_id", req.GetBrokerId(), "term", st.Term, "err", err)

@@ -40,6 +40,8 @@ type adminService struct {
 	// conns are the connections to the leader when forwarding, by admin
 	// address, secured with the cluster's client credentials.
 	conns *coordclient.Conns
+	// restore reads the reconciliation of a restored cluster (nil: none).
+	restore func() *waldenv1.RestoreState
 }
 
 func newAdminService(node ClusterNode, nodeID string, creds credentials.TransportCredentials, logger *slog.Logger) *adminService {
@@ -69,7 +71,17 @@ func (a *adminService) Status(ctx context.Context, _ *waldenv1.StatusRequest) (*
 		Members:      st.Members,
 		RaftState:    st.RaftState,
 		ProgressBy:   by,
+		Restore:      a.restoreState(),
 	}, nil
+}
+
+// restoreState is the reconciliation of a restored cluster as this member
+// applied it, nil when it was not restored.
+func (a *adminService) restoreState() *waldenv1.RestoreState {
+	if a.restore == nil {
+		return nil
+	}
+	return a.restore()
 }
 
 func (a *adminService) MemberList(ctx context.Context, req *waldenv1.MemberListRequest) (*waldenv1.MemberListResponse, error) {

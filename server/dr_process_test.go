@@ -18,7 +18,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"walden/objstore/s3test"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 	"walden/server"
 )
 
@@ -301,8 +304,13 @@ func TestProcessSnapshotSaveRestore(t *testing.T) {
 	}
 	src[0].kill()
 
-	// A new cluster, "prod-restored", of three members on other addresses.
-	dst := opsCluster(t, filepath.Join(dir, "dst"), 3, 80, "prod-restored", "")
+	// A new cluster, "prod-restored", of three members on other addresses,
+	// with the cluster's bucket: it reconciles its catalog with what was
+	// written after the backup before any broker registers.
+	s3 := s3test.StartFake(t)
+	s3yaml := fmt.Sprintf("s3: {endpoint: %q, region: us-east-1, bucket: %q, path_style: true, access_key_id: x, secret_access_key: y}\n"+
+		"recovery: {retry_min: 50ms, retry_max: 200ms, blocked_after: 1s}\n", s3.Endpoint, s3.Bucket)
+	dst := opsCluster(t, filepath.Join(dir, "dst"), 3, 80, "prod-restored", s3yaml)
 	t.Cleanup(func() { dumpLogs(t, dst) })
 	for _, m := range dst {
 		out, errOut, err := ctl(walden, "snapshot", "restore", file, "--config", m.config)
@@ -328,18 +336,57 @@ func TestProcessSnapshotSaveRestore(t *testing.T) {
 	if err != nil || after != before {
 		t.Fatalf("catalog after restore:\n%s\nwant\n%s (%v)", after, before, err)
 	}
-	// The brokers' epochs were revoked; registering again gives an epoch
-	// past the bump.
+	// The brokers' epochs were revoked; none registers until the catalog
+	// is reconciled: RESTORE_RECONCILING, with the phase.
 	conn := dial(t, admins(dst))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	b, err := waldenv1.NewBrokersClient(conn).GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "b1"})
 	if err != nil || !b.GetBroker().GetFenced() {
 		t.Fatalf("b1 after restore: %v %v", b, err)
 	}
+	register := func() (*waldenv1.RegisterResponse, error) {
+		return waldenv1.NewAgentClient(conn).Register(ctx, &waldenv1.RegisterRequest{ClusterName: "prod-restored", BrokerId: "b1", AgentAddr: aliveAgent(t), BrokerAddr: "127.0.0.1:1"})
+	}
+	if _, err := register(); rpcerr.Reason(err) != refusal.RestoreReconciling {
+		t.Fatalf("registration while reconciling: %v", err)
+	}
+	// The brokers registered no WAL path: their restore jobs block, and an
+	// operator resolves them with the WAL declared lost.
+	waitFor(t, "the restore jobs blocked on their missing WALs", 30*time.Second, func() (bool, string) {
+		out, _, _ := ctl(waldenctl, "--endpoints", strings.Join(admins(dst), ","), "jobs", "--state", "blocked", "-o", "json")
+		return strings.Count(out, `"restore": true`) == 2, out
+	})
+	out, errOut, err = ctl(waldenctl, "--endpoints", strings.Join(admins(dst), ","), "restore", "status")
+	if err != nil || !strings.Contains(out, "survey") || !strings.Contains(out, "restore-b1-") {
+		t.Fatalf("restore status: %v %s %s", err, out, errOut)
+	}
+	out, errOut, err = ctl(waldenctl, "--endpoints", strings.Join(admins(dst), ","), "jobs", "--state", "blocked", "-o", "json")
+	if err != nil {
+		t.Fatalf("jobs: %v %s", err, errOut)
+	}
+	var blocked struct {
+		Jobs []struct {
+			JobID string `json:"job_id"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(out), &blocked); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range blocked.Jobs {
+		if out, errOut, err := ctl(waldenctl, "--endpoints", strings.Join(admins(dst), ","), "jobs", "resolve", j.JobID,
+			"--reason", "test brokers without a WAL", "--wal-lost"); err != nil {
+			t.Fatalf("resolve %s: %v %s %s", j.JobID, err, out, errOut)
+		}
+	}
+	out, errOut, err = ctl(waldenctl, "--endpoints", strings.Join(admins(dst), ","), "--timeout", "60s", "restore", "status", "--wait")
+	if err != nil || !strings.Contains(out, "done") {
+		t.Fatalf("restore status --wait: %v %s %s", err, out, errOut)
+	}
+	t.Logf("restore status --wait:\n%s", out)
 	var r *waldenv1.RegisterResponse
 	waitFor(t, "b1 registers again", 10*time.Second, func() (bool, string) {
-		r, err = waldenv1.NewAgentClient(conn).Register(ctx, &waldenv1.RegisterRequest{ClusterName: "prod-restored", BrokerId: "b1", AgentAddr: aliveAgent(t), BrokerAddr: "127.0.0.1:1"})
+		r, err = register()
 		return err == nil, fmt.Sprint(err)
 	})
 	if r.GetEpoch() < 1_000_000 {

@@ -28,6 +28,7 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftlog"
 	"walden/raftnode"
+	"walden/reconcile"
 	"walden/recovery"
 	"walden/version"
 	"walden/webui"
@@ -46,17 +47,19 @@ type Server struct {
 	cfg    *config.Server
 	logger *slog.Logger
 
-	tls       *tlsSetup
-	storage   *raftlog.DiskStorage
-	node      *raftnode.Node
-	admin     *adminService
-	detector  *detector
-	metrics   *memberMetrics
-	recovery  *recovery.Runner
-	health    *health.Server
-	adminGRPC *grpc.Server
-	raftGRPC  *grpc.Server
-	httpSrv   *http.Server
+	tls      *tlsSetup
+	storage  *raftlog.DiskStorage
+	node     *raftnode.Node
+	admin    *adminService
+	detector *detector
+	metrics  *memberMetrics
+	recovery *recovery.Runner
+	// reconciler reconciles a cluster restored from a backup (leader).
+	reconciler *reconcile.Reconciler
+	health     *health.Server
+	adminGRPC  *grpc.Server
+	raftGRPC   *grpc.Server
+	httpSrv    *http.Server
 	// metricsSrv serves /metrics, /healthz and /readyz in plain HTTP
 	// (listen.metrics), nil when off.
 	metricsSrv *http.Server
@@ -236,7 +239,8 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	// Recovery: job loops and executor; Catalog and Jobs APIs.
-	if s.recovery, err = newRecoveryRunner(cfg, s.node, state, s.metrics.recovery, logger); err != nil {
+	s.admin.restore = state.RestoreState
+	if s.recovery, s.reconciler, err = newRecoveryRunner(cfg, s.node, state, s.metrics.recovery, logger); err != nil {
 		return nil, err
 	}
 	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
@@ -344,6 +348,7 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer close(recoveryDone); s.recovery.Run(wctx) }()
 	}
 	defer func() { cancel(); <-recoveryDone }() // the attempts stop with wctx
+	go s.reconciler.Run(wctx)
 	s.logger.Info("walden server serving", "cluster_name", s.cfg.ClusterName,
 		"admin", s.adminLis.Addr().String(), "raft", s.raftLis.Addr().String(), "http", s.cfg.Listen.HTTP,
 		"metrics", s.cfg.Listen.Metrics, "tls", s.cfg.TLS.Enabled(), "insecure", s.cfg.Insecure, "data_dir", s.cfg.DataDir)

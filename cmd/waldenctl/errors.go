@@ -288,6 +288,11 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 			return fmt.Sprintf("job %s is still pending or running; only a failed or cancelled job can be retried", o.id)
 		}
 		return fmt.Sprintf("%s has a recovery job pending or running", obj)
+	case string(refusal.RestoreReconciling):
+		return fmt.Sprintf("%s: the cluster was restored from a backup and is still reconciling its catalog with what was written after it "+
+			"(phase %s); until it is done no broker registers, no stream opens and no restore job is cancelled (a restore job whose WAL "+
+			"is gone for good is resolved: waldenctl jobs resolve JOB --wal-lost); follow it with waldenctl restore status",
+			obj, firstNonEmpty(e.Metadata["phase"], "?"))
 	case "STALE_ATTEMPT":
 		return fmt.Sprintf("%s: this attempt of the recovery job is no longer the current one", obj)
 	case "MAINTENANCE":

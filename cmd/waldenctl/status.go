@@ -48,6 +48,10 @@ c3  follower  v0.1.0   127.0.0.1:7103  127.0.0.1:7003  true       false    12`,
 					orDash(resp.GetLeaderId()), resp.GetTerm(), resp.GetCommitIndex(), resp.GetAppliedIndex())
 				fmt.Fprintln(w)
 				printMembers(w, resp.GetMembers(), resp.GetProgressBy())
+				if rs := resp.GetRestore(); rs != nil && rs.GetRestorePhase() != waldenv1.RestorePhase_RESTORE_PHASE_DONE {
+					fmt.Fprintf(w, "\nRESTORE: %s; no broker registers and no stream opens until it is done (waldenctl restore status)\n",
+						restoreLine(rs, nil))
+				}
 			})
 		},
 	}

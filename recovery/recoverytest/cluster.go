@@ -59,6 +59,20 @@ func NewCluster(t testing.TB, ids ...string) *Cluster {
 // State is the replicated state.
 func (c *Cluster) State() *fsm.State { return c.s }
 
+// Restore replaces the state with a raft snapshot's data (a restored
+// cluster: backup.Rewrite of a backup of cluster "test") at its applied
+// index, in a new term.
+func (c *Cluster) Restore(data []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.s.Restore(data); err != nil {
+		return err
+	}
+	c.ix = c.s.AppliedIndex()
+	c.term++
+	return nil
+}
+
 // SetLeader makes id the leader in a new term.
 func (c *Cluster) SetLeader(id string) {
 	c.mu.Lock()
@@ -198,6 +212,8 @@ func Op(o proto.Message) *waldenv1.Command {
 		c.Op = &waldenv1.Command_CancelJob{CancelJob: o}
 	case *waldenv1.ResolveJob:
 		c.Op = &waldenv1.Command_ResolveJob{ResolveJob: o}
+	case *waldenv1.FinishJob:
+		c.Op = &waldenv1.Command_FinishJob{FinishJob: o}
 	default:
 		panic(fmt.Sprintf("recoverytest: op %T", o))
 	}

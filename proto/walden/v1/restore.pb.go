@@ -50,10 +50,14 @@ type RestoreState struct {
 	Report   *RestoreReport   `protobuf:"bytes,11,opt,name=report,proto3" json:"report,omitempty"`
 	// phase_unix_ms is when the current phase began (the proposer's clock);
 	// done_unix_ms when the reconciliation ended.
-	PhaseUnixMs   int64 `protobuf:"varint,12,opt,name=phase_unix_ms,json=phaseUnixMs,proto3" json:"phase_unix_ms,omitempty"`
-	DoneUnixMs    int64 `protobuf:"varint,13,opt,name=done_unix_ms,json=doneUnixMs,proto3" json:"done_unix_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PhaseUnixMs int64 `protobuf:"varint,12,opt,name=phase_unix_ms,json=phaseUnixMs,proto3" json:"phase_unix_ms,omitempty"`
+	DoneUnixMs  int64 `protobuf:"varint,13,opt,name=done_unix_ms,json=doneUnixMs,proto3" json:"done_unix_ms,omitempty"`
+	// backup_next_epoch is the backup's next fencing token: a broker the
+	// backup did not know that uploaded under a lower epoch did so before
+	// the backup (and was removed since).
+	BackupNextEpoch uint64 `protobuf:"varint,14,opt,name=backup_next_epoch,json=backupNextEpoch,proto3" json:"backup_next_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RestoreState) Reset() {
@@ -173,6 +177,13 @@ func (x *RestoreState) GetPhaseUnixMs() int64 {
 func (x *RestoreState) GetDoneUnixMs() int64 {
 	if x != nil {
 		return x.DoneUnixMs
+	}
+	return 0
+}
+
+func (x *RestoreState) GetBackupNextEpoch() uint64 {
+	if x != nil {
+		return x.BackupNextEpoch
 	}
 	return 0
 }
@@ -667,7 +678,7 @@ var File_walden_v1_restore_proto protoreflect.FileDescriptor
 
 const file_walden_v1_restore_proto_rawDesc = "" +
 	"\n" +
-	"\x17walden/v1/restore.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xf5\x04\n" +
+	"\x17walden/v1/restore.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\"\xa1\x05\n" +
 	"\fRestoreState\x12<\n" +
 	"\rrestore_phase\x18\x01 \x01(\x0e2\x17.walden.v1.RestorePhaseR\frestorePhase\x12!\n" +
 	"\ffrom_cluster\x18\x02 \x01(\tR\vfromCluster\x12\x1d\n" +
@@ -685,7 +696,8 @@ const file_walden_v1_restore_proto_rawDesc = "" +
 	"\x06report\x18\v \x01(\v2\x18.walden.v1.RestoreReportR\x06report\x12\"\n" +
 	"\rphase_unix_ms\x18\f \x01(\x03R\vphaseUnixMs\x12 \n" +
 	"\fdone_unix_ms\x18\r \x01(\x03R\n" +
-	"doneUnixMs\x1a?\n" +
+	"doneUnixMs\x12*\n" +
+	"\x11backup_next_epoch\x18\x0e \x01(\x04R\x0fbackupNextEpoch\x1a?\n" +
 	"\x11BackupEpochsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"~\n" +
