@@ -65,7 +65,7 @@ func TestPlan(t *testing.T) {
 				cand("A", [4]uint64{1, 1, 5, 9}), cand("D", [4]uint64{1, 2, 5, 7})}},
 			commits: []string{"D:1[5,7)@2"}, superseded: 1},
 		{name: "an epoch below the stream's floor is never taken",
-			in: Input{Streams: map[uint64]Stream{1: {End: 5, Floor: 3}}, Candidates: []Candidate{cand("A", [4]uint64{1, 2, 5, 9})}},
+			in:         Input{Streams: map[uint64]Stream{1: {End: 5, Floor: 3}}, Candidates: []Candidate{cand("A", [4]uint64{1, 2, 5, 9})}},
 			superseded: 1},
 		{name: "a WAL holds the tail",
 			in: Input{Streams: map[uint64]Stream{1: {End: 5, Floor: 1}}, Candidates: []Candidate{cand("A", [4]uint64{1, 1, 5, 8})},
@@ -86,10 +86,10 @@ func TestPlan(t *testing.T) {
 			in:  Input{Streams: map[uint64]Stream{1: {End: 5, Floor: 1}}, Candidates: []Candidate{cand("A", [4]uint64{1, 1, 7, 9})}},
 			gap: "stream 1 stops at 5: an object from 7 (epoch 1) beyond it", unreached: 1},
 		{name: "objects whose streams cross are committed in part",
-			in: Input{Candidates: []Candidate{cand("X", [4]uint64{1, 1, 0, 5}, [4]uint64{2, 1, 5, 10}), cand("Y", [4]uint64{1, 1, 5, 10}, [4]uint64{2, 1, 0, 5})}},
+			in:      Input{Candidates: []Candidate{cand("X", [4]uint64{1, 1, 0, 5}, [4]uint64{2, 1, 5, 10}), cand("Y", [4]uint64{1, 1, 5, 10}, [4]uint64{2, 1, 0, 5})}},
 			commits: []string{"X+1:1[0,5)@1", "Y:1[5,10)@1 2[0,5)@1", "X+2:2[5,10)@1"}},
 		{name: "a range the catalog holds is left out of its object's commit",
-			in: Input{Streams: map[uint64]Stream{2: {End: 5, Floor: 1}}, Candidates: []Candidate{cand("X", [4]uint64{1, 1, 0, 5}, [4]uint64{2, 1, 0, 5})}},
+			in:      Input{Streams: map[uint64]Stream{2: {End: 5, Floor: 1}}, Candidates: []Candidate{cand("X", [4]uint64{1, 1, 0, 5}, [4]uint64{2, 1, 0, 5})}},
 			commits: []string{"X+1:1[0,5)@1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
