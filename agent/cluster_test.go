@@ -85,7 +85,9 @@ func TestAgentWithRealCluster(t *testing.T) {
 		return nil
 	})
 
-	fo, err := brokers.Failover(context.Background(), &waldenv1.FailoverRequest{BrokerId: "b1", Reason: "agent test"})
+	fctx, fcancel := context.WithTimeout(context.Background(), testutil.Deadline(30*time.Second))
+	defer fcancel()
+	fo, err := brokers.Failover(fctx, &waldenv1.FailoverRequest{BrokerId: "b1", Reason: "agent test"})
 	if err != nil {
 		t.Fatal(err)
 	}

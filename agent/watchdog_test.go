@@ -143,7 +143,9 @@ func TestWatchdogKillsTheGroupAtItsDeadline(t *testing.T) {
 // stalled, or cut off — it dies at the last deadline it was told.
 func TestWatchdogFollowsTheDeadline(t *testing.T) {
 	wd := startTestWatchdog(t, nil)
-	const lead = 400 * time.Millisecond
+	// The deadline stays this far ahead while it moves: longer than the
+	// pauses of a loaded machine (stretched under the race detector).
+	lead := testutil.Deadline(time.Second)
 	wd.setDeadline(bootNS()+int64(lead), "")
 	e, err := wd.request(context.Background(), watchdogMsg{Op: opStart, Argv: []string{"sleep", "600"}})
 	if err != nil || e.Event != evStarted {
@@ -156,7 +158,7 @@ func TestWatchdogFollowsTheDeadline(t *testing.T) {
 		select {
 		case ev := <-wd.events:
 			t.Fatalf("event while the deadline moves: %+v", ev)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(lead / 4):
 		}
 	}
 	killed := nextEvent(t, wd, evKilled, 10*time.Second)
