@@ -13,6 +13,9 @@
 //     broker stops acknowledging writes strictly before the leader (which
 //     measures from when it received the renewal, plus a drift margin) could
 //     declare it failed;
+//   - carrying the renewals to each coordinator over one long-lived stream
+//     (renewal.go: Renewer), or one call each to a coordinator of an
+//     earlier walden that does not serve the stream;
 //   - re-registering (a new epoch) after the cluster refuses the old epoch
 //     with NODE_FENCED or EPOCH_EXPIRED;
 //   - the agent's membership in the gossip pool (role "agent") and the local

@@ -16,6 +16,7 @@
 //
 // Times are readings of one machine's boot clock (CLOCK_BOOTTIME on Linux),
 // which keeps running while the host is suspended; readings of two machines
-// are never compared. The package does no network I/O; Grantor persists its
-// promises through a Store.
+// are never compared; the grants made together may share one reading
+// taken after all their renewals arrived (Readings). The package does no
+// network I/O; Grantor persists its promises through a Store.
 package lease

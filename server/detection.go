@@ -175,3 +175,43 @@ func (det *detector) stop() {
 		_ = det.pool.Shutdown()
 	}
 }
+
+// agentConnectionsWarnEvery spaces the warnings of warnAgentConnections.
+const agentConnectionsWarnEvery = 10 * time.Minute
+
+// warnAgentConnections warns, every check interval while it holds and at
+// most every agentConnectionsWarnEvery, when the registered brokers come
+// within a tenth of limits.admin.max_conns: every broker's agent keeps a
+// connection to every coordinator, and the agents beyond the bound wait
+// in the accept queue, renewing with the other coordinators only.
+func (d *serviceDeps) warnAgentConnections(ctx context.Context, every time.Duration) {
+	if d.adminMaxConns <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var warned time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := d.registeredBrokers()
+		if n*10 < d.adminMaxConns*9 || (!warned.IsZero() && time.Since(warned) < agentConnectionsWarnEvery) {
+			continue
+		}
+		warned = time.Now()
+		d.logger.WarnContext(ctx, "the registered brokers come close to limits.admin.max_conns: every broker's agent keeps a connection to every coordinator, and agents beyond the bound cannot renew with this one; raise limits.admin.max_conns",
+			"brokers", n, "limits.admin.max_conns", d.adminMaxConns)
+	}
+}
+
+// registeredBrokers counts the brokers in the registry, from the copy the
+// state shares when it offers one.
+func (d *serviceDeps) registeredBrokers() int {
+	if v, ok := d.state.(interface{ BrokersView() []*waldenv1.Broker }); ok {
+		return len(v.BrokersView())
+	}
+	return len(d.state.Brokers())
+}

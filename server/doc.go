@@ -7,8 +7,9 @@
 // Where things are, by concern:
 //   - server.go, options.go: New (options: listeners handed over, test
 //     hooks), Run and Stop; lifecycle.go: leadership hand-off and reload.
-//   - *_service.go: the gRPC services and nothing else — Cluster, Agent,
-//     Brokers, Catalog, Jobs, Failovers, Maintenance, Watch.
+//   - *_service.go: the gRPC services and nothing else — Cluster, Agent
+//     (agent_renewals_service.go: the agents' renewal streams), Brokers,
+//     Catalog, Jobs, Failovers, Maintenance, Watch.
 //   - services.go: serviceDeps, what the services share (the node, the
 //     state, the lease grantor, the decider, the config's policy).
 //   - forward.go: every call a follower forwards to the leader, and the
