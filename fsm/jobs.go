@@ -270,7 +270,11 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 		j.RecoveredWalOffset = op.GetRecoveredWalOffset()
 		if b, ok := s.brokers[j.GetBrokerId()]; ok && b.GetLastJobId() == j.GetJobId() {
 			b.RecoveredWalOffset = op.GetRecoveredWalOffset()
-			b.RecoveredUnixMs = s.now()
+			if !j.GetRestore() {
+				// The cooldown counts failovers: a restore's job is none
+				// (the broker did not fail), and every broker has one.
+				b.RecoveredUnixMs = s.now()
+			}
 		}
 	}
 	s.touchBroker(j)

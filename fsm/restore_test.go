@@ -185,6 +185,11 @@ func TestRestoreReconciliation(t *testing.T) {
 	if h.s.Reconciling() || h.s.RestoreState().GetRestorePhase() != waldenv1.RestorePhase_RESTORE_PHASE_DONE {
 		t.Fatalf("after the restore jobs: %v", h.s.RestoreState())
 	}
+	// A restore job is no failover: it starts no cooldown (a broker that
+	// dies right after the restore is failed over automatically).
+	if b := h.broker("b1"); b.GetRecoveredUnixMs() != 0 || b.GetRecoveredWalOffset() != 100 {
+		t.Fatalf("b1 after its restore job: %v", b)
+	}
 	// Now b1 registers and opens stream 1 past everything written before.
 	e := h.register("b1")
 	res := h.ok(&waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: e, StreamId: 1}).GetOpenStream().GetStream()
