@@ -12,6 +12,7 @@ import (
 
 	"walden/config"
 	"walden/fsm"
+	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftlog"
 	"walden/raftnode"
@@ -30,7 +31,8 @@ func testState(t *testing.T) ([]byte, *waldenv1.SnapshotHeader) {
 			{BrokerId: "b3", BrokerState: waldenv1.BrokerState_BROKER_STATE_RECOVERING, Epoch: 6, Fenced: true, LastJobId: "job-b3-6"},
 		},
 		Streams: []*waldenv1.Stream{{StreamId: 1, Epoch: 1, State: "opened", OwnerBrokerId: "b1", EndOffset: 10}, {StreamId: 2, State: "closed", EndOffset: 5}},
-		Objects: []*waldenv1.Object{{ObjectId: "o-1", Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StartOffset: 0, EndOffset: 10}}}},
+		Objects: []*waldenv1.Object{{ObjectId: "o-1", Key: "walden/b1/00000000000000000007/00000000000000016384-00000000000000016384.obj",
+			Ranges: []*waldenv1.ObjectRange{{StreamId: 1, StartOffset: 0, EndOffset: 10}}}},
 		Jobs: []*waldenv1.Job{
 			{JobId: "job-b2-8", BrokerId: "b2", Token: 8, Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED, JobStep: waldenv1.JobStep_JOB_STEP_DONE},
 			{JobId: "job-b3-6", BrokerId: "b3", Token: 6, Attempt: 2, JobState: waldenv1.JobState_JOB_STATE_RUNNING, JobStep: waldenv1.JobStep_JOB_STEP_UPLOAD},
@@ -109,6 +111,7 @@ func newConfig(t *testing.T, name, id string) *config.Server {
 		{ID: "n2", Raft: "10.1.0.2:7101", Admin: "10.1.0.2:7001"},
 		{ID: "n3", Raft: "10.1.0.3:7101", Admin: "10.1.0.3:7001"},
 	}
+	cfg.S3 = objstore.Config{Endpoint: "http://10.1.0.9:9000", Region: "us-east-1", Bucket: "walden", Prefix: "walden"}
 	return cfg
 }
 
@@ -173,6 +176,14 @@ func TestRestore(t *testing.T) {
 	if res.JobsCancelled != 1 {
 		t.Fatalf("jobs cancelled %d, want 1", res.JobsCancelled)
 	}
+	// The reconciliation starts: no broker registers, no stream opens
+	// until the objects and WALs written after the backup are found.
+	rs := state.RestoreState()
+	if rs.GetRestorePhase() != waldenv1.RestorePhase_RESTORE_PHASE_SCAN || rs.GetFromCluster() != "old" || rs.GetFromIndex() != 42 ||
+		rs.GetEpochBump() != DefaultEpochBump || rs.GetBackupEpochs()["b1"] != 7 || rs.GetBackupNextEpoch() != 9 ||
+		len(rs.GetBackupSha256()) != 64 || !state.Reconciling() {
+		t.Fatalf("restore state %v", rs)
+	}
 	if ms := state.Members(); len(ms) != 3 || ms[0].GetId() != "n1" || ms[0].GetRaftAddr() != "10.1.0.1:7101" {
 		t.Fatalf("members %v", ms)
 	}
@@ -195,6 +206,24 @@ func TestRestore(t *testing.T) {
 	joining.InitialClusterState = config.ClusterStateExisting
 	if _, err := Restore(s, joining, RestoreOptions{}); !errors.Is(err, ErrNotFounding) {
 		t.Fatalf("joining config: %v", err)
+	}
+	// Without an s3 section, or with another prefix than the backup's
+	// objects are under (a backup of another cluster): refused, with what
+	// to do, nothing written.
+	noS3 := newConfig(t, "new", "n3")
+	noS3.S3 = objstore.Config{}
+	if _, err := Restore(s, noS3, RestoreOptions{}); !errors.Is(err, ErrNoS3) || !strings.Contains(err.Error(), "give this configuration the old cluster's s3 section") {
+		t.Fatalf("no s3 section: %v", err)
+	}
+	other := newConfig(t, "new", "n3")
+	other.S3.Prefix = "staging"
+	if _, err := Restore(s, other, RestoreOptions{}); !errors.Is(err, ErrOtherPrefix) || !strings.Contains(err.Error(), `under prefix "walden"`) {
+		t.Fatalf("another prefix: %v", err)
+	}
+	for _, c := range []*config.Server{noS3, other} {
+		if _, err := os.Stat(c.DataDir); !os.IsNotExist(err) {
+			t.Fatalf("a refused restore created the data dir: %v", err)
+		}
 	}
 }
 

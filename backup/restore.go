@@ -7,11 +7,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"walden/config"
 	"walden/fsm"
+	"walden/objformat"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftlog"
 	"walden/raftnode"
@@ -38,6 +40,14 @@ var (
 	// ErrNotFounding refuses a restore with a configuration that joins an
 	// existing cluster.
 	ErrNotFounding = errors.New("the configuration does not found a new cluster")
+	// ErrNoS3 refuses a restore with a configuration without an s3
+	// section: the restored cluster reads what was written after the
+	// backup from the cluster's bucket.
+	ErrNoS3 = errors.New("the configuration has no s3 section")
+	// ErrOtherPrefix refuses a restore of a backup whose objects are under
+	// another S3 prefix than the configuration's: a backup of another
+	// cluster, or the wrong s3 section.
+	ErrOtherPrefix = errors.New("the backup's objects are under another S3 prefix")
 )
 
 // RestoreOptions tune a restore.
@@ -101,6 +111,9 @@ func Restore(s *Snapshot, cfg *config.Server, opts RestoreOptions) (*RestoreResu
 	if err != nil {
 		return nil, err
 	}
+	if err := checkBucket(s, data, cfg); err != nil {
+		return nil, err
+	}
 	st, err := raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("backup: restore: %w", err)
@@ -118,6 +131,56 @@ func Restore(s *Snapshot, cfg *config.Server, opts RestoreOptions) (*RestoreResu
 	}
 	res.DataDir = cfg.DataDir
 	return res, nil
+}
+
+// checkBucket refuses a configuration whose s3 section cannot be the
+// backup's cluster's: none at all while the backup holds brokers walden's
+// catalog serves (the reconciliation reads the objects written after the
+// backup), or a prefix under which the backup's objects are not.
+func checkBucket(s *Snapshot, data []byte, cfg *config.Server) error {
+	st := &waldenv1.StateSnapshot{}
+	if err := proto.Unmarshal(data, st); err != nil {
+		return fmt.Errorf("backup: restore: %w: %w", ErrCorrupt, err)
+	}
+	walden := len(st.GetStreams()) > 0
+	for _, b := range st.GetBrokers() {
+		if b.GetAutomq() == nil {
+			walden = true
+		}
+	}
+	if cfg.S3.Bucket == "" {
+		if !walden {
+			return nil // AutoMQ's nodes only: their streams are AutoMQ's controller's
+		}
+		return fmt.Errorf("backup: restore: %w: the restored cluster reads what the old cluster %q wrote after the backup from its bucket; "+
+			"give this configuration the old cluster's s3 section (bucket and prefix) and restore again", ErrNoS3, s.Header.GetClusterName())
+	}
+	for _, o := range st.GetObjects() {
+		at, ok := keyPrefix(o.GetKey())
+		if !ok {
+			continue // not a key walden wrote (a test's, an import's)
+		}
+		if want := strings.Trim(cfg.S3.Prefix, "/"); at != want {
+			return fmt.Errorf("backup: restore: %w: the backup of cluster %q holds object %s under prefix %q, this configuration's s3.prefix is %q: "+
+				"restore a backup with the s3 section of the cluster it was taken from, or the backup of the cluster this s3 section is",
+				ErrOtherPrefix, s.Header.GetClusterName(), o.GetKey(), at, want)
+		}
+	}
+	return nil
+}
+
+// keyPrefix returns the prefix of a key objformat.Key made (what is before
+// its broker/epoch/offsets.obj), and false for another key.
+func keyPrefix(key string) (string, bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) < 3 {
+		return "", false
+	}
+	prefix := strings.Join(parts[:len(parts)-3], "/")
+	if _, ok := objformat.ParseKey(prefix, key); !ok {
+		return "", false
+	}
+	return prefix, true
 }
 
 // checkEmptyDir refuses a data_dir that exists with anything in it.

@@ -322,6 +322,24 @@ func TestProcessSnapshotSaveRestore(t *testing.T) {
 	if _, errOut, err := ctl(walden, "snapshot", "restore", file, "--config", dst[0].config); err == nil || !strings.Contains(errOut, "not empty") {
 		t.Fatalf("second restore: %v %s", err, errOut)
 	}
+	// Refused: a damaged backup (truncated), saying what to do instead;
+	// nothing written.
+	whole, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := filepath.Join(dir, "damaged.snap")
+	if err := os.WriteFile(damaged, whole[:len(whole)-7], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fresh := opsCluster(t, filepath.Join(dir, "fresh"), 1, 95, "prod-fresh", s3yaml)
+	if _, errOut, err := ctl(walden, "snapshot", "restore", damaged, "--config", fresh[0].config); err == nil ||
+		!strings.Contains(errOut, "damaged") || !strings.Contains(errOut, "restore from another backup") || !strings.Contains(errOut, "nothing was written") {
+		t.Fatalf("restore of a damaged backup: %v %s", err, errOut)
+	}
+	if _, err := os.Stat(fresh[0].dataDir); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore wrote the data dir: %v", err)
+	}
 	// Refused: the snapshot's own cluster name.
 	same := opsCluster(t, filepath.Join(dir, "same"), 1, 90, "prod", "")
 	if _, errOut, err := ctl(walden, "snapshot", "restore", file, "--config", same[0].config); err == nil || !strings.Contains(errOut, "cluster_name") {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -76,10 +77,16 @@ agents at the new members, or keep their addresses). Every broker's epoch is
 revoked (each registers again and uploads what its WAL holds beyond the
 restored catalog) and the next fencing token is moved --bump-epoch past the
 snapshot's, so that no token the old cluster issued after the snapshot is
-issued again. Commits made after the snapshot are not in the restored
-catalog: after losing a quorum with one member's data intact, prefer
+issued again.
+
+Before any broker registers or any stream opens, the restored cluster
+reconciles its catalog with what the old cluster did after the snapshot:
+the objects under the s3 prefix and the records in the brokers' WALs
+(waldenctl restore status). So the configuration needs the old cluster's
+s3 section (bucket and prefix) and the recovery section that reaches the
+brokers' WALs. After losing a quorum with one member's data intact, prefer
 'walden server --force-new-cluster', which keeps everything that member's
-log holds (it loses only what the lost members committed beyond it).
+log holds.
 
 The file is verified first; the data_dir must be empty or absent. Nothing is
 written when anything is refused.`,
@@ -89,6 +96,10 @@ written when anything is refused.`,
 				return errors.New("snapshot restore: --config NEW.yaml is required")
 			}
 			s, err := backup.ReadFile(args[0])
+			if errors.Is(err, backup.ErrCorrupt) || errors.Is(err, backup.ErrNotSnapshot) {
+				return fmt.Errorf("snapshot restore refused, nothing was written: %w: restore from another backup "+
+					"(walden snapshot status FILE checks one)", err)
+			}
 			if err != nil {
 				return err
 			}
@@ -99,7 +110,7 @@ written when anything is refused.`,
 			res, err := backup.Restore(s, cfg, backup.RestoreOptions{EpochBump: bump, KeepClusterName: keepClusterName,
 				Logger: server.NewLogger(config.Log{Level: "warn"}, os.Stderr)})
 			if err != nil {
-				return err
+				return fmt.Errorf("snapshot restore refused, nothing was written: %s", strings.TrimPrefix(err.Error(), "backup: restore: "))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "restored %s (cluster %q, index %d) into %s for member %s of cluster %q (members %v); "+
 				"%d broker epochs revoked, %d recovery jobs of backup time cancelled, next epoch %d. Start it with: walden server --config %s\n",
