@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -175,6 +178,18 @@ type Result struct {
 	// ReopenGoalMs is failure_timeout + 1.5s where that goal applies (a
 	// broker cut off or killed), else 0.
 	ReopenGoalMs int64 `json:"reopen_goal_ms"`
+	// DecisionMs is the time from the fault until the failover decision of
+	// that broker (the decision event's time; -1: none), DecisionGoalMs
+	// failure_timeout + 1s where the reopen goal applies, else 0.
+	DecisionMs     int64 `json:"decision_ms"`
+	DecisionGoalMs int64 `json:"decision_goal_ms"`
+	// HealthyLapses counts the lease lapses of brokers the scenario did
+	// not act on: an agent answering "not valid" (not fenced) for an epoch
+	// it had answered valid, and appends refused LEASE_INVALID.
+	HealthyLapses int `json:"healthy_lease_lapses"`
+	// AckedTwice counts the offsets the ledger holds two different
+	// acknowledged records at.
+	AckedTwice int64 `json:"acked_twice"`
 	// Verdict is "pass", or "fail" with Missed naming each goal missed.
 	Verdict    string   `json:"verdict"`
 	Missed     []string `json:"missed"`
@@ -266,9 +281,15 @@ type Env struct {
 	mu       sync.Mutex
 	faultAt  time.Time
 	expected map[string]bool
+	// affected are the brokers the scenario acts on (cut off, killed,
+	// stopped, fenced): their leases may lapse.
+	affected map[string]bool
 	reopen   string // the broker whose reopen time is measured
-	goal     bool
-	notes    []string
+	// reopenStreams are the streams whose reopening is measured when the
+	// scenario says (ExpectFailoverOf); else the broker's configured ones.
+	reopenStreams []uint64
+	goal          bool
+	notes         []string
 	// watchdog names the broker whose watchdog must kill it before any
 	// coordinator attests (AutoMQ scenarios).
 	watchdog string
@@ -304,7 +325,59 @@ func (e *Env) ExpectFailover(broker string, goal bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.expected[broker] = true
+	e.affected[broker] = true
 	e.reopen, e.goal = broker, goal
+}
+
+// ExpectFailoverOf is ExpectFailover of a broker that owns streams (not
+// necessarily its configured ones: after a restore or a failover, brokers
+// that take streams over own others): their reopening is measured.
+func (e *Env) ExpectFailoverOf(broker string, streams []uint64, goal bool) {
+	e.ExpectFailover(broker, goal)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reopenStreams = slices.Clone(streams)
+}
+
+// Owned returns the streams broker owns opened in the catalog now.
+func (e *Env) Owned(ctx context.Context, broker string) ([]uint64, error) {
+	ss, err := e.Cluster.ListStreams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, s := range ss {
+		if s.GetState() == "opened" && s.GetOwnerBrokerId() == broker {
+			out = append(out, s.GetStreamId())
+		}
+	}
+	return out, nil
+}
+
+// WaitStreamsReopened waits until every stream of streams is open on a
+// broker other than broker.
+func (e *Env) WaitStreamsReopened(ctx context.Context, broker string, streams []uint64, timeout time.Duration) error {
+	return devcluster.Poll(ctx, timeout, fmt.Sprintf("streams %v of %s open on other brokers", streams, broker), func() error {
+		ss, err := e.Cluster.ListStreams(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			if slices.Contains(streams, s.GetStreamId()) && (s.GetState() != "opened" || s.GetOwnerBrokerId() == broker) {
+				return fmt.Errorf("stream %d %s by %s", s.GetStreamId(), s.GetState(), s.GetOwnerBrokerId())
+			}
+		}
+		return nil
+	})
+}
+
+// Affect says the scenario acts on broker (cuts it off, stops or fences
+// it) without its failover being expected: its lease may lapse. The lease
+// of every other broker must not.
+func (e *Env) Affect(broker string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.affected[broker] = true
 }
 
 // Sleep waits d or until ctx ends.
@@ -444,7 +517,7 @@ func (h *Harness) RunScenario(ctx context.Context, s Scenario) Result {
 	defer cancel()
 	start := time.Now()
 	cfg := h.cfg
-	res := Result{Scenario: s.Name, Policy: s.policy(cfg.Policy), Seed: cfg.Seed, ReopenMs: -1, Dir: filepath.Join(cfg.Dir, s.Name),
+	res := Result{Scenario: s.Name, Policy: s.policy(cfg.Policy), Seed: cfg.Seed, ReopenMs: -1, DecisionMs: -1, Dir: filepath.Join(cfg.Dir, s.Name),
 		Failovers: []string{}, Missed: []string{}, Notes: []string{}}
 	err := h.runScenario(ctx, s, &res)
 	res.DurationMs = time.Since(start).Milliseconds()
@@ -484,7 +557,7 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	if err != nil {
 		return err
 	}
-	env := &Env{Cluster: c, Topo: h.topo, Firewall: h.fw, Cfg: cfg, rec: rec, expected: map[string]bool{}}
+	env := &Env{Cluster: c, Topo: h.topo, Firewall: h.fw, Cfg: cfg, rec: rec, expected: map[string]bool{}, affected: map[string]bool{}}
 	var cleanups []func()
 	defer func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -591,6 +664,14 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	// The ledger, read back through the brokers (recorded too: the
 	// history ends with full reads of every stream).
 	cfg.Say("verifying the ledger")
+	twice, examples, err := ackedTwice(ledger)
+	if err != nil {
+		return err
+	}
+	res.AckedTwice = twice
+	for _, ex := range examples {
+		env.Note("acknowledged twice: %s", ex)
+	}
 	var v *loadgen.VerifyReport
 	if s.Automq {
 		v, err = env.verifyAutomq(ctx, ledger)
@@ -636,7 +717,16 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 	}
 	env.mu.Lock()
 	faultAt, reopenBroker, goal := env.faultAt, env.reopen, env.goal
+	if env.reopenStreams != nil {
+		faultOwned[reopenBroker] = env.reopenStreams
+	}
+	affected := maps.Clone(env.affected)
 	env.mu.Unlock()
+	lapses, lapseNote := healthyLapses(ops, affected)
+	res.HealthyLapses = lapses
+	if lapses > 0 {
+		env.Note("lease lapses of brokers the scenario did not act on: %s", lapseNote)
+	}
 	if s.Automq {
 		env.judgeAutomq(ctx, res, evs, faultAt)
 	}
@@ -651,7 +741,9 @@ func (h *Harness) runScenario(ctx context.Context, s Scenario, res *Result) erro
 		}
 		if goal {
 			res.ReopenGoalMs = (policyFailureTimeout[res.Policy] + 1500*time.Millisecond).Milliseconds()
+			res.DecisionGoalMs = (policyFailureTimeout[res.Policy] + time.Second).Milliseconds()
 		}
+		res.DecisionMs = decisionAfter(evs, reopenBroker, faultAt)
 	}
 	cfg.Say(fmt.Sprintf("checking the history: %d operations (%d appends, %d reads)", len(ops), counts.Appends, counts.Reads))
 	checkStart := time.Now()
@@ -760,6 +852,15 @@ func judge(r *Result) {
 	}
 	if r.ReopenGoalMs > 0 && (r.ReopenMs < 0 || r.ReopenMs > r.ReopenGoalMs) {
 		miss("streams reopened after %d ms, goal %d ms", r.ReopenMs, r.ReopenGoalMs)
+	}
+	if r.DecisionGoalMs > 0 && (r.DecisionMs < 0 || r.DecisionMs > r.DecisionGoalMs) {
+		miss("failed over (decided) after %d ms, goal %d ms", r.DecisionMs, r.DecisionGoalMs)
+	}
+	if r.HealthyLapses > 0 {
+		miss("%d lease lapses of brokers the scenario did not act on", r.HealthyLapses)
+	}
+	if r.AckedTwice > 0 {
+		miss("%d offsets acknowledged twice", r.AckedTwice)
 	}
 	if w := r.Watchdog; w != nil && !w.Before() {
 		if w.KillMs < 0 {
@@ -904,4 +1005,88 @@ func Select(names []string) ([]Scenario, error) {
 		}
 	}
 	return out, nil
+}
+
+// decisionAfter is the time from fault until the first failover decision
+// of broker at or after it (the decision event's time, the proposer's
+// clock: every process runs on this machine), -1 when there was none.
+func decisionAfter(evs []*waldenv1.Event, broker string, fault time.Time) int64 {
+	if fault.IsZero() {
+		return -1
+	}
+	from := fault.UnixMilli()
+	for _, e := range evs {
+		if e.GetEventKind() == waldenv1.EventKind_EVENT_KIND_DECISION && e.GetBrokerId() == broker && e.GetUnixMs() >= from {
+			return e.GetUnixMs() - from
+		}
+	}
+	return -1
+}
+
+// healthyLapses counts the lease lapses of the brokers not in affected: an
+// agent's answer "not valid" (and not fenced) for an epoch it answered
+// valid before, and each append refused LEASE_INVALID. A broker's new epoch
+// is not valid until granted: that is no lapse.
+func healthyLapses(ops []history.Op, affected map[string]bool) (int, string) {
+	sorted := slices.Clone(ops)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Return < sorted[j].Return })
+	type key struct {
+		broker string
+		epoch  uint64
+	}
+	valid := map[key]bool{}
+	count := map[string]int{}
+	for _, op := range sorted {
+		if affected[op.Broker] || op.Broker == "" {
+			continue
+		}
+		switch {
+		case op.Kind == history.KindLease && op.Valid:
+			valid[key{op.Broker, op.Epoch}] = true
+		case op.Kind == history.KindLease && !op.Fenced && valid[key{op.Broker, op.Epoch}]:
+			valid[key{op.Broker, op.Epoch}] = false
+			count[op.Broker+" (agent answered not valid)"]++
+		case op.Kind == history.KindAppend && op.Reason == "LEASE_INVALID":
+			count[op.Broker+" (append refused LEASE_INVALID)"]++
+		}
+	}
+	n := 0
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		n += count[k]
+		parts = append(parts, fmt.Sprintf("%s %d", k, count[k]))
+	}
+	return n, strings.Join(parts, ", ")
+}
+
+// ackedTwice counts the offsets the ledger holds two different
+// acknowledged records at, with a few examples.
+func ackedTwice(path string) (int64, []string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, nil, fmt.Errorf("chaos: ledger: %w", err)
+	}
+	defer f.Close()
+	type at struct{ stream, offset uint64 }
+	seen := map[at]string{}
+	var n int64
+	var examples []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e loadgen.LedgerEntry
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.ID == "" {
+			continue
+		}
+		k := at{e.Stream, e.Offset}
+		if prev, ok := seen[k]; ok && prev != e.ID {
+			n++
+			if len(examples) < 3 {
+				examples = append(examples, fmt.Sprintf("stream %d offset %d (%s and %s)", e.Stream, e.Offset, prev, e.ID))
+			}
+			continue
+		}
+		seen[k] = e.ID
+	}
+	return n, examples, sc.Err()
 }

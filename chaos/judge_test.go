@@ -3,10 +3,13 @@ package chaos
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"walden/chaos/history"
+	"walden/loadgen"
 )
 
 func TestJudge(t *testing.T) {
@@ -36,6 +39,10 @@ func TestJudge(t *testing.T) {
 		{"error", func(r *Result) { r.Error = "boom" }, "did not complete: boom"},
 		{"watchdog late", func(r *Result) { r.Watchdog = &WatchdogTiming{KillMs: 3000, FirstAttestMs: 2500} }, "not before the first attestation"},
 		{"watchdog never", func(r *Result) { r.Watchdog = &WatchdogTiming{KillMs: -1, FirstAttestMs: 2500} }, "never killed"},
+		{"slow decision", func(r *Result) { r.DecisionMs, r.DecisionGoalMs = 6100, 6000 }, "decided) after 6100 ms, goal 6000 ms"},
+		{"no decision", func(r *Result) { r.DecisionMs, r.DecisionGoalMs = -1, 6000 }, "decided) after -1 ms"},
+		{"healthy lapse", func(r *Result) { r.HealthyLapses = 2 }, "2 lease lapses of brokers the scenario did not act on"},
+		{"acknowledged twice", func(r *Result) { r.AckedTwice = 1 }, "1 offsets acknowledged twice"},
 	}
 	for _, tc := range cases {
 		r := Result{Acked: 10, Present: 10, Linearizable: history.Linearizable, ReopenMs: -1}
@@ -110,5 +117,47 @@ func TestLeaseRefusals(t *testing.T) {
 	want := "b1 1/1/1 at -0.5s…+8.0s, b2 0/1/0 at +1.0s…+1.0s"
 	if got != want {
 		t.Fatalf("leaseRefusals = %q, want %q", got, want)
+	}
+}
+
+// TestHealthyLapses: a lapse is an agent answering "not valid" for an epoch
+// it answered valid, or an append refused LEASE_INVALID, of a broker the
+// scenario did not act on; a new epoch not valid yet, a fenced answer and
+// the affected brokers' lapses are not.
+func TestHealthyLapses(t *testing.T) {
+	ops := []history.Op{
+		{Kind: history.KindLease, Broker: "b2", Epoch: 4, Valid: false, Return: 1},   // not granted yet
+		{Kind: history.KindLease, Broker: "b2", Epoch: 4, Valid: true, Return: 2},    // valid
+		{Kind: history.KindLease, Broker: "b2", Epoch: 4, Valid: false, Return: 3},   // a lapse
+		{Kind: history.KindLease, Broker: "b2", Epoch: 4, Valid: false, Return: 4},   // the same lapse
+		{Kind: history.KindLease, Broker: "b2", Epoch: 4, Valid: true, Return: 5},    // valid again
+		{Kind: history.KindLease, Broker: "b2", Epoch: 4, Fenced: true, Return: 6},   // fenced: no lapse
+		{Kind: history.KindLease, Broker: "b1", Epoch: 1, Valid: true, Return: 2},    // affected
+		{Kind: history.KindLease, Broker: "b1", Epoch: 1, Valid: false, Return: 3},   // affected
+		{Kind: history.KindAppend, Broker: "b3", Reason: "LEASE_INVALID", Return: 7}, // a refusal
+		{Kind: history.KindAppend, Broker: "b1", Reason: "LEASE_INVALID", Return: 7}, // affected
+	}
+	n, note := healthyLapses(ops, map[string]bool{"b1": true})
+	if n != 2 || !strings.Contains(note, "b2 (agent answered not valid) 1") || !strings.Contains(note, "b3 (append refused LEASE_INVALID) 1") {
+		t.Fatalf("healthyLapses = %d %q", n, note)
+	}
+}
+
+// TestAckedTwice counts the offsets of a ledger acknowledged with two
+// different records (a record acknowledged again, the same id, is not).
+func TestAckedTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	var b bytes.Buffer
+	for _, e := range []loadgen.LedgerEntry{{Stream: 303, Offset: 2712, ID: "a"}, {Stream: 303, Offset: 2712, ID: "a"},
+		{Stream: 303, Offset: 2713, ID: "b"}, {Stream: 303, Offset: 2712, ID: "c"}, {Stream: 101, Offset: 2712, ID: "d"}} {
+		line, _ := json.Marshal(e)
+		b.Write(append(line, '\n'))
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, ex, err := ackedTwice(path)
+	if err != nil || n != 1 || len(ex) != 1 || !strings.Contains(ex[0], "stream 303 offset 2712 (a and c)") {
+		t.Fatalf("ackedTwice = %d %q %v", n, ex, err)
 	}
 }

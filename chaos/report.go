@@ -53,14 +53,18 @@ func ms(v int64) string {
 // each failed scenario's missed goals and every note.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tACKED\tPRESENT\tLOST\tDUPLICATES\tFALSE FAILOVERS\tSTALE WRITES\tLEASE_INVALID\tLONGEST WAIT\tFAULT→REOPENED\tLINEARIZABLE\tVERDICT")
+	fmt.Fprintln(tw, "SCENARIO\tACKED\tPRESENT\tLOST\tDUPLICATES\tACKED TWICE\tFALSE FAILOVERS\tSTALE WRITES\tLEASE_INVALID\tHEALTHY LAPSES\tLONGEST WAIT\tFAULT→DECIDED\tFAULT→REOPENED\tLINEARIZABLE\tVERDICT")
 	for _, s := range r.Scenarios {
 		reopen := ms(s.ReopenMs)
 		if s.ReopenGoalMs > 0 {
 			reopen += fmt.Sprintf(" (≤%s)", ms(s.ReopenGoalMs))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Scenario, s.Acked, s.Present, s.Lost, s.Duplicates,
-			s.FalseFailovers, s.StaleWrites, s.LeaseInvalid, ms(s.MaxWaitMs), reopen, s.Linearizable, s.Verdict)
+		decided := ms(s.DecisionMs)
+		if s.DecisionGoalMs > 0 {
+			decided += fmt.Sprintf(" (≤%s)", ms(s.DecisionGoalMs))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Scenario, s.Acked, s.Present, s.Lost, s.Duplicates,
+			s.AckedTwice, s.FalseFailovers, s.StaleWrites, s.LeaseInvalid, s.HealthyLapses, ms(s.MaxWaitMs), decided, reopen, s.Linearizable, s.Verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,6 +87,10 @@ func Catalog() []Scenario {
 			Run: replaceCoordinator},
 		{Name: "force-new-cluster", Description: "two coordinators of three lost for good under load; the survivor forced into a new cluster, the others added back empty",
 			Run: forceNewCluster},
+		{Name: "replace-coordinator-new-name", Description: "a follower coordinator killed with its data dir lost, replaced under a new name on its host under load; then a broker killed",
+			Run: replaceCoordinatorNewName},
+		{Name: "restore-backup", Description: "a backup taken under load, the whole cluster killed a second later, a new cluster restored from the backup, the brokers started against it; then a broker killed",
+			Options: restoreOptions, Run: restoreBackup},
 		{Name: "automq-kill-broker", Automq: true, Policy: "default",
 			Description: "AutoMQ mode: kill -9 a broker's process under load, its agent alive; its agent starts it again after the failover",
 			Run:         automqKillBroker},
@@ -284,6 +289,7 @@ func brokerFlapping(ctx context.Context, e *Env) error {
 	ft := e.Cfg.FailureTimeout()
 	down, up := ft*6/10, ft*4/10
 	links := netfault.Both(victim, e.Coordinators()...)
+	e.Affect(victim)
 	e.Fault()
 	for i := 1; i <= 6; i++ {
 		e.Say("flap %d/6: %s cut off from the coordinators for %s", i, victim, down)
@@ -559,17 +565,7 @@ func addBack(ctx context.Context, e *Env, m *devcluster.Proc) error {
 	if err := os.RemoveAll(filepath.Join(e.Cluster.Opts.Dir, m.Name)); err != nil {
 		return err
 	}
-	err := devcluster.Poll(ctx, time.Minute, "the addition of "+m.Name, func() error {
-		err := e.Cluster.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
-			_, err := waldenv1.NewClusterClient(cc).MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: m.Name, RaftAddr: m.Raft, AdminAddr: m.Admin})
-			return err
-		})
-		if status.Code(err) == codes.AlreadyExists {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
+	if err := addMember(ctx, e, m); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(m.Config, os.O_APPEND|os.O_WRONLY, 0)
@@ -583,12 +579,33 @@ func addBack(ctx context.Context, e *Env, m *devcluster.Proc) error {
 	if werr != nil {
 		return werr
 	}
+	return startVoter(ctx, e, m)
+}
+
+// addMember adds m as a learner, retried while the spacing of voter
+// changes refuses.
+func addMember(ctx context.Context, e *Env, m *devcluster.Proc) error {
+	return devcluster.Poll(ctx, time.Minute, "the addition of "+m.Name, func() error {
+		err := e.Cluster.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := waldenv1.NewClusterClient(cc).MemberAdd(ctx, &waldenv1.MemberAddRequest{Id: m.Name, RaftAddr: m.Raft, AdminAddr: m.Admin})
+			return err
+		})
+		if status.Code(err) == codes.AlreadyExists {
+			return nil
+		}
+		return err
+	})
+}
+
+// startVoter starts m (with an empty data dir) and waits until the leader
+// has promoted it to voter.
+func startVoter(ctx context.Context, e *Env, m *devcluster.Proc) error {
 	e.Say("starting %s with an empty data dir", m.Name)
 	if err := m.Start(); err != nil {
 		return err
 	}
 	start := time.Now()
-	err = devcluster.Poll(ctx, 2*time.Minute, m.Name+" a voter", func() error {
+	err := devcluster.Poll(ctx, 2*time.Minute, m.Name+" a voter", func() error {
 		if !m.Alive() {
 			return devcluster.Permanent(fmt.Errorf("%s exited; see %s", m.Name, m.Log))
 		}
@@ -686,13 +703,25 @@ func replaceCoordinator(ctx context.Context, e *Env) error {
 	e.Say("kill -9 coordinator %s (pid %d) and lose its data dir", m.Name, m.Pid())
 	m.Kill()
 	e.Say("replacing %s under its name: remove, add as a learner", m.Name)
+	if err := removeMember(ctx, e, m.Name); err != nil {
+		return err
+	}
+	if err := addBack(ctx, e, m); err != nil {
+		return err
+	}
+	return killVictimAfterReplacement(ctx, e)
+}
+
+// removeMember removes member name, retried while the spacing of voter
+// changes refuses.
+func removeMember(ctx context.Context, e *Env, name string) error {
 	removed := false
-	err = devcluster.Poll(ctx, time.Minute, "the removal of "+m.Name, func() error {
+	return devcluster.Poll(ctx, time.Minute, "the removal of "+name, func() error {
 		if removed {
 			return nil
 		}
 		err := e.Cluster.Call(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
-			_, err := waldenv1.NewClusterClient(cc).MemberRemove(ctx, &waldenv1.MemberRemoveRequest{Id: m.Name})
+			_, err := waldenv1.NewClusterClient(cc).MemberRemove(ctx, &waldenv1.MemberRemoveRequest{Id: name})
 			return err
 		})
 		if err == nil || status.Code(err) == codes.NotFound {
@@ -701,12 +730,12 @@ func replaceCoordinator(ctx context.Context, e *Env) error {
 		}
 		return err // VOTER_CHANGE_TOO_SOON right after a start: wait and retry
 	})
-	if err != nil {
-		return err
-	}
-	if err := addBack(ctx, e, m); err != nil {
-		return err
-	}
+}
+
+// killVictimAfterReplacement kills the victim broker once the replacement
+// has waited out its lease horizon: its failover, decided by a cluster
+// that includes the replacement, is judged against the goals.
+func killVictimAfterReplacement(ctx context.Context, e *Env) error {
 	// The replacement grants nothing for a lease horizon after its start;
 	// give it that before the broker's failover is judged.
 	if err := e.Sleep(ctx, 5*time.Second); err != nil {
@@ -718,6 +747,148 @@ func replaceCoordinator(ctx context.Context, e *Env) error {
 	e.Say("kill -9 %s (pid %d)", victim, b.Pid())
 	b.Kill()
 	if err := e.WaitReopened(ctx, victim, 2*time.Minute); err != nil {
+		return err
+	}
+	return restartBroker(ctx, e, b)
+}
+
+// replaceCoordinatorNewName is the runbook's replacement of a member whose
+// disk is lost under a new name, under load: a follower is killed and its
+// data dir lost; it is removed and its replacement c4 added as a learner
+// on its host and addresses (waldenctl member replace c2 --name c4 --raft
+// ... --admin ...), started with an empty data dir and
+// initial_cluster_state: existing, and promoted once the spacing of voter
+// changes allows. Then a broker is killed and judged against the goals.
+func replaceCoordinatorNewName(ctx context.Context, e *Env) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	m := e.Cluster.Proc(e.Others(l.Name)[0])
+	e.Say("kill -9 coordinator %s (pid %d) and lose its data dir", m.Name, m.Pid())
+	m.Kill()
+	if err := os.RemoveAll(filepath.Join(e.Cluster.Opts.Dir, m.Name)); err != nil {
+		return err
+	}
+	const name = "c4"
+	e.Say("replacing %s under the new name %s on its host: remove, add %s as a learner", m.Name, name, name)
+	if err := removeMember(ctx, e, m.Name); err != nil {
+		return err
+	}
+	n, err := e.Cluster.ReplaceCoordinator(m.Name, name)
+	if err != nil {
+		return err
+	}
+	if err := addMember(ctx, e, n); err != nil {
+		return err
+	}
+	if err := startVoter(ctx, e, n); err != nil {
+		return err
+	}
+	return killVictimAfterReplacement(ctx, e)
+}
+
+// restoreOptions: the brokers upload every 300 ms, so that objects are
+// written after the backup, beside records only the WALs hold.
+func restoreOptions(o *devcluster.Options) { o.UploadInterval = 300 * time.Millisecond }
+
+// restoreBackup is the runbook's restore of a cluster from a backup, under
+// load: a backup is saved (waldenctl snapshot save), the cluster goes on
+// for a second and then stops — every coordinator and broker killed — and
+// a new cluster is restored from the backup under a new name (walden
+// snapshot restore on each member, on the same hosts, with empty data
+// dirs); the coordinators are started, then the brokers against the new
+// cluster. Until the restored cluster has reconciled its catalog with the
+// objects in S3 and the brokers' WALs, no broker registers and no stream
+// opens; the load resumes after. Then a broker is killed and judged
+// against the goals.
+func restoreBackup(ctx context.Context, e *Env) error {
+	c := e.Cluster
+	for _, b := range e.Brokers("") {
+		e.Affect(b) // the stop lapses every broker's lease
+	}
+	file := filepath.Join(c.Opts.Dir, "backup.snap")
+	snap, err := c.SaveSnapshot(ctx, file)
+	if err != nil {
+		return err
+	}
+	e.Say("backup saved: index %d, %d streams, %d objects", snap.Header.GetIndex(), snap.Header.GetStreams(), snap.Header.GetObjects())
+	if err := e.Sleep(ctx, time.Second); err != nil {
+		return err
+	}
+	e.Say("the cluster stops: kill -9 every broker and coordinator")
+	for _, p := range append(append([]*devcluster.Proc{}, c.Brokers...), c.Coords...) {
+		p.Kill()
+	}
+	name := c.Opts.ClusterName + "-restored"
+	outs, err := c.RestoreInto(ctx, file, name)
+	if err != nil {
+		return err
+	}
+	for _, o := range outs {
+		e.Say("%s", o)
+	}
+	start := time.Now()
+	for _, m := range c.Coords {
+		if err := m.Start(); err != nil {
+			return err
+		}
+	}
+	if _, err := c.WaitLeader(ctx, "", time.Minute); err != nil {
+		return err
+	}
+	e.Say("starting the brokers against %s", name)
+	for _, b := range c.Brokers {
+		if err := b.Start(); err != nil {
+			return err
+		}
+	}
+	rs, err := c.WaitReconciled(ctx, 3*time.Minute, func(s string) { e.Say("%s", s) })
+	if err != nil {
+		return err
+	}
+	rep := rs.GetReport()
+	e.Note("restored from the backup at index %d and reconciled %.1fs after the start: %d of %d keys written after the backup committed again "+
+		"(%d ranges, %d streams extended), %d stream tails from the WALs, %d redundant, %d superseded, %d damaged, %d gaps",
+		snap.Header.GetIndex(), time.Since(start).Seconds(), rep.GetObjectsCommitted(), rep.GetObjectsListed()-rep.GetObjectsKnown()-rep.GetObjectsOlder(),
+		rep.GetRangesCommitted(), rep.GetStreamsExtended(), rep.GetTails(), rep.GetObjectsRedundant(), rep.GetObjectsSuperseded(),
+		len(rep.GetDamaged()), len(rep.GetGaps()))
+	if len(rep.GetDamaged()) > 0 || len(rep.GetGaps()) > 0 {
+		return fmt.Errorf("the reconciliation found damaged objects or gaps: %v", rep)
+	}
+	for _, b := range e.Brokers("") {
+		if err := e.WaitRegistered(ctx, b, 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	if err := c.WaitStreamsOpen(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	e.Note("every stream open again %.1fs after the restored cluster's start", time.Since(start).Seconds())
+	if err := e.Sleep(ctx, 3*time.Second); err != nil {
+		return err
+	}
+	// The brokers took the streams over as they registered: the victim is
+	// the one that owns the most.
+	var b *devcluster.Proc
+	var owned []uint64
+	for _, name := range e.Brokers("") {
+		o, err := e.Owned(ctx, name)
+		if err != nil {
+			return err
+		}
+		if len(o) > len(owned) {
+			b, owned = c.Proc(name), o
+		}
+	}
+	if b == nil {
+		return errors.New("no broker owns a stream after the restore")
+	}
+	e.ExpectFailoverOf(b.Name, owned, true)
+	e.Fault()
+	e.Say("kill -9 %s (pid %d), which owns streams %v", b.Name, b.Pid(), owned)
+	b.Kill()
+	if err := e.WaitStreamsReopened(ctx, b.Name, owned, 2*time.Minute); err != nil {
 		return err
 	}
 	return restartBroker(ctx, e, b)

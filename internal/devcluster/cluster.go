@@ -182,6 +182,10 @@ type Proc struct {
 	bin     string
 	args    []string
 	command func(proc string, argv []string) *exec.Cmd
+	// host is the name Command runs the process as (its network
+	// namespace's); "" for Name. A coordinator replaced under a new name
+	// runs where the old one did.
+	host string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -210,7 +214,11 @@ func (p *Proc) StartWith(extra ...string) error {
 	args := append(slices.Clone(p.args), extra...)
 	var cmd *exec.Cmd
 	if p.command != nil {
-		cmd = p.command(p.Name, append([]string{p.bin}, args...))
+		host := p.host
+		if host == "" {
+			host = p.Name
+		}
+		cmd = p.command(host, append([]string{p.bin}, args...))
 	} else {
 		cmd = exec.Command(p.bin, args...)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"walden/authz"
 	"walden/backup"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -138,4 +139,54 @@ func (c *Cluster) WaitReconciled(ctx context.Context, timeout time.Duration, say
 		return nil
 	})
 	return rs, err
+}
+
+// ReplaceCoordinator lays out coordinator name in place of old, on old's
+// addresses (and network namespace), as `waldenctl member replace old
+// --name name --raft ... --admin ...` expects the operator to: a
+// certificate of its own, an empty data directory and a config with
+// initial_cluster_state: existing. Every config file is written again with
+// the new membership. old must be stopped; remove old and add name to the
+// cluster, then start the returned Proc.
+func (c *Cluster) ReplaceCoordinator(old, name string) (*Proc, error) {
+	i := -1
+	for k, m := range c.Coords {
+		switch m.Name {
+		case old:
+			i = k
+		case name:
+			return nil, fmt.Errorf("%w: a coordinator %s exists", ErrInvalid, name)
+		}
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("%w: no coordinator %s", ErrInvalid, old)
+	}
+	o := c.Coords[i]
+	if o.Alive() {
+		return nil, fmt.Errorf("devcluster: replace %s: it still runs", old)
+	}
+	host := o.host
+	if host == "" {
+		host = o.Name
+	}
+	p := &Proc{Name: name, host: host, bin: o.bin, command: o.command, Admin: o.Admin, Raft: o.Raft, Gossip: o.Gossip, HTTP: o.HTTP, Metrics: o.Metrics}
+	if c.PKI != "" {
+		id := authz.Identity{Name: name, Role: authz.RoleCoordinator}
+		if _, err := c.issue(id, hostOf(p.Admin), hostOf(p.Raft), hostOf(p.HTTP)); err != nil {
+			return nil, err
+		}
+	}
+	c.Coords[i] = p
+	if err := c.writeConfigs(); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(p.Config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, werr := f.WriteString("initial_cluster_state: existing\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return p, werr
 }
