@@ -151,8 +151,13 @@ type ObserverConfig struct {
 	Grantor *lease.Grantor
 	// Clock is the boot clock silences are measured on; default
 	// lease.BootClock.
-	Clock  lease.Clock
-	Logger *slog.Logger
+	Clock lease.Clock
+	// StartIndex is the last raft index this member's log held when its
+	// process started: an epoch registered at a higher index was granted
+	// only by this process, so an attestation for it can say whether this
+	// member ever granted it a lease (Observation.never_granted).
+	StartIndex uint64
+	Logger     *slog.Logger
 }
 
 func (c *ObserverConfig) defaults() {
@@ -500,7 +505,19 @@ func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *wald
 	return Proposal{Withdraw: withdraw, Observe: &waldenv1.ObserveBroker{
 		ObserverId: o.cfg.NodeID, BrokerId: id, Epoch: epoch, ObservationState: state, Reason: reason,
 		LeaseExpired: attested, ExpectedIndex: committed.GetIndex(), UnheardForMs: unheard.Milliseconds(),
+		NeverGranted: attested && o.neverGranted(b, k),
 	}}, true
+}
+
+// neverGranted reports whether this member never granted k a lease: its
+// process started before k's registration (so it made every grant of k
+// there was from it) and has granted k nothing.
+func (o *Observer) neverGranted(b *waldenv1.Broker, k lease.Key) bool {
+	if o.cfg.Grantor == nil || b.GetRegisteredIndex() <= o.cfg.StartIndex {
+		return false
+	}
+	_, granted := o.cfg.Grantor.Remaining(k)
+	return !granted
 }
 
 // track makes sure the probe history is of b's current epoch; it reports

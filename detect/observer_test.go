@@ -69,6 +69,7 @@ func (s *clusterState) propose(_ context.Context, cmd *waldenv1.Command) (*walde
 	if cmd.GetProposerId() == "" {
 		cmd.ProposerId = "c1"
 	}
+	fsm.PrepareProposal(cmd) // as raftnode does
 	return s.st.Apply(s.index, s.term, cmd)
 }
 
@@ -463,5 +464,46 @@ func TestProbeReasonsAreForPeople(t *testing.T) {
 	}
 	if got := probeReason(fmt.Errorf("%w: x: %w", ErrProbe, &probeStatusError{code: 503}), time.Second); got != "HTTP 503" {
 		t.Fatalf("status: %q", got)
+	}
+}
+
+// TestObserverSaysItNeverGranted (issue 21): an attestation says the
+// member never granted the epoch a lease when its process started before
+// the epoch's registration and granted it nothing; not when it granted
+// it, nor when the registration is older than its process (a former run
+// may have granted it).
+func TestObserverSaysItNeverGranted(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		grant      bool
+		startIndex uint64
+		want       bool
+	}{
+		{"registered after the start, never granted", false, 0, true},
+		{"granted", true, 0, false},
+		{"registered before the start", false, 1 << 40, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newClusterState(t, policy.Defaults())
+			epoch := st.register(t, "b1")
+			clk := &lease.ManualClock{T: time.Hour}
+			g, _ := lease.NewGrantor(clk, &lease.MemStore{}, 3*time.Second, 500*time.Millisecond)
+			g.ClusterHorizon(3500 * time.Millisecond)
+			clk.Advance(3500 * time.Millisecond)
+			if c.grant {
+				if err := g.Grant(lease.Key{Broker: "b1", Epoch: epoch}, 3*time.Second, 500*time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o := NewObserver(ObserverConfig{NodeID: "c1", Grantor: g, Clock: clk, StartIndex: c.startIndex}, st, st.propose, &switchProber{down: true})
+			for range 8 {
+				clk.Advance(time.Second)
+				o.Round(context.Background())
+			}
+			ob := mine(st.broker("b1"), "c1")
+			if !ob.GetLeaseExpired() || ob.GetNeverGranted() != c.want {
+				t.Fatalf("observation %v, want never_granted %t", ob, c.want)
+			}
+		})
 	}
 }

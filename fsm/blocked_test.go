@@ -102,3 +102,65 @@ func TestForceNewClusterRevokesAndMovesEpochs(t *testing.T) {
 		t.Fatalf("force new cluster event: %v", ev)
 	}
 }
+
+// TestDecisionOfAnEpochNeverGrantedNeedsNoWAL (issue 21): a broker epoch
+// that no majority of the voters ever granted a lease acknowledged
+// nothing: when the broker's earlier epochs were recovered before it
+// registered, its job reads no WAL (a WAL never written or gone blocks
+// nothing), and the decision says why. One voter's word is not enough,
+// nor a majority's for a broker that restarted without a failover (its old
+// WAL's tail may not be committed yet).
+func TestDecisionOfAnEpochNeverGrantedNeedsNoWAL(t *testing.T) {
+	attest := func(h *harness, broker string, never ...bool) {
+		for i, n := range never {
+			h.ok(&waldenv1.ObserveBroker{ObserverId: []string{"c1", "c2", "c3"}[i], BrokerId: broker,
+				ObservationState: waldenv1.ObservationState_OBSERVATION_STATE_DEAD, LeaseExpired: true, NeverGranted: n})
+		}
+	}
+	decide := func(h *harness, broker string) *waldenv1.Job {
+		b := h.broker(broker)
+		res := h.ok(&waldenv1.DeclareFailed{BrokerId: broker, Epoch: b.GetEpoch(), Term: 1, LiveMembers: []string{"c1"},
+			Evidence: &waldenv1.Evidence{Reason: "test"}})
+		return h.job(res.GetDeclareFailed().GetJobId())
+	}
+	h := withChecks(newHarness(t))
+	h.register("b1")
+	if !h.broker("b1").GetPriorRecovered() || h.broker("b1").GetRegisteredIndex() != h.index {
+		t.Fatalf("first registration: %v", h.broker("b1"))
+	}
+	attest(h, "b1", true, true, false)
+	j := decide(h, "b1")
+	if !j.GetAcknowledgedNothing() {
+		t.Fatalf("job of an epoch two of three never granted: %v", j)
+	}
+	events := h.s.Events("b1", 0)
+	if msg := events[len(events)-1].GetMessage(); !strings.Contains(msg, "reads no WAL") || !strings.Contains(msg, "c1, c2") {
+		t.Fatalf("decision event: %q", msg)
+	}
+
+	// One voter of three: the WAL is read.
+	h.register("b2")
+	attest(h, "b2", true, false, false)
+	if j := decide(h, "b2"); j.GetAcknowledgedNothing() {
+		t.Fatalf("job of an epoch one of three never granted: %v", j)
+	}
+
+	// A broker registered again without a failover (a restart): its old
+	// WAL's tail may be in the WAL only; the WAL is read.
+	h.register("b3")
+	h.register("b3")
+	if h.broker("b3").GetPriorRecovered() {
+		t.Fatalf("a restart without failover: %v", h.broker("b3"))
+	}
+	attest(h, "b3", true, true, true)
+	if j := decide(h, "b3"); j.GetAcknowledgedNothing() {
+		t.Fatalf("job of a restarted broker: %v", j)
+	}
+	// After a failover whose job succeeded, the next registration is clean.
+	j3 := h.s.Jobs("b3", 0)[0]
+	h.ok(&waldenv1.FinishJob{JobId: j3.GetJobId(), Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED})
+	h.register("b3")
+	if !h.broker("b3").GetPriorRecovered() {
+		t.Fatalf("registration after a recovered failover: %v", h.broker("b3"))
+	}
+}

@@ -41,11 +41,23 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 		return nil, fmt.Errorf("register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	}
 	b, ok := s.brokers[id]
+	// Nothing the broker acknowledged before can be left only in its WAL
+	// when it had no epoch, or its last one was failed over and recovered.
+	prior := !ok
+	if ok && b.GetFenced() {
+		if j := s.jobs[b.GetLastJobId()]; j != nil && j.GetToken() == b.GetEpoch() && j.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED {
+			prior = true
+		}
+	}
 	if !ok {
 		b = &waldenv1.Broker{BrokerId: id, RecoveredWalOffset: -1}
 		s.brokers[id] = b
 	}
 	epoch := s.issueEpoch()
+	if cmd.GetChecks() >= ChecksNeverGranted {
+		b.RegisteredIndex = index
+		b.PriorRecovered = prior
+	}
 	b.Epoch = epoch
 	b.Fenced = false
 	b.LeftGracefully = false
@@ -110,11 +122,13 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 		cur.Reason = op.GetReason()
 		cur.Index = index
 		cur.UnheardForMs = op.GetUnheardForMs()
+		cur.NeverGranted = op.GetLeaseExpired() && op.GetNeverGranted()
 		return brokerResult(b), nil
 	}
 	if cur != nil && cur.GetObservationState() == op.GetObservationState() {
 		// Only the attestation changed.
 		cur.LeaseExpired = op.GetLeaseExpired()
+		cur.NeverGranted = op.GetLeaseExpired() && op.GetNeverGranted()
 		cur.Reason = op.GetReason()
 		cur.Index = index
 		cur.UnheardForMs = op.GetUnheardForMs()
@@ -139,6 +153,7 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 	cur.Index = index
 	cur.Epoch = op.GetEpoch()
 	cur.LeaseExpired = op.GetLeaseExpired()
+	cur.NeverGranted = op.GetLeaseExpired() && op.GetNeverGranted()
 	cur.UnheardForMs = op.GetUnheardForMs()
 	s.deriveState(b)
 	what := op.GetObservationState().Name()
@@ -228,15 +243,32 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 	}
 	j.Wal = clone(b.GetWal())
 	j.Automq = clone(b.GetAutomq())
+	never := neverGranted(b, s.votersLocked(), op.GetEpoch())
+	j.AcknowledgedNothing = cmd.GetChecks() >= ChecksNeverGranted && b.GetPriorRecovered() && len(never) >= len(s.votersLocked())/2+1
 	s.jobs[j.GetJobId()] = j
 	b.LastJobId = j.GetJobId()
 	s.deriveState(b)
+	msg := fmt.Sprintf("declared failed: epoch %d fenced, new epoch %d; job %s assigned to %q", op.GetEpoch(), token, j.GetJobId(), assignee)
+	if j.GetAcknowledgedNothing() {
+		msg += fmt.Sprintf("; the job reads no WAL: a majority of the voters (%s) never granted epoch %d a lease, so the broker "+
+			"acknowledged nothing under it, and its earlier epochs were recovered before it registered", strings.Join(never, ", "), op.GetEpoch())
+	}
 	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: b.GetBrokerId(),
-		Actor: actor, Evidence: ev, JobId: j.GetJobId(),
-		Message: withReason(fmt.Sprintf("declared failed: epoch %d fenced, new epoch %d; job %s assigned to %q",
-			op.GetEpoch(), token, j.GetJobId(), assignee), op.GetEvidence().GetReason())})
+		Actor: actor, Evidence: ev, JobId: j.GetJobId(), Message: withReason(msg, op.GetEvidence().GetReason())})
 	return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{
 		NewEpoch: token, JobId: j.GetJobId()}}}, nil
+}
+
+// neverGranted returns the voters whose attestation for b's epoch says they
+// never granted it a lease (checked before the decision fenced it).
+func neverGranted(b *waldenv1.Broker, voters []string, epoch uint64) []string {
+	var out []string
+	for _, o := range b.GetObservations() {
+		if o.GetLeaseExpired() && o.GetNeverGranted() && o.GetEpoch() == epoch && slices.Contains(voters, o.GetObserverId()) {
+			out = append(out, o.GetObserverId())
+		}
+	}
+	return out
 }
 
 // attestations returns the voters whose observation of b attests that their

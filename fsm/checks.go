@@ -28,8 +28,15 @@ const (
 	// range without wrapping; a maintenance ttl is at most
 	// MaxMaintenanceTTLMs.
 	ChecksBounded uint32 = 1
+	// ChecksNeverGranted (2) records, at a registration, its raft index
+	// and whether the broker's earlier epochs were recovered
+	// (Broker.registered_index, prior_recovered), and lets a decision
+	// find that the failed epoch acknowledged nothing
+	// (Job.acknowledged_nothing): an entry of an older walden replays
+	// without them, as it was applied.
+	ChecksNeverGranted uint32 = 2
 	// Checks is the level this walden proposes with.
-	Checks = ChecksBounded
+	Checks = ChecksNeverGranted
 )
 
 // Bounds of the catalog. A committed object is in walden's object format

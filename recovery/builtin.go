@@ -383,7 +383,15 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 		}
 	}
 	if j.GetWalLost() {
-		return a.withoutWAL(ctx, j)
+		return a.withoutWAL(ctx, j, "the WAL was declared lost by an operator ("+j.GetResolution()+"): nothing read")
+	}
+	if j.GetAcknowledgedNothing() {
+		if !a.reported {
+			a.reported = true
+			a.event(ctx, j, fmt.Sprintf("no WAL read: a majority of the voters never granted the failed epoch a lease, so broker %s acknowledged "+
+				"nothing under it, and its earlier epochs were recovered before it registered; its streams are closed at the catalog's ends", j.GetBrokerId()))
+		}
+		return a.withoutWAL(ctx, j, "the failed epoch was never granted a lease by a majority: it acknowledged nothing; nothing read")
 	}
 	path, err := a.attach(ctx)
 	if err != nil {
@@ -483,16 +491,18 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, p.recovered)
 }
 
-// withoutWAL finishes a job an operator resolved with the WAL declared
-// lost (waldenctl jobs resolve --wal-lost): nothing is attached, read or
-// uploaded; the broker's streams are closed at the catalog's ends, and
-// what the WAL held beyond them is lost, as the operator said.
-func (a *attempt) withoutWAL(ctx context.Context, j *waldenv1.Job) (waldenv1.JobStep, error) {
+// withoutWAL finishes a job whose WAL is not read: an operator resolved it
+// with the WAL declared lost (waldenctl jobs resolve --wal-lost), or the
+// decision found that the broker acknowledged nothing the catalog lacks
+// (Job.acknowledged_nothing). Nothing is attached, read or uploaded; the
+// broker's streams are closed at the catalog's ends (with the WAL lost,
+// what it held beyond them is lost, as the operator said). note says why
+// in the job's checkpoints.
+func (a *attempt) withoutWAL(ctx context.Context, j *waldenv1.Job, note string) (waldenv1.JobStep, error) {
 	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
 		return waldenv1.JobStep_JOB_STEP_READ, fmt.Errorf("recovery: read barrier: %w", err)
 	}
 	total := max(len(a.e.state.OpeningStreams(j.GetBrokerId())), int(j.GetStreamsTotal()))
-	note := "the WAL was declared lost by an operator (" + j.GetResolution() + "): nothing read"
 	for _, step := range []waldenv1.JobStep{waldenv1.JobStep_JOB_STEP_ATTACH, waldenv1.JobStep_JOB_STEP_READ,
 		waldenv1.JobStep_JOB_STEP_UPLOAD, waldenv1.JobStep_JOB_STEP_COMMIT} {
 		if j.GetJobStep() > step {

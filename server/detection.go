@@ -47,6 +47,9 @@ type detectorDeps struct {
 	prober    detect.Prober
 	decisions *metrics.Decisions
 	logger    *slog.Logger
+	// startIndex is the last index of the member's raft log when it
+	// started (detect.ObserverConfig.StartIndex).
+	startIndex uint64
 }
 
 // newDetector wires detection for a member: the grantor of its quorum
@@ -91,7 +94,8 @@ func newDetector(deps detectorDeps) (*detector, error) {
 	}
 	probeInterval, probeTimeout := cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout
 	det.observer = detect.NewObserver(detect.ObserverConfig{
-		NodeID: cfg.NodeID, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Grantor: grantor, Logger: logger,
+		NodeID: cfg.NodeID, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Grantor: grantor, StartIndex: deps.startIndex,
+		Logger: logger,
 	}, sharedBrokers{state}, deps.node.Propose, deps.prober)
 	det.decider = detect.NewDecider(detect.DeciderConfig{NodeID: cfg.NodeID, Seed: d.config, Logger: logger, Metrics: deps.decisions},
 		deps.node, sharedBrokers{state}, deps.node.Propose)

@@ -140,6 +140,12 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	if err != nil {
 		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
 	}
+	// An epoch registered beyond this index was granted only by this
+	// process: its attestation can say it never granted it.
+	startIndex, err := s.storage.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
+	}
 	defer func() {
 		if err != nil {
 			_ = s.storage.Close()
@@ -215,7 +221,7 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	if s.detector, err = newDetector(detectorDeps{cfg: cfg, admin: s.admin, node: s.node, state: state,
-		adminAddr: s.adminLis.Addr().String(), prober: o.prober, decisions: decisions, logger: logger}); err != nil {
+		adminAddr: s.adminLis.Addr().String(), prober: o.prober, decisions: decisions, logger: logger, startIndex: startIndex}); err != nil {
 		return nil, err
 	}
 	driftKeys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walden_policy_config_drift_keys",

@@ -214,6 +214,8 @@ func Op(o proto.Message) *waldenv1.Command {
 		c.Op = &waldenv1.Command_ResolveJob{ResolveJob: o}
 	case *waldenv1.FinishJob:
 		c.Op = &waldenv1.Command_FinishJob{FinishJob: o}
+	case *waldenv1.ObserveBroker:
+		c.Op = &waldenv1.Command_ObserveBroker{ObserveBroker: o}
 	default:
 		panic(fmt.Sprintf("recoverytest: op %T", o))
 	}

@@ -167,8 +167,14 @@ type Observation struct {
 	// its own clock.
 	UnheardForMs     int64            `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
 	ObservationState ObservationState `protobuf:"varint,9,opt,name=observation_state,json=observationState,proto3,enum=walden.v1.ObservationState" json:"observation_state,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// never_granted, with lease_expired, says the observer never granted the
+	// epoch a lease: its process started before the epoch was registered and
+	// has granted it nothing since. When a majority of the voters say so,
+	// the broker never held a valid lease at that epoch and acknowledged
+	// nothing under it.
+	NeverGranted  bool `protobuf:"varint,10,opt,name=never_granted,json=neverGranted,proto3" json:"never_granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Observation) Reset() {
@@ -263,6 +269,13 @@ func (x *Observation) GetObservationState() ObservationState {
 		return x.ObservationState
 	}
 	return ObservationState_OBSERVATION_STATE_UNSPECIFIED
+}
+
+func (x *Observation) GetNeverGranted() bool {
+	if x != nil {
+		return x.NeverGranted
+	}
+	return false
 }
 
 // FailoverRequested is an operator's request to fail a broker over. Every
@@ -422,9 +435,19 @@ type Broker struct {
 	// automq is the broker's AutoMQ node as its agent reported it at the
 	// last registration; absent for brokers that are not AutoMQ's (and in
 	// what an older walden wrote).
-	Automq        *AutomqNode `protobuf:"bytes,29,opt,name=automq,proto3" json:"automq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Automq *AutomqNode `protobuf:"bytes,29,opt,name=automq,proto3" json:"automq,omitempty"`
+	// registered_index is the raft index of the broker's last registration
+	// (0 in what an older walden wrote): a coordinator whose process started
+	// at a lower index knows every grant it made of the current epoch.
+	RegisteredIndex uint64 `protobuf:"varint,30,opt,name=registered_index,json=registeredIndex,proto3" json:"registered_index,omitempty"`
+	// prior_recovered says nothing the broker acknowledged before its last
+	// registration can be left only in its WAL: it registered for the first
+	// time, or after a failover (or restore) whose job succeeded. A broker
+	// that restarted without one recovers its old WAL's tail itself, under
+	// the new epoch.
+	PriorRecovered bool `protobuf:"varint,31,opt,name=prior_recovered,json=priorRecovered,proto3" json:"prior_recovered,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Broker) Reset() {
@@ -659,6 +682,20 @@ func (x *Broker) GetAutomq() *AutomqNode {
 		return x.Automq
 	}
 	return nil
+}
+
+func (x *Broker) GetRegisteredIndex() uint64 {
+	if x != nil {
+		return x.RegisteredIndex
+	}
+	return 0
+}
+
+func (x *Broker) GetPriorRecovered() bool {
+	if x != nil {
+		return x.PriorRecovered
+	}
+	return false
 }
 
 // Evidence is what a failover decision was based on. It is committed in the
@@ -1303,8 +1340,10 @@ type ObserveBroker struct {
 	ExpectedIndex    uint64           `protobuf:"varint,7,opt,name=expected_index,json=expectedIndex,proto3" json:"expected_index,omitempty"`
 	UnheardForMs     int64            `protobuf:"varint,8,opt,name=unheard_for_ms,json=unheardForMs,proto3" json:"unheard_for_ms,omitempty"`
 	ObservationState ObservationState `protobuf:"varint,9,opt,name=observation_state,json=observationState,proto3,enum=walden.v1.ObservationState" json:"observation_state,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// never_granted: see Observation.never_granted.
+	NeverGranted  bool `protobuf:"varint,10,opt,name=never_granted,json=neverGranted,proto3" json:"never_granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObserveBroker) Reset() {
@@ -1399,6 +1438,13 @@ func (x *ObserveBroker) GetObservationState() ObservationState {
 		return x.ObservationState
 	}
 	return ObservationState_OBSERVATION_STATE_UNSPECIFIED
+}
+
+func (x *ObserveBroker) GetNeverGranted() bool {
+	if x != nil {
+		return x.NeverGranted
+	}
+	return false
 }
 
 // DeclareFailed is the failover decision: applying it fences the broker
@@ -3555,7 +3601,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"AutomqNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"node_epoch\x18\x02 \x01(\x03R\tnodeEpoch\"\xc5\x02\n" +
+	"node_epoch\x18\x02 \x01(\x03R\tnodeEpoch\"\xea\x02\n" +
 	"\vObservation\x12\x1f\n" +
 	"\vobserver_id\x18\x01 \x01(\tR\n" +
 	"observerId\x12\x18\n" +
@@ -3566,13 +3612,15 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12#\n" +
 	"\rlease_expired\x18\a \x01(\bR\fleaseExpired\x12$\n" +
 	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\x12H\n" +
-	"\x11observation_state\x18\t \x01(\x0e2\x1b.walden.v1.ObservationStateR\x10observationState\"\x86\x01\n" +
+	"\x11observation_state\x18\t \x01(\x0e2\x1b.walden.v1.ObservationStateR\x10observationState\x12#\n" +
+	"\rnever_granted\x18\n" +
+	" \x01(\bR\fneverGranted\"\x86\x01\n" +
 	"\x11FailoverRequested\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\"\x94\t\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"\xe8\t\n" +
 	"\x06Broker\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x18\n" +
 	"\x05state\x18\x02 \x01(\tB\x02\x18\x01R\x05state\x12\x14\n" +
@@ -3607,7 +3655,9 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\vhold_detail\x18\x1b \x01(\tR\n" +
 	"holdDetail\x129\n" +
 	"\fbroker_state\x18\x1c \x01(\x0e2\x16.walden.v1.BrokerStateR\vbrokerState\x12-\n" +
-	"\x06automq\x18\x1d \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\"\xa1\x04\n" +
+	"\x06automq\x18\x1d \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\x12)\n" +
+	"\x10registered_index\x18\x1e \x01(\x04R\x0fregisteredIndex\x12'\n" +
+	"\x0fprior_recovered\x18\x1f \x01(\bR\x0epriorRecovered\"\xa1\x04\n" +
 	"\bEvidence\x12:\n" +
 	"\fobservations\x18\x01 \x03(\v2\x16.walden.v1.ObservationR\fobservations\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12,\n" +
@@ -3666,7 +3716,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x06automq\x18\a \x01(\v2\x15.walden.v1.AutomqNodeR\x06automq\"^\n" +
 	"\x14RegisterBrokerResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
-	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"\xd1\x02\n" +
+	"\x14recovered_wal_offset\x18\x02 \x01(\x03R\x12recoveredWalOffset\"\xf6\x02\n" +
 	"\rObserveBroker\x12\x1f\n" +
 	"\vobserver_id\x18\x01 \x01(\tR\n" +
 	"observerId\x12\x1b\n" +
@@ -3677,7 +3727,9 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\rlease_expired\x18\x06 \x01(\bR\fleaseExpired\x12%\n" +
 	"\x0eexpected_index\x18\a \x01(\x04R\rexpectedIndex\x12$\n" +
 	"\x0eunheard_for_ms\x18\b \x01(\x03R\funheardForMs\x12H\n" +
-	"\x11observation_state\x18\t \x01(\x0e2\x1b.walden.v1.ObservationStateR\x10observationState\"\xc3\x01\n" +
+	"\x11observation_state\x18\t \x01(\x0e2\x1b.walden.v1.ObservationStateR\x10observationState\x12#\n" +
+	"\rnever_granted\x18\n" +
+	" \x01(\bR\fneverGranted\"\xc3\x01\n" +
 	"\rDeclareFailed\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12/\n" +

@@ -182,11 +182,18 @@ type Job struct {
 	// restore is set on the jobs a restored cluster's reconciliation created
 	// (restore-BROKER-TOKEN): the job first reads the WAL and reports what
 	// it holds (survey), then commits the stream tails the plan gave it.
-	Restore       bool           `protobuf:"varint,35,opt,name=restore,proto3" json:"restore,omitempty"`
-	Survey        *RestoreSurvey `protobuf:"bytes,36,opt,name=survey,proto3" json:"survey,omitempty"`
-	Tails         []*StreamTail  `protobuf:"bytes,37,rep,name=tails,proto3" json:"tails,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Restore bool           `protobuf:"varint,35,opt,name=restore,proto3" json:"restore,omitempty"`
+	Survey  *RestoreSurvey `protobuf:"bytes,36,opt,name=survey,proto3" json:"survey,omitempty"`
+	Tails   []*StreamTail  `protobuf:"bytes,37,rep,name=tails,proto3" json:"tails,omitempty"`
+	// acknowledged_nothing is set by the decision when a majority of the
+	// voters never granted the failed epoch a lease and nothing of the
+	// broker's earlier epochs can be left only in its WAL: the broker
+	// acknowledged nothing the catalog lacks, so the job reads no WAL (a
+	// WAL that was never written, or is gone, blocks nothing); it closes the
+	// broker's streams at the catalog's ends.
+	AcknowledgedNothing bool `protobuf:"varint,38,opt,name=acknowledged_nothing,json=acknowledgedNothing,proto3" json:"acknowledged_nothing,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -478,6 +485,13 @@ func (x *Job) GetTails() []*StreamTail {
 		return x.Tails
 	}
 	return nil
+}
+
+func (x *Job) GetAcknowledgedNothing() bool {
+	if x != nil {
+		return x.AcknowledgedNothing
+	}
+	return false
 }
 
 // TargetReport is a recovery target's account of a job in the terms of the
@@ -2002,8 +2016,7 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x04 \x01(\x03R\x06unixMs\x12\x16\n" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x12-\n" +
-	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xfe\n" +
-	"\n" +
+	"\bjob_step\x18\x06 \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\"\xb1\v\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tbroker_id\x18\x02 \x01(\tR\bbrokerId\x12\x14\n" +
@@ -2046,7 +2059,8 @@ const file_walden_v1_jobs_proto_rawDesc = "" +
 	"resolution\x12\x18\n" +
 	"\arestore\x18# \x01(\bR\arestore\x120\n" +
 	"\x06survey\x18$ \x01(\v2\x18.walden.v1.RestoreSurveyR\x06survey\x12+\n" +
-	"\x05tails\x18% \x03(\v2\x15.walden.v1.StreamTailR\x05tails\"\xa0\x02\n" +
+	"\x05tails\x18% \x03(\v2\x15.walden.v1.StreamTailR\x05tails\x121\n" +
+	"\x14acknowledged_nothing\x18& \x01(\bR\x13acknowledgedNothing\"\xa0\x02\n" +
 	"\fTargetReport\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x03R\x06nodeId\x12\x1d\n" +
