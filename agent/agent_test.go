@@ -14,10 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"walden/config"
 	"walden/gossip"
 	"walden/internal/testutil"
 	"walden/lease"
+	waldenv1 "walden/proto/walden/v1"
 )
 
 const (
@@ -716,5 +722,43 @@ func TestStartFailsOnBusyListen(t *testing.T) {
 	}
 	if err := a.Start(); !errors.Is(err, ErrStart) {
 		t.Fatalf("Start after Stop = %v", err)
+	}
+}
+
+// TestRenewerBoundsAnAttemptWhoseConnectionHangs: a coordinator whose
+// connection never becomes ready (it accepts and says nothing) costs one
+// attempt its deadline, not the connection's 20 s timeout: the stream's
+// opening is bounded too.
+func TestRenewerBoundsAnAttemptWhoseConnectionHangs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, silent, until the test ends
+		}
+	}()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := NewRenewer(func() (*grpc.ClientConn, error) { return conn, nil }, slog.New(slog.DiscardHandler))
+	defer r.Close()
+	for range 3 {
+		start := time.Now()
+		_, err := r.Renew(context.Background(), &waldenv1.RenewLeaseRequest{BrokerId: "b1", Epoch: 1}, 100*time.Millisecond)
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("renewal against a silent coordinator: %v, want DeadlineExceeded", err)
+		}
+		if took := time.Since(start); took > testutil.Deadline(2*time.Second) {
+			t.Fatalf("an attempt bounded by 100ms took %v", took)
+		}
 	}
 }

@@ -100,7 +100,7 @@ func (r *Renewer) renewOnce(ctx context.Context, req *waldenv1.RenewLeaseRequest
 // renewal opens a new one.
 func (r *Renewer) renewStreamed(ctx context.Context, req *waldenv1.RenewLeaseRequest, deadline time.Time) (*waldenv1.RenewLeaseResponse, error) {
 	if r.stream == nil {
-		if err := r.open(ctx); err != nil {
+		if err := r.open(ctx, deadline); err != nil {
 			return nil, err
 		}
 	}
@@ -142,14 +142,20 @@ func (r *Renewer) exchange(ctx context.Context, req *waldenv1.RenewLeaseRequest)
 	}
 }
 
-// open opens a stream and starts its receiver.
-func (r *Renewer) open(ctx context.Context) error {
+// open opens a stream and starts its receiver. Opening waits for the
+// connection, at most until deadline.
+func (r *Renewer) open(ctx context.Context, deadline time.Time) error {
 	conn, err := r.conn()
 	if err != nil {
 		return err
 	}
 	sctx, cancel := context.WithCancel(ctx)
+	guard := time.AfterFunc(time.Until(deadline), cancel)
 	stream, err := waldenv1.NewAgentClient(conn).RenewLeases(sctx)
+	if !guard.Stop() {
+		cancel()
+		return status.Error(codes.DeadlineExceeded, "renewal: the stream did not open in time")
+	}
 	if err != nil {
 		cancel()
 		return err
