@@ -156,6 +156,21 @@ func TestDecisionOfAnEpochNeverGrantedNeedsNoWAL(t *testing.T) {
 	if j := decide(h, "b3"); j.GetAcknowledgedNothing() {
 		t.Fatalf("job of a restarted broker: %v", j)
 	}
+	// c3 replaced under its name after b4 registered: the former c3 may
+	// have granted b4's epoch, so the new c3's word does not count.
+	h.register("b4")
+	h.index++
+	if err := h.s.ApplyConfChange(h.index, remove(rid("c3")), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.index++
+	if err := h.s.ApplyConfChange(h.index, addVoter(rid("c3")), memberCtx("c3"), nil); err != nil {
+		t.Fatal(err)
+	}
+	attest(h, "b4", false, true, true)
+	if j := decide(h, "b4"); j.GetAcknowledgedNothing() {
+		t.Fatalf("job counting a replacement's word for an epoch registered before it: %v", j)
+	}
 	// After a failover whose job succeeded, the next registration is clean.
 	j3 := h.s.Jobs("b3", 0)[0]
 	h.ok(&waldenv1.FinishJob{JobId: j3.GetJobId(), Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED})

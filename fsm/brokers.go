@@ -243,7 +243,7 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 	}
 	j.Wal = clone(b.GetWal())
 	j.Automq = clone(b.GetAutomq())
-	never := neverGranted(b, s.votersLocked(), op.GetEpoch())
+	never := s.neverGranted(b, s.votersLocked(), op.GetEpoch())
 	j.AcknowledgedNothing = cmd.GetChecks() >= ChecksNeverGranted && b.GetPriorRecovered() && len(never) >= len(s.votersLocked())/2+1
 	s.jobs[j.GetJobId()] = j
 	b.LastJobId = j.GetJobId()
@@ -260,12 +260,20 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 }
 
 // neverGranted returns the voters whose attestation for b's epoch says they
-// never granted it a lease (checked before the decision fenced it).
-func neverGranted(b *waldenv1.Broker, voters []string, epoch uint64) []string {
+// never granted it a lease, counting only the voters added (their current
+// incarnation) before the epoch was registered: a former incarnation under
+// the same name, removed after the registration, may have granted it.
+func (s *State) neverGranted(b *waldenv1.Broker, voters []string, epoch uint64) []string {
+	incarnation := map[string]uint64{}
+	for _, m := range s.members {
+		incarnation[m.GetId()] = m.GetIncarnation()
+	}
 	var out []string
 	for _, o := range b.GetObservations() {
-		if o.GetLeaseExpired() && o.GetNeverGranted() && o.GetEpoch() == epoch && slices.Contains(voters, o.GetObserverId()) {
-			out = append(out, o.GetObserverId())
+		id := o.GetObserverId()
+		if o.GetLeaseExpired() && o.GetNeverGranted() && o.GetEpoch() == epoch && slices.Contains(voters, id) &&
+			incarnation[id] < b.GetRegisteredIndex() {
+			out = append(out, id)
 		}
 	}
 	return out
