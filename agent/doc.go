@@ -7,12 +7,13 @@
 // What it owns:
 //   - registering the broker through any coordinator (following leader hints,
 //     waiting while a recovery job for the broker is running);
-//   - renewing the lease every lease_ttl/3 and self-fencing on the monotonic
-//     clock: the lease is confirmed until t_sent + lease_ttl - safety_margin,
-//     where t_sent is when the last successful renewal was sent, so that the
-//     broker stops acknowledging writes strictly before the leader (which
-//     measures from when it received the renewal, plus a drift margin) could
-//     declare it failed;
+//   - renewing the quorum lease with every voter every lease_ttl/3 and
+//     self-fencing on the boot clock (lease.Holder): a voter's grant counts
+//     until t_sent + lease_ttl - safety_margin, where t_sent is when the
+//     renewal it answered was sent, and the lease is valid while a majority
+//     of the voters' grants count, so that the broker stops acknowledging
+//     writes strictly before a majority of coordinators (each measuring from
+//     when it granted, plus a drift margin) may attest that it expired;
 //   - carrying the renewals to each coordinator over one long-lived stream
 //     (renewal.go: Renewer), or one call each to a coordinator of an
 //     earlier walden that does not serve the stream;

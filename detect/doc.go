@@ -1,23 +1,31 @@
-// Package detect decides when a broker has really failed: it owns the three
-// pieces of DESIGN.md steps 1–3 that run beside the replicated state.
+// Package detect decides when a broker has really failed. It owns the
+// pieces of detection that run beside the replicated state, each described
+// in docs/detection.md, with the invariants in DESIGN.md beside this file:
 //
-//   - Observer (every coordinator): derives alive / suspect / dead for each
-//     registered broker from its own direct probe of the broker's agent and
-//     from gossip's dead/left verdicts, and proposes an ObserveBroker entry
-//     only when its view differs from its committed observation.
-//   - LeaseTable (leader memory): when each broker's agent last renewed its
-//     lease, on the leader's monotonic clock. A new leader grants every lease
-//     a full TTL from its election.
-//   - Decide and Decider (leader only): Decide is a pure function of the
-//     committed brokers, the lease table, the policy and what the leader
-//     remembers (when it saw each suspicion quorum form); Decider is the thin
-//     loop that feeds it and proposes its DeclareFailed and RecordEvent
-//     entries.
+//   - Observer (every coordinator): probes each registered broker's agent,
+//     folds in gossip's dead/left verdicts (SetGossip) and the lease
+//     renewals its grantor heard, and proposes an ObserveBroker entry (alive,
+//     suspect or dead, the silence, the attestation) only when its view
+//     differs from its committed observation. It also carries this
+//     coordinator's part of the quorum lease: once its grant for a broker
+//     epoch is over, it promises durably (lease.Grantor) to grant that epoch
+//     nothing more and attests lease_expired; it withdraws the attestation
+//     when the broker renews with it again.
+//   - Grant and GrantAt (every voter): a coordinator's answer to a lease
+//     renewal, from its applied state and its lease.Grantor only.
+//   - Decide and Decider (the leader): Decide is a pure function of the
+//     committed brokers and their observations, the policy, the voters and
+//     what the leader remembers (Memory: when it first saw each committed
+//     observation, the freeze); Decider is the thin loop that feeds it every
+//     tick, seeds the policy of a new cluster, and proposes its DeclareFailed
+//     and RecordEvent entries in its term.
 //
 // It must never fence or change state by itself: every decision is a raft
-// entry applied by package fsm, which applies a DeclareFailed at most once per
-// broker epoch. It never compares wall-clock timestamps of two machines:
-// durations are measured on one process's monotonic clock (time.Time values
-// carrying their monotonic reading). Gossip suggests; the leader decides
-// from a quorum of observations.
+// entry applied by package fsm, which checks the term and the attestations
+// again and applies a DeclareFailed at most once per broker epoch. Silences,
+// grants and attestations are durations on one process's boot clock, never
+// wall-clock timestamps of two machines (the cooldown alone compares the
+// leader's wall clock with recovery times carried in entries: minutes, so
+// a skew of seconds is harmless). Gossip suggests; the leader decides from a
+// quorum of observations and a majority of attestations.
 package detect

@@ -1,8 +1,9 @@
 // Package server wires one walden coordinator member together: it opens the
-// raft storage in data_dir (segment files and raft.db), builds the state
-// machine and the raft node with its gRPC peer transport, and serves the
-// admin gRPC API and HTTP (/metrics, /healthz, /readyz, the web view), with
-// mutual TLS on every listener and client when the config asks for it.
+// raft log in data_dir (package raftlog: segment files and raft.db), builds
+// the state machine and the raft node with its gRPC peer transport, and
+// serves the admin gRPC API and HTTP (/metrics, /healthz, /readyz, the web
+// view), with mutual TLS on every listener and client when the config asks
+// for it.
 //
 // Where things are, by concern:
 //   - server.go, options.go: New (options: listeners handed over, test
@@ -19,6 +20,8 @@
 //   - consistency.go: linearizable and serializable reads.
 //   - detection.go: failure detection's wiring (grantor, gossip, observer,
 //     decider); recovery.go: the recovery runner's wiring.
+//   - node.go: what the services need of the raft node (ClusterNode);
+//     force_new_cluster.go: `walden server --force-new-cluster`, offline.
 //   - grpc.go, http.go, tls.go, logger.go, metrics.go: transports, logs and
 //     series; holds.go, failover_preview.go, webui_source.go,
 //     maintenance_ttl.go: helpers of one service each.

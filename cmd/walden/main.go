@@ -1,6 +1,3 @@
-// Command walden runs every walden process: the coordinator (server), and the
-// tools around it. Each subcommand lives in its own file and registers itself
-// on rootCmd in an init function.
 package main
 
 import (
