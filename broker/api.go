@@ -28,16 +28,6 @@ const (
 	MaxReadBytes = 2 << 20
 )
 
-// Test hooks, nil outside tests: testHookAppendAdmitted runs in Append
-// once the request was admitted, before its WAL write; testHookDrained runs
-// in a graceful stop once nothing is pending, before the streams close;
-// testHookAppendDurable runs in Append once the batch is durable in the
-// WAL, before it is acknowledged (with the broker's id).
-var (
-	testHookAppendAdmitted, testHookDrained func()
-	testHookAppendDurable                   func(brokerID string)
-)
-
 // apiServer serves walden.v1.BrokerAPI.
 type apiServer struct {
 	waldenv1.UnimplementedBrokerAPIServer
@@ -101,8 +91,8 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	if err := b.checkLease(inc); err != nil {
 		return nil, err
 	}
-	if testHookAppendAdmitted != nil {
-		testHookAppendAdmitted()
+	if h := b.opts.Hooks.AppendAdmitted; h != nil {
+		h()
 	}
 
 	b.walMu.RLock()
@@ -174,8 +164,8 @@ func (s *apiServer) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	if full {
 		b.kickUpload()
 	}
-	if testHookAppendDurable != nil {
-		testHookAppendDurable(b.cfg.BrokerID)
+	if h := b.opts.Hooks.AppendDurable; h != nil {
+		h()
 	}
 	// The records are durable; acknowledge only if the lease still holds.
 	if fenced {

@@ -47,8 +47,8 @@ func (s *automqAPI) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	case !ready || w == nil:
 		return nil, rpcerr.New(refusal.NotReady, "the broker is registering with the controller and recovering its WAL", nil)
 	}
-	if testHookAppendAdmitted != nil {
-		testHookAppendAdmitted()
+	if h := b.opts.Hooks.AppendAdmitted; h != nil {
+		h()
 	}
 	b.walMu.RLock()
 	st := b.streams[req.GetStreamId()]
@@ -107,8 +107,8 @@ func (s *automqAPI) Append(ctx context.Context, req *waldenv1.AppendRequest) (*w
 	if full {
 		b.kickUpload()
 	}
-	if testHookAppendDurable != nil {
-		testHookAppendDurable(b.cfg.BrokerID)
+	if h := b.opts.Hooks.AppendDurable; h != nil {
+		h()
 	}
 	return &waldenv1.AppendResponse{BaseOffset: batch.BaseOffset, Count: batch.Count, StreamEpoch: batch.Epoch, BrokerEpoch: uint64(b.epoch)}, nil
 }

@@ -50,6 +50,24 @@ type Options struct {
 	// catalog every takeover_interval only, without watching the
 	// coordinators' state (for the benchmark that compares the two).
 	PollOnly bool
+	// Hooks hold the broker at points a test must reach exactly; none in
+	// production.
+	Hooks Hooks
+}
+
+// Hooks run at points of the broker's work that a test holds it at, to
+// kill or stop it there. Each runs on the goroutine of the work it
+// interrupts, which waits for it to return.
+type Hooks struct {
+	// AppendAdmitted runs in Append once the request was admitted (ready,
+	// lease valid), before its WAL write.
+	AppendAdmitted func()
+	// AppendDurable runs in Append once the batch is durable in the WAL,
+	// before it is acknowledged.
+	AppendDurable func()
+	// Drained runs in a graceful stop once nothing is pending, before the
+	// streams close.
+	Drained func()
 }
 
 // Broker is one reference broker. Create it with New, then Start (or Run).
@@ -657,8 +675,8 @@ func (b *Broker) drain(ctx context.Context, inc *incarnation) error {
 		_ = inc.w.Close()
 		return fmt.Errorf("broker: drain: %d records not uploaded", n)
 	}
-	if testHookDrained != nil {
-		testHookDrained()
+	if h := b.opts.Hooks.Drained; h != nil {
+		h()
 	}
 	for _, id := range inc.streamIDs() {
 		s := inc.streams[id]

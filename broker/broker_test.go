@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,7 +72,13 @@ func logger(t testing.TB) *slog.Logger {
 // unless the test stopped it.
 func (e *env) start(cfg *config.Broker) *broker.Broker {
 	e.t.Helper()
-	b, err := broker.New(cfg, broker.Options{Logger: logger(e.t)})
+	return e.startWith(cfg, broker.Hooks{})
+}
+
+// startWith is start with hooks that hold the broker where a test needs it.
+func (e *env) startWith(cfg *config.Broker, hooks broker.Hooks) *broker.Broker {
+	e.t.Helper()
+	b, err := broker.New(cfg, broker.Options{Logger: logger(e.t), Hooks: hooks})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -80,6 +87,31 @@ func (e *env) start(cfg *config.Broker) *broker.Broker {
 	}
 	e.t.Cleanup(func() { _ = b.Stop(false) })
 	return b
+}
+
+// durableHold holds the next append that becomes durable, once armed:
+// Durable is closed when it is durable, and it is acknowledged (or not)
+// once Release is closed. Later appends pass.
+type durableHold struct {
+	armed            atomic.Bool
+	Durable, Release chan struct{}
+}
+
+func newDurableHold() *durableHold {
+	return &durableHold{Durable: make(chan struct{}), Release: make(chan struct{})}
+}
+
+// Arm makes the hold take the next durable append.
+func (h *durableHold) Arm() { h.armed.Store(true) }
+
+// Hooks are the broker hooks that hold it.
+func (h *durableHold) Hooks() broker.Hooks {
+	return broker.Hooks{AppendDurable: func() {
+		if h.armed.CompareAndSwap(true, false) {
+			close(h.Durable)
+			<-h.Release
+		}
+	}}
 }
 
 func waitReady(t testing.TB, b *broker.Broker) {

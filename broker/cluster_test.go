@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"walden/broker"
 	"walden/config"
 	"walden/internal/testutil"
 	"walden/loadgen"
@@ -250,7 +249,8 @@ func TestRetryAfterFailoverOnAnotherBroker(t *testing.T) {
 	e := &env{t: t, dir: dir}
 	c1 := realBrokerConfig(dir, admin, gossipAddr, s3, "b1", 1, 2)
 	c1.UploadInterval, c1.UploadBytes = time.Hour, 1<<20 // b1's tail stays in its WAL
-	b1 := e.start(c1)
+	hold := newDurableHold()
+	b1 := e.startWith(c1, hold.Hooks())
 	waitReady(t, b1)
 	c2 := realBrokerConfig(dir, admin, gossipAddr, s3, "b2")
 	c2.Takeover = true
@@ -264,27 +264,19 @@ func TestRetryAfterFailoverOnAnotherBroker(t *testing.T) {
 	}
 	// Producer 12 on stream 2: durable in b1's WAL when b1 is killed,
 	// before the acknowledgement.
-	durable, release := make(chan struct{}), make(chan struct{})
-	broker.SetTestHookAppendDurable(func(id string) {
-		if id == "b1" {
-			close(durable)
-			<-release
-		}
-	})
-	t.Cleanup(func() { broker.SetTestHookAppendDurable(nil) })
+	hold.Arm()
 	errc := make(chan error, 1)
 	go func() {
 		_, err := appendAs(t, cl1, 2, 12, 0, "b0")
 		errc <- err
 	}()
-	<-durable
-	broker.SetTestHookAppendDurable(nil)
+	<-hold.Durable
 	killed := make(chan struct{})
 	go func() { _ = b1.Stop(false); close(killed) }()
 	if err := <-errc; err == nil {
 		t.Fatal("a killed broker acknowledged the append")
 	}
-	close(release)
+	close(hold.Release)
 	<-killed
 
 	cl2 := client(t, b2.Addr())

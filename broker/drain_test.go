@@ -43,20 +43,21 @@ func TestAppendAdmittedBeforeGracefulStop(t *testing.T) {
 		err  error
 	}
 	done := make(chan result, 1)
-	testHookAppendAdmitted = func() {
-		close(admitted)
-		<-release
+	hooks := Hooks{
+		AppendAdmitted: func() {
+			close(admitted)
+			<-release
+		},
+		Drained: func() {
+			close(release)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+			}
+		},
 	}
-	testHookDrained = func() {
-		close(release)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-		}
-	}
-	t.Cleanup(func() { testHookAppendAdmitted, testHookDrained = nil, nil })
 
-	b, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	b, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

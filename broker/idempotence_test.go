@@ -120,30 +120,25 @@ func TestDurableButUnacknowledgedAtACrash(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config("b1", 1)
 	cfg.UploadInterval = time.Hour
-	b := e.start(cfg)
+	hold := newDurableHold()
+	b := e.startWith(cfg, hold.Hooks())
 	waitReady(t, b)
 	c := client(t, b.Addr())
 	mustAppendAs(t, c, 1, 7, 0, "a")
 
-	durable, release := make(chan struct{}), make(chan struct{})
-	broker.SetTestHookAppendDurable(func(string) {
-		close(durable)
-		<-release
-	})
-	t.Cleanup(func() { broker.SetTestHookAppendDurable(nil) })
+	hold.Arm()
 	errc := make(chan error, 1)
 	go func() {
 		_, err := appendAs(t, c, 1, 7, 1, "b", "c")
 		errc <- err
 	}()
-	<-durable
-	broker.SetTestHookAppendDurable(nil)
+	<-hold.Durable
 	stopped := make(chan struct{})
 	go func() { _ = b.Stop(false); close(stopped) }() // kill -9 before the acknowledgement
 	if err := <-errc; err == nil {
 		t.Fatal("the append was acknowledged by a killed broker")
 	}
-	close(release)
+	close(hold.Release)
 	<-stopped
 
 	b = e.start(cfg)

@@ -74,6 +74,16 @@ func (c cutReader) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// recoverInChunks is Recover reading 8 KiB at a time, so that records
+// cross the reader's chunk boundaries.
+func recoverInChunks(r io.ReaderAt, size int64, name string) (*Recovery, error) {
+	rd, err := newReader(r, size, name, false, readerOptions{chunk: 8 << 10})
+	if err != nil {
+		return nil, err
+	}
+	return rd.collect()
+}
+
 // TestCrashEveryCutPoint writes a log, then for every byte position inside
 // the blocks of the last two group commits simulates a crash that stopped
 // the write there: the device ends at the cut (truncate), the bytes after it
@@ -81,8 +91,6 @@ func (c cutReader) ReadAt(p []byte, off int64) (int, error) {
 // garbage and the rest was never written (flip). Recovery must return
 // exactly the records that were completely written before the cut.
 func TestCrashEveryCutPoint(t *testing.T) {
-	defer func(n int64) { readChunk = n }(readChunk)
-	readChunk = 8 << 10 // also crosses chunk boundaries inside records
 	rng := rand.New(rand.NewPCG(1, 2))
 	path := filepath.Join(t.TempDir(), "wal")
 	const capacity = 64 << 10
@@ -115,7 +123,7 @@ func TestCrashEveryCutPoint(t *testing.T) {
 	copy(after[:HeaderRegionSize], before[:HeaderRegionSize])
 	live := all[1:]
 
-	full, err := Recover(bytes.NewReader(after), capacity, "after")
+	full, err := recoverInChunks(bytes.NewReader(after), capacity, "after")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +146,7 @@ func TestCrashEveryCutPoint(t *testing.T) {
 	imgPath := filepath.Join(t.TempDir(), "img") // a sample of the images also goes through Open
 	for cut := lo; cut < hi; cut++ {
 		want := expect(cut)
-		rec, err := Recover(cutReader{img: after, cut: cut}, capacity, "truncated")
+		rec, err := recoverInChunks(cutReader{img: after, cut: cut}, capacity, "truncated")
 		if err != nil {
 			t.Fatalf("truncate at %d: %v", cut, err)
 		}
@@ -146,7 +154,7 @@ func TestCrashEveryCutPoint(t *testing.T) {
 
 		copy(img, after[:cut])
 		copy(img[cut:], before[cut:])
-		rec, err = Recover(bytes.NewReader(img), capacity, "zero-filled")
+		rec, err = recoverInChunks(bytes.NewReader(img), capacity, "zero-filled")
 		if err != nil {
 			t.Fatalf("zero-fill at %d: %v", cut, err)
 		}
@@ -156,7 +164,7 @@ func TestCrashEveryCutPoint(t *testing.T) {
 		}
 
 		img[cut] = after[cut] ^ 0xFF
-		rec, err = Recover(bytes.NewReader(img), capacity, "flipped")
+		rec, err = recoverInChunks(bytes.NewReader(img), capacity, "flipped")
 		if err != nil {
 			t.Fatalf("flip at %d: %v", cut, err)
 		}
@@ -173,8 +181,6 @@ func TestCrashEveryCutPoint(t *testing.T) {
 // mid-block, the rest of the log when the damaged record starts a block),
 // and no record is ever returned twice or with other content.
 func TestCorruptionNeverYieldsRecord(t *testing.T) {
-	defer func(n int64) { readChunk = n }(readChunk)
-	readChunk = 8 << 10
 	rng := rand.New(rand.NewPCG(3, 4))
 	path := filepath.Join(t.TempDir(), "wal")
 	const capacity = 32 << 10
@@ -201,7 +207,7 @@ func TestCorruptionNeverYieldsRecord(t *testing.T) {
 	for pos := startPhys; pos < endPhys; pos++ {
 		copy(img, good)
 		img[pos] ^= 0x5A
-		rec, err := Recover(bytes.NewReader(img), capacity, "flipped")
+		rec, err := recoverInChunks(bytes.NewReader(img), capacity, "flipped")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -95,9 +95,8 @@ func TestHardeningCreateWithoutSpace(t *testing.T) {
 		t.Fatalf("a file was left: %v", err)
 	}
 
-	defer func(f func(int, uint32, int64, int64) error) { fallocate = f }(fallocate)
-	fallocate = func(int, uint32, int64, int64) error { return unix.ENOSPC }
-	_, err = Create(path, CreateOptions{Capacity: 1 << 20, NodeID: 1, NodeEpoch: 1})
+	full := func(int, uint32, int64, int64) error { return unix.ENOSPC }
+	_, err = Create(path, CreateOptions{Capacity: 1 << 20, NodeID: 1, NodeEpoch: 1, allocate: full})
 	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("Create with ENOSPC = %v", err)
 	}
@@ -105,8 +104,8 @@ func TestHardeningCreateWithoutSpace(t *testing.T) {
 		t.Fatalf("a file was left after ENOSPC: %v", err)
 	}
 	// A file system without fallocate still gets its (sparse) WAL.
-	fallocate = func(int, uint32, int64, int64) error { return unix.EOPNOTSUPP }
-	w, err := Create(path, CreateOptions{Capacity: 1 << 20, NodeID: 1, NodeEpoch: 1})
+	unsupported := func(int, uint32, int64, int64) error { return unix.EOPNOTSUPP }
+	w, err := Create(path, CreateOptions{Capacity: 1 << 20, NodeID: 1, NodeEpoch: 1, allocate: unsupported})
 	if err != nil {
 		t.Fatal(err)
 	}

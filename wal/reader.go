@@ -34,9 +34,15 @@ const (
 	maxV0ExtraAfterLastOK = 1 << 22
 )
 
-// readChunk is how many bytes the Reader reads at a time (tests shrink it
-// to exercise chunk boundaries).
-var readChunk int64 = 1 << 20
+// defaultReadChunk is how many bytes a Reader reads at a time.
+const defaultReadChunk int64 = 1 << 20
+
+// readerOptions are what tests change about a Reader: how many bytes it
+// reads at a time (smaller chunks exercise records across chunk
+// boundaries).
+type readerOptions struct {
+	chunk int64
+}
 
 // Record is one recovered data record.
 type Record struct {
@@ -108,7 +114,9 @@ type Reader struct {
 	// version 0 window state (RecoverIteratorV0)
 	v0FirstInvalidCycle, v0FirstInvalidOffset, v0LastValid int64
 
-	// read buffer: buf holds the device bytes [bufPos, bufPos+bufLen)
+	// read buffer: buf holds the device bytes [bufPos, bufPos+bufLen),
+	// read chunk bytes at a time
+	chunk  int64
 	buf    []byte
 	bufPos int64
 	bufLen int
@@ -163,7 +171,7 @@ func Open(path string) (*Reader, error) {
 		f.Close()
 		return nil, fileError(path, "open", fmt.Errorf("%w: not a regular file or block device", ErrNotWAL))
 	}
-	rd, err := newReader(f, size, path, exact)
+	rd, err := newReader(f, size, path, exact, readerOptions{})
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -196,8 +204,9 @@ func (rd *Reader) mapFile() {
 	}
 	rd.mapped = m
 	rd.ahead = make(chan int64, 1)
-	rd.msrc = mappedSource{m: m, ahead: rd.ahead}
+	rd.msrc = mappedSource{m: m, ahead: rd.ahead, chunk: rd.chunk}
 	rd.prefetchDone = make(chan struct{})
+	chunk := rd.chunk
 	go func() {
 		defer close(rd.prefetchDone)
 		advice := unix.MADV_POPULATE_READ
@@ -209,9 +218,9 @@ func (rd *Reader) mapFile() {
 			}
 		}
 		for pos := range rd.ahead {
-			lo := pos / readChunk * readChunk
-			hi := min(rd.capacity, lo+prefetchAhead*readChunk)
-			switch keep := lo - releaseBehind*readChunk; {
+			lo := pos / chunk * chunk
+			hi := min(rd.capacity, lo+prefetchAhead*chunk)
+			switch keep := lo - releaseBehind*chunk; {
 			case released < 0:
 				released = lo
 			case lo < released: // the scan wrapped around the ring to its start
@@ -221,11 +230,11 @@ func (rd *Reader) mapFile() {
 				release(released, keep)
 				released = keep
 			}
-			for c := lo; c < hi; c += readChunk {
+			for c := lo; c < hi; c += chunk {
 				if c >= lastLo && c < lastHi {
 					continue // already populated
 				}
-				if err := unix.Madvise(m[c:min(hi, c+readChunk)], advice); errors.Is(err, unix.EINVAL) {
+				if err := unix.Madvise(m[c:min(hi, c+chunk)], advice); errors.Is(err, unix.EINVAL) {
 					advice = unix.MADV_WILLNEED // kernels before 5.14
 				}
 			}
@@ -237,11 +246,14 @@ func (rd *Reader) mapFile() {
 // NewReader reads the WAL held by r, a device of size bytes (the header's
 // capacity must not exceed size). name appears in errors.
 func NewReader(r io.ReaderAt, size int64, name string) (*Reader, error) {
-	return newReader(r, size, name, false)
+	return newReader(r, size, name, false, readerOptions{})
 }
 
-func newReader(r io.ReaderAt, size int64, name string, exact bool) (*Reader, error) {
-	rd := &Reader{name: name, r: r, size: size}
+func newReader(r io.ReaderAt, size int64, name string, exact bool, opts readerOptions) (*Reader, error) {
+	if opts.chunk <= 0 {
+		opts.chunk = defaultReadChunk
+	}
+	rd := &Reader{name: name, r: r, size: size, chunk: opts.chunk}
 	if err := rd.readHeader(); err != nil {
 		return nil, err
 	}
@@ -557,6 +569,7 @@ func parseRecord[S source](src S, at, capacity, recordCap int64, crcTab *headerC
 type mappedSource struct {
 	m         []byte
 	ahead     chan int64
+	chunk     int64
 	lastChunk int64
 }
 
@@ -564,7 +577,7 @@ func (s *mappedSource) read(pos int64, n int) ([]byte, error) {
 	if pos+int64(n) > int64(len(s.m)) {
 		return nil, nil
 	}
-	if c := pos/readChunk + 1; c != s.lastChunk {
+	if c := pos/s.chunk + 1; c != s.lastChunk {
 		s.lastChunk = c
 		select { // replace a position the prefetcher has not taken yet
 		case <-s.ahead:
@@ -586,7 +599,7 @@ func (rd *Reader) read(pos int64, n int) ([]byte, error) {
 		return rd.buf[off : off+n], nil
 	}
 	if rd.buf == nil {
-		rd.buf = make([]byte, min(readChunk, rd.capacity))
+		rd.buf = make([]byte, min(rd.chunk, rd.capacity))
 	}
 	if n > len(rd.buf)/2 {
 		if cap(rd.big) < n {

@@ -183,7 +183,7 @@ func headerOf(f *os.File, path string) (*Reader, error) {
 	default:
 		return nil, fileError(path, "open", fmt.Errorf("%w: not a regular file or block device", ErrNotWAL))
 	}
-	rd, err := newReader(f, size, path, exact)
+	rd, err := newReader(f, size, path, exact, readerOptions{})
 	if err != nil {
 		return nil, err
 	}

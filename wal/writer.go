@@ -58,6 +58,10 @@ type CreateOptions struct {
 	// NodeEpoch is the broker's current epoch.
 	NodeEpoch uint64
 	WriterOptions
+
+	// allocate allocates a new file's blocks (fallocate(2)); tests make it
+	// fail as a full file system, or one without fallocate, would.
+	allocate func(fd int, mode uint32, off, size int64) error
 }
 
 // OpenOptions describe how to reopen an existing WAL for appending.
@@ -237,7 +241,11 @@ func Create(path string, opts CreateOptions) (*Writer, error) {
 	// Allocate every block now. Only a file system that cannot allocate
 	// (no fallocate) gets a sparse file instead; running out of space or
 	// quota is an error, and the file goes.
-	if err := fallocate(int(f.Fd()), 0, 0, opts.Capacity); err != nil {
+	allocate := opts.allocate
+	if allocate == nil {
+		allocate = unix.Fallocate
+	}
+	if err := allocate(int(f.Fd()), 0, 0, opts.Capacity); err != nil {
 		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
 			return fail("allocate", fmt.Errorf("%w: %w", ErrNoSpace, err))
 		}
@@ -256,9 +264,6 @@ func Create(path string, opts CreateOptions) (*Writer, error) {
 	return w, err
 }
 
-// fallocate allocates a new WAL file's blocks (tests make it fail).
-var fallocate = unix.Fallocate
-
 // freeBytes is the space an unprivileged process may still allocate on the
 // file system of dir.
 func freeBytes(dir string) (int64, error) {
@@ -275,7 +280,7 @@ func create(f *os.File, name string, opts CreateOptions) (*Writer, error) {
 	w := newWriter(f, name, opts.Capacity, opts.WriterOptions.withDefaults(recordCap))
 	trim := int64(-1)
 	// A device may hold an older WAL: start past every offset it used.
-	if rd, err := newReader(f, opts.Capacity, name, false); err == nil && rd.header.Capacity == uint64(opts.Capacity) {
+	if rd, err := newReader(f, opts.Capacity, name, false, readerOptions{}); err == nil && rd.header.Capacity == uint64(opts.Capacity) {
 		trim = alignUp(max(rd.header.TrimOffset, 0)+opts.Capacity) - 1
 		w.lastTS = rd.header.LastWriteTimestamp
 	}
@@ -335,7 +340,7 @@ func openWriter(f *os.File, path string, opts OpenOptions) (*Writer, error) {
 			return nil, fileError(path, "size of device", err)
 		}
 	}
-	rd, err := newReader(f, size, path, exact)
+	rd, err := newReader(f, size, path, exact, readerOptions{})
 	if err != nil {
 		return nil, err
 	}

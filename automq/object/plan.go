@@ -6,8 +6,8 @@ import (
 )
 
 // Limits of the 32-bit fields: a block's size (index entry, block header)
-// and the index's size (footer). Variables so that tests can lower them.
-var (
+// and the index's size (footer). A layout holds them (tests lower its own).
+const (
 	maxBlockSize int64 = math.MaxInt32
 	maxBlocks          = math.MaxInt32 / IndexEntrySize
 )
@@ -17,6 +17,9 @@ var (
 // Planner share it, so that a plan is the object a Writer writes.
 type layout struct {
 	blockSize int64
+	// maxBlockSize and maxBlocks are the limits of the 32-bit fields.
+	maxBlockSize int64
+	maxBlocks    int
 	// pending is the running total of payload bytes since the last block
 	// was closed by the threshold. AutoMQ does not reset it when a call
 	// ends (the call's open block is closed anyway), so the next stream's
@@ -54,7 +57,7 @@ func newLayout(blockSize int) (layout, error) {
 	if blockSize <= 0 {
 		return layout{}, fmt.Errorf("automq object: block size %d: %w", blockSize, ErrInvalidBlockSize)
 	}
-	return layout{blockSize: int64(blockSize)}, nil
+	return layout{blockSize: int64(blockSize), maxBlockSize: maxBlockSize, maxBlocks: maxBlocks}, nil
 }
 
 // plan checks one write call of n records of stream streamID and cuts them
@@ -107,8 +110,8 @@ func (l *layout) plan(streamID int64, n int, meta func(i int) (recordMeta, error
 			cur = span{first: i, epoch: m.epoch, entry: BlockIndex{StreamID: streamID, StartOffset: m.base}}
 			open = true
 			blocks++
-			if blocks > maxBlocks {
-				return nil, 0, fmt.Errorf("automq object: more than %d blocks: %w", maxBlocks, ErrObjectTooLarge)
+			if blocks > l.maxBlocks {
+				return nil, 0, fmt.Errorf("automq object: more than %d blocks: %w", l.maxBlocks, ErrObjectTooLarge)
 			}
 		}
 		cur.n++
@@ -116,8 +119,8 @@ func (l *layout) plan(streamID int64, n int, meta func(i int) (recordMeta, error
 		if cur.n == 1 {
 			size += BlockHeaderSize
 		}
-		if size > maxBlockSize {
-			return nil, 0, fmt.Errorf("automq object: stream %d: the block from offset %d would hold %d bytes, more than %d: %w", streamID, cur.entry.StartOffset, size, maxBlockSize, ErrBlockTooLarge)
+		if size > l.maxBlockSize {
+			return nil, 0, fmt.Errorf("automq object: stream %d: the block from offset %d would hold %d bytes, more than %d: %w", streamID, cur.entry.StartOffset, size, l.maxBlockSize, ErrBlockTooLarge)
 		}
 		if end-cur.entry.StartOffset > math.MaxInt32 {
 			return nil, 0, fmt.Errorf("automq object: stream %d: the block from offset %d would end at %d, more than 2^31-1 offsets: %w", streamID, cur.entry.StartOffset, end, ErrBlockTooLarge)

@@ -283,9 +283,8 @@ func TestRoundTripRandom(t *testing.T) {
 }
 
 func TestObjectTooLarge(t *testing.T) {
-	defer func(n int) { maxBlocks = n }(maxBlocks)
-	maxBlocks = 3
 	p, _ := NewPlanner(1)
+	p.l.maxBlocks = 3
 	if err := p.Write(1, []Record{rec(1, 0, 1, 1), rec(1, 1, 1, 1)}); err != nil {
 		t.Fatal(err)
 	}
@@ -298,10 +297,9 @@ func TestObjectTooLarge(t *testing.T) {
 }
 
 func TestBlockTooLarge(t *testing.T) {
-	defer func(n int64) { maxBlockSize = n }(maxBlockSize)
-	maxBlockSize = 100
 	var buf bytes.Buffer
 	w, _ := NewWriter(&buf, DefaultBlockSize)
+	w.l.maxBlockSize = 100
 	// 10 + 2*(33+12) = 100 fits; a third record does not.
 	if err := w.Write(1, []Record{rec(1, 0, 1, 12), rec(1, 1, 1, 12)}); err != nil {
 		t.Fatal(err)
