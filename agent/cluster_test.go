@@ -17,6 +17,7 @@ import (
 
 	"walden/agent"
 	"walden/config"
+	"walden/gossip"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/server"
@@ -145,11 +146,19 @@ func startTestCluster(t *testing.T, policy func(*config.Policy)) *testCluster {
 	cl := &testCluster{conns: map[string]*grpc.ClientConn{}}
 	var initial []config.Member
 	listeners := map[string]server.Listeners{}
-	gossip := testutil.Addrs(t, "127.0.0.1", 3)
-	for i, id := range []string{"c1", "c2", "c3"} {
+	// Each member's gossip sockets are bound here too and handed over in
+	// its gossip section.
+	gossipSockets := map[string]*gossip.Listener{}
+	for _, id := range []string{"c1", "c2", "c3"} {
 		l := server.Listeners{Admin: testutil.Listen(t, "127.0.0.1"), Raft: testutil.Listen(t, "127.0.0.1")}
 		listeners[id] = l
-		m := clusterMember{id: id, admin: l.Admin.Addr().String(), raft: l.Raft.Addr().String(), gossip: gossip[i]}
+		g, err := gossip.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		gossipSockets[id] = g
+		m := clusterMember{id: id, admin: l.Admin.Addr().String(), raft: l.Raft.Addr().String(), gossip: g.Addr()}
 		cl.members = append(cl.members, m)
 		initial = append(initial, config.Member{ID: id, Raft: m.raft, Admin: m.admin})
 		cl.gossip = append(cl.gossip, m.gossip)
@@ -161,7 +170,7 @@ func startTestCluster(t *testing.T, policy func(*config.Policy)) *testCluster {
 		cfg.Listen = config.Listen{Admin: m.admin, Raft: m.raft}
 		cfg.InitialCluster = initial
 		cfg.Raft.TickInterval = 20 * time.Millisecond
-		cfg.Gossip.BindAddr = m.gossip
+		cfg.Gossip.BindAddr, cfg.Gossip.Listener = m.gossip, gossipSockets[m.id]
 		cfg.Gossip.Join = cl.gossip
 		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
 		cfg.Gossip.GossipInterval = 50 * time.Millisecond

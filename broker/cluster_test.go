@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/config"
+	"walden/gossip"
 	"walden/internal/testutil"
 	"walden/loadgen"
 	"walden/objstore"
@@ -29,14 +30,19 @@ import (
 func startCoordinator(t testing.TB, s3 objstore.Config) (admin, gossipAddr string) {
 	t.Helper()
 	adminLis := testutil.Listen(t, "127.0.0.1")
-	admin, gossipAddr = adminLis.Addr().String(), testutil.Addr(t, "127.0.0.1")
+	gossipSockets, err := gossip.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gossipSockets.Close() })
+	admin, gossipAddr = adminLis.Addr().String(), gossipSockets.Addr()
 	cfg := config.DefaultServerConfig()
 	cfg.ClusterName, cfg.NodeID = "demo", "c1"
 	cfg.DataDir = filepath.Join(t.TempDir(), "c1")
 	cfg.Listen = config.Listen{Admin: admin, Raft: "127.0.0.1:0"}
 	cfg.InitialCluster = []config.Member{{ID: "c1", Raft: "127.0.0.1:1", Admin: admin}}
 	cfg.Raft.TickInterval = 10 * time.Millisecond
-	cfg.Gossip.BindAddr = gossipAddr
+	cfg.Gossip.BindAddr, cfg.Gossip.Listener = gossipAddr, gossipSockets
 	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
 	cfg.Gossip.GossipInterval = 50 * time.Millisecond
 	cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin, cfg.Policy.FailureTimeout = time.Second, 200*time.Millisecond, 2*time.Second

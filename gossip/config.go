@@ -34,6 +34,11 @@ type Config struct {
 	// Faults, when set, injects network faults into what this member sends
 	// (tests only; nil in production).
 	Faults *Faults `yaml:"-"`
+	// Listener, when set, holds the sockets the member uses instead of
+	// binding BindAddr, which becomes its address: a test binds port 0
+	// (Listen) and hands the sockets over, so that no port is picked free
+	// and then taken by someone else. Start takes it over.
+	Listener *Listener `yaml:"-"`
 	// NoCompression makes this member send its messages uncompressed
 	// (every member reads both). Compression costs a fresh LZW table per
 	// message sent: nothing for one member on its host, but most of the CPU

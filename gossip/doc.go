@@ -9,7 +9,9 @@
 // key read from a file, and a bounded event queue: memberlist's callbacks only
 // enqueue Join, Leave, Update and Ping events, and a consumer reads them from
 // Pool.Events. For tests, Faults injects packet loss, delay and cut links
-// into what a member sends.
+// into what a member sends, and Listen binds a member's sockets (TCP and UDP
+// on one port) for a caller that hands them to Start (Config.Listener)
+// instead of an address it would have to pick free.
 //
 // It must never decide anything: gossip suggests, Raft decides. A Leave event
 // (memberlist declared the member dead, or it left) is one input for the

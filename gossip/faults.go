@@ -132,16 +132,17 @@ func (f *Faults) streamBlocked(addr string) bool {
 	return false
 }
 
-// faultTransport is memberlist's NetTransport with Faults applied to what it
+// faultTransport is a memberlist transport with Faults applied to what it
 // sends.
 type faultTransport struct {
-	*memberlist.NetTransport
+	memberlist.NodeAwareTransport
 	faults *Faults
 }
 
 var _ memberlist.NodeAwareTransport = (*faultTransport)(nil)
 
-func newFaultTransport(bindIP string, port int, logger *log.Logger, f *Faults) (*faultTransport, error) {
+// newNetTransport binds memberlist's own transport on bindIP and port.
+func newNetTransport(bindIP string, port int, logger *log.Logger) (*memberlist.NetTransport, error) {
 	nc := &memberlist.NetTransportConfig{BindAddrs: []string{bindIP}, BindPort: port, Logger: logger}
 	var err error
 	// Port 0: the TCP port the kernel picks may be taken for UDP; retry as
@@ -149,7 +150,7 @@ func newFaultTransport(bindIP string, port int, logger *log.Logger, f *Faults) (
 	for range 10 {
 		var nt *memberlist.NetTransport
 		if nt, err = memberlist.NewNetTransport(nc); err == nil {
-			return &faultTransport{NetTransport: nt, faults: f}, nil
+			return nt, nil
 		}
 		if port != 0 || !strings.Contains(err.Error(), "address already in use") {
 			break
@@ -169,10 +170,10 @@ func (t *faultTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Ti
 		return time.Now(), nil // lost on the way, as UDP may be
 	case delay > 0:
 		buf := bytes.Clone(b)
-		time.AfterFunc(delay, func() { _, _ = t.NetTransport.WriteToAddress(buf, a) })
+		time.AfterFunc(delay, func() { _, _ = t.NodeAwareTransport.WriteToAddress(buf, a) })
 		return time.Now(), nil
 	}
-	return t.NetTransport.WriteToAddress(b, a)
+	return t.NodeAwareTransport.WriteToAddress(b, a)
 }
 
 func (t *faultTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
@@ -183,5 +184,5 @@ func (t *faultTransport) DialAddressTimeout(a memberlist.Address, timeout time.D
 	if t.faults.streamBlocked(a.Addr) {
 		return nil, fmt.Errorf("gossip: injected fault: stream to %s blocked", a.Addr)
 	}
-	return t.NetTransport.DialAddressTimeout(a, timeout)
+	return t.NodeAwareTransport.DialAddressTimeout(a, timeout)
 }

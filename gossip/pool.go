@@ -109,10 +109,19 @@ const (
 )
 
 // Start validates cfg, reads the encryption key file, binds the gossip
-// address, and joins cfg.Join. A join that reaches nobody is logged, not
-// returned: the pool keeps running and retries every RejoinInterval while it
-// is alone, so that members may start in any order.
-func Start(cfg Config) (*Pool, error) {
+// address (or takes over cfg.Listener, closed when Start fails), and joins
+// cfg.Join. A join that reaches nobody is logged, not returned: the pool
+// keeps running and retries every RejoinInterval while it is alone, so that
+// members may start in any order.
+func Start(cfg Config) (p *Pool, err error) {
+	if cfg.Listener != nil {
+		cfg.BindAddr = cfg.Listener.Addr()
+		defer func() {
+			if err != nil {
+				_ = cfg.Listener.Close()
+			}
+		}()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -135,7 +144,7 @@ func Start(cfg Config) (*Pool, error) {
 		}
 	}
 
-	p := &Pool{
+	p = &Pool{
 		cfg:          cfg,
 		log:          cfg.Logger.With("component", "gossip", "node", cfg.NodeName),
 		queue:        newEventQueue(cfg.EventQueueSize),
@@ -149,6 +158,9 @@ func Start(cfg Config) (*Pool, error) {
 
 	mc, err := p.memberlistConfig(key)
 	if err != nil {
+		return nil, err
+	}
+	if mc.Transport, err = p.transport(mc); err != nil {
 		return nil, err
 	}
 	ml, err := memberlist.Create(mc)
@@ -228,14 +240,31 @@ func (p *Pool) memberlistConfig(key []byte) (*memberlist.Config, error) {
 	mc.Alive = clusterGuard{p}
 	mc.Merge = clusterGuard{p}
 	mc.Logger = log.New(logWriter{cfg.Logger.With("node", cfg.NodeName)}, "", 0)
-	if cfg.Faults != nil {
-		t, err := newFaultTransport(mc.BindAddr, mc.BindPort, mc.Logger, cfg.Faults)
+	return mc, nil
+}
+
+// transport is the memberlist transport of the pool: one on cfg.Listener
+// when the caller bound it, else memberlist's own (nil: memberlist binds
+// mc's address itself), with cfg.Faults applied to what it sends when set.
+func (p *Pool) transport(mc *memberlist.Config) (memberlist.Transport, error) {
+	cfg := p.cfg
+	var base memberlist.NodeAwareTransport
+	switch {
+	case cfg.Listener != nil:
+		base = newListenerTransport(cfg.Listener, mc.Logger)
+	case cfg.Faults != nil:
+		nt, err := newNetTransport(mc.BindAddr, mc.BindPort, mc.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("gossip: start transport on %s: %w", cfg.BindAddr, err)
 		}
-		mc.Transport = t
+		base = nt
+	default:
+		return nil, nil
 	}
-	return mc, nil
+	if cfg.Faults != nil {
+		return &faultTransport{NodeAwareTransport: base, faults: cfg.Faults}, nil
+	}
+	return base, nil
 }
 
 // rejoinLoop retries the configured Join addresses while this member sees

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -594,42 +593,47 @@ func TestRestartedMemberRejoinsAtANewAddress(t *testing.T) {
 	})
 }
 
-// freeLoopbackPort returns a port that was free for TCP and UDP a moment ago.
-func freeLoopbackPort(t *testing.T) int {
+// listen binds a gossip Listener on a loopback port the kernel picks; it is
+// closed when the test ends unless a pool took it over and closed it.
+func listen(t *testing.T) *Listener {
 	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		_ = l.Close()
-		if err == nil {
-			_ = u.Close()
-			return port
-		}
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free loopback port")
-	return 0
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 func TestAloneMemberRetriesJoin(t *testing.T) {
 	h := newHarness(t)
-	seed := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	// The seed's sockets are bound first, so that its address is known
+	// before the coordinator exists and stays the coordinator's. Until the
+	// coordinator runs, the agent's link to it is cut: the seed's host is
+	// down (its kernel would queue a connection to the bound socket instead
+	// of refusing it).
+	seedSockets := listen(t)
+	seed := seedSockets.Addr()
+	faults := NewFaults(1)
+	faults.Set(seed, Cut())
 
 	// The agent starts before any coordinator: its join fails, Start does not.
 	ca := fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
 	ca.Join = []string{seed}
 	ca.RejoinInterval = 100 * time.Millisecond
+	ca.Faults = faults
 	agent := h.start(ca)
 	if got := aliveSet(agent); len(got) != 1 {
 		t.Fatalf("agent sees %v before any coordinator exists", keys(got))
 	}
 
 	cc := fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs)
-	cc.BindAddr = seed
+	cc.Listener = seedSockets
 	coord := h.start(cc)
+	if coord.Addr() != seed {
+		t.Fatalf("coordinator at %s, want the seed %s", coord.Addr(), seed)
+	}
+	faults.Clear(seed)
 	want := map[string]Meta{
 		"coordinator/c1": withCluster(coordMeta("c1"), "demo"),
 		"agent/b1":       withCluster(agentMeta("b1"), "demo"),
@@ -667,5 +671,89 @@ func TestUncompressedMemberJoinsCompressingPool(t *testing.T) {
 	want := demoMembers()
 	for _, p := range []*Pool{a, b, c} {
 		testutil.Eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })
+	}
+}
+
+// TestPoolOnHandedListener: a member started on sockets the caller bound
+// (Config.Listener) is reachable at their address, gossips with members on
+// memberlist's own transport both ways, carries injected faults, and closes
+// the sockets when it shuts down.
+func TestPoolOnHandedListener(t *testing.T) {
+	h := newHarness(t)
+	a := h.start(fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs))
+	l := listen(t)
+	faults := NewFaults(1)
+	cb := fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
+	cb.Listener = l
+	cb.Faults = faults
+	cb.Join = []string{a.Addr()}
+	b := h.start(cb)
+	if b.Addr() != l.Addr() || b.LocalNode().Addr != l.Addr() {
+		t.Fatalf("member at %s (local node %s), want the listener's %s", b.Addr(), b.LocalNode().Addr, l.Addr())
+	}
+	cc := fastConfig(t, "demo", "agent/b2", agentMeta("b2"), &h.logs)
+	cc.Join = []string{b.Addr()} // c reaches a only through b's sockets
+	c := h.start(cc)
+	want := demoMembers()
+	for _, p := range []*Pool{a, b, c} {
+		testutil.Eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })
+	}
+	events := collect(a)
+	testutil.Eventually(t, 10*time.Second, "a probe of the member on the handed sockets answered", func() error {
+		if _, ok := events.find(func(ev Event) bool { return ev.Kind == EventPing && ev.Node == "agent/b1" && ev.RTT > 0 }); !ok {
+			return fmt.Errorf("no ping event of agent/b1")
+		}
+		return nil
+	})
+
+	// Its sends go through the faults: cut off from a and c, it is
+	// declared dead by them.
+	faults.Set(AllLinks, Cut())
+	testutil.Eventually(t, 20*time.Second, "the member whose sends are cut declared dead", func() error {
+		if _, ok := events.find(func(ev Event) bool { return ev.Kind == EventLeave && ev.Node == "agent/b1" }); !ok {
+			return fmt.Errorf("no leave event of agent/b1")
+		}
+		return nil
+	})
+
+	if err := b.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if !l.closed.Load() {
+		t.Fatal("the handed sockets are still open after Shutdown")
+	}
+}
+
+// TestStartClosesHandedListenerOnError: a Start that fails closes the
+// sockets it was handed, and a member on sockets bound to every address of
+// the host must be told which one others reach.
+func TestStartClosesHandedListenerOnError(t *testing.T) {
+	h := newHarness(t)
+	l := listen(t)
+	c := fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
+	c.Listener = l
+	c.ProbeTimeout = 2 * c.ProbeInterval
+	if _, err := Start(c); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Start = %v, want ErrInvalidConfig", err)
+	}
+	if !l.closed.Load() {
+		t.Fatal("the handed sockets are still open after a failed Start")
+	}
+
+	wild, err := Listen("0.0.0.0:0")
+	if err != nil {
+		t.Skipf("cannot bind every address of the host: %v", err)
+	}
+	t.Cleanup(func() { _ = wild.Close() })
+	c = fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
+	c.Listener = wild
+	if p, err := Start(c); err == nil {
+		_ = p.Shutdown()
+		t.Fatal("Start on sockets bound to 0.0.0.0 without advertise succeeded")
+	} else if !strings.Contains(err.Error(), "advertise") {
+		t.Fatalf("Start = %v, want it to say to set advertise", err)
+	}
+	if !wild.closed.Load() {
+		t.Fatal("the handed sockets are still open after a failed Start")
 	}
 }

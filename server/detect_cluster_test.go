@@ -137,10 +137,15 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 	c.agentGossip.ProbeInterval, c.agentGossip.ProbeTimeout = tProbeInterval, tProbeTimeout
 	c.agentGossip.GossipInterval = 50 * time.Millisecond
 	c.agentMargin = 150 * time.Millisecond
-	// The raft and admin listeners are bound here and handed to each
-	// member; gossip binds its own (UDP and TCP on one port).
+	// The raft and admin listeners and the gossip sockets (UDP and TCP on
+	// one port) are bound here and handed to each member.
 	initial, listeners := bindMembers(t, "c1", "c2", "c3")
-	c.gossip = testutil.Addrs(t, "127.0.0.1", 3)
+	var gossipSockets []*gossip.Listener
+	for range initial {
+		l := bindGossip(t)
+		gossipSockets = append(gossipSockets, l)
+		c.gossip = append(c.gossip, l.Addr())
+	}
 	for i, m := range initial {
 		cfg := config.DefaultServerConfig()
 		cfg.ClusterName, cfg.NodeID = "det", m.ID
@@ -161,6 +166,7 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 			tweak(cfg)
 		}
 		cfg.Gossip.Faults = c.faults.gossipFor(m.ID) // after tweak, which may reset gossip
+		cfg.Gossip.BindAddr, cfg.Gossip.Listener = c.gossip[i], gossipSockets[i]
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	for _, cfg := range c.cfgs {
@@ -177,6 +183,19 @@ func newDetCluster(t testing.TB, tweak func(cfg *config.Server)) *detCluster {
 		c.conns[m.ID] = conn
 	}
 	return c
+}
+
+// bindGossip binds the gossip sockets of one member on a loopback port the
+// kernel picks; the member takes them over (the test closes them if it
+// never started).
+func bindGossip(t testing.TB) *gossip.Listener {
+	t.Helper()
+	l, err := gossip.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 func (c *detCluster) leader() *Server {
@@ -256,7 +275,8 @@ func (c *detCluster) startAgent(id string, proxies map[string]*cutProxy) *agent.
 	cfg.WAL = config.WALLocation{VolumeID: "vol-" + id, Path: "/nonexistent/" + id + ".wal"}
 	cfg.LeaseSafetyMargin = c.agentMargin
 	cfg.Gossip = c.agentGossip
-	cfg.Gossip.BindAddr = testutil.Addr(c.t, "127.0.0.1")
+	gl := bindGossip(c.t)
+	cfg.Gossip.BindAddr, cfg.Gossip.Listener = gl.Addr(), gl
 	cfg.Gossip.Join = c.gossip
 	cfg.Gossip.Faults = c.faults.gossipFor(id)
 	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), RegisterBackoffMax: 200 * time.Millisecond, DialOptions: dial})
