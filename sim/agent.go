@@ -23,6 +23,11 @@ type Agent struct {
 	// registeredAt is the real time of the current epoch's registration.
 	registeredAt int64
 	gen          int // loop generation: a new registration starts a new one
+
+	// wal is the broker's WAL: the records written and not trimmed (its
+	// disk: it survives a crash); data its serving state (data.go).
+	wal  []simRec
+	data *dataPlane
 }
 
 func newAgent(w *World, h int) *Agent {
@@ -52,6 +57,7 @@ func (a *Agent) crash() {
 	a.registered, a.epoch, a.fenced = false, 0, false
 	a.holder = lease.NewHolder(500 * time.Millisecond)
 	a.gen++
+	a.data = nil
 }
 
 // valid is the agent's lease rule at this instant, on its own clock.
@@ -95,6 +101,7 @@ func (a *Agent) register() {
 			for k := range w.cfg.Coordinators {
 				a.renewWith(a.gen, k, ans.ttl)
 			}
+			a.serve(a.gen, ans.epoch)
 		})
 	}
 	try(0)

@@ -33,6 +33,12 @@ const (
 	// KindLapse: an agent's lease lapsed while a majority of coordinators
 	// was healthy and reachable.
 	KindLapse = "lapse-with-healthy-majority"
+	// KindAckedLost: a record a broker acknowledged is not in the catalog
+	// once the recovery of a later epoch of the broker succeeded.
+	KindAckedLost = "acknowledged-record-lost"
+	// KindAckedTwice: an offset was acknowledged with two records, or
+	// committed with another record than the one acknowledged there.
+	KindAckedTwice = "offset-acknowledged-twice"
 )
 
 type checker struct {
@@ -50,6 +56,16 @@ type checker struct {
 	// promisedAt is the last time each coordinator was seen holding its
 	// attestation for an agent's epoch (key: coordinator, agent, epoch).
 	promisedAt map[promiseKey]int64
+	// acks are the acknowledged records: stream → offset → the record and
+	// who acknowledged it.
+	acks map[uint64]map[uint64]ackedRec
+}
+
+// ackedRec is an acknowledged record.
+type ackedRec struct {
+	value  uint64
+	broker string
+	epoch  uint64 // the broker epoch that acknowledged it
 }
 
 type promiseKey struct {
@@ -63,7 +79,8 @@ type ttlAt struct {
 }
 
 func newChecker(w *World) *checker {
-	return &checker{w: w, readAt: map[string]map[uint64]int64{}, agentEpochs: map[string]uint64{}, liveness: true, promisedAt: map[promiseKey]int64{}}
+	return &checker{w: w, readAt: map[string]map[uint64]int64{}, agentEpochs: map[string]uint64{}, liveness: true, promisedAt: map[promiseKey]int64{},
+		acks: map[uint64]map[uint64]ackedRec{}}
 }
 
 func (k *checker) fail(kind, format string, args ...any) {
@@ -139,6 +156,14 @@ func (k *checker) afterApply(c *Coord, e *entry, before map[string]uint64, res *
 	}
 	if err != nil {
 		return
+	}
+	if co := e.cmd.GetCommitObject(); co != nil && !res.GetCommitObject().GetRedundant() {
+		k.committed(c, co.GetObject())
+	}
+	if fj := e.cmd.GetFinishJob(); fj != nil && fj.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED {
+		if j, ok := c.st.Job(fj.GetJobId()); ok {
+			k.recovered(c, j)
+		}
 	}
 	if df := e.cmd.GetDeclareFailed(); df != nil && !res.GetDeclareFailed().GetDryRun() {
 		if dt, ok := k.w.raft.decidedTerm[e.cmd.GetRequestId()]; ok && dt != e.term {
@@ -226,5 +251,60 @@ func (k *checker) checkLiveness(a *Agent) {
 	if _, ok := a.valid(); !ok {
 		k.fail(KindLapse, "%s's lease (epoch %d) lapsed while %v of %d coordinators were healthy and reachable for %.1fs (grants left %v)",
 			a.name, a.epoch, names, w.cfg.Coordinators, float64(win)/1e9, a.holder.Live(a.now()))
+	}
+}
+
+// acked records that broker a acknowledged r under its epoch.
+func (k *checker) acked(a *Agent, epoch uint64, r simRec) {
+	m := k.acks[r.stream]
+	if m == nil {
+		m = map[uint64]ackedRec{}
+		k.acks[r.stream] = m
+	}
+	if prev, ok := m[r.offset]; ok && prev.value != r.value {
+		k.fail(KindAckedTwice, "stream %d offset %d acknowledged by %s@%d (record %d), acknowledged before by %s@%d (record %d)",
+			r.stream, r.offset, a.name, epoch, r.value, prev.broker, prev.epoch, prev.value)
+		return
+	}
+	m[r.offset] = ackedRec{value: r.value, broker: a.name, epoch: epoch}
+}
+
+// committed checks an object committed on coordinator c: at an offset
+// acknowledged before, it holds the record acknowledged there.
+func (k *checker) committed(c *Coord, o *waldenv1.Object) {
+	for _, r := range o.GetRanges() {
+		m := k.acks[r.GetStreamId()]
+		for _, rec := range k.w.objects[o.GetObjectId()] {
+			if rec.offset < r.GetStartOffset() || rec.offset >= r.GetEndOffset() {
+				continue
+			}
+			if a, ok := m[rec.offset]; ok && a.value != rec.value {
+				k.fail(KindAckedTwice, "%s: object %s commits record %d at stream %d offset %d, where %s@%d acknowledged record %d",
+					c.name, o.GetObjectId(), rec.value, r.GetStreamId(), rec.offset, a.broker, a.epoch, a.value)
+				return
+			}
+		}
+	}
+}
+
+// recovered checks, when job j succeeded on coordinator c, that every
+// record its broker acknowledged under an epoch before the job's token is
+// in c's catalog.
+func (k *checker) recovered(c *Coord, j *waldenv1.Job) {
+	a := k.w.agentByName(j.GetBrokerId())
+	s := a.streamOf()
+	var content map[uint64]uint64
+	for off, ar := range k.acks[s] {
+		if ar.broker != a.name || ar.epoch >= j.GetToken() {
+			continue
+		}
+		if content == nil {
+			content = k.w.catalogOf(c.st, s)
+		}
+		if v, ok := content[off]; !ok || v != ar.value {
+			k.fail(KindAckedLost, "%s: job %s succeeded, but record %d that %s@%d acknowledged at stream %d offset %d is not in the catalog (found %d)",
+				c.name, j.GetJobId(), ar.value, ar.broker, ar.epoch, s, off, v)
+			return
+		}
 	}
 }

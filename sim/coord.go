@@ -113,8 +113,11 @@ func (c *Coord) reset() {
 		quiet = max(quiet, time.Duration(ms)*time.Millisecond)
 	}
 	c.quietEnd = w.now + int64(float64(quiet)/c.host().rate)
+	// Every entry of the log before this start may have been granted by a
+	// former run: the observer vouches only for epochs registered after.
+	start := uint64(w.cfg.Coordinators + len(w.raft.log))
 	c.observer = detect.NewObserver(detect.ObserverConfig{NodeID: c.name, Grantor: g, Clock: c.clock(),
-		Logger: slog.New(slog.DiscardHandler)}, mutatedState{c}, nil, nil)
+		StartIndex: start, Logger: slog.New(slog.DiscardHandler)}, mutatedState{c}, nil, nil)
 	for _, j := range c.st.Jobs("", waldenv1.JobState_JOB_STATE_PENDING) {
 		c.onJob(j)
 	}
@@ -218,9 +221,16 @@ func (c *Coord) propose(op any, timeout time.Duration, done func(*waldenv1.Resul
 		cmd.Op = &waldenv1.Command_FinishJob{FinishJob: o}
 	case *waldenv1.RecordEvent:
 		cmd.Op = &waldenv1.Command_RecordEvent{RecordEvent: o}
+	case *waldenv1.OpenStreamRequest:
+		cmd.Op = &waldenv1.Command_OpenStream{OpenStream: o}
+	case *waldenv1.CommitObjectRequest:
+		cmd.Op = &waldenv1.Command_CommitObject{CommitObject: o}
+	case *waldenv1.CloseStreamRequest:
+		cmd.Op = &waldenv1.Command_CloseStream{CloseStream: o}
 	default:
 		panic(fmt.Sprintf("sim: propose %T", op))
 	}
+	fsm.PrepareProposal(cmd) // as raftnode does: the entry's check level
 	finished := false
 	c.waiters[id] = func(r *waldenv1.Result, err error) {
 		if !finished {
@@ -431,11 +441,12 @@ func (c *Coord) onJob(j *waldenv1.Job) {
 		return
 	}
 	w.onHost(c.idx, ms(j.GetLeaseWaitMs()), func() {
-		w.check.walRead(j.GetBrokerId(), w.jobEpoch[j.GetJobId()])
-		w.onHost(c.idx, 200*time.Millisecond, func() {
-			c.propose(&waldenv1.FinishJob{JobId: j.GetJobId(), Attempt: j.GetAttempt(), JobState: waldenv1.JobState_JOB_STATE_SUCCEEDED}, 2*time.Second,
-				func(*waldenv1.Result, error) {})
-		})
+		if !j.GetAcknowledgedNothing() {
+			w.check.walRead(j.GetBrokerId(), w.jobEpoch[j.GetJobId()])
+		} else {
+			w.tracef("%s: job %s reads no WAL: epoch %d acknowledged nothing", c.name, j.GetJobId(), w.jobEpoch[j.GetJobId()])
+		}
+		w.onHost(c.idx, 200*time.Millisecond, func() { c.recoverData(j) })
 	})
 }
 

@@ -133,6 +133,10 @@ type World struct {
 	failoverRequestedAt map[string]int64
 	// jobEpoch is the epoch each recovery job fenced.
 	jobEpoch map[string]uint64
+	// objects are the records of every object uploaded, by object id (the
+	// simulation's S3); nextValue numbers the records written.
+	objects   map[string][]simRec
+	nextValue uint64
 }
 
 // Config sizes a simulation run.
@@ -185,6 +189,9 @@ type Mutations struct {
 	// NoVoterChangeSpacing: the learner is promoted right after the removal
 	// (issue 21, finding 3).
 	NoVoterChangeSpacing bool
+	// RecoveryReadsNoWAL: a recovery job commits nothing from the WAL, as if
+	// every failed epoch had acknowledged nothing.
+	RecoveryReadsNoWAL bool
 }
 
 // AllFaults turns every fault on.
@@ -211,7 +218,7 @@ func (c *Config) defaults() {
 // NewWorld builds a world for seed.
 func NewWorld(seed uint64, cfg Config) *World {
 	cfg.defaults()
-	w := &World{cfg: cfg, seed: seed, failoverRequestedAt: map[string]int64{}, jobEpoch: map[string]uint64{}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), traceCap: cfg.Trace}
+	w := &World{cfg: cfg, seed: seed, failoverRequestedAt: map[string]int64{}, jobEpoch: map[string]uint64{}, objects: map[string][]simRec{}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), traceCap: cfg.Trace}
 	w.check = newChecker(w)
 	n := cfg.Coordinators + cfg.Agents
 	for i := 0; i < n; i++ {
