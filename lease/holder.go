@@ -71,11 +71,20 @@ func NewHolder(margin time.Duration) *Holder {
 	return &Holder{margin: margin, grants: map[member]Grant{}}
 }
 
-// SetEpoch starts a new epoch: every grant of another epoch is dropped.
+// SetEpoch starts a new epoch: every grant of another epoch is dropped,
+// and so is the voter configuration known, which the new epoch's first
+// grant tells again, as to an agent that just started. A registration may
+// be with another cluster than the last grants' — one restored from a
+// backup, whose configuration's index is not beyond the old one's and
+// whose members are new incarnations: kept, the old configuration would
+// refuse every grant of the new cluster. (The epoch was registered after
+// every voter change the cluster committed before it, so no former
+// incarnation removed by then can grant it.)
 func (h *Holder) SetEpoch(epoch uint64) {
 	if epoch != h.epoch {
 		h.epoch = epoch
 		clear(h.grants)
+		h.voters, h.known = Voters{}, false
 	}
 }
 

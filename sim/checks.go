@@ -160,6 +160,9 @@ func (k *checker) afterApply(c *Coord, e *entry, before map[string]uint64, res *
 	if co := e.cmd.GetCommitObject(); co != nil && !res.GetCommitObject().GetRedundant() {
 		k.committed(c, co.GetObject())
 	}
+	for _, ro := range e.cmd.GetReconcileObjects().GetObjects() {
+		k.committed(c, ro.GetObject())
+	}
 	if fj := e.cmd.GetFinishJob(); fj != nil && fj.GetJobState() == waldenv1.JobState_JOB_STATE_SUCCEEDED {
 		if j, ok := c.st.Job(fj.GetJobId()); ok {
 			k.recovered(c, j)

@@ -55,6 +55,10 @@ type Coord struct {
 	quietEnd int64
 	// emptyDataDir is set for the start after a replacement.
 	emptyDataDir bool
+	// reconciled is the term (plus 2^32 for the plan) in which this
+	// member, as leader, last proposed a step of a restore's
+	// reconciliation.
+	reconciled uint64
 }
 
 type readWaiter struct {
@@ -80,7 +84,15 @@ func (c *Coord) clock() lease.Clock {
 func (c *Coord) reset() {
 	w := c.w
 	c.st = fsm.New("sim")
+	if w.raft.base != nil {
+		if err := c.st.Restore(w.raft.base); err != nil {
+			panic(err)
+		}
+	}
 	for i := range w.cfg.Coordinators {
+		if w.raft.base != nil {
+			break
+		}
 		name := fmt.Sprintf("c%d", i+1)
 		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(i + 1))}}}
 		if err := c.st.ApplyConfChange(uint64(i+1), cc, &waldenv1.ConfChangeContext{Member: &waldenv1.MemberContext{Id: name}}, nil); err != nil {
@@ -115,7 +127,7 @@ func (c *Coord) reset() {
 	c.quietEnd = w.now + int64(float64(quiet)/c.host().rate)
 	// Every entry of the log before this start may have been granted by a
 	// former run: the observer vouches only for epochs registered after.
-	start := uint64(w.cfg.Coordinators + len(w.raft.log))
+	start := w.raft.indexBase() + uint64(len(w.raft.log))
 	c.observer = detect.NewObserver(detect.ObserverConfig{NodeID: c.name, Grantor: g, Clock: c.clock(),
 		StartIndex: start, Logger: slog.New(slog.DiscardHandler)}, mutatedState{c}, nil, nil)
 	for _, j := range c.st.Jobs("", waldenv1.JobState_JOB_STATE_PENDING) {
@@ -155,7 +167,7 @@ func (c *Coord) applyOne() {
 	e := w.raft.log[c.applied]
 	c.applied++
 	if e.cc != nil {
-		if err := c.st.ApplyConfChange(uint64(w.cfg.Coordinators)+e.index, e.cc, e.ctx, nil); err != nil {
+		if err := c.st.ApplyConfChange(w.raft.indexBase()+e.index, e.cc, e.ctx, nil); err != nil {
 			w.tracef("%s: membership change at %d refused: %v", c.name, e.index, err)
 		}
 		return
@@ -164,7 +176,7 @@ func (c *Coord) applyOne() {
 	if w.check != nil {
 		before = epochs(c.st)
 	}
-	res, err := c.st.Apply(uint64(w.cfg.Coordinators)+e.index, e.term, e.cmd)
+	res, err := c.st.Apply(w.raft.indexBase()+e.index, e.term, e.cmd)
 	if w.check != nil {
 		w.check.afterApply(c, e, before, res, err)
 	}
@@ -178,6 +190,13 @@ func (c *Coord) applyOne() {
 		}
 		if j, ok := c.st.Job(id); ok && !c.replaying {
 			c.onJob(j)
+		}
+	}
+	if e.cmd.GetReconcileScan() != nil && err == nil && !c.replaying {
+		for _, id := range c.st.RestoreState().GetJobIds() {
+			if j, ok := c.st.Job(id); ok {
+				c.onJob(j)
+			}
 		}
 	}
 	if e.cmd.GetProposerId() == c.name && !c.replaying {
@@ -227,6 +246,14 @@ func (c *Coord) propose(op any, timeout time.Duration, done func(*waldenv1.Resul
 		cmd.Op = &waldenv1.Command_CommitObject{CommitObject: o}
 	case *waldenv1.CloseStreamRequest:
 		cmd.Op = &waldenv1.Command_CloseStream{CloseStream: o}
+	case *waldenv1.CheckpointJob:
+		cmd.Op = &waldenv1.Command_CheckpointJob{CheckpointJob: o}
+	case *waldenv1.ReconcileScan:
+		cmd.Op = &waldenv1.Command_ReconcileScan{ReconcileScan: o}
+	case *waldenv1.ReconcileObjects:
+		cmd.Op = &waldenv1.Command_ReconcileObjects{ReconcileObjects: o}
+	case *waldenv1.ReconcilePlan:
+		cmd.Op = &waldenv1.Command_ReconcilePlan{ReconcilePlan: o}
 	default:
 		panic(fmt.Sprintf("sim: propose %T", op))
 	}
@@ -363,6 +390,7 @@ func (c *Coord) deciderTick() {
 	if c.deciderTerm != term {
 		c.deciderTerm, c.mem, c.leaderSince, c.seedAt = term, detect.Memory{}, now, 0
 	}
+	c.reconcileTick(term)
 	p, _, seeded := c.st.Policy()
 	if !seeded {
 		if c.seedAt == 0 || now.UnixNano()-c.seedAt >= int64(time.Second) {
@@ -438,6 +466,10 @@ func (c *Coord) observeRound() {
 func (c *Coord) onJob(j *waldenv1.Job) {
 	w := c.w
 	if j.GetAssigneeId() != c.name {
+		return
+	}
+	if j.GetRestore() {
+		c.restoreJob(j)
 		return
 	}
 	w.onHost(c.idx, ms(j.GetLeaseWaitMs()), func() {

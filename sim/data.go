@@ -255,7 +255,19 @@ func (c *Coord) recoverData(j *waldenv1.Job) {
 			st := open[0]
 			var recs []simRec
 			if !j.GetAcknowledgedNothing() && !w.cfg.Mutations.RecoveryReadsNoWAL {
-				recs = contiguous(a.wal, st.GetStreamId(), st.GetEndOffset(), 0)
+				wal := a.wal
+				for _, t := range j.GetTails() {
+					if t.GetStreamId() == st.GetStreamId() {
+						// A restore job takes its tail's stream epoch only.
+						wal = nil
+						for _, r := range a.wal {
+							if r.stream != st.GetStreamId() || r.epoch == t.GetStreamEpoch() {
+								wal = append(wal, r)
+							}
+						}
+					}
+				}
+				recs = contiguous(wal, st.GetStreamId(), st.GetEndOffset(), 0)
 			}
 			closeStream := func() {
 				c.propose(&waldenv1.CloseStreamRequest{BrokerId: j.GetBrokerId(), BrokerEpoch: j.GetToken(), StreamId: st.GetStreamId(),

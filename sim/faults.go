@@ -138,6 +138,9 @@ func (w *World) startFaults() {
 	if f.ReplacementScript {
 		w.replacementScript()
 	}
+	if f.Restore {
+		w.scheduleRestore()
+	}
 	if f.ManualFailovers {
 		w.every(90*time.Second, func() {
 			a := w.agents[w.rng.IntN(len(w.agents))]

@@ -21,6 +21,7 @@ func Profiles() []Profile {
 		{"degraded-network", Faults{NetworkFaults: true}},
 		{"replace-same-name", Faults{Replacements: true, PolicyChanges: true, NetworkFaults: true, ManualFailovers: true}},
 		{"replacement-script", Faults{ReplacementScript: true}},
+		{"restore", Faults{Restore: true, LeaderChanges: true, NetworkFaults: true, ManualFailovers: true}},
 		{"all", AllFaults()},
 	}
 }

@@ -37,6 +37,10 @@ type raftModel struct {
 	// decidedTerm records, per request id of a DeclareFailed proposal, the
 	// term of the leadership that decided it (for the term check).
 	decidedTerm map[uint64]uint64
+	// base is the state the log starts from (a restored cluster's data
+	// dir), at baseIndex; nil: the founding members' configuration.
+	base      []byte
+	baseIndex uint64
 }
 
 type entry struct {
@@ -236,4 +240,12 @@ func opName(cmd *waldenv1.Command) string {
 	default:
 		return "command"
 	}
+}
+
+// indexBase is the raft index before the log's first entry.
+func (r *raftModel) indexBase() uint64 {
+	if r.base != nil {
+		return r.baseIndex
+	}
+	return uint64(r.w.cfg.Coordinators)
 }

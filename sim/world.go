@@ -137,6 +137,8 @@ type World struct {
 	// simulation's S3); nextValue numbers the records written.
 	objects   map[string][]simRec
 	nextValue uint64
+	// restored is set once the cluster was restored from a backup.
+	restored bool
 }
 
 // Config sizes a simulation run.
@@ -172,6 +174,10 @@ type Faults struct {
 	// replacement: remove, add as a learner, promote once the spacing of
 	// voter changes allows).
 	Replacements bool
+	// Restore takes a backup of the leader's state, loses every coordinator
+	// a moment later, and founds a new cluster from the backup, which
+	// reconciles with the objects and WALs written after it (restore.go).
+	Restore bool
 	// ReplacementScript runs, once, the replacement issue 21 found unsafe:
 	// the cluster's lease_ttl is raised to 12s; b1 loses its links to c2,
 	// then to c1 and c3 as c3 (a follower) is replaced under its name; an
