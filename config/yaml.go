@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"walden/internal/typo"
+	"walden/typo"
 
 	"go.yaml.in/yaml/v3"
 )

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"walden/coordclient"
-	"walden/internal/typo"
 	"walden/mtls"
 	"walden/refusal"
 	"walden/rpcerr"
+	"walden/typo"
 )
 
 // This file is the one place where waldenctl turns what the coordinators
