@@ -50,6 +50,7 @@ func TestCatalogAndJobsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	epoch := reg.GetEpoch()
+	grantLease(t, ctx, "b1", epoch, conn)
 	for _, id := range []uint64{1, 2} {
 		if _, err := catalog.OpenStream(ctx, &waldenv1.OpenStreamRequest{BrokerId: "b1", BrokerEpoch: epoch, StreamId: id}); err != nil {
 			t.Fatal(err)

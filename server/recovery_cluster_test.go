@@ -125,6 +125,7 @@ func TestRecoveryReassignedAcrossCoordinators(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	grantLease(t, ctx, "b1", reg.GetEpoch(), conns["c1"], conns["c2"], conns["c3"])
 	// Maintenance keeps the detector from failing it over on its own.
 	if _, err := waldenv1.NewBrokersClient(conn).SetMaintenance(ctx, &waldenv1.SetMaintenanceRequest{BrokerId: "b1", On: true}); err != nil {
 		t.Fatal(err)

@@ -99,6 +99,27 @@ func waitServing(t *testing.T, conn *grpc.ClientConn) {
 	}
 }
 
+// grantLease renews broker's lease at epoch with each of conns until every
+// one grants it, as the broker's agent does before the broker acknowledges
+// anything: an epoch no majority ever granted acknowledged nothing, and its
+// failover reads no WAL.
+func grantLease(t *testing.T, ctx context.Context, broker string, epoch uint64, conns ...*grpc.ClientConn) {
+	t.Helper()
+	for _, conn := range conns {
+		deadline := time.Now().Add(testutil.Deadline(10 * time.Second))
+		for {
+			_, err := waldenv1.NewAgentClient(conn).RenewLease(ctx, &waldenv1.RenewLeaseRequest{BrokerId: broker, Epoch: epoch})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("renew %s epoch %d: %v", broker, epoch, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
 func TestServerSingleMember(t *testing.T) {
 	cfg := singleMember(t)
 	s := startServer(t, cfg)
