@@ -195,8 +195,81 @@ func silence(o *waldenv1.Observation, seen map[uint64]time.Time, now time.Time) 
 // failed (manual) as soon as 2 holds, whatever the other gates say. With
 // dry_run an automatic decision is made once per epoch with DryRun set.
 // Decide is pure: same input, same decision.
+//
+// It runs in three steps: the per-broker gates (1 to 3, and the manual
+// requests) judge each broker on its own; the freeze (4) looks at how many
+// brokers the gates found suspected; admission (4 to 6) lets the brokers
+// that passed their gates through, in broker id order.
 func Decide(in Input) Decision {
-	p := in.Policy
+	d := Decision{Holds: map[string]string{}, HoldDetails: map[string]string{}}
+	mem := carriedMemory(in)
+	g := gateBrokers(in, mem.Seen)
+	d.Declare = g.manual
+	for _, h := range g.holds {
+		d.hold(h)
+	}
+
+	fr := nextFreeze(in.Policy, freezeState{Frozen: in.Memory.Frozen, CalmSince: in.Memory.CalmSince}, g.counts, in.Now)
+	mem.Frozen, mem.CalmSince = fr.state.Frozen, fr.state.CalmSince
+	if fr.change != waldenv1.EventKind_EVENT_KIND_UNSPECIFIED {
+		d.Events = append(d.Events, freezeEvent(fr.change, in.LeaderID, in.Policy, g.counts))
+	}
+
+	running := in.RunningRecoveries
+	for _, c := range g.ready {
+		id, epoch := c.b.GetBrokerId(), c.b.GetEpoch()
+		a := admit(in, c, admissionState{
+			frozen:           mem.Frozen,
+			running:          running,
+			cooldownRecorded: mem.CooldownRecorded[id] == epoch,
+			dryRunDone:       mem.DryRunDone[id] == epoch,
+		}, g.counts)
+		if a.hold != nil {
+			d.hold(*a.hold)
+		}
+		if a.event != nil {
+			d.Events = append(d.Events, a.event)
+		}
+		if a.cooldown {
+			mem.CooldownRecorded[id] = epoch
+		}
+		if a.admitted {
+			d.Declare = append(d.Declare, declaration(in, mem.Seen, c.b, c.obs, c.quorum, c.silentFor, c.timeout, c.evidence(in), in.Policy.GetDryRun()))
+			if in.Policy.GetDryRun() {
+				mem.DryRunDone[id] = epoch
+			} else {
+				running++
+			}
+		}
+	}
+	for _, df := range d.Declare {
+		df.Evidence.RunningRecoveries = uint32(in.RunningRecoveries)
+		df.Evidence.BrokersTotal, df.Evidence.BrokersSuspected = uint32(g.counts.total), uint32(g.counts.suspected)
+	}
+	d.Memory = mem
+	return d
+}
+
+// hold is why one broker was not declared failed: a Hold* reason and the
+// sentence that says it.
+type hold struct {
+	broker, reason, detail string
+}
+
+func holdf(id, reason, format string, args ...any) *hold {
+	return &hold{broker: id, reason: reason, detail: fmt.Sprintf(format, args...)}
+}
+
+func (d *Decision) hold(h hold) {
+	d.Holds[h.broker] = h.reason
+	d.HoldDetails[h.broker] = h.detail
+}
+
+// carriedMemory is the memory this call starts from: the cooldown and
+// dry-run records of brokers still at the epoch they were made for, and
+// when this leader first saw each current observation (never before its
+// election).
+func carriedMemory(in Input) Memory {
 	mem := Memory{
 		Seen:             map[uint64]time.Time{},
 		Frozen:           in.Memory.Frozen,
@@ -204,27 +277,7 @@ func Decide(in Input) Decision {
 		CooldownRecorded: map[string]uint64{},
 		DryRunDone:       map[string]uint64{},
 	}
-	d := Decision{Holds: map[string]string{}, HoldDetails: map[string]string{}}
-	hold := func(id, reason, format string, args ...any) {
-		d.Holds[id] = reason
-		d.HoldDetails[id] = fmt.Sprintf(format, args...)
-	}
-	quorum := Quorum(p, len(in.Voters))
-	majority := len(in.Voters)/2 + 1
-
-	type candidate struct {
-		b         *waldenv1.Broker
-		obs       []*waldenv1.Observation
-		silentFor time.Duration
-		timeout   time.Duration
-	}
-	var (
-		total, suspected int
-		ready            []candidate
-	)
-	brokers := slices.Clone(in.Brokers)
-	slices.SortFunc(brokers, func(a, b *waldenv1.Broker) int { return strings.Compare(a.GetBrokerId(), b.GetBrokerId()) })
-	for _, b := range brokers {
+	for _, b := range in.Brokers {
 		id, epoch := b.GetBrokerId(), b.GetEpoch()
 		if e, ok := in.Memory.CooldownRecorded[id]; ok && e == epoch {
 			mem.CooldownRecorded[id] = e
@@ -232,143 +285,286 @@ func Decide(in Input) Decision {
 		if e, ok := in.Memory.DryRunDone[id]; ok && e == epoch {
 			mem.DryRunDone[id] = e
 		}
-		obs := current(b, in.Voters)
-		for _, o := range obs {
-			at, ok := in.Memory.Seen[o.GetIndex()]
-			if !ok {
-				at = in.Now
-			}
-			if at.Before(in.LeaderSince) {
-				at = in.LeaderSince
-			}
-			mem.Seen[o.GetIndex()] = at
+		for _, o := range current(b, in.Voters) {
+			mem.Seen[o.GetIndex()] = firstSeen(in.Memory.Seen, o.GetIndex(), in.Now, in.LeaderSince)
 		}
-		if b.GetFenced() {
-			continue
-		}
-		attested := Attested(b, in.Voters)
-		if fr := b.GetFailoverRequested(); fr != nil && fr.GetEpoch() == epoch {
-			if len(attested) < majority {
-				hold(id, HoldLease, "manual failover requested: %d of %d coordinators attest its lease expired, %d needed",
-					len(attested), len(in.Voters), majority)
-				continue
-			}
-			d.Declare = append(d.Declare, declaration(in, mem.Seen, b, obs, quorum, 0, 0,
-				&waldenv1.Evidence{Manual: true, Reason: withReason("manual failover", fr.GetReason()), RequestedBy: fr.GetActor()}, false))
-			continue
-		}
-		if !eligible(b) {
-			continue
-		}
-		total++
-		var suspects []*waldenv1.Observation
-		for _, o := range obs {
-			if s := o.GetObservationState(); s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT || s == waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
-				suspects = append(suspects, o)
-			}
-		}
-		if len(suspects) == 0 {
-			continue
-		}
-		if len(suspects) < quorum {
-			hold(id, HoldQuorum, "%d of %d coordinators observe it suspect or dead, %d needed", len(suspects), len(in.Voters), quorum)
-			continue
-		}
-		suspected++
-		timeout := time.Duration(p.GetFailureTimeoutMs()) * time.Millisecond
-		if leftGracefully(b) {
-			timeout += time.Duration(p.GetRestartGraceMs()) * time.Millisecond
-		}
-		// The quorum-th longest silence: that many observers have not heard
-		// the broker for at least this long.
-		silences := make([]time.Duration, len(suspects))
-		for i, o := range suspects {
-			silences[i] = silence(o, mem.Seen, in.Now)
-		}
-		slices.Sort(silences)
-		slices.Reverse(silences)
-		silentFor := silences[quorum-1]
-		if silentFor < timeout {
-			hold(id, HoldTimeout, "%d coordinators have not heard it for %s, failure_timeout is %s", quorum, silentFor.Round(time.Millisecond), timeout)
-			continue
-		}
-		if len(attested) < majority {
-			hold(id, HoldLease, "%d of %d coordinators attest its lease expired, %d needed", len(attested), len(in.Voters), majority)
-			continue
-		}
-		ready = append(ready, candidate{b: b, obs: obs, silentFor: silentFor, timeout: timeout})
 	}
+	return mem
+}
 
-	threshold := p.GetMaxFailedFraction() * float64(total)
-	over := suspected >= 2 && float64(suspected) > threshold
-	calm := float64(suspected) <= FreezeResumeFraction*threshold || suspected < 2
+// firstSeen is when this leader first saw the observation at index: as
+// remembered, or now for a new one, and never before its election.
+func firstSeen(seen map[uint64]time.Time, index uint64, now, leaderSince time.Time) time.Time {
+	at, ok := seen[index]
+	if !ok {
+		at = now
+	}
+	if at.Before(leaderSince) {
+		at = leaderSince
+	}
+	return at
+}
+
+// counts are the brokers the freeze looks at: those automatic detection
+// applies to, and those of them a quorum suspects.
+type counts struct {
+	total, suspected int
+}
+
+// candidate is a broker that passed its per-broker gates: suspected by a
+// quorum silent for its timeout, its lease attested expired by a majority.
+type candidate struct {
+	b         *waldenv1.Broker
+	obs       []*waldenv1.Observation
+	quorum    int
+	voters    int
+	attested  int
+	silentFor time.Duration
+	timeout   time.Duration
+}
+
+// evidence is the reason an automatic decision gives.
+func (c candidate) evidence(in Input) *waldenv1.Evidence {
+	return &waldenv1.Evidence{Reason: fmt.Sprintf("%d of %d coordinators have not heard it for %dms (timeout %dms); %d attest its lease expired",
+		c.quorum, c.voters, c.silentFor.Milliseconds(), c.timeout.Milliseconds(), c.attested)}
+}
+
+// gated is what the per-broker gates concluded about every broker, in
+// broker id order.
+type gated struct {
+	manual []*waldenv1.DeclareFailed
+	ready  []candidate
+	holds  []hold
+	counts counts
+}
+
+// gateBrokers runs the per-broker gates on every broker, in broker id order.
+func gateBrokers(in Input, seen map[uint64]time.Time) gated {
+	var g gated
+	brokers := slices.Clone(in.Brokers)
+	slices.SortFunc(brokers, func(a, b *waldenv1.Broker) int { return strings.Compare(a.GetBrokerId(), b.GetBrokerId()) })
+	for _, b := range brokers {
+		v := gateBroker(in, seen, b)
+		if v.eligible {
+			g.counts.total++
+		}
+		if v.suspected {
+			g.counts.suspected++
+		}
+		if v.hold != nil {
+			g.holds = append(g.holds, *v.hold)
+		}
+		if v.manual != nil {
+			g.manual = append(g.manual, v.manual)
+		}
+		if v.ready != nil {
+			g.ready = append(g.ready, *v.ready)
+		}
+	}
+	return g
+}
+
+// verdict is what the per-broker gates concluded about one broker: at most
+// one of manual, ready and hold is set.
+type verdict struct {
+	// eligible: automatic detection applies to it (it counts in the freeze's
+	// total); suspected: a quorum observes it suspect or dead.
+	eligible, suspected bool
+	// manual is the declaration of an operator's request whose lease gate
+	// holds.
+	manual *waldenv1.DeclareFailed
+	// ready is a broker that passed every per-broker gate.
+	ready *candidate
+	hold  *hold
+}
+
+// gateBroker judges one broker on its own: an operator's request needs the
+// lease attestations only; otherwise the broker must be eligible, suspected
+// by a quorum, silent for its timeout and its lease attested expired by a
+// majority.
+func gateBroker(in Input, seen map[uint64]time.Time, b *waldenv1.Broker) verdict {
+	if b.GetFenced() {
+		return verdict{}
+	}
+	id := b.GetBrokerId()
+	quorum, majority := Quorum(in.Policy, len(in.Voters)), len(in.Voters)/2+1
+	obs := current(b, in.Voters)
+	attested := len(Attested(b, in.Voters))
+	if fr := b.GetFailoverRequested(); fr != nil && fr.GetEpoch() == b.GetEpoch() {
+		if attested < majority {
+			return verdict{hold: holdf(id, HoldLease, "manual failover requested: %d of %d coordinators attest its lease expired, %d needed",
+				attested, len(in.Voters), majority)}
+		}
+		return verdict{manual: declaration(in, seen, b, obs, quorum, 0, 0,
+			&waldenv1.Evidence{Manual: true, Reason: withReason("manual failover", fr.GetReason()), RequestedBy: fr.GetActor()}, false)}
+	}
+	if !eligible(b) {
+		return verdict{}
+	}
+	suspects := suspecting(obs)
 	switch {
-	case over:
-		mem.CalmSince = time.Time{}
-	case calm && mem.CalmSince.IsZero():
-		mem.CalmSince = in.Now
-	case !calm:
-		mem.CalmSince = time.Time{}
+	case len(suspects) == 0:
+		return verdict{eligible: true}
+	case len(suspects) < quorum:
+		return verdict{eligible: true, hold: holdf(id, HoldQuorum, "%d of %d coordinators observe it suspect or dead, %d needed",
+			len(suspects), len(in.Voters), quorum)}
 	}
-	frozen := mem.Frozen
-	if !frozen && over {
-		frozen = true
-		d.Events = append(d.Events, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_FREEZE, Actor: in.LeaderID, Message: fmt.Sprintf(
-			"automatic failover frozen: %d of %d brokers suspected by a quorum, more than max_failed_fraction %g (a partition of the coordinators is more likely than a mass death)",
-			suspected, total, p.GetMaxFailedFraction())})
-	} else if frozen && !mem.CalmSince.IsZero() && in.Now.Sub(mem.CalmSince) >= FreezeHold(p) {
-		frozen = false
-		d.Events = append(d.Events, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_UNFREEZE, Actor: in.LeaderID, Message: fmt.Sprintf(
-			"automatic failover resumed: %d of %d brokers suspected, at most %g%% of max_failed_fraction for %s",
-			suspected, total, FreezeResumeFraction*100, FreezeHold(p))})
+	timeout := failureTimeout(in.Policy, b)
+	silentFor := quorumSilence(suspects, quorum, seen, in.Now)
+	switch {
+	case silentFor < timeout:
+		return verdict{eligible: true, suspected: true, hold: holdf(id, HoldTimeout, "%d coordinators have not heard it for %s, failure_timeout is %s",
+			quorum, silentFor.Round(time.Millisecond), timeout)}
+	case attested < majority:
+		return verdict{eligible: true, suspected: true, hold: holdf(id, HoldLease, "%d of %d coordinators attest its lease expired, %d needed",
+			attested, len(in.Voters), majority)}
 	}
-	mem.Frozen = frozen
+	return verdict{eligible: true, suspected: true, ready: &candidate{b: b, obs: obs, quorum: quorum, voters: len(in.Voters),
+		attested: attested, silentFor: silentFor, timeout: timeout}}
+}
 
-	running := in.RunningRecoveries
-	for _, c := range ready {
-		b := c.b
-		id, epoch := b.GetBrokerId(), b.GetEpoch()
-		if frozen {
-			hold(id, HoldFrozen, "automatic failover is frozen: %d of %d brokers look failed", suspected, total)
-			continue
+// suspecting returns the observations that say suspect or dead.
+func suspecting(obs []*waldenv1.Observation) []*waldenv1.Observation {
+	var out []*waldenv1.Observation
+	for _, o := range obs {
+		if s := o.GetObservationState(); s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT || s == waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
+			out = append(out, o)
 		}
-		if b.GetRecoveredUnixMs() > 0 && b.GetAckedUnixMs() < b.GetRecoveredUnixMs() &&
-			in.NowUnixMs-b.GetRecoveredUnixMs() < p.GetCooldownMs() {
-			ago := time.Duration(in.NowUnixMs-b.GetRecoveredUnixMs()) * time.Millisecond
-			hold(id, HoldCooldown, "recovered %s ago, within cooldown %s: waits for `waldenctl ack %s`", ago, time.Duration(p.GetCooldownMs())*time.Millisecond, id)
-			if mem.CooldownRecorded[id] != epoch && !b.GetCooldownBlocked() {
-				d.Events = append(d.Events, &waldenv1.Event{
-					EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: id, Actor: in.LeaderID,
-					Message: fmt.Sprintf("broker %s looks failed again %s after its recovery, within cooldown %s: automatic failover waits for `waldenctl ack %s`",
-						id, ago, time.Duration(p.GetCooldownMs())*time.Millisecond, id),
-				})
+	}
+	return out
+}
+
+// failureTimeout is how long a quorum must not have heard b: failure_timeout,
+// plus restart_grace when it left gracefully.
+func failureTimeout(p *waldenv1.Policy, b *waldenv1.Broker) time.Duration {
+	timeout := time.Duration(p.GetFailureTimeoutMs()) * time.Millisecond
+	if leftGracefully(b) {
+		timeout += time.Duration(p.GetRestartGraceMs()) * time.Millisecond
+	}
+	return timeout
+}
+
+// quorumSilence is the quorum-th longest silence of the suspects: that many
+// observers have not heard the broker for at least this long. There are at
+// least quorum suspects.
+func quorumSilence(suspects []*waldenv1.Observation, quorum int, seen map[uint64]time.Time, now time.Time) time.Duration {
+	silences := make([]time.Duration, len(suspects))
+	for i, o := range suspects {
+		silences[i] = silence(o, seen, now)
+	}
+	slices.Sort(silences)
+	slices.Reverse(silences)
+	return silences[quorum-1]
+}
+
+// freezeState is whether automatic failover is frozen, and since when the
+// suspected count stayed at or below the resume threshold (zero while above
+// it).
+type freezeState struct {
+	Frozen    bool
+	CalmSince time.Time
+}
+
+// freezeStep is the freeze's next state and the event its change records
+// (EVENT_KIND_FREEZE, EVENT_KIND_UNFREEZE, or unspecified for none).
+type freezeStep struct {
+	state  freezeState
+	change waldenv1.EventKind
+}
+
+// nextFreeze decides the freeze from the counts of this call: it freezes
+// while at least two and more than max_failed_fraction of the eligible
+// brokers are suspected, and lifts once the count stayed at or below
+// FreezeResumeFraction of that threshold (or under two) for FreezeHold.
+func nextFreeze(p *waldenv1.Policy, prev freezeState, c counts, now time.Time) freezeStep {
+	threshold := p.GetMaxFailedFraction() * float64(c.total)
+	over := c.suspected >= 2 && float64(c.suspected) > threshold
+	calm := float64(c.suspected) <= FreezeResumeFraction*threshold || c.suspected < 2
+	next := prev
+	switch {
+	case over || !calm:
+		next.CalmSince = time.Time{}
+	case next.CalmSince.IsZero():
+		next.CalmSince = now
+	}
+	switch {
+	case !prev.Frozen && over:
+		next.Frozen = true
+		return freezeStep{state: next, change: waldenv1.EventKind_EVENT_KIND_FREEZE}
+	case prev.Frozen && !next.CalmSince.IsZero() && now.Sub(next.CalmSince) >= FreezeHold(p):
+		next.Frozen = false
+		return freezeStep{state: next, change: waldenv1.EventKind_EVENT_KIND_UNFREEZE}
+	}
+	return freezeStep{state: next}
+}
+
+// freezeEvent is the event that records a freeze or its lifting.
+func freezeEvent(kind waldenv1.EventKind, leader string, p *waldenv1.Policy, c counts) *waldenv1.Event {
+	if kind == waldenv1.EventKind_EVENT_KIND_FREEZE {
+		return &waldenv1.Event{EventKind: kind, Actor: leader, Message: fmt.Sprintf(
+			"automatic failover frozen: %d of %d brokers suspected by a quorum, more than max_failed_fraction %g (a partition of the coordinators is more likely than a mass death)",
+			c.suspected, c.total, p.GetMaxFailedFraction())}
+	}
+	return &waldenv1.Event{EventKind: kind, Actor: leader, Message: fmt.Sprintf(
+		"automatic failover resumed: %d of %d brokers suspected, at most %g%% of max_failed_fraction for %s",
+		c.suspected, c.total, FreezeResumeFraction*100, FreezeHold(p))}
+}
+
+// admissionState is what admission knows of the decisions around one
+// candidate: the freeze, the recoveries running (those already admitted in
+// this call included), and whether a cooldown event or a dry-run decision
+// was already recorded at the broker's epoch.
+type admissionState struct {
+	frozen           bool
+	running          int
+	cooldownRecorded bool
+	dryRunDone       bool
+}
+
+// admission is whether a candidate is declared failed, or the hold that
+// stops it; a cooldown hold also says so (cooldown), with the event to
+// record the first time at an epoch.
+type admission struct {
+	admitted bool
+	hold     *hold
+	cooldown bool
+	event    *waldenv1.Event
+}
+
+// admit lets a candidate through the gates that look beyond it: the freeze,
+// the cooldown after a recovery not acknowledged, a dry-run decision
+// already made at its epoch, and max_concurrent_recoveries.
+func admit(in Input, c candidate, st admissionState, n counts) admission {
+	p, b := in.Policy, c.b
+	id, epoch := b.GetBrokerId(), b.GetEpoch()
+	switch {
+	case st.frozen:
+		return admission{hold: holdf(id, HoldFrozen, "automatic failover is frozen: %d of %d brokers look failed", n.suspected, n.total)}
+	case inCooldown(p, b, in.NowUnixMs):
+		ago := time.Duration(in.NowUnixMs-b.GetRecoveredUnixMs()) * time.Millisecond
+		cooldown := time.Duration(p.GetCooldownMs()) * time.Millisecond
+		a := admission{cooldown: true, hold: holdf(id, HoldCooldown, "recovered %s ago, within cooldown %s: waits for `waldenctl ack %s`", ago, cooldown, id)}
+		if !st.cooldownRecorded && !b.GetCooldownBlocked() {
+			a.event = &waldenv1.Event{
+				EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: id, Actor: in.LeaderID,
+				Message: fmt.Sprintf("broker %s looks failed again %s after its recovery, within cooldown %s: automatic failover waits for `waldenctl ack %s`",
+					id, ago, cooldown, id),
 			}
-			mem.CooldownRecorded[id] = epoch
-			continue
 		}
-		if p.GetDryRun() && mem.DryRunDone[id] == epoch {
-			hold(id, HoldDryRunDone, "dry_run: the decision for epoch %d is recorded", epoch)
-			continue
-		}
-		if !p.GetDryRun() && running >= int(p.GetMaxConcurrentRecoveries()) {
-			hold(id, HoldConcurrency, "%d recoveries run, max_concurrent_recoveries is %d", running, p.GetMaxConcurrentRecoveries())
-			continue
-		}
-		ev := &waldenv1.Evidence{Reason: fmt.Sprintf("%d of %d coordinators have not heard it for %dms (timeout %dms); %d attest its lease expired",
-			quorum, len(in.Voters), c.silentFor.Milliseconds(), c.timeout.Milliseconds(), len(Attested(b, in.Voters)))}
-		d.Declare = append(d.Declare, declaration(in, mem.Seen, b, c.obs, quorum, c.silentFor, c.timeout, ev, p.GetDryRun()))
-		if p.GetDryRun() {
-			mem.DryRunDone[id] = epoch
-		} else {
-			running++
-		}
+		return a
+	case p.GetDryRun() && st.dryRunDone:
+		return admission{hold: holdf(id, HoldDryRunDone, "dry_run: the decision for epoch %d is recorded", epoch)}
+	case !p.GetDryRun() && st.running >= int(p.GetMaxConcurrentRecoveries()):
+		return admission{hold: holdf(id, HoldConcurrency, "%d recoveries run, max_concurrent_recoveries is %d", st.running, p.GetMaxConcurrentRecoveries())}
 	}
-	for _, df := range d.Declare {
-		df.Evidence.RunningRecoveries = uint32(in.RunningRecoveries)
-		df.Evidence.BrokersTotal, df.Evidence.BrokersSuspected = uint32(total), uint32(suspected)
-	}
-	d.Memory = mem
-	return d
+	return admission{admitted: true}
+}
+
+// inCooldown reports whether b was recovered within the cooldown and no
+// operator acknowledged it since.
+func inCooldown(p *waldenv1.Policy, b *waldenv1.Broker, nowUnixMs int64) bool {
+	return b.GetRecoveredUnixMs() > 0 && b.GetAckedUnixMs() < b.GetRecoveredUnixMs() &&
+		nowUnixMs-b.GetRecoveredUnixMs() < p.GetCooldownMs()
 }
 
 // declaration builds the DeclareFailed entry of b with its evidence: every

@@ -10,7 +10,10 @@
 //     coordinator's part of the quorum lease: once its grant for a broker
 //     epoch is over, it promises durably (lease.Grantor) to grant that epoch
 //     nothing more and attests lease_expired; it withdraws the attestation
-//     when the broker renews with it again.
+//     when the broker renews with it again. Its probe history (record) is
+//     kept apart from the pure judgement of a broker (judge: a list of rules
+//     in order of precedence, so a new detection input is one rule and the
+//     config key it reads).
 //   - Grant and GrantAt (every voter): a coordinator's answer to a lease
 //     renewal, from its applied state and its lease.Grantor only.
 //   - Decide and Decider (the leader): Decide is a pure function of the
@@ -18,7 +21,9 @@
 //     what the leader remembers (Memory: when it first saw each committed
 //     observation, the freeze); Decider is the thin loop that feeds it every
 //     tick, seeds the policy of a new cluster, and proposes its DeclareFailed
-//     and RecordEvent entries in its term.
+//     and RecordEvent entries in its term. Decide runs three named steps:
+//     the per-broker gates (gateBroker), the freeze (nextFreeze) and
+//     admission (admit).
 //
 // It must never fence or change state by itself: every decision is a raft
 // entry applied by package fsm, which checks the term and the attestations

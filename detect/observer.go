@@ -451,62 +451,92 @@ func (o *Observer) Withdrawn(op *waldenv1.ObserveBroker) {
 func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *waldenv1.Policy, seeded bool) (Proposal, bool) {
 	id, epoch := b.GetBrokerId(), b.GetEpoch()
 	k := lease.Key{Broker: id, Epoch: epoch}
-	newEpoch := o.track(b)
-	if o.cfg.Grantor != nil {
-		if ms, ok := o.state.LeaseHorizon(); ok {
-			o.cfg.Grantor.ClusterHorizon(time.Duration(ms) * time.Millisecond)
-		}
-		if newEpoch {
-			if err := o.cfg.Grantor.Retire(id, epoch); err != nil {
-				o.log.Warn("could not forget the lease promises of an old epoch", "broker_id", id, "err", err)
-			}
-		}
-		o.cfg.Grantor.Seen(k)
-	}
-	state, reason, unheard := o.view(b, probeErr, probed, o.suspectAfter(p, seeded))
+	o.followEpoch(b, k)
+	v := o.view(b, probeErr, probed, o.suspectAfter(p, seeded))
 	committed := committedObservation(b, o.cfg.NodeID)
-	attested, withdraw := committed.GetLeaseExpired(), false
-	if o.cfg.Grantor != nil && seeded {
-		ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond
-		drift := time.Duration(p.GetDriftMarginMs()) * time.Millisecond
-		requested := b.GetFailoverRequested() != nil && b.GetFailoverRequested().GetEpoch() == epoch
-		promised := o.cfg.Grantor.Promised(k)
-		switch {
-		case (attested || promised) && !requested && o.cfg.Grantor.HeardWithin(k, ttl):
-			// The broker renews with this coordinator again: withdraw, and
-			// grant again once the withdrawal is applied.
-			attested, withdraw = false, true
-		case attested || promised:
-			attested = true
-		case o.cfg.Grantor.ShouldAttest(k, ttl, drift, requested):
-			attested = true
-		}
-		if attested && !committed.GetLeaseExpired() {
-			if err := o.cfg.Grantor.Promise(k); err != nil {
-				o.log.Warn("cannot attest the broker's lease expired", "broker_id", id, "epoch", epoch, "err", err)
-				attested = false
-			}
+	attested, withdraw := o.attestation(b, k, committed, p, seeded)
+	state, reason, ok := settle(v, committed, attested, withdraw)
+	if !ok {
+		return Proposal{}, false
+	}
+	o.log.Info("observation changed", "broker_id", id, "epoch", epoch, "state", state.Name(), "lease_expired", attested,
+		"withdraw", withdraw, "reason", reason, "committed", committed.GetObservationState().Name(), "unheard_for", v.unheard)
+	return Proposal{Withdraw: withdraw, Observe: &waldenv1.ObserveBroker{
+		ObserverId: o.cfg.NodeID, BrokerId: id, Epoch: epoch, ObservationState: state, Reason: reason,
+		LeaseExpired: attested, ExpectedIndex: committed.GetIndex(), UnheardForMs: v.unheard.Milliseconds(),
+		NeverGranted: attested && o.neverGranted(b, k),
+	}}, true
+}
+
+// followEpoch keeps the probe history and this coordinator's lease grants
+// on b's current epoch: a new epoch starts a new history and forgets the
+// promises of the older ones.
+func (o *Observer) followEpoch(b *waldenv1.Broker, k lease.Key) {
+	newEpoch := o.track(b)
+	if o.cfg.Grantor == nil {
+		return
+	}
+	if ms, ok := o.state.LeaseHorizon(); ok {
+		o.cfg.Grantor.ClusterHorizon(time.Duration(ms) * time.Millisecond)
+	}
+	if newEpoch {
+		if err := o.cfg.Grantor.Retire(k.Broker, k.Epoch); err != nil {
+			o.log.Warn("could not forget the lease promises of an old epoch", "broker_id", k.Broker, "err", err)
 		}
 	}
+	o.cfg.Grantor.Seen(k)
+}
+
+// attestation works out whether this coordinator attests that its grant
+// for k expired (promising so durably before it says so the first time),
+// and whether it withdraws an attestation because the broker renews with it
+// again.
+func (o *Observer) attestation(b *waldenv1.Broker, k lease.Key, committed *waldenv1.Observation, p *waldenv1.Policy, seeded bool) (attested, withdraw bool) {
+	attested = committed.GetLeaseExpired()
+	if o.cfg.Grantor == nil || !seeded {
+		return attested, false
+	}
+	ttl := time.Duration(p.GetLeaseTtlMs()) * time.Millisecond
+	drift := time.Duration(p.GetDriftMarginMs()) * time.Millisecond
+	requested := b.GetFailoverRequested() != nil && b.GetFailoverRequested().GetEpoch() == k.Epoch
+	promised := o.cfg.Grantor.Promised(k)
+	switch {
+	case (attested || promised) && !requested && o.cfg.Grantor.HeardWithin(k, ttl):
+		// The broker renews with this coordinator again: withdraw, and
+		// grant again once the withdrawal is applied.
+		attested, withdraw = false, true
+	case attested || promised:
+		attested = true
+	case o.cfg.Grantor.ShouldAttest(k, ttl, drift, requested):
+		attested = true
+	}
+	if attested && !committed.GetLeaseExpired() {
+		if err := o.cfg.Grantor.Promise(k); err != nil {
+			o.log.Warn("cannot attest the broker's lease expired", "broker_id", k.Broker, "epoch", k.Epoch, "err", err)
+			attested = false
+		}
+	}
+	return attested, withdraw
+}
+
+// settle is the observation state and reason to propose: the view's, or the
+// committed state while the view has nothing to say. ok is false when there
+// is nothing to say at all, or when it is the committed observation already.
+func settle(v judgement, committed *waldenv1.Observation, attested, withdraw bool) (state waldenv1.ObservationState, reason string, ok bool) {
+	state, reason = v.state, v.reason
 	if state == waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED {
 		state = committed.GetObservationState()
 		if state == waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED && !attested {
-			return Proposal{}, false // nothing to say yet
+			return state, reason, false // nothing to say yet
 		}
 		if state == waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED {
 			state, reason = waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "no probe answered yet"
 		}
 	}
 	if committed != nil && state == committed.GetObservationState() && attested == committed.GetLeaseExpired() && !withdraw {
-		return Proposal{}, false
+		return state, reason, false
 	}
-	o.log.Info("observation changed", "broker_id", id, "epoch", epoch, "state", state.Name(), "lease_expired", attested,
-		"withdraw", withdraw, "reason", reason, "committed", committed.GetObservationState().Name(), "unheard_for", unheard)
-	return Proposal{Withdraw: withdraw, Observe: &waldenv1.ObserveBroker{
-		ObserverId: o.cfg.NodeID, BrokerId: id, Epoch: epoch, ObservationState: state, Reason: reason,
-		LeaseExpired: attested, ExpectedIndex: committed.GetIndex(), UnheardForMs: unheard.Milliseconds(),
-		NeverGranted: attested && o.neverGranted(b, k),
-	}}, true
+	return state, reason, true
 }
 
 // neverGranted reports whether this member never granted k a lease: its
@@ -581,11 +611,18 @@ func committedObservation(b *waldenv1.Broker, nodeID string) *waldenv1.Observati
 	return nil
 }
 
-// view folds one probe result into the broker's probe history and returns
-// this coordinator's view and how long it has not heard the broker (no
-// answered probe, no lease renewal). state is unspecified while there is
-// nothing to say yet (no probe answered and none has failed enough).
-func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspectAfter int) (state waldenv1.ObservationState, reason string, unheard time.Duration) {
+// view folds one probe result into the broker's probe history and judges
+// the broker on what this coordinator then knows of it (judge).
+func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspectAfter int) judgement {
+	return judge(o.record(b, probeErr, probed), suspectAfter, o.cfg.ProbeInterval)
+}
+
+// record folds one probe result (probed false: none was made) into the
+// broker's probe history and returns what this coordinator knows of the
+// broker now: the history, the last lease renewal it heard and gossip's
+// verdict. A renewal heard within the last probe interval breaks the run of
+// failed probes: those before it are not consecutive with the ones to come.
+func (o *Observer) record(b *waldenv1.Broker, probeErr error, probed bool) sightings {
 	now := o.cfg.Clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -598,41 +635,127 @@ func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspect
 			ps.lastErr = probeReason(probeErr, o.cfg.ProbeTimeout)
 		}
 	}
-	last := ps.first
-	if ps.ok {
-		last = max(last, ps.lastOK)
-	}
-	renewed := false
+	s := sightings{now: now, first: ps.first}
 	if o.cfg.Grantor != nil {
-		if at, ok := o.cfg.Grantor.Heard(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}); ok {
-			last = max(last, at)
-			renewed = now-at < time.Duration(suspectAfter)*o.cfg.ProbeInterval
-			if now-at < o.cfg.ProbeInterval {
-				// Heard within this round: failed probes before it are
-				// not consecutive with the ones to come.
-				ps.failures, ps.lastErr = 0, ""
-			}
+		s.renewedAt, s.renewalHeard = o.cfg.Grantor.Heard(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()})
+		if s.renewalHeard && now-s.renewedAt < o.cfg.ProbeInterval {
+			ps.failures, ps.lastErr = 0, ""
 		}
 	}
-	unheard = max(now-last, 0)
-	if g, ok := o.gossip[GossipName(b)]; ok && g.at >= ps.lastOK && !renewed {
-		switch g.state {
-		case GossipDead:
-			return waldenv1.ObservationState_OBSERVATION_STATE_DEAD, "gossip: dead", unheard
-		case GossipLeft:
-			return waldenv1.ObservationState_OBSERVATION_STATE_DEAD, reasonLeft, unheard
+	s.probeOK, s.lastOK, s.failures, s.lastErr = ps.ok, ps.lastOK, ps.failures, ps.lastErr
+	s.gossip, s.gossipHeard = o.gossip[GossipName(b)]
+	return s
+}
+
+// sightings is what one coordinator knows of a broker at one moment (times
+// on its boot clock): its probe history at the broker's epoch, the last
+// lease renewal it heard, and gossip's verdict. judge turns it into a view.
+type sightings struct {
+	now time.Duration
+	// first is when this epoch was first observed here.
+	first time.Duration
+	// probeOK: at least one probe answered at this epoch, the last at
+	// lastOK; failures probes failed in a row since, the last with lastErr.
+	probeOK  bool
+	lastOK   time.Duration
+	failures int
+	lastErr  string
+	// renewedAt is when the broker last renewed its lease here
+	// (renewalHeard false: never at this epoch).
+	renewedAt    time.Duration
+	renewalHeard bool
+	// gossip is gossip's last verdict on the broker's agent (gossipHeard
+	// false: none).
+	gossip      gossipVerdict
+	gossipHeard bool
+}
+
+// judgement is one coordinator's view of a broker: its state, the reason in
+// a few words, and how long it has not heard the broker (no answered probe,
+// no lease renewal). state is unspecified while there is nothing to say yet
+// (no probe answered and none has failed enough).
+type judgement struct {
+	state   waldenv1.ObservationState
+	reason  string
+	unheard time.Duration
+}
+
+// judging is what every rule of judge looks at: the sightings, the
+// silence, and whether a renewal heard lately vouches for the broker.
+type judging struct {
+	sightings
+	suspectAfter int
+	// renewed: a lease renewal was heard within suspectAfter probe
+	// intervals.
+	renewed bool
+}
+
+// rule is one input of the judgement: it names the state it sees (ok) or
+// has nothing to say.
+type rule func(j judging) (state waldenv1.ObservationState, reason string, ok bool)
+
+// rules are judge's rules in order of precedence: the first that has
+// something to say gives the view.
+var rules = []rule{byGossip, byFailedProbes, byAnsweredProbe, byRenewals}
+
+// judge is a coordinator's view of a broker from its sightings: the first
+// of rules that has something to say, and the silence since the last
+// contact (an answered probe, a renewal, or the epoch's first sight here).
+// It is pure.
+func judge(s sightings, suspectAfter int, probeInterval time.Duration) judgement {
+	last := s.first
+	if s.probeOK {
+		last = max(last, s.lastOK)
+	}
+	j := judging{sightings: s, suspectAfter: suspectAfter}
+	if s.renewalHeard {
+		last = max(last, s.renewedAt)
+		j.renewed = s.now-s.renewedAt < time.Duration(suspectAfter)*probeInterval
+	}
+	v := judgement{unheard: max(s.now-last, 0)}
+	for _, r := range rules {
+		if state, reason, ok := r(j); ok {
+			v.state, v.reason = state, reason
+			break
 		}
 	}
-	switch {
-	case ps.failures >= suspectAfter && !renewed:
-		return waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, fmt.Sprintf("%d probes failed in a row (%s)", ps.failures, ps.lastErr), unheard
-	case ps.failures == 0 && ps.ok:
-		return waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "probe ok", unheard
-	case renewed:
-		return waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "lease renewals heard", unheard
+	return v
+}
+
+// byGossip: gossip's dead or left verdict, unless a probe answered after it
+// or the broker renews its lease lately.
+func byGossip(j judging) (waldenv1.ObservationState, string, bool) {
+	if !j.gossipHeard || j.gossip.at < j.lastOK || j.renewed {
+		return 0, "", false
 	}
-	// Between 1 and suspectAfter-1 failures: keep the committed view.
-	return waldenv1.ObservationState_OBSERVATION_STATE_UNSPECIFIED, "", unheard
+	switch j.gossip.state {
+	case GossipDead:
+		return waldenv1.ObservationState_OBSERVATION_STATE_DEAD, "gossip: dead", true
+	case GossipLeft:
+		return waldenv1.ObservationState_OBSERVATION_STATE_DEAD, reasonLeft, true
+	}
+	return 0, "", false
+}
+
+// byFailedProbes: suspect after suspectAfter failed probes in a row, unless
+// the broker renews its lease lately.
+func byFailedProbes(j judging) (waldenv1.ObservationState, string, bool) {
+	if j.failures < j.suspectAfter || j.renewed {
+		return 0, "", false
+	}
+	return waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT, fmt.Sprintf("%d probes failed in a row (%s)", j.failures, j.lastErr), true
+}
+
+// byAnsweredProbe: alive when the last probe answered.
+func byAnsweredProbe(j judging) (waldenv1.ObservationState, string, bool) {
+	return waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "probe ok", j.failures == 0 && j.probeOK
+}
+
+// byRenewals: alive while the broker renews its lease lately. Between 1 and
+// suspectAfter-1 failures without it, no rule speaks: the committed view
+// stands.
+func byRenewals(j judging) (waldenv1.ObservationState, string, bool) {
+	return waldenv1.ObservationState_OBSERVATION_STATE_ALIVE, "lease renewals heard", j.renewed
 }
 
 // suspectAfter is the number of consecutive failed probes, with no renewal
