@@ -368,51 +368,131 @@ func (builtinTarget) Recover(ctx context.Context, r *Run) (waldenv1.JobStep, err
 	return r.a.builtin(ctx)
 }
 
-// builtin runs the builtin target.
+// builtin runs the builtin target: the job as committed (surveyed first
+// when it restores a cluster), then either nothing to read (withoutWAL) or
+// attach → read → upload → commit → close → detach → finish.
 func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
-	j, err := a.job()
+	j, step, err := a.builtinJob(ctx)
 	if err != nil {
-		return waldenv1.JobStep_JOB_STEP_ATTACH, err
+		return step, err
 	}
-	if j.GetRestore() {
-		if step, err := a.survey(ctx, j); err != nil {
-			return step, err
-		}
-		if j, err = a.job(); err != nil {
-			return waldenv1.JobStep_JOB_STEP_READ, err
-		}
-	}
-	if j.GetWalLost() {
-		return a.withoutWAL(ctx, j, "the WAL was declared lost by an operator ("+j.GetResolution()+"): nothing read")
-	}
-	if j.GetAcknowledgedNothing() {
-		if !a.reported {
-			a.reported = true
-			a.event(ctx, j, fmt.Sprintf("no WAL read: a majority of the voters never granted the failed epoch a lease, so broker %s acknowledged "+
-				"nothing under it, and its earlier epochs were recovered before it registered; its streams are closed at the catalog's ends", j.GetBrokerId()))
-		}
-		return a.withoutWAL(ctx, j, "the failed epoch was never granted a lease by a majority: it acknowledged nothing; nothing read")
+	if note, ok := a.nothingToRead(ctx, j); ok {
+		return a.withoutWAL(ctx, j, note)
 	}
 	path, err := a.attach(ctx)
 	if err != nil {
 		return waldenv1.JobStep_JOB_STEP_ATTACH, err
 	}
+	r, err := a.readStep(ctx, j, path)
+	if err != nil {
+		return waldenv1.JobStep_JOB_STEP_READ, err
+	}
+	objs, err := a.upload(ctx, j, path, r.streams, r.plan)
+	if err != nil {
+		return waldenv1.JobStep_JOB_STEP_UPLOAD, err
+	}
+	if err := a.commitObjects(ctx, j, objs); err != nil {
+		return waldenv1.JobStep_JOB_STEP_COMMIT, err
+	}
+	if err := a.closeStreams(ctx, j, r.total); err != nil {
+		return waldenv1.JobStep_JOB_STEP_CLOSE, err
+	}
+	if err := a.detach(ctx); err != nil {
+		return waldenv1.JobStep_JOB_STEP_DETACH, err
+	}
+	a.cleanup(ctx, j)
+	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, r.plan.recovered)
+}
 
-	// read: the opening streams as committed now, then the WAL.
+// builtinJob is the job as committed; a job that restores a cluster is
+// surveyed first, and read again after it.
+func (a *attempt) builtinJob(ctx context.Context) (*waldenv1.Job, waldenv1.JobStep, error) {
+	j, err := a.job()
+	if err != nil {
+		return nil, waldenv1.JobStep_JOB_STEP_ATTACH, err
+	}
+	if !j.GetRestore() {
+		return j, 0, nil
+	}
+	if step, err := a.survey(ctx, j); err != nil {
+		return nil, step, err
+	}
+	if j, err = a.job(); err != nil {
+		return nil, waldenv1.JobStep_JOB_STEP_READ, err
+	}
+	return j, 0, nil
+}
+
+// nothingToRead reports whether the job reads no WAL, and the note that
+// says why: an operator declared the WAL lost, or the failed epoch
+// acknowledged nothing (recorded in an event once).
+func (a *attempt) nothingToRead(ctx context.Context, j *waldenv1.Job) (string, bool) {
+	switch {
+	case j.GetWalLost():
+		return "the WAL was declared lost by an operator (" + j.GetResolution() + "): nothing read", true
+	case j.GetAcknowledgedNothing():
+		if !a.reported {
+			a.reported = true
+			a.event(ctx, j, fmt.Sprintf("no WAL read: a majority of the voters never granted the failed epoch a lease, so broker %s acknowledged "+
+				"nothing under it, and its earlier epochs were recovered before it registered; its streams are closed at the catalog's ends", j.GetBrokerId()))
+		}
+		return "the failed epoch was never granted a lease by a majority: it acknowledged nothing; nothing read", true
+	}
+	return "", false
+}
+
+// readResult is what the read step found: the opening streams as committed
+// at its start, the broker's total of streams (after a partial close by an
+// earlier run fewer are open) and the plan of the objects to upload.
+type readResult struct {
+	streams []*waldenv1.Stream
+	total   int
+	plan    *plan
+}
+
+// readStep reads the opening streams as committed now, then the WAL at
+// path, checks that every record it drops as already in S3 is backed by an
+// object, and checkpoints the read step (failing the job when acknowledged
+// records are missing).
+func (a *attempt) readStep(ctx context.Context, j *waldenv1.Job, path string) (readResult, error) {
 	if err := a.e.cluster.LinearizableRead(ctx); err != nil {
-		return waldenv1.JobStep_JOB_STEP_READ, fmt.Errorf("recovery: read barrier: %w", err)
+		return readResult{}, fmt.Errorf("recovery: read barrier: %w", err)
 	}
 	streams := a.e.state.OpeningStreams(j.GetBrokerId())
-	// After a partial close by an earlier run fewer streams are open: the
-	// total stays the broker's.
 	total := max(len(streams), int(j.GetStreamsTotal()))
 	started := time.Now()
 	p, err := a.readPlan(path, streams, tailEpochs(j))
 	if err != nil {
-		return waldenv1.JobStep_JOB_STEP_READ, err
+		return readResult{}, err
 	}
+	detail := readDetail(p, len(streams))
+	// The WAL's records below a stream's end offset are dropped as already
+	// in S3: the objects that hold them must exist, or the job would
+	// succeed without acknowledged records.
+	missing, err := a.checkBacked(ctx, streams, p.below)
+	if err != nil {
+		return readResult{}, err
+	}
+	if len(missing) > 0 {
+		return readResult{}, a.failMissing(ctx, j, path, p, detail, total, missing)
+	}
+	if !a.reported && (p.skipped > 0 || len(p.gaps) > 0) {
+		a.reported = true
+		a.event(ctx, j, "read "+path+": "+detail+gapText(p.gaps))
+	}
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, StepDone: true, Detail: detail,
+		BytesTotal: uint64(p.bytes), SkippedBytes: uint64(p.skipped), Gaps: p.gaps, StreamsTotal: uint32(total),
+		RecoveredWalOffset: p.recovered}); err != nil {
+		return readResult{}, err
+	}
+	a.log.Info("step done", "step", waldenv1.JobStep_JOB_STEP_READ.Name(), "detail", detail, "elapsed", time.Since(started))
+	return readResult{streams: streams, total: total, plan: p}, nil
+}
+
+// readDetail says what the read step found, for its checkpoint.
+func readDetail(p *plan, opening int) string {
 	detail := fmt.Sprintf("%s of %s to upload in %s (%d bytes); %s",
-		plural(int64(p.records), "record", "records"), plural(int64(len(streams)), "opening stream", "opening streams"),
+		plural(int64(p.records), "record", "records"), plural(int64(opening), "opening stream", "opening streams"),
 		plural(int64(len(p.objects)), "object", "objects"), p.bytes, p.endText)
 	if p.skipped > 0 {
 		detail += fmt.Sprintf("; skipped %d bytes of damaged records", p.skipped)
@@ -423,46 +503,31 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 	if len(p.gaps) > 0 {
 		detail += fmt.Sprintf("; %s stopped at a gap", plural(int64(len(p.gaps)), "stream", "streams"))
 	}
-	// The WAL's records below a stream's end offset are dropped as already
-	// in S3: the objects that hold them must exist, or the job would
-	// succeed without acknowledged records.
-	missing, err := a.checkBacked(ctx, streams, p.below)
-	if err != nil {
-		return waldenv1.JobStep_JOB_STEP_READ, err
-	}
-	if len(missing) > 0 {
-		msg := fmt.Sprintf("acknowledged records are missing: the WAL holds records of committed ranges that no object backs: %s", unbackedText(missing))
-		gaps := append([]string(nil), p.gaps...)
-		for _, m := range missing {
-			gaps = append(gaps, m.String())
-		}
-		a.event(ctx, j, "read "+path+": "+msg)
-		if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, Detail: detail, BytesTotal: uint64(p.bytes),
-			SkippedBytes: uint64(p.skipped), Gaps: gaps, StreamsTotal: uint32(total), Error: msg}); err != nil {
-			return waldenv1.JobStep_JOB_STEP_READ, err
-		}
-		if err := a.fail(ctx, msg); err != nil {
-			return waldenv1.JobStep_JOB_STEP_READ, err
-		}
-		return waldenv1.JobStep_JOB_STEP_READ, fmt.Errorf("recovery: job %s failed: %w: %s", a.jobID, ErrRecordsMissing, unbackedText(missing))
-	}
-	if !a.reported && (p.skipped > 0 || len(p.gaps) > 0) {
-		a.reported = true
-		a.event(ctx, j, "read "+path+": "+detail+gapText(p.gaps))
-	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, StepDone: true, Detail: detail,
-		BytesTotal: uint64(p.bytes), SkippedBytes: uint64(p.skipped), Gaps: p.gaps, StreamsTotal: uint32(total),
-		RecoveredWalOffset: p.recovered}); err != nil {
-		return waldenv1.JobStep_JOB_STEP_READ, err
-	}
-	a.log.Info("step done", "step", waldenv1.JobStep_JOB_STEP_READ.Name(), "detail", detail, "elapsed", time.Since(started))
+	return detail
+}
 
-	// upload
-	objs, err := a.upload(ctx, j, path, streams, p)
-	if err != nil {
-		return waldenv1.JobStep_JOB_STEP_UPLOAD, err
+// failMissing records that acknowledged records are missing (committed
+// ranges of the WAL that no object backs) and fails the job.
+func (a *attempt) failMissing(ctx context.Context, j *waldenv1.Job, path string, p *plan, detail string, total int, missing []unbacked) error {
+	msg := fmt.Sprintf("acknowledged records are missing: the WAL holds records of committed ranges that no object backs: %s", unbackedText(missing))
+	gaps := append([]string(nil), p.gaps...)
+	for _, m := range missing {
+		gaps = append(gaps, m.String())
 	}
-	// commit, in WAL order: every range starts at its stream's end offset.
+	a.event(ctx, j, "read "+path+": "+msg)
+	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, Detail: detail, BytesTotal: uint64(p.bytes),
+		SkippedBytes: uint64(p.skipped), Gaps: gaps, StreamsTotal: uint32(total), Error: msg}); err != nil {
+		return err
+	}
+	if err := a.fail(ctx, msg); err != nil {
+		return err
+	}
+	return fmt.Errorf("recovery: job %s failed: %w: %s", a.jobID, ErrRecordsMissing, unbackedText(missing))
+}
+
+// commitObjects commits the uploaded objects in WAL order (every range
+// starts at its stream's end offset) and checkpoints the commit step.
+func (a *attempt) commitObjects(ctx context.Context, j *waldenv1.Job, objs []*built) error {
 	records := 0
 	for _, o := range objs {
 		res, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_CommitObject{CommitObject: &waldenv1.CommitObjectRequest{
@@ -472,23 +537,13 @@ func (a *attempt) builtin(ctx context.Context) (waldenv1.JobStep, error) {
 			Producers: o.producers,
 		}}})
 		if err != nil {
-			return waldenv1.JobStep_JOB_STEP_COMMIT, fmt.Errorf("recovery: commit %s: %w", o.id, err)
+			return fmt.Errorf("recovery: commit %s: %w", o.id, err)
 		}
 		records += o.batch
 		a.log.Debug("object committed", "object_id", o.id, "redundant", res.GetCommitObject().GetRedundant())
 	}
-	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_COMMIT, StepDone: true, RecordsUploaded: uint64(records),
-		Detail: fmt.Sprintf("committed %s (%s)", plural(int64(len(objs)), "object", "objects"), plural(int64(records), "record batch", "record batches"))}); err != nil {
-		return waldenv1.JobStep_JOB_STEP_COMMIT, err
-	}
-	if err := a.closeStreams(ctx, j, total); err != nil {
-		return waldenv1.JobStep_JOB_STEP_CLOSE, err
-	}
-	if err := a.detach(ctx); err != nil {
-		return waldenv1.JobStep_JOB_STEP_DETACH, err
-	}
-	a.cleanup(ctx, j)
-	return waldenv1.JobStep_JOB_STEP_DONE, a.finish(ctx, p.recovered)
+	return a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_COMMIT, StepDone: true, RecordsUploaded: uint64(records),
+		Detail: fmt.Sprintf("committed %s (%s)", plural(int64(len(objs)), "object", "objects"), plural(int64(records), "record batch", "record batches"))})
 }
 
 // withoutWAL finishes a job whose WAL is not read: an operator resolved it

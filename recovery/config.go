@@ -177,11 +177,29 @@ func (e *ConfigError) Error() string {
 // Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
-// Validate checks the config and names the first offending key.
+// Validate checks the config and names the first offending key: the
+// plugins, the job lease, the transfer sizes and the memory they hold, the
+// AWS settings, the retries, AutoMQ's settings, and blocked_after.
 func (c Config) Validate() error {
-	bad := func(key, format string, args ...any) error {
-		return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	for _, check := range []func() error{
+		c.validatePlugins, c.validateJobLease, c.validateTransfer, c.validateMemory, c.validateAWS,
+		c.validateRetries, c.validateAutoMQ, c.validateBlockedAfter,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// bad is the ConfigError of key.
+func bad(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
+}
+
+// validatePlugins checks action, attach, fence and the exec plugin they may
+// need.
+func (c Config) validatePlugins() error {
 	if !validAction(c.Action) {
 		return bad("action", "%q is not builtin, exec or automq", c.Action)
 	}
@@ -201,9 +219,18 @@ func (c Config) Validate() error {
 	if c.Exec.Timeout <= 0 {
 		return bad("exec.timeout", "must be positive")
 	}
+	return nil
+}
+
+func (c Config) validateJobLease() error {
 	if c.JobLease < 300*time.Millisecond {
 		return bad("job_lease", "%s is below the minimum of 300ms", c.JobLease)
 	}
+	return nil
+}
+
+// validateTransfer checks the sizes and concurrency of the upload.
+func (c Config) validateTransfer() error {
 	if c.UploadConcurrency < 1 || c.UploadConcurrency > 256 {
 		return bad("upload_concurrency", "%d: want 1..256", c.UploadConcurrency)
 	}
@@ -216,49 +243,76 @@ func (c Config) Validate() error {
 	if c.UploadObjects < 1 || c.UploadObjects > 16 {
 		return bad("upload_objects", "%d: want 1..16", c.UploadObjects)
 	}
-	if m := c.MemoryBound(); m > MaxMemoryBound {
-		key := "upload_objects"
-		if c.UploadObjects == 1 {
-			key = "object_size"
-			if c.TransferMemory() > c.ObjectMemory() {
-				key = "part_size"
-			}
-		}
-		return bad(key, "a recovery would hold up to %d MiB (object_size × (upload_objects + 2) + upload_objects × (upload_concurrency + 2) × part_size = %d × %d + %d × %d × %d), above the limit of %d MiB: lower object_size, upload_objects, upload_concurrency or part_size",
-			m>>20, c.ObjectSize, c.UploadObjects+2, c.UploadObjects, c.UploadConcurrency+2, c.PartSize, MaxMemoryBound>>20)
+	return nil
+}
+
+// validateMemory checks MemoryBound against MaxMemoryBound, naming the key
+// that weighs most.
+func (c Config) validateMemory() error {
+	m := c.MemoryBound()
+	if m <= MaxMemoryBound {
+		return nil
 	}
+	key := "upload_objects"
+	if c.UploadObjects == 1 {
+		key = "object_size"
+		if c.TransferMemory() > c.ObjectMemory() {
+			key = "part_size"
+		}
+	}
+	return bad(key, "a recovery would hold up to %d MiB (object_size × (upload_objects + 2) + upload_objects × (upload_concurrency + 2) × part_size = %d × %d + %d × %d × %d), above the limit of %d MiB: lower object_size, upload_objects, upload_concurrency or part_size",
+		m>>20, c.ObjectSize, c.UploadObjects+2, c.UploadObjects, c.UploadConcurrency+2, c.PartSize, MaxMemoryBound>>20)
+}
+
+// validateAWS checks the settings attach ebs and fence aws-ec2-stop need.
+func (c Config) validateAWS() error {
 	if c.Attach == AttachEBS && c.EBS.InstanceID == "" {
 		return bad("ebs.instance_id", "required by attach ebs")
 	}
 	if c.Fence == FenceAWSEC2Stop && c.FenceInstanceID == "" {
 		return bad("fence_instance_id", "required by fence aws-ec2-stop")
 	}
-	if c.Attach == AttachEBS || c.Fence == FenceAWSEC2Stop {
-		if c.EBS.Region == "" {
-			return bad("ebs.region", "required")
-		}
-		if (c.EBS.AccessKeyID == "") != (c.EBS.SecretAccessKey == "") {
-			return bad("ebs.access_key_id", "set both access_key_id and secret_access_key, or neither")
-		}
-		if c.EBS.PollInterval <= 0 {
-			return bad("ebs.poll_interval", "must be positive")
-		}
-		if c.EBS.AttachTimeout <= 0 {
-			return bad("ebs.attach_timeout", "must be positive")
-		}
+	if c.Attach != AttachEBS && c.Fence != FenceAWSEC2Stop {
+		return nil
 	}
+	switch {
+	case c.EBS.Region == "":
+		return bad("ebs.region", "required")
+	case (c.EBS.AccessKeyID == "") != (c.EBS.SecretAccessKey == ""):
+		return bad("ebs.access_key_id", "set both access_key_id and secret_access_key, or neither")
+	case c.EBS.PollInterval <= 0:
+		return bad("ebs.poll_interval", "must be positive")
+	case c.EBS.AttachTimeout <= 0:
+		return bad("ebs.attach_timeout", "must be positive")
+	}
+	return nil
+}
+
+func (c Config) validateRetries() error {
 	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
 		return bad("retry_min", "want 0 < retry_min <= retry_max (%s, %s)", c.RetryMin, c.RetryMax)
 	}
-	if c.Action == ActionAutoMQ {
-		if err := c.AutoMQ.Validate(); err != nil {
-			var fe *failover.ConfigError
-			if errors.As(err, &fe) {
-				return bad("automq."+fe.Key, "%s", fe.Reason)
-			}
-			return bad("automq", "%v", err)
-		}
+	return nil
+}
+
+// validateAutoMQ checks AutoMQ's settings when the action is automq, under
+// the key automq.<key>.
+func (c Config) validateAutoMQ() error {
+	if c.Action != ActionAutoMQ {
+		return nil
 	}
+	err := c.AutoMQ.Validate()
+	if err == nil {
+		return nil
+	}
+	var fe *failover.ConfigError
+	if errors.As(err, &fe) {
+		return bad("automq."+fe.Key, "%s", fe.Reason)
+	}
+	return bad("automq", "%v", err)
+}
+
+func (c Config) validateBlockedAfter() error {
 	if c.BlockedAfter < c.RetryMax {
 		return bad("blocked_after", "%s is shorter than retry_max (%s): a failing step would block before its first retry; "+
 			"set it to at least retry_max (default 10m)", c.BlockedAfter, c.RetryMax)

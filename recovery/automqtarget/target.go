@@ -125,57 +125,17 @@ func (t *target) Recover(ctx context.Context, r *recovery.Run) (waldenv1.JobStep
 	prog := r.Progress(ctx, waldenv1.JobStep_JOB_STEP_UPLOAD, 0, func(err error) { cancel(err) })
 	defer prog.Stop()
 
-	step := waldenv1.JobStep_JOB_STEP_READ
 	prior := reportFromProto(j.GetTargetReport())
-	counted := committedObjects(prior)
-	countedRecords := prior.Records
-	observe := func(ev failover.Event) error {
-		if _, err := r.Job(); err != nil {
-			return err // stale: stop
-		}
-		step = jobStep[ev.Step]
-		if !ev.Done && ev.Step != failover.StepReset {
-			return nil
-		}
-		cp := checkpoint(step, ev.Report)
-		cp.Detail = ev.Detail
-		cp.StepDone = stepDone[ev.Step]
-		if err := r.Checkpoint(ctx, cp); err != nil {
-			return err
-		}
-		if ev.Step == failover.StepCommit {
-			kinds := map[string]int{}
-			for id, kind := range committedObjects(ev.Report) {
-				if _, ok := counted[id]; !ok {
-					counted[id] = kind
-					kinds[kind]++
-				}
-			}
-			for kind, n := range kinds {
-				r.Metrics().TargetCommitted(Name, kind, n, 0)
-			}
-			r.Metrics().TargetCommitted(Name, "", 0, ev.Report.Records-countedRecords)
-			countedRecords = ev.Report.Records
-		}
-		return nil
-	}
-	f, err := failover.New(t.cfg, t.ctl, t.store, failover.Options{Logger: r.Logger(), Observe: observe,
+	w := newWatch(ctx, r, prior)
+	f, err := failover.New(t.cfg, t.ctl, t.store, failover.Options{Logger: r.Logger(), Observe: w.observe,
 		Uploaded: func(done, total int64) { prog.SetTotal(uint64(total)); prog.Set(uint64(done)) }})
 	if err != nil {
-		return step, err
+		return w.step, err
 	}
 	rep, err := f.Run(ctx, failover.Request{WALPath: path, NodeID: node.GetNodeId(), Prior: prior})
 	prog.Stop()
 	if rep != nil {
-		if t.ownStore {
-			r.Metrics().Uploaded(rep.BytesUploaded - prior.BytesUploaded)
-		}
-		if n := rep.StreamsClosed() - prior.StreamsClosed(); n > 0 {
-			r.Metrics().TargetStreamsClosed(Name, n)
-		}
-		// The report as it ended, whatever happened: what `waldenctl job`
-		// shows.
-		if cerr := r.Checkpoint(context.WithoutCancel(ctx), checkpoint(step, rep)); cerr != nil && err == nil {
+		if cerr := t.ended(ctx, r, prior, rep, w.step); cerr != nil && err == nil {
 			err = cerr
 		}
 	}
@@ -183,12 +143,79 @@ func (t *target) Recover(ctx context.Context, r *recovery.Run) (waldenv1.JobStep
 		if cause := context.Cause(ctx); cause != nil && errors.Is(cause, recovery.ErrStale) {
 			err = cause
 		}
-		return step, err
+		return w.step, err
 	}
 	if err := r.Detach(ctx); err != nil {
 		return waldenv1.JobStep_JOB_STEP_DETACH, err
 	}
 	return waldenv1.JobStep_JOB_STEP_DONE, r.Finish(ctx, -1)
+}
+
+// ended counts what the failover's run did beyond the prior report and
+// checkpoints the report as it ended, whatever happened: what `waldenctl
+// job` shows.
+func (t *target) ended(ctx context.Context, r *recovery.Run, prior, rep *failover.Report, step waldenv1.JobStep) error {
+	if t.ownStore {
+		r.Metrics().Uploaded(rep.BytesUploaded - prior.BytesUploaded)
+	}
+	if n := rep.StreamsClosed() - prior.StreamsClosed(); n > 0 {
+		r.Metrics().TargetStreamsClosed(Name, n)
+	}
+	return r.Checkpoint(context.WithoutCancel(ctx), checkpoint(step, rep))
+}
+
+// watch follows a failover's events: it checkpoints the job at each step
+// done (and at a reset) and counts the objects and records committed
+// beyond those of the prior report.
+type watch struct {
+	ctx context.Context
+	r   *recovery.Run
+	// step is the job step the failover is at.
+	step           waldenv1.JobStep
+	counted        map[int64]string
+	countedRecords int64
+}
+
+func newWatch(ctx context.Context, r *recovery.Run, prior *failover.Report) *watch {
+	return &watch{ctx: ctx, r: r, step: waldenv1.JobStep_JOB_STEP_READ, counted: committedObjects(prior), countedRecords: prior.Records}
+}
+
+// observe is the failover's Observe: an error stops it (a stale job).
+func (w *watch) observe(ev failover.Event) error {
+	if _, err := w.r.Job(); err != nil {
+		return err // stale: stop
+	}
+	w.step = jobStep[ev.Step]
+	if !ev.Done && ev.Step != failover.StepReset {
+		return nil
+	}
+	cp := checkpoint(w.step, ev.Report)
+	cp.Detail = ev.Detail
+	cp.StepDone = stepDone[ev.Step]
+	if err := w.r.Checkpoint(w.ctx, cp); err != nil {
+		return err
+	}
+	if ev.Step == failover.StepCommit {
+		w.countCommitted(ev.Report)
+	}
+	return nil
+}
+
+// countCommitted counts the objects (by kind) and records rep committed
+// that were not counted yet.
+func (w *watch) countCommitted(rep *failover.Report) {
+	kinds := map[string]int{}
+	for id, kind := range committedObjects(rep) {
+		if _, ok := w.counted[id]; !ok {
+			w.counted[id] = kind
+			kinds[kind]++
+		}
+	}
+	for kind, n := range kinds {
+		w.r.Metrics().TargetCommitted(Name, kind, n, 0)
+	}
+	w.r.Metrics().TargetCommitted(Name, "", 0, rep.Records-w.countedRecords)
+	w.countedRecords = rep.Records
 }
 
 // committedObjects are the report's committed objects: id → kind.
