@@ -170,24 +170,8 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	if err := currentAttempt("checkpoint job", j, op.GetAttempt()); err != nil {
 		return nil, err
 	}
-	step := op.GetJobStep()
-	if step != waldenv1.JobStep_JOB_STEP_UNSPECIFIED && !knownStep(step) {
-		return nil, invalid("checkpoint job %s: step %q is not one of %v", j.GetJobId(), step.Name(), waldenv1.Names[waldenv1.JobStep]())
-	}
-	if op.GetStepDone() && step == waldenv1.JobStep_JOB_STEP_UNSPECIFIED {
-		return nil, invalid("checkpoint job %s: step_done without step", j.GetJobId())
-	}
-	if sv := op.GetSurvey(); sv != nil {
-		if !j.GetRestore() {
-			return nil, invalid("checkpoint job %s: survey: only a restore job surveys its WAL", j.GetJobId())
-		}
-		if err := checkSurvey(j.GetJobId(), sv); err != nil {
-			return nil, err
-		}
-	}
-	if r := op.GetTargetReport(); r != nil && (len(r.GetStreams()) > MaxTargetReportItems || len(r.GetObjects()) > MaxTargetReportItems) {
-		return nil, invalid("checkpoint job %s: target_report: %d streams and %d objects, more than %d", j.GetJobId(),
-			len(r.GetStreams()), len(r.GetObjects()), MaxTargetReportItems)
+	if err := checkCheckpoint(j, op); err != nil {
+		return nil, err
 	}
 	if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING {
 		// The attempt started with a checkpoint, before any lease renewal.
@@ -195,6 +179,40 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 		s.touchBroker(j)
 		s.jobEvent(index, j.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
 	}
+	s.recordCheckpoint(index, j, op)
+	return jobResult(j), nil
+}
+
+// checkCheckpoint checks a checkpoint of j: a known step, step_done with a
+// step, a survey only of a restore job, a bounded target report.
+func checkCheckpoint(j *waldenv1.Job, op *waldenv1.CheckpointJob) error {
+	step := op.GetJobStep()
+	if step != waldenv1.JobStep_JOB_STEP_UNSPECIFIED && !knownStep(step) {
+		return invalid("checkpoint job %s: step %q is not one of %v", j.GetJobId(), step.Name(), waldenv1.Names[waldenv1.JobStep]())
+	}
+	if op.GetStepDone() && step == waldenv1.JobStep_JOB_STEP_UNSPECIFIED {
+		return invalid("checkpoint job %s: step_done without step", j.GetJobId())
+	}
+	if sv := op.GetSurvey(); sv != nil {
+		if !j.GetRestore() {
+			return invalid("checkpoint job %s: survey: only a restore job surveys its WAL", j.GetJobId())
+		}
+		if err := checkSurvey(j.GetJobId(), sv); err != nil {
+			return err
+		}
+	}
+	if r := op.GetTargetReport(); r != nil && (len(r.GetStreams()) > MaxTargetReportItems || len(r.GetObjects()) > MaxTargetReportItems) {
+		return invalid("checkpoint job %s: target_report: %d streams and %d objects, more than %d", j.GetJobId(),
+			len(r.GetStreams()), len(r.GetObjects()), MaxTargetReportItems)
+	}
+	return nil
+}
+
+// recordCheckpoint records a checked checkpoint in j: its step, its
+// non-zero counters, gaps, report and error, its survey, and a Checkpoint
+// with the move to the next step when the step is done.
+func (s *State) recordCheckpoint(index uint64, j *waldenv1.Job, op *waldenv1.CheckpointJob) {
+	step := op.GetJobStep()
 	if step != waldenv1.JobStep_JOB_STEP_UNSPECIFIED {
 		j.JobStep = step
 	}
@@ -225,7 +243,6 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 			j.JobStep = step + 1
 		}
 	}
-	return jobResult(j), nil
 }
 
 // MaxTargetReportItems bounds the streams and the objects of a job's

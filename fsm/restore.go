@@ -295,18 +295,34 @@ func (s *State) applyReconcileObjects(index, term uint64, op *waldenv1.Reconcile
 	if err := s.checkReconcileEntry("reconcile objects", term, op.GetTerm(), waldenv1.RestorePhase_RESTORE_PHASE_PLAN); err != nil {
 		return nil, err
 	}
-	bump := s.restore.GetEpochBump()
-	type cursor struct {
-		end, floor uint64
-		known      bool
+	take, err := s.checkReconciledObjects(op.GetObjects())
+	if err != nil {
+		return nil, err
 	}
-	cur := map[uint64]*cursor{}
-	at := func(id uint64) *cursor {
+	for _, ro := range take {
+		s.commitReconciled(index, ro)
+	}
+	return &waldenv1.Result{}, nil
+}
+
+// reconcileCursor is where a stream stands while the objects of one entry
+// are checked: its end offset and epoch floor, as the objects before left
+// them.
+type reconcileCursor struct {
+	end, floor uint64
+}
+
+// checkReconciledObjects checks the objects of a ReconcileObjects entry in
+// order, each against the streams as the ones before it leave them, and
+// returns those to commit (the ids not committed yet). It changes nothing.
+func (s *State) checkReconciledObjects(objs []*waldenv1.ReconciledObject) ([]*waldenv1.ReconciledObject, error) {
+	cur := map[uint64]*reconcileCursor{}
+	at := func(id uint64) *reconcileCursor {
 		c := cur[id]
 		if c == nil {
-			c = &cursor{}
+			c = &reconcileCursor{}
 			if st := s.streams[id]; st != nil {
-				c.end, c.floor, c.known = st.GetEndOffset(), s.epochFloorLocked(st), true
+				c.end, c.floor = st.GetEndOffset(), s.epochFloorLocked(st)
 			}
 			cur[id] = c
 		}
@@ -314,7 +330,7 @@ func (s *State) applyReconcileObjects(index, term uint64, op *waldenv1.Reconcile
 	}
 	seenID := map[string]bool{}
 	var take []*waldenv1.ReconciledObject
-	for i, ro := range op.GetObjects() {
+	for i, ro := range objs {
 		obj := ro.GetObject()
 		id := obj.GetObjectId()
 		switch {
@@ -331,27 +347,7 @@ func (s *State) applyReconcileObjects(index, term uint64, op *waldenv1.Reconcile
 		if _, ok := s.objects[id]; ok {
 			continue
 		}
-		if fe := CheckObject(obj); fe != nil {
-			return nil, invalid("reconcile objects: object %s: %s", id, fe)
-		}
-		seen := map[uint64]bool{}
-		for k, r := range obj.GetRanges() {
-			if seen[r.GetStreamId()] {
-				return nil, invalid("reconcile objects: object %s: ranges[%d]: stream %d twice", id, k, r.GetStreamId())
-			}
-			seen[r.GetStreamId()] = true
-			c := at(r.GetStreamId())
-			if r.GetStreamEpoch() < c.floor {
-				return nil, fmt.Errorf("reconcile objects: object %s: stream %d epoch %d is below %d, the stream's epoch at the backup or "+
-					"of the range reconciled before: %w", id, r.GetStreamId(), r.GetStreamEpoch(), c.floor, refusal.ErrEpochExpired)
-			}
-			if r.GetStartOffset() != c.end {
-				return nil, refusal.WithMetadata(fmt.Errorf("reconcile objects: object %s: stream %d range starts at %d, end offset is %d: %w",
-					id, r.GetStreamId(), r.GetStartOffset(), c.end, refusal.ErrOffsetMismatch),
-					map[string]string{"stream_id": fmt.Sprint(r.GetStreamId()), "end_offset": fmt.Sprint(c.end)})
-			}
-		}
-		if err := checkProducers(obj, ro.GetProducers(), ChecksBounded); err != nil {
+		if err := checkReconciledObject(ro, at); err != nil {
 			return nil, err
 		}
 		for _, r := range obj.GetRanges() {
@@ -360,31 +356,65 @@ func (s *State) applyReconcileObjects(index, term uint64, op *waldenv1.Reconcile
 		}
 		take = append(take, ro)
 	}
-	for _, ro := range take {
-		o := clone(ro.GetObject())
-		o.Reconciled = true
-		o.Failover = false
-		o.JobId = ""
-		o.CommittedIndex = index
-		o.CommittedUnixMs = s.now()
-		for _, r := range o.GetRanges() {
-			st := s.streams[r.GetStreamId()]
-			if st == nil {
-				st = &waldenv1.Stream{StreamId: r.GetStreamId(), State: StreamClosed}
-				s.streams[st.GetStreamId()] = st
-			}
-			st.EndOffset = r.GetEndOffset()
-			st.Epoch = max(st.GetEpoch(), r.GetStreamEpoch()+bump)
-			st.Objects++
-			st.UpdatedUnixMs = s.now()
-			s.streamObjects[st.GetStreamId()] = append(s.streamObjects[st.GetStreamId()], o.GetObjectId())
+	return take, nil
+}
+
+// checkReconciledObject checks one object not committed yet: its ranges,
+// each starting at its stream's end (at) at an epoch not below the
+// stream's floor, and its producers.
+func checkReconciledObject(ro *waldenv1.ReconciledObject, at func(uint64) *reconcileCursor) error {
+	obj := ro.GetObject()
+	id := obj.GetObjectId()
+	if fe := CheckObject(obj); fe != nil {
+		return invalid("reconcile objects: object %s: %s", id, fe)
+	}
+	seen := map[uint64]bool{}
+	for k, r := range obj.GetRanges() {
+		if seen[r.GetStreamId()] {
+			return invalid("reconcile objects: object %s: ranges[%d]: stream %d twice", id, k, r.GetStreamId())
 		}
-		s.objects[o.GetObjectId()] = o
-		for _, sp := range ro.GetProducers() {
-			s.producerTable(sp.GetStreamId()).Merge(sp.GetProducers())
+		seen[r.GetStreamId()] = true
+		c := at(r.GetStreamId())
+		if r.GetStreamEpoch() < c.floor {
+			return fmt.Errorf("reconcile objects: object %s: stream %d epoch %d is below %d, the stream's epoch at the backup or "+
+				"of the range reconciled before: %w", id, r.GetStreamId(), r.GetStreamEpoch(), c.floor, refusal.ErrEpochExpired)
+		}
+		if r.GetStartOffset() != c.end {
+			return refusal.WithMetadata(fmt.Errorf("reconcile objects: object %s: stream %d range starts at %d, end offset is %d: %w",
+				id, r.GetStreamId(), r.GetStartOffset(), c.end, refusal.ErrOffsetMismatch),
+				map[string]string{"stream_id": fmt.Sprint(r.GetStreamId()), "end_offset": fmt.Sprint(c.end)})
 		}
 	}
-	return &waldenv1.Result{}, nil
+	return checkProducers(obj, ro.GetProducers(), ChecksBounded)
+}
+
+// commitReconciled commits a checked object again, reconciled: its streams
+// (created closed when the catalog does not know them) end where its ranges
+// end, at a stream epoch past each range's by the restore's epoch bump.
+func (s *State) commitReconciled(index uint64, ro *waldenv1.ReconciledObject) {
+	bump := s.restore.GetEpochBump()
+	o := clone(ro.GetObject())
+	o.Reconciled = true
+	o.Failover = false
+	o.JobId = ""
+	o.CommittedIndex = index
+	o.CommittedUnixMs = s.now()
+	for _, r := range o.GetRanges() {
+		st := s.streams[r.GetStreamId()]
+		if st == nil {
+			st = &waldenv1.Stream{StreamId: r.GetStreamId(), State: StreamClosed}
+			s.streams[st.GetStreamId()] = st
+		}
+		st.EndOffset = r.GetEndOffset()
+		st.Epoch = max(st.GetEpoch(), r.GetStreamEpoch()+bump)
+		st.Objects++
+		st.UpdatedUnixMs = s.now()
+		s.streamObjects[st.GetStreamId()] = append(s.streamObjects[st.GetStreamId()], o.GetObjectId())
+	}
+	s.objects[o.GetObjectId()] = o
+	for _, sp := range ro.GetProducers() {
+		s.producerTable(sp.GetStreamId()).Merge(sp.GetProducers())
+	}
 }
 
 // applyReconcilePlan ends the plan: each stream whose records beyond its
@@ -396,47 +426,90 @@ func (s *State) applyReconcilePlan(index, term uint64, cmd *waldenv1.Command, op
 	if err := s.checkReconcileEntry("reconcile plan", term, op.GetTerm(), waldenv1.RestorePhase_RESTORE_PHASE_PLAN); err != nil {
 		return nil, err
 	}
+	jobOf := s.restoreJobsByBroker()
+	rep := op.GetReport()
+	if err := s.checkReconcilePlan(op, jobOf); err != nil {
+		return nil, err
+	}
+	per := s.openTails(op.GetTails(), jobOf)
+	s.restore.Report = clone(rep)
+	if s.restore.Report == nil {
+		s.restore.Report = &waldenv1.RestoreReport{}
+	}
+	s.restore.Report.Tails = uint32(len(op.GetTails()))
+	s.setPhase(waldenv1.RestorePhase_RESTORE_PHASE_RECOVER)
+	s.restoreEvent(index, actorOf("", cmd), "%s", reconcilePlanText(rep, per))
+	s.advanceRestore(index, actorOf("", cmd))
+	return &waldenv1.Result{}, nil
+}
+
+// restoreJobsByBroker are the restore's jobs by broker id.
+func (s *State) restoreJobsByBroker() map[string]*waldenv1.Job {
 	jobOf := map[string]*waldenv1.Job{}
 	for _, id := range s.restore.GetJobIds() {
 		if j := s.jobs[id]; j != nil {
 			jobOf[j.GetBrokerId()] = j
 		}
 	}
+	return jobOf
+}
+
+// checkReconcilePlan checks the plan's report and its tails: each names a
+// stream once, a broker with a restore job, an epoch not below the
+// stream's floor and a range from the stream's end. It changes nothing.
+func (s *State) checkReconcilePlan(op *waldenv1.ReconcilePlan, jobOf map[string]*waldenv1.Job) error {
 	rep := op.GetReport()
 	if n := len(rep.GetDamaged()); n > MaxRestoreReportItems {
-		return nil, invalid("reconcile plan: report.damaged: %d objects, more than %d", n, MaxRestoreReportItems)
+		return invalid("reconcile plan: report.damaged: %d objects, more than %d", n, MaxRestoreReportItems)
 	}
 	if n := len(rep.GetGaps()); n > MaxRestoreReportItems {
-		return nil, invalid("reconcile plan: report.gaps: %d, more than %d", n, MaxRestoreReportItems)
+		return invalid("reconcile plan: report.gaps: %d, more than %d", n, MaxRestoreReportItems)
 	}
 	seen := map[uint64]bool{}
 	for i, t := range op.GetTails() {
-		st := s.streams[t.GetStreamId()]
-		end, floor := uint64(0), uint64(0)
-		if st != nil {
-			end, floor = st.GetEndOffset(), s.epochFloorLocked(st)
+		if seen[t.GetStreamId()] {
+			return invalid("reconcile plan: tails[%d]: stream %d twice", i, t.GetStreamId())
 		}
-		switch {
-		case seen[t.GetStreamId()]:
-			return nil, invalid("reconcile plan: tails[%d]: stream %d twice", i, t.GetStreamId())
-		case jobOf[t.GetBrokerId()] == nil:
-			return nil, invalid("reconcile plan: tails[%d]: broker %q has no restore job", i, t.GetBrokerId())
-		case t.GetStreamEpoch() == 0 || t.GetStreamEpoch() < floor:
-			return nil, fmt.Errorf("reconcile plan: tails[%d]: stream %d epoch %d is below %d, the stream's floor: %w",
-				i, t.GetStreamId(), t.GetStreamEpoch(), floor, refusal.ErrEpochExpired)
-		case t.GetFromOffset() != end:
-			return nil, refusal.WithMetadata(fmt.Errorf("reconcile plan: tails[%d]: stream %d tail from %d, end offset is %d: %w",
-				i, t.GetStreamId(), t.GetFromOffset(), end, refusal.ErrOffsetMismatch),
-				map[string]string{"stream_id": fmt.Sprint(t.GetStreamId()), "end_offset": fmt.Sprint(end)})
-		case t.GetEndOffset() <= t.GetFromOffset() || t.GetEndOffset() >= OffsetLimit:
-			return nil, invalid("reconcile plan: tails[%d]: stream %d ends at %d, not beyond %d", i, t.GetStreamId(), t.GetEndOffset(), t.GetFromOffset())
+		if err := s.checkTail(i, t, jobOf); err != nil {
+			return err
 		}
 		seen[t.GetStreamId()] = true
 	}
+	return nil
+}
+
+// checkTail checks the i-th tail of a plan against its stream and the
+// restore's jobs.
+func (s *State) checkTail(i int, t *waldenv1.StreamTail, jobOf map[string]*waldenv1.Job) error {
+	end, floor := uint64(0), uint64(0)
+	if st := s.streams[t.GetStreamId()]; st != nil {
+		end, floor = st.GetEndOffset(), s.epochFloorLocked(st)
+	}
+	switch {
+	case jobOf[t.GetBrokerId()] == nil:
+		return invalid("reconcile plan: tails[%d]: broker %q has no restore job", i, t.GetBrokerId())
+	case t.GetStreamEpoch() == 0 || t.GetStreamEpoch() < floor:
+		return fmt.Errorf("reconcile plan: tails[%d]: stream %d epoch %d is below %d, the stream's floor: %w",
+			i, t.GetStreamId(), t.GetStreamEpoch(), floor, refusal.ErrEpochExpired)
+	case t.GetFromOffset() != end:
+		return refusal.WithMetadata(fmt.Errorf("reconcile plan: tails[%d]: stream %d tail from %d, end offset is %d: %w",
+			i, t.GetStreamId(), t.GetFromOffset(), end, refusal.ErrOffsetMismatch),
+			map[string]string{"stream_id": fmt.Sprint(t.GetStreamId()), "end_offset": fmt.Sprint(end)})
+	case t.GetEndOffset() <= t.GetFromOffset() || t.GetEndOffset() >= OffsetLimit:
+		return invalid("reconcile plan: tails[%d]: stream %d ends at %d, not beyond %d", i, t.GetStreamId(), t.GetEndOffset(), t.GetFromOffset())
+	}
+	return nil
+}
+
+// openTails opens each stream with a tail for its broker's restore job
+// (created when the catalog does not know it) and closes every other
+// stream at its end, in stream id order; it returns the number of tails
+// per broker.
+func (s *State) openTails(ts []*waldenv1.StreamTail, jobOf map[string]*waldenv1.Job) map[string]int {
 	bump := s.restore.GetEpochBump()
 	tails := map[uint64]*waldenv1.StreamTail{}
 	per := map[string]int{}
-	for _, t := range op.GetTails() {
+	for _, t := range ts {
 		tails[t.GetStreamId()] = t
 		if s.streams[t.GetStreamId()] == nil {
 			s.streams[t.GetStreamId()] = &waldenv1.Stream{StreamId: t.GetStreamId(), State: StreamClosed}
@@ -463,12 +536,12 @@ func (s *State) applyReconcilePlan(index, term uint64, cmd *waldenv1.Command, op
 			st.UpdatedUnixMs = s.now()
 		}
 	}
-	s.restore.Report = clone(rep)
-	if s.restore.Report == nil {
-		s.restore.Report = &waldenv1.RestoreReport{}
-	}
-	s.restore.Report.Tails = uint32(len(op.GetTails()))
-	s.setPhase(waldenv1.RestorePhase_RESTORE_PHASE_RECOVER)
+	return per
+}
+
+// reconcilePlanText says what the reconciliation found and who recovers
+// the tails (per: tails per broker).
+func reconcilePlanText(rep *waldenv1.RestoreReport, per map[string]int) string {
 	var parts []string
 	for _, b := range sortedKeys(per) {
 		parts = append(parts, fmt.Sprintf("%s %d", b, per[b]))
@@ -486,9 +559,7 @@ func (s *State) applyReconcilePlan(index, term uint64, cmd *waldenv1.Command, op
 	for _, g := range rep.GetGaps() {
 		msg += "; " + g
 	}
-	s.restoreEvent(index, actorOf("", cmd), "%s", msg)
-	s.advanceRestore(index, actorOf("", cmd))
-	return &waldenv1.Result{}, nil
+	return msg
 }
 
 // applyReconcileProgress records how far the leader's check of the objects

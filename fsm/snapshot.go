@@ -186,11 +186,9 @@ type domains struct {
 
 // restoreDomains copies and checks the brokers, policy, events, catalog and
 // jobs of snap: unique non-empty ids, every issued token below next_epoch,
-// objects naming known streams, jobs naming known brokers.
+// objects naming known streams, jobs naming known brokers. Each part is
+// checked against those restored before it.
 func restoreDomains(snap *waldenv1.StateSnapshot) (*domains, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("fsm: restore: %w: "+format, append([]any{ErrInvalidSnapshot}, args...)...)
-	}
 	d := &domains{
 		nextEpoch: snap.GetNextEpoch(),
 		brokers:   map[string]*waldenv1.Broker{},
@@ -207,72 +205,104 @@ func restoreDomains(snap *waldenv1.StateSnapshot) (*domains, error) {
 		d.overrides = &waldenv1.PolicyOverrides{}
 	}
 	if n := len(snap.GetEvents()); n > MaxEvents {
-		return nil, bad("%d events, at most %d are kept", n, MaxEvents)
+		return nil, badSnapshot("%d events, at most %d are kept", n, MaxEvents)
 	}
-	for _, b := range snap.GetBrokers() {
-		switch {
-		case b.GetBrokerId() == "":
-			return nil, bad("broker without id")
-		case d.brokers[b.GetBrokerId()] != nil:
-			return nil, bad("broker %q twice", b.GetBrokerId())
-		case b.GetEpoch() >= d.nextEpoch:
-			return nil, bad("broker %q has epoch %d, next epoch is %d", b.GetBrokerId(), b.GetEpoch(), d.nextEpoch)
+	for _, restore := range []func(*waldenv1.StateSnapshot) error{
+		d.restoreBrokers, d.restoreStreams, d.restoreObjects, d.restoreJobs, d.restoreProducers,
+	} {
+		if err := restore(snap); err != nil {
+			return nil, err
 		}
-		d.brokers[b.GetBrokerId()] = clone(b)
-	}
-	for _, st := range snap.GetStreams() {
-		if d.streams[st.GetStreamId()] != nil {
-			return nil, bad("stream %d twice", st.GetStreamId())
-		}
-		d.streams[st.GetStreamId()] = clone(st)
-	}
-	for _, o := range snap.GetObjects() {
-		switch {
-		case o.GetObjectId() == "":
-			return nil, bad("object without id")
-		case d.objects[o.GetObjectId()] != nil:
-			return nil, bad("object %q twice", o.GetObjectId())
-		}
-		for _, r := range o.GetRanges() {
-			if d.streams[r.GetStreamId()] == nil {
-				return nil, bad("object %q names unknown stream %d", o.GetObjectId(), r.GetStreamId())
-			}
-		}
-		d.objects[o.GetObjectId()] = clone(o)
-	}
-	for _, j := range snap.GetJobs() {
-		switch {
-		case j.GetJobId() == "":
-			return nil, bad("job without id")
-		case d.jobs[j.GetJobId()] != nil:
-			return nil, bad("job %q twice", j.GetJobId())
-		case d.brokers[j.GetBrokerId()] == nil:
-			return nil, bad("job %q of unknown broker %q", j.GetJobId(), j.GetBrokerId())
-		case j.GetToken() >= d.nextEpoch:
-			return nil, bad("job %q has token %d, next epoch is %d", j.GetJobId(), j.GetToken(), d.nextEpoch)
-		}
-		d.jobs[j.GetJobId()] = clone(j)
-	}
-	for _, sp := range snap.GetProducers() {
-		switch {
-		case d.streams[sp.GetStreamId()] == nil:
-			return nil, bad("producers of unknown stream %d", sp.GetStreamId())
-		case d.producers[sp.GetStreamId()] != nil:
-			return nil, bad("producers of stream %d twice", sp.GetStreamId())
-		case len(sp.GetProducers()) > producer.MaxPerStream:
-			return nil, bad("stream %d has %d producers, at most %d are kept", sp.GetStreamId(), len(sp.GetProducers()), producer.MaxPerStream)
-		}
-		seen := map[uint64]bool{}
-		for _, p := range sp.GetProducers() {
-			if p.GetProducerId() == 0 || p.GetCount() == 0 || seen[p.GetProducerId()] {
-				return nil, bad("stream %d: producer %d with count %d (ids must be unique and not 0, counts not 0)", sp.GetStreamId(), p.GetProducerId(), p.GetCount())
-			}
-			seen[p.GetProducerId()] = true
-		}
-		d.producers[sp.GetStreamId()] = producer.NewTable(sp.GetProducers())
 	}
 	for _, e := range snap.GetEvents() {
 		d.events = append(d.events, clone(e))
 	}
 	return d, nil
+}
+
+// badSnapshot is the error of a snapshot whose content is not valid.
+func badSnapshot(format string, args ...any) error {
+	return fmt.Errorf("fsm: restore: %w: "+format, append([]any{ErrInvalidSnapshot}, args...)...)
+}
+
+func (d *domains) restoreBrokers(snap *waldenv1.StateSnapshot) error {
+	for _, b := range snap.GetBrokers() {
+		switch {
+		case b.GetBrokerId() == "":
+			return badSnapshot("broker without id")
+		case d.brokers[b.GetBrokerId()] != nil:
+			return badSnapshot("broker %q twice", b.GetBrokerId())
+		case b.GetEpoch() >= d.nextEpoch:
+			return badSnapshot("broker %q has epoch %d, next epoch is %d", b.GetBrokerId(), b.GetEpoch(), d.nextEpoch)
+		}
+		d.brokers[b.GetBrokerId()] = clone(b)
+	}
+	return nil
+}
+
+func (d *domains) restoreStreams(snap *waldenv1.StateSnapshot) error {
+	for _, st := range snap.GetStreams() {
+		if d.streams[st.GetStreamId()] != nil {
+			return badSnapshot("stream %d twice", st.GetStreamId())
+		}
+		d.streams[st.GetStreamId()] = clone(st)
+	}
+	return nil
+}
+
+func (d *domains) restoreObjects(snap *waldenv1.StateSnapshot) error {
+	for _, o := range snap.GetObjects() {
+		switch {
+		case o.GetObjectId() == "":
+			return badSnapshot("object without id")
+		case d.objects[o.GetObjectId()] != nil:
+			return badSnapshot("object %q twice", o.GetObjectId())
+		}
+		for _, r := range o.GetRanges() {
+			if d.streams[r.GetStreamId()] == nil {
+				return badSnapshot("object %q names unknown stream %d", o.GetObjectId(), r.GetStreamId())
+			}
+		}
+		d.objects[o.GetObjectId()] = clone(o)
+	}
+	return nil
+}
+
+func (d *domains) restoreJobs(snap *waldenv1.StateSnapshot) error {
+	for _, j := range snap.GetJobs() {
+		switch {
+		case j.GetJobId() == "":
+			return badSnapshot("job without id")
+		case d.jobs[j.GetJobId()] != nil:
+			return badSnapshot("job %q twice", j.GetJobId())
+		case d.brokers[j.GetBrokerId()] == nil:
+			return badSnapshot("job %q of unknown broker %q", j.GetJobId(), j.GetBrokerId())
+		case j.GetToken() >= d.nextEpoch:
+			return badSnapshot("job %q has token %d, next epoch is %d", j.GetJobId(), j.GetToken(), d.nextEpoch)
+		}
+		d.jobs[j.GetJobId()] = clone(j)
+	}
+	return nil
+}
+
+func (d *domains) restoreProducers(snap *waldenv1.StateSnapshot) error {
+	for _, sp := range snap.GetProducers() {
+		switch {
+		case d.streams[sp.GetStreamId()] == nil:
+			return badSnapshot("producers of unknown stream %d", sp.GetStreamId())
+		case d.producers[sp.GetStreamId()] != nil:
+			return badSnapshot("producers of stream %d twice", sp.GetStreamId())
+		case len(sp.GetProducers()) > producer.MaxPerStream:
+			return badSnapshot("stream %d has %d producers, at most %d are kept", sp.GetStreamId(), len(sp.GetProducers()), producer.MaxPerStream)
+		}
+		seen := map[uint64]bool{}
+		for _, p := range sp.GetProducers() {
+			if p.GetProducerId() == 0 || p.GetCount() == 0 || seen[p.GetProducerId()] {
+				return badSnapshot("stream %d: producer %d with count %d (ids must be unique and not 0, counts not 0)", sp.GetStreamId(), p.GetProducerId(), p.GetCount())
+			}
+			seen[p.GetProducerId()] = true
+		}
+		d.producers[sp.GetStreamId()] = producer.NewTable(sp.GetProducers())
+	}
+	return nil
 }

@@ -166,8 +166,34 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		return nil, err
 	}
 
-	var res *waldenv1.Result
 	before := s.beforeApply(cmd)
+	res, err := s.dispatch(index, term, cmd)
+	if err != nil {
+		return nil, err
+	}
+	s.afterApply(index, before, res)
+	s.notifyLocked()
+	res.Index = index
+	return res, nil
+}
+
+// dispatch applies cmd by the apply function of its operation: the
+// brokers and policy, the reconciliation of a restored cluster, the
+// catalog's streams and objects, or the recovery jobs.
+func (s *State) dispatch(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, error) {
+	for _, apply := range []func(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Result, bool, error){
+		s.applyBrokerOp, s.applyReconcileOp, s.applyCatalogOp, s.applyJobOp,
+	} {
+		if res, ok, err := apply(index, term, cmd); ok {
+			return res, err
+		}
+	}
+	return nil, fmt.Errorf("fsm: apply index %d, request %d: %w", index, cmd.GetRequestId(), ErrUnknownCommand)
+}
+
+// applyBrokerOp applies the operations on brokers, their observations and
+// failovers, the policy and the event log (ok false: cmd is none of them).
+func (s *State) applyBrokerOp(index, term uint64, cmd *waldenv1.Command) (res *waldenv1.Result, ok bool, err error) {
 	switch op := cmd.GetOp().(type) {
 	case *waldenv1.Command_Noop:
 		res, err = s.applyNoop(op.Noop)
@@ -191,6 +217,16 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		res, err = s.applyRequestFailover(index, cmd, op.RequestFailover)
 	case *waldenv1.Command_SeedPolicy:
 		res, err = s.applySeedPolicy(index, cmd, op.SeedPolicy)
+	default:
+		return nil, false, nil
+	}
+	return res, true, err
+}
+
+// applyReconcileOp applies the operations that found a cluster anew and
+// reconcile it with the world (ok false: cmd is none of them).
+func (s *State) applyReconcileOp(index, term uint64, cmd *waldenv1.Command) (res *waldenv1.Result, ok bool, err error) {
+	switch op := cmd.GetOp().(type) {
 	case *waldenv1.Command_ForceNewCluster:
 		res, err = s.applyForceNewCluster(index, cmd, op.ForceNewCluster)
 	case *waldenv1.Command_ReconcileScan:
@@ -201,12 +237,32 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		res, err = s.applyReconcilePlan(index, term, cmd, op.ReconcilePlan)
 	case *waldenv1.Command_ReconcileProgress:
 		res, err = s.applyReconcileProgress(term, op.ReconcileProgress)
+	default:
+		return nil, false, nil
+	}
+	return res, true, err
+}
+
+// applyCatalogOp applies the operations on the catalog's streams and
+// objects (ok false: cmd is none of them).
+func (s *State) applyCatalogOp(index, _ uint64, cmd *waldenv1.Command) (res *waldenv1.Result, ok bool, err error) {
+	switch op := cmd.GetOp().(type) {
 	case *waldenv1.Command_OpenStream:
 		res, err = s.applyOpenStream(index, op.OpenStream)
 	case *waldenv1.Command_CommitObject:
 		res, err = s.applyCommitObject(index, cmd.GetChecks(), op.CommitObject)
 	case *waldenv1.Command_CloseStream:
 		res, err = s.applyCloseStream(index, op.CloseStream)
+	default:
+		return nil, false, nil
+	}
+	return res, true, err
+}
+
+// applyJobOp applies the operations on recovery jobs (ok false: cmd is none
+// of them).
+func (s *State) applyJobOp(index, term uint64, cmd *waldenv1.Command) (res *waldenv1.Result, ok bool, err error) {
+	switch op := cmd.GetOp().(type) {
 	case *waldenv1.Command_RenewJobLease:
 		res, err = s.applyRenewJobLease(index, cmd, op.RenewJobLease)
 	case *waldenv1.Command_ReassignJob:
@@ -224,15 +280,9 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 	case *waldenv1.Command_ResolveJob:
 		res, err = s.applyResolveJob(index, cmd, op.ResolveJob)
 	default:
-		err = fmt.Errorf("fsm: apply index %d, request %d: %w", index, cmd.GetRequestId(), ErrUnknownCommand)
+		return nil, false, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.afterApply(index, before, res)
-	s.notifyLocked()
-	res.Index = index
-	return res, nil
+	return res, true, err
 }
 
 // now is the state machine's time: the largest proposer time applied so far.

@@ -178,7 +178,8 @@ func (s *State) beforeApply(cmd *waldenv1.Command) *watchBefore {
 }
 
 // afterApply appends the changes of the entry at index (applied with result
-// res) to the watch log.
+// res) to the watch log: the streams, jobs and brokers it changed or
+// created, then the events it appended.
 func (s *State) afterApply(index uint64, before *watchBefore, res *waldenv1.Result) {
 	if before == nil {
 		return
@@ -187,27 +188,39 @@ func (s *State) afterApply(index uint64, before *watchBefore, res *waldenv1.Resu
 	if before.everything {
 		s.watchEverything(w)
 	}
+	s.watchCreated(w, before, res)
+	out := s.changedValues(index, w, before)
+	out = append(out, s.appendedEvents(index, before.lastEv)...)
+	s.watch.append(out)
+}
+
+// watchCreated adds to w the ids the result names of what the entry
+// created: a stream, job or broker the state did not hold before.
+func (s *State) watchCreated(w *watchIDs, before *watchBefore, res *waldenv1.Result) {
 	post := newWatchIDs()
 	if res != nil {
 		post.collect(res.ProtoReflect())
 	}
 	s.expandWatchIDs(post)
+	addNew(w.streams, post.streams, len(s.streams) > before.nStreams)
+	addNew(w.jobs, post.jobs, len(s.jobs) > before.nJobs)
+	addNew(w.brokers, post.brokers, len(s.brokers) > before.nBrokers)
+}
+
+// addNew adds the ids of post to w when the map they name grew.
+func addNew[K comparable](w, post map[K]bool, grew bool) {
+	if !grew {
+		return
+	}
+	for id := range post {
+		w[id] = true
+	}
+}
+
+// changedValues are the changes of the watched streams, jobs and brokers
+// that differ from their values before the entry, each kind in id order.
+func (s *State) changedValues(index uint64, w *watchIDs, before *watchBefore) []*waldenv1.Change {
 	var out []*waldenv1.Change
-	for id := range post.streams {
-		if !w.streams[id] && len(s.streams) > before.nStreams {
-			w.streams[id] = true
-		}
-	}
-	for id := range post.jobs {
-		if !w.jobs[id] && len(s.jobs) > before.nJobs {
-			w.jobs[id] = true
-		}
-	}
-	for id := range post.brokers {
-		if !w.brokers[id] && len(s.brokers) > before.nBrokers {
-			w.brokers[id] = true
-		}
-	}
 	for _, id := range sortedKeys(w.streams) {
 		if st := s.streams[id]; st != nil && !proto.Equal(st, before.streams[id]) {
 			out = append(out, &waldenv1.Change{Revision: index, Kind: waldenv1.WatchKind_WATCH_KIND_STREAM, Value: &waldenv1.Change_Stream{Stream: clone(st)}})
@@ -223,16 +236,22 @@ func (s *State) afterApply(index uint64, before *watchBefore, res *waldenv1.Resu
 			out = append(out, &waldenv1.Change{Revision: index, Kind: waldenv1.WatchKind_WATCH_KIND_BROKER, Value: &waldenv1.Change_Broker{Broker: clone(b)}})
 		}
 	}
-	// The events this entry appended: those after the last one before it
-	// (the log drops its oldest, so count from the end).
+	return out
+}
+
+// appendedEvents are the changes of the events the entry at index appended:
+// those after lastEv, the last one before it (the log drops its oldest, so
+// count from the end).
+func (s *State) appendedEvents(index, lastEv uint64) []*waldenv1.Change {
 	first := len(s.events)
-	for first > 0 && s.events[first-1].GetIndex() > before.lastEv && s.events[first-1].GetIndex() == index {
+	for first > 0 && s.events[first-1].GetIndex() > lastEv && s.events[first-1].GetIndex() == index {
 		first--
 	}
+	var out []*waldenv1.Change
 	for _, e := range s.events[first:] {
 		out = append(out, &waldenv1.Change{Revision: index, Kind: waldenv1.WatchKind_WATCH_KIND_EVENT, Value: &waldenv1.Change_Event{Event: clone(e)}})
 	}
-	s.watch.append(out)
+	return out
 }
 
 func (l *changeLog) append(changes []*waldenv1.Change) {
