@@ -39,13 +39,6 @@ type Config struct {
 	// (Listen) and hands the sockets over, so that no port is picked free
 	// and then taken by someone else. Start takes it over.
 	Listener *Listener `yaml:"-"`
-	// NoCompression makes this member send its messages uncompressed
-	// (every member reads both). Compression costs a fresh LZW table per
-	// message sent: nothing for one member on its host, but most of the CPU
-	// of a load generator that hosts hundreds of members in one process
-	// (bench/scale). Production members leave it false.
-	NoCompression bool `yaml:"-"`
-
 	// BindAddr is the "ip:port" memberlist listens on, UDP and TCP on the
 	// same port. The host must be an IP literal; port 0 picks a free port.
 	// Default "0.0.0.0:7946".
@@ -103,6 +96,32 @@ type Config struct {
 	// the dead member has been forgotten (GossipToTheDeadTime). Default 0.
 	DeadNodeReclaimTime time.Duration `yaml:"dead_node_reclaim_time"`
 
+	// PacketSize is the most bytes memberlist puts in one UDP packet, the
+	// budget that a probe, its ack and the gossip piggybacked on them
+	// share (memberlist's UDPBufferSize). Messages are packed into
+	// compound packets up to it, so in a pool of thousands, whose churn is
+	// retransmitted by every member, it sets how many state changes one
+	// packet carries. It must fit the path MTU less the IP and UDP
+	// headers, or packets are fragmented (and lost whole when a fragment
+	// is). Default 1400, below any 1,500-byte MTU; 8,900 suits a network
+	// of 9,000-byte jumbo frames end to end.
+	PacketSize int `yaml:"packet_size"`
+	// HandoffQueueDepth is how many received gossip messages memberlist
+	// holds for its handler, joins and refutations in one queue,
+	// suspicions and deaths in another (probes and acks are answered at
+	// once); beyond it they are dropped and learned again from a
+	// retransmission or the next state sync, which memberlist spaces out
+	// as the pool grows (every 180 s at 1,000 members, 270 s at 5,000). A
+	// held message may keep its whole 64 KiB receive buffer. Default 1024.
+	HandoffQueueDepth int `yaml:"handoff_queue_depth"`
+	// Compression LZW-compresses the messages this member sends: a packet
+	// when that makes it smaller, a state sync always (about fourfold).
+	// Every member reads both forms. It costs a fresh LZW table per
+	// message sent, nothing for one member on its host but most of the CPU
+	// of a process that hosts hundreds of members (the scale benchmark's
+	// load generator turns it off). Default true.
+	Compression bool `yaml:"compression"`
+
 	// EventQueueSize is the number of events held for a slow consumer of
 	// Pool.Events before the oldest are dropped. Default 1024.
 	EventQueueSize int `yaml:"event_queue_size"`
@@ -117,6 +136,17 @@ const (
 	DefaultBindAddr       = "0.0.0.0:7946"
 	DefaultEventQueueSize = 1024
 	DefaultRejoinInterval = 5 * time.Second
+
+	// DefaultPacketSize is memberlist's UDP budget: below any 1,500-byte
+	// MTU once the IP and UDP headers are added.
+	DefaultPacketSize = 1400
+	// DefaultHandoffQueueDepth is memberlist's.
+	DefaultHandoffQueueDepth = 1024
+	// MinPacketSize and MaxPacketSize bound packet_size: below 576 bytes
+	// (the least datagram every IPv4 host must accept) a state change with
+	// its metadata may not fit; above 65,507 it is no UDP datagram.
+	MinPacketSize = 576
+	MaxPacketSize = 65507
 )
 
 // DefaultConfig returns a Config with memberlist's LAN defaults and every
@@ -137,6 +167,9 @@ func DefaultConfig() Config {
 		PushPullInterval:        30 * time.Second,
 		TCPTimeout:              10 * time.Second,
 		DeadNodeReclaimTime:     0,
+		PacketSize:              DefaultPacketSize,
+		HandoffQueueDepth:       DefaultHandoffQueueDepth,
+		Compression:             true,
 		EventQueueSize:          DefaultEventQueueSize,
 		RejoinInterval:          DefaultRejoinInterval,
 	}
@@ -227,12 +260,16 @@ func (c *Config) Validate() error {
 		{"retransmit_mult", c.RetransmitMult},
 		{"awareness_max_multiplier", c.AwarenessMaxMultiplier},
 		{"gossip_nodes", c.GossipNodes},
+		{"handoff_queue_depth", c.HandoffQueueDepth},
 		{"event_queue_size", c.EventQueueSize},
 	}
 	for _, p := range atLeastOne {
 		if p.n < 1 {
 			return invalid(p.key, "must be at least 1, got %d", p.n)
 		}
+	}
+	if c.PacketSize < MinPacketSize || c.PacketSize > MaxPacketSize {
+		return invalid("packet_size", "must be from %d to %d bytes (a UDP datagram that fits the network's MTU), got %d", MinPacketSize, MaxPacketSize, c.PacketSize)
 	}
 	return nil
 }

@@ -52,17 +52,22 @@ func TestDefaultConfigIsMemberlistLAN(t *testing.T) {
 		{"retransmit_mult", c.RetransmitMult, lan.RetransmitMult},
 		{"awareness_max_multiplier", c.AwarenessMaxMultiplier, lan.AwarenessMaxMultiplier},
 		{"gossip_nodes", c.GossipNodes, lan.GossipNodes},
+		{"packet_size", c.PacketSize, lan.UDPBufferSize},
+		{"handoff_queue_depth", c.HandoffQueueDepth, lan.HandoffQueueDepth},
 	}
 	for _, d := range ints {
 		if d.got != d.want {
 			t.Errorf("%s: default %d, memberlist LAN %d", d.key, d.got, d.want)
 		}
 	}
+	if c.Compression != lan.EnableCompression {
+		t.Errorf("compression: default %v, memberlist LAN %v", c.Compression, lan.EnableCompression)
+	}
 	// The values the documentation promises.
 	if c.ProbeInterval != time.Second || c.ProbeTimeout != 500*time.Millisecond || c.SuspicionMult != 4 ||
 		c.GossipInterval != 200*time.Millisecond || c.GossipNodes != 3 || c.PushPullInterval != 30*time.Second ||
 		c.TCPTimeout != 10*time.Second || c.BindAddr != "0.0.0.0:7946" || c.EventQueueSize != 1024 ||
-		c.RejoinInterval != 5*time.Second {
+		c.RejoinInterval != 5*time.Second || c.PacketSize != 1400 || c.HandoffQueueDepth != 1024 || !c.Compression {
 		t.Errorf("defaults differ from the documented ones: %+v", c)
 	}
 	// Required keys are empty, so the default alone does not validate.
@@ -135,6 +140,12 @@ func TestConfigValidate(t *testing.T) {
 		{"awareness 0", func(c *Config) { c.AwarenessMaxMultiplier = 0 }, "awareness_max_multiplier", "at least 1"},
 		{"gossip nodes 0", func(c *Config) { c.GossipNodes = 0 }, "gossip_nodes", "at least 1"},
 		{"queue 0", func(c *Config) { c.EventQueueSize = 0 }, "event_queue_size", "at least 1"},
+		{"handoff 0", func(c *Config) { c.HandoffQueueDepth = 0 }, "handoff_queue_depth", "at least 1"},
+		{"packet jumbo", func(c *Config) { c.PacketSize = 8900 }, "", ""},
+		{"packet least", func(c *Config) { c.PacketSize = MinPacketSize }, "", ""},
+		{"packet small", func(c *Config) { c.PacketSize = 500 }, "packet_size", "from 576 to 65507 bytes"},
+		{"packet 0", func(c *Config) { c.PacketSize = 0 }, "packet_size", "got 0"},
+		{"packet beyond udp", func(c *Config) { c.PacketSize = 65508 }, "packet_size", "UDP datagram"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

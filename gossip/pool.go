@@ -232,7 +232,9 @@ func (p *Pool) memberlistConfig(key []byte) (*memberlist.Config, error) {
 	mc.PushPullInterval = cfg.PushPullInterval
 	mc.TCPTimeout = cfg.TCPTimeout
 	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
-	mc.EnableCompression = !cfg.NoCompression
+	mc.EnableCompression = cfg.Compression
+	mc.UDPBufferSize = cfg.PacketSize
+	mc.HandoffQueueDepth = cfg.HandoffQueueDepth
 
 	mc.Delegate = delegate{p}
 	mc.Events = eventDelegate{p}

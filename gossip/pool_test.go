@@ -655,19 +655,24 @@ func TestUncompressedMemberJoinsCompressingPool(t *testing.T) {
 	h := newHarness(t)
 	a := h.start(fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs))
 	cb := fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
-	cb.NoCompression = true
+	cb.Compression = false
 	cb.Join = []string{a.Addr()}
 	b := h.start(cb)
 	if mc, err := b.memberlistConfig(nil); err != nil || mc.EnableCompression {
-		t.Fatalf("NoCompression: memberlist EnableCompression = %v (%v)", mc != nil && mc.EnableCompression, err)
+		t.Fatalf("compression off: memberlist EnableCompression = %v (%v)", mc != nil && mc.EnableCompression, err)
 	}
 	if mc, err := a.memberlistConfig(nil); err != nil || !mc.EnableCompression {
 		t.Fatalf("default: memberlist EnableCompression = %v (%v), want true", mc != nil && mc.EnableCompression, err)
 	}
-	// c knows only b: a learns of c from b, and c of a.
+	// c knows only b: a learns of c from b, and c of a. c packs its
+	// gossip into packets of the least size allowed.
 	cc := fastConfig(t, "demo", "agent/b2", agentMeta("b2"), &h.logs)
 	cc.Join = []string{b.Addr()}
+	cc.PacketSize, cc.HandoffQueueDepth = MinPacketSize, 16
 	c := h.start(cc)
+	if mc, err := c.memberlistConfig(nil); err != nil || mc.UDPBufferSize != MinPacketSize || mc.HandoffQueueDepth != 16 {
+		t.Fatalf("packet_size and handoff_queue_depth do not reach memberlist: %+v (%v)", mc, err)
+	}
 	want := demoMembers()
 	for _, p := range []*Pool{a, b, c} {
 		testutil.Eventually(t, 10*time.Second, "all three alive with metadata", func() error { return seesAlive(p, want) })

@@ -435,7 +435,7 @@ func (a *simAgent) joinGossip(ctx context.Context) {
 	// it and are probed by it as before (a coordinator is probed about
 	// once per second in all by the agents at the default pace, 0.2 times
 	// at this one).
-	g.NoCompression = true
+	g.Compression = false
 	g.ProbeInterval, g.ProbeTimeout = 5*time.Second, 3*time.Second
 	g.SuspicionMult = 8
 	g.GossipInterval, g.RetransmitMult = time.Second, 2
