@@ -46,6 +46,8 @@ type fakeCluster struct {
 	hintInDetail bool
 	// failureTimeout is the failure_timeout registrations answer.
 	failureTimeout time.Duration
+	// conf is the index of the voter configuration the grants name.
+	conf uint64
 }
 
 type fakeCoord struct {
@@ -54,6 +56,9 @@ type fakeCoord struct {
 	id    string
 	addr  string
 	clock lease.Clock
+	// incarnation is the coordinator's incarnation in the configuration
+	// (replace gives it another one).
+	incarnation uint64
 
 	mu       sync.Mutex
 	hang     bool // renewals hang until the caller gives up
@@ -66,6 +71,12 @@ type fakeCoord struct {
 	// streams counts the renewal streams opened, streamed the renewals
 	// answered on them, unary the RenewLease calls.
 	streams, streamed, unary int
+	// breakAfter, when positive, ends every stream with Unavailable after
+	// that many answers on it (a coordinator restarting, a proxy cutting
+	// long streams).
+	breakAfter int
+	// longest is the most renewals one stream carried.
+	longest int
 }
 
 // newFakeCluster serves n coordinators on loopback until the test ends;
@@ -75,9 +86,9 @@ func newFakeCluster(t testing.TB, n int, ttl, drift time.Duration, clock lease.C
 	if clock == nil {
 		clock = lease.BootClock
 	}
-	c := &fakeCluster{ttl: ttl, drift: drift, nextEpoch: 1, recoveredOffset: -1}
+	c := &fakeCluster{ttl: ttl, drift: drift, nextEpoch: 1, recoveredOffset: -1, conf: 1}
 	for i := range n {
-		fc := &fakeCoord{c: c, id: fmt.Sprintf("c%d", i+1), clock: clock}
+		fc := &fakeCoord{c: c, id: fmt.Sprintf("c%d", i+1), clock: clock, incarnation: uint64(i + 1)}
 		fc.addr = serveAgent(t, fc)
 		c.coords = append(c.coords, fc)
 	}
@@ -140,7 +151,7 @@ func (f *fakeCoord) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequ
 }
 
 // RenewLeases answers each renewal of the stream as RenewLease does, with
-// the voters once per stream.
+// the voters once per configuration on a stream, as a coordinator does.
 func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 	f.mu.Lock()
 	if f.noStream {
@@ -148,9 +159,15 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 		return status.Error(codes.Unimplemented, "unknown method RenewLeases for service walden.v1.Agent")
 	}
 	f.streams++
+	breakAfter := f.breakAfter
 	f.mu.Unlock()
+	var sentConf uint64
 	sentVoters := false
+	answered := 0
 	for {
+		if breakAfter > 0 && answered == breakAfter {
+			return status.Error(codes.Unavailable, "the stream was cut")
+		}
 		req, err := stream.Recv()
 		if err != nil {
 			return nil
@@ -161,13 +178,15 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 			p := rpcerr.Split(err)
 			out.Refusal = &waldenv1.RenewalRefusal{Code: uint32(p.Code), Message: p.Message, Reason: string(p.Reason), Metadata: p.Metadata}
 		} else {
-			if sentVoters {
+			if sentVoters && resp.GetConfIndex() == sentConf {
 				resp.Voters = nil
 			}
-			sentVoters = true
+			sentConf, sentVoters = resp.GetConfIndex(), true
 			out.Grant = resp
+			answered++
 			f.mu.Lock()
 			f.streamed++
+			f.longest = max(f.longest, answered)
 			f.mu.Unlock()
 		}
 		if err := stream.Send(out); err != nil {
@@ -199,9 +218,11 @@ func (f *fakeCoord) renew(ctx context.Context, req *waldenv1.RenewLeaseRequest) 
 	f.lastRecv = f.clock.Now()
 	f.renewals++
 	f.mu.Unlock()
-	resp := &waldenv1.RenewLeaseResponse{Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), CoordinatorId: f.id, ConfIndex: 1}
+	resp := &waldenv1.RenewLeaseResponse{Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), CoordinatorId: f.id, ConfIndex: c.conf}
 	for _, fc := range c.coords {
-		resp.Voters = append(resp.Voters, &waldenv1.Voter{Id: fc.id, AdminAddr: fc.addr})
+		fc.mu.Lock()
+		resp.Voters = append(resp.Voters, &waldenv1.Voter{Id: fc.id, AdminAddr: fc.addr, Incarnation: fc.incarnation})
+		fc.mu.Unlock()
 	}
 	return resp, nil
 }
@@ -260,6 +281,30 @@ func (f *fakeCoord) transport() (streams, streamed, unary int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.streams, f.streamed, f.unary
+}
+
+// replace makes f another incarnation of its name, in a new voter
+// configuration (a member replaced under its name).
+func (c *fakeCluster) replace(f *fakeCoord, incarnation uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.conf++
+	f.mu.Lock()
+	f.incarnation = incarnation
+	f.mu.Unlock()
+}
+
+// longestStream is the most renewals one of f's streams carried.
+func (f *fakeCoord) longestStream() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.longest
+}
+
+func (f *fakeCoord) setBreakAfter(n int) {
+	f.mu.Lock()
+	f.breakAfter = n
+	f.mu.Unlock()
 }
 
 func (f *fakeCoord) setNoStream(on bool) {

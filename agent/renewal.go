@@ -39,8 +39,10 @@ var errNoStream = errors.New("agent: the coordinator does not serve streamed ren
 type Renewer struct {
 	conn func() (*grpc.ClientConn, error)
 	log  *slog.Logger
-	// unaryUntil: until then, renew with one call each.
-	unaryUntil time.Time
+	// unaryUntil: until then, renew with one call each. streamRetry is
+	// how long after an Unimplemented answer (streamRetryAfter).
+	unaryUntil  time.Time
+	streamRetry time.Duration
 
 	// The open stream; nil when there is none.
 	stream waldenv1.Agent_RenewLeasesClient
@@ -62,7 +64,7 @@ type Renewer struct {
 // NewRenewer returns a Renewer over the connection conn returns (the same
 // one each time, dialled on first use); log gets the fallback to calls.
 func NewRenewer(conn func() (*grpc.ClientConn, error), log *slog.Logger) *Renewer {
-	return &Renewer{conn: conn, log: log}
+	return &Renewer{conn: conn, log: log, streamRetry: streamRetryAfter}
 }
 
 // Renew sends one renewal and waits for its answer, at most perTry. Its
@@ -75,9 +77,9 @@ func (r *Renewer) Renew(ctx context.Context, req *waldenv1.RenewLeaseRequest, pe
 	}
 	resp, err := r.renewStreamed(ctx, req, deadline)
 	if errors.Is(err, errNoStream) {
-		r.unaryUntil = time.Now().Add(streamRetryAfter)
+		r.unaryUntil = time.Now().Add(r.streamRetry)
 		r.log.Info("this coordinator does not serve streamed renewals (an older walden): renewing with one call each",
-			"try_the_stream_again_in", streamRetryAfter)
+			"try_the_stream_again_in", r.streamRetry)
 		return r.renewOnce(ctx, req, deadline)
 	}
 	return resp, err
