@@ -381,6 +381,35 @@ func TestReadingsAreTakenAfterArrival(t *testing.T) {
 	wg.Wait()
 }
 
+// TestReadingIsNotSharedBackwards: a renewal that arrives while a reading
+// is being taken — after the clock was read, before the reading is the
+// last — must not share it: that reading lies before its arrival, and a
+// grant started from it would end, on the coordinator's side, before the
+// agent's lease (docs/safety.md, "One boot-clock reading per batch").
+func TestReadingIsNotSharedBackwards(t *testing.T) {
+	var r *Readings
+	var now time.Duration
+	var during Ticket
+	var duringAt time.Duration
+	clock := ClockFunc(func() time.Duration {
+		now += time.Millisecond
+		read := now
+		if during == 0 {
+			// A renewal arrives just after the clock was read.
+			now += time.Millisecond
+			duringAt = now
+			during = r.Arrived()
+		}
+		return read
+	})
+	r = NewReadings(clock)
+	first := r.Arrived()
+	shared := r.For(first)
+	if got := r.For(during); got < duringAt {
+		t.Fatalf("the renewal that arrived at %v, during the reading of %v, was given %v: a reading from before it arrived", duringAt, shared, got)
+	}
+}
+
 // gatedStore is a store whose Save waits until the test lets it go.
 type gatedStore struct {
 	MemStore
