@@ -41,6 +41,7 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 		return nil, fmt.Errorf("register broker %q: job %s is %s: %w", id, j.GetJobId(), j.GetJobState().Name(), refusal.ErrRecoveryRunning)
 	}
 	b, ok := s.brokers[id]
+	from := b.GetBrokerState()
 	// Nothing the broker acknowledged before can be left only in its WAL
 	// when it had no epoch, or its last one was failed over and recovered.
 	prior := !ok
@@ -73,8 +74,8 @@ func (s *State) applyRegisterBroker(index uint64, cmd *waldenv1.Command, op *wal
 	b.FailoverRequested = nil
 	b.RegisteredUnixMs = s.now()
 	s.deriveState(b)
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_REGISTER, BrokerId: id,
-		Actor: actorOf(op.GetActor(), cmd), Message: fmt.Sprintf("registered with epoch %d", epoch)})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_REGISTER, BrokerId: id, Actor: actorOf(op.GetActor(), cmd),
+		Detail: &waldenv1.EventDetail{Epoch: epoch, FromState: from, ToState: b.GetBrokerState()}})
 	return &waldenv1.Result{Value: &waldenv1.Result_RegisterBroker{RegisterBroker: &waldenv1.RegisterBrokerResult{
 		Epoch: epoch, RecoveredWalOffset: b.GetRecoveredWalOffset()}}}, nil
 }
@@ -132,14 +133,13 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 		cur.Reason = op.GetReason()
 		cur.Index = index
 		cur.UnheardForMs = op.GetUnheardForMs()
-		msg := fmt.Sprintf("%s attests its lease grant of epoch %d expired and grants it no more", op.GetObserverId(), op.GetEpoch())
-		if !op.GetLeaseExpired() {
-			msg = fmt.Sprintf("%s withdraws its attestation for epoch %d: the broker renews with it again", op.GetObserverId(), op.GetEpoch())
-		}
-		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_LEASE, BrokerId: b.GetBrokerId(),
-			Actor: op.GetObserverId(), Message: withReason(msg, op.GetReason())})
+		s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_LEASE, BrokerId: b.GetBrokerId(), Actor: op.GetObserverId(),
+			Detail: &waldenv1.EventDetail{Epoch: op.GetEpoch(), Member: op.GetObserverId(), LeaseExpired: op.GetLeaseExpired(),
+				ObservationState: cur.GetObservationState(), FromObservationState: cur.GetObservationState(),
+				FromState: b.GetBrokerState(), ToState: b.GetBrokerState(), Reason: op.GetReason()}})
 		return brokerResult(b), nil
 	}
+	fromObs, from := cur.GetObservationState(), b.GetBrokerState()
 	if cur == nil {
 		cur = &waldenv1.Observation{ObserverId: op.GetObserverId()}
 		b.Observations = append(b.Observations, cur)
@@ -156,12 +156,9 @@ func (s *State) applyObserveBroker(index uint64, cmd *waldenv1.Command, op *wald
 	cur.NeverGranted = op.GetLeaseExpired() && op.GetNeverGranted()
 	cur.UnheardForMs = op.GetUnheardForMs()
 	s.deriveState(b)
-	what := op.GetObservationState().Name()
-	if op.GetLeaseExpired() {
-		what += ", lease expired"
-	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_OBSERVATION, BrokerId: b.GetBrokerId(),
-		Actor: op.GetObserverId(), Message: withReason(fmt.Sprintf("%s observes %s", op.GetObserverId(), what), op.GetReason())})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_OBSERVATION, BrokerId: b.GetBrokerId(), Actor: op.GetObserverId(),
+		Detail: &waldenv1.EventDetail{Epoch: op.GetEpoch(), Member: op.GetObserverId(), ObservationState: op.GetObservationState(),
+			FromObservationState: fromObs, LeaseExpired: op.GetLeaseExpired(), FromState: from, ToState: b.GetBrokerState(), Reason: op.GetReason()}})
 	return brokerResult(b), nil
 }
 
@@ -217,10 +214,11 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 	}
 	ev := clone(op.GetEvidence())
 	if op.GetDryRun() {
-		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_DRY_RUN, BrokerId: b.GetBrokerId(),
-			Actor: actor, Evidence: ev, Message: withReason(fmt.Sprintf("dry run: would fence epoch %d", b.GetEpoch()), op.GetEvidence().GetReason())})
+		s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_DRY_RUN, BrokerId: b.GetBrokerId(), Actor: actor, Evidence: ev,
+			Detail: &waldenv1.EventDetail{Epoch: b.GetEpoch(), FromState: b.GetBrokerState(), ToState: b.GetBrokerState(), Reason: ev.GetReason()}})
 		return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{DryRun: true}}}, nil
 	}
+	from := b.GetBrokerState()
 	assignee := s.pickAssignee(op.GetLiveMembers(), "")
 	token := s.issueEpoch()
 	b.Epoch = token
@@ -248,13 +246,13 @@ func (s *State) applyDeclareFailed(index, term uint64, cmd *waldenv1.Command, op
 	s.jobs[j.GetJobId()] = j
 	b.LastJobId = j.GetJobId()
 	s.deriveState(b)
-	msg := fmt.Sprintf("declared failed: epoch %d fenced, new epoch %d; job %s assigned to %q", op.GetEpoch(), token, j.GetJobId(), assignee)
+	d := &waldenv1.EventDetail{Epoch: op.GetEpoch(), NewEpoch: token, Member: assignee, FromState: from, ToState: b.GetBrokerState(),
+		JobState: j.GetJobState(), Attempt: j.GetAttempt(), Reason: ev.GetReason()}
 	if j.GetAcknowledgedNothing() {
-		msg += fmt.Sprintf("; the job reads no WAL: a majority of the voters (%s) never granted epoch %d a lease, so the broker "+
-			"acknowledged nothing under it, and its earlier epochs were recovered before it registered", strings.Join(never, ", "), op.GetEpoch())
+		d.NeverGrantedBy = never
 	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: b.GetBrokerId(),
-		Actor: actor, Evidence: ev, JobId: j.GetJobId(), Message: withReason(msg, op.GetEvidence().GetReason())})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: b.GetBrokerId(), Actor: actor, Evidence: ev,
+		JobId: j.GetJobId(), Detail: d})
 	return &waldenv1.Result{Value: &waldenv1.Result_DeclareFailed{DeclareFailed: &waldenv1.DeclareFailedResult{
 		NewEpoch: token, JobId: j.GetJobId()}}}, nil
 }
@@ -311,9 +309,9 @@ func (s *State) applyRequestFailover(index uint64, cmd *waldenv1.Command, op *wa
 	if b.GetFailoverRequested() == nil {
 		b.FailoverRequested = &waldenv1.FailoverRequested{Epoch: op.GetEpoch(), Reason: op.GetReason(),
 			Actor: actorOf(op.GetActor(), cmd), UnixMs: s.now(), Index: index}
-		s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_FAILOVER_REQUESTED, BrokerId: b.GetBrokerId(),
-			Actor: actorOf(op.GetActor(), cmd), Message: withReason(fmt.Sprintf(
-				"manual failover of epoch %d requested: coordinators stop renewing its lease and it is fenced once a majority attest the lease expired", op.GetEpoch()), op.GetReason())})
+		s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_FAILOVER_REQUESTED, BrokerId: b.GetBrokerId(),
+			Actor: actorOf(op.GetActor(), cmd), Detail: &waldenv1.EventDetail{Epoch: op.GetEpoch(), FromState: b.GetBrokerState(),
+				ToState: b.GetBrokerState(), Reason: op.GetReason()}})
 	}
 	return brokerResult(b), nil
 }
@@ -326,8 +324,8 @@ func (s *State) applyAckBroker(index uint64, cmd *waldenv1.Command, op *waldenv1
 	}
 	b.CooldownBlocked = false
 	b.AckedUnixMs = s.now()
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_ACK, BrokerId: b.GetBrokerId(),
-		Actor: actorOf(op.GetActor(), cmd), Message: "cooldown block cleared"})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_ACK, BrokerId: b.GetBrokerId(), Actor: actorOf(op.GetActor(), cmd),
+		Detail: &waldenv1.EventDetail{Epoch: b.GetEpoch(), FromState: b.GetBrokerState(), ToState: b.GetBrokerState()}})
 	return brokerResult(b), nil
 }
 
@@ -340,13 +338,14 @@ func (s *State) applySetMaintenance(index uint64, cmd *waldenv1.Command, op *wal
 	if ttl := op.GetTtlMs(); cmd.GetChecks() >= ChecksBounded && (ttl < 0 || ttl > MaxMaintenanceTTLMs) {
 		return nil, invalid("set maintenance %q: ttl_ms: %d ms is not between 0 (no ttl) and %s", op.GetBrokerId(), ttl, msText(MaxMaintenanceTTLMs))
 	}
-	msg := s.setMaintenance(b, op)
-	if msg == "" {
+	from := b.GetBrokerState()
+	if !s.setMaintenance(b, op) {
 		return brokerResult(b), nil // set again since: nothing to do
 	}
 	s.deriveState(b)
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_MAINTENANCE, BrokerId: b.GetBrokerId(),
-		Actor: actorOf(op.GetActor(), cmd), Message: msg})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_MAINTENANCE, BrokerId: b.GetBrokerId(), Actor: actorOf(op.GetActor(), cmd),
+		Detail: &waldenv1.EventDetail{Epoch: b.GetEpoch(), Maintenance: op.GetOn(), DurationMs: b.GetMaintenanceTtlMs(), Reason: op.GetReason(),
+			FromState: from, ToState: b.GetBrokerState()}})
 	return brokerResult(b), nil
 }
 
@@ -379,17 +378,9 @@ func (s *State) applyRemoveBroker(index uint64, cmd *waldenv1.Command, op *walde
 			id, strings.Join(open, ", "), refusal.ErrStreamNotClosed), map[string]string{"streams": strings.Join(open, ",")})
 	}
 	delete(s.brokers, id)
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_REMOVE, BrokerId: id,
-		Actor: actorOf(op.GetActor(), cmd), Message: fmt.Sprintf("registration removed at epoch %d", b.GetEpoch())})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_REMOVE, BrokerId: id, Actor: actorOf(op.GetActor(), cmd),
+		Detail: &waldenv1.EventDetail{Epoch: b.GetEpoch(), FromState: b.GetBrokerState()}})
 	return brokerResult(b), nil
-}
-
-// withReason appends ": reason" to msg when there is a reason.
-func withReason(msg, reason string) string {
-	if reason == "" {
-		return msg
-	}
-	return msg + ": " + reason
 }
 
 func actorOf(actor string, cmd *waldenv1.Command) string {

@@ -17,6 +17,15 @@ func (s *State) appendEvent(e *waldenv1.Event) {
 	}
 }
 
+// recordEvent appends event e of the entry at index, with its typed
+// fields (e.detail) and its message rendered from them.
+func (s *State) recordEvent(index uint64, e *waldenv1.Event) {
+	e.Index = index
+	e.UnixMs = s.now()
+	e.Message = eventMessage(e)
+	s.appendEvent(e)
+}
+
 // applyRecordEvent appends an event that no other command produces. Its
 // index is the entry's; its time the entry's unless it carries one. Kind
 // cooldown with a broker sets the broker's cooldown block.

@@ -87,17 +87,33 @@ func currentAttempt(op string, j *waldenv1.Job, attempt uint32) error {
 	return nil
 }
 
-// jobEvent appends an event of kind job about j.
-func (s *State) jobEvent(index uint64, actor string, j *waldenv1.Job, format string, args ...any) {
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: j.GetBrokerId(),
-		JobId: j.GetJobId(), Actor: actor, Message: fmt.Sprintf(format, args...)})
+// jobEvent appends an event of kind job about j: its attempt, assignee
+// and state now, its broker's state now and from (touchBroker's), and d's
+// other fields (the job's state before, a reason...).
+func (s *State) jobEvent(index uint64, actor string, j *waldenv1.Job, from waldenv1.BrokerState, d *waldenv1.EventDetail) {
+	d.Epoch, d.Attempt, d.Member, d.JobState = j.GetToken(), j.GetAttempt(), j.GetAssigneeId(), j.GetJobState()
+	d.FromState, d.ToState = from, s.brokers[j.GetBrokerId()].GetBrokerState()
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_JOB, BrokerId: j.GetBrokerId(), JobId: j.GetJobId(),
+		Actor: actor, Detail: d})
 }
 
-// touchBroker re-derives the state of job j's broker.
-func (s *State) touchBroker(j *waldenv1.Job) {
-	if b, ok := s.brokers[j.GetBrokerId()]; ok {
-		s.deriveState(b)
+// startRunning moves the current attempt of pending job j to running.
+func (s *State) startRunning(index uint64, j *waldenv1.Job) {
+	j.JobState = waldenv1.JobState_JOB_STATE_RUNNING
+	from := s.touchBroker(j)
+	s.jobEvent(index, j.GetAssigneeId(), j, from, &waldenv1.EventDetail{FromJobState: waldenv1.JobState_JOB_STATE_PENDING})
+}
+
+// touchBroker re-derives the state of job j's broker and returns the state
+// it had.
+func (s *State) touchBroker(j *waldenv1.Job) waldenv1.BrokerState {
+	b, ok := s.brokers[j.GetBrokerId()]
+	if !ok {
+		return waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED
 	}
+	from := b.GetBrokerState()
+	s.deriveState(b)
+	return from
 }
 
 func jobResult(j *waldenv1.Job) *waldenv1.Result {
@@ -124,9 +140,7 @@ func (s *State) applyRenewJobLease(index uint64, cmd *waldenv1.Command, op *wald
 	j.LeaseRenewedUnixMs = s.now()
 	j.UpdatedUnixMs = s.now()
 	if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING {
-		j.JobState = waldenv1.JobState_JOB_STATE_RUNNING
-		s.touchBroker(j)
-		s.jobEvent(index, op.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
+		s.startRunning(index, j)
 	}
 	return jobResult(j), nil
 }
@@ -145,7 +159,7 @@ func (s *State) applyReassignJob(index, term uint64, cmd *waldenv1.Command, op *
 	if err := currentAttempt("reassign job", j, op.GetAttempt()); err != nil {
 		return nil, err
 	}
-	prev := j.GetAssigneeId()
+	prev, fromJob := j.GetAssigneeId(), j.GetJobState()
 	// The job's own load must not count against the candidates.
 	j.JobState = waldenv1.JobState_JOB_STATE_UNSPECIFIED
 	next := s.pickAssignee(op.GetLiveMembers(), prev)
@@ -154,8 +168,8 @@ func (s *State) applyReassignJob(index, term uint64, cmd *waldenv1.Command, op *
 	j.AssigneeId = next
 	j.Error = op.GetReason()
 	j.UpdatedUnixMs = s.now()
-	s.touchBroker(j)
-	s.jobEvent(index, cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d reassigned from %q to %q", j.GetAttempt(), prev, next), op.GetReason()))
+	from := s.touchBroker(j)
+	s.jobEvent(index, cmd.GetProposerId(), j, from, &waldenv1.EventDetail{FromJobState: fromJob, FromMember: prev, Reason: op.GetReason()})
 	return jobResult(j), nil
 }
 
@@ -175,9 +189,7 @@ func (s *State) applyCheckpointJob(index uint64, op *waldenv1.CheckpointJob) (*w
 	}
 	if j.GetJobState() == waldenv1.JobState_JOB_STATE_PENDING {
 		// The attempt started with a checkpoint, before any lease renewal.
-		j.JobState = waldenv1.JobState_JOB_STATE_RUNNING
-		s.touchBroker(j)
-		s.jobEvent(index, j.GetAssigneeId(), j, "attempt %d running on %s", j.GetAttempt(), j.GetAssigneeId())
+		s.startRunning(index, j)
 	}
 	s.recordCheckpoint(index, j, op)
 	return jobResult(j), nil
@@ -278,6 +290,7 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 	default:
 		return nil, invalid("finish job %s: state %q is not succeeded or failed", j.GetJobId(), op.GetJobState().Name())
 	}
+	fromJob := j.GetJobState()
 	j.JobState = op.GetJobState()
 	j.Error = op.GetError()
 	j.FinishedUnixMs = s.now()
@@ -294,8 +307,8 @@ func (s *State) applyFinishJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 			}
 		}
 	}
-	s.touchBroker(j)
-	s.jobEvent(index, cmd.GetProposerId(), j, "%s", withReason(fmt.Sprintf("attempt %d %s", j.GetAttempt(), op.GetJobState().Name()), op.GetError()))
+	from := s.touchBroker(j)
+	s.jobEvent(index, cmd.GetProposerId(), j, from, &waldenv1.EventDetail{FromJobState: fromJob, Reason: op.GetError()})
 	if j.GetRestore() {
 		s.advanceRestore(index, cmd.GetProposerId())
 	}
@@ -316,11 +329,12 @@ func (s *State) applyCancelJob(index uint64, cmd *waldenv1.Command, op *waldenv1
 		// would hold it, and its streams, forever.
 		return nil, s.refuseReconciling(fmt.Sprintf("cancel job %s (resolve it with --wal-lost if its WAL is gone for good)", j.GetJobId()))
 	}
+	fromJob := j.GetJobState()
 	j.JobState = waldenv1.JobState_JOB_STATE_CANCELLED
 	j.FinishedUnixMs = s.now()
 	j.UpdatedUnixMs = s.now()
-	s.touchBroker(j)
-	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "attempt %d cancelled", j.GetAttempt())
+	from := s.touchBroker(j)
+	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, from, &waldenv1.EventDetail{FromJobState: fromJob})
 	return jobResult(j), nil
 }
 
@@ -342,6 +356,7 @@ func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 		return nil, fmt.Errorf("retry job: job %s token %d: broker %q registered again since: %w",
 			j.GetJobId(), j.GetToken(), j.GetBrokerId(), refusal.ErrEpochExpired)
 	}
+	fromJob, fromMember := j.GetJobState(), j.GetAssigneeId()
 	next := s.pickAssignee(op.GetLiveMembers(), "")
 	j.JobState = waldenv1.JobState_JOB_STATE_PENDING
 	j.Attempt++
@@ -349,8 +364,8 @@ func (s *State) applyRetryJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 	j.Error = ""
 	j.FinishedUnixMs = 0
 	j.UpdatedUnixMs = s.now()
-	s.touchBroker(j)
-	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "retried as attempt %d on %q", j.GetAttempt(), next)
+	from := s.touchBroker(j)
+	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, from, &waldenv1.EventDetail{FromJobState: fromJob, FromMember: fromMember})
 	return jobResult(j), nil
 }
 
@@ -369,6 +384,7 @@ func (s *State) applyBlockJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 	if op.GetError() == "" {
 		return nil, invalid("block job %s: error is empty: a blocked job says why", j.GetJobId())
 	}
+	fromJob := j.GetJobState()
 	j.JobState = waldenv1.JobState_JOB_STATE_BLOCKED
 	if knownStep(op.GetJobStep()) {
 		j.JobStep = op.GetJobStep()
@@ -376,9 +392,9 @@ func (s *State) applyBlockJob(index uint64, cmd *waldenv1.Command, op *waldenv1.
 	j.Error = op.GetError()
 	j.BlockedUnixMs = s.now()
 	j.UpdatedUnixMs = s.now()
-	s.touchBroker(j)
-	s.jobEvent(index, cmd.GetProposerId(), j, "attempt %d blocked at %s after failing for %.1fs: %s",
-		j.GetAttempt(), j.GetJobStep().Name(), float64(op.GetFailingMs())/1000, op.GetError())
+	from := s.touchBroker(j)
+	s.jobEvent(index, cmd.GetProposerId(), j, from, &waldenv1.EventDetail{FromJobState: fromJob, JobStep: j.GetJobStep(),
+		DurationMs: op.GetFailingMs(), Reason: op.GetError()})
 	return jobResult(j), nil
 }
 
@@ -405,6 +421,7 @@ func (s *State) applyResolveJob(index uint64, cmd *waldenv1.Command, op *waldenv
 		return nil, fmt.Errorf("resolve job: job %s token %d: broker %q registered again since: %w",
 			j.GetJobId(), j.GetToken(), j.GetBrokerId(), refusal.ErrEpochExpired)
 	}
+	fromJob, fromMember := j.GetJobState(), j.GetAssigneeId()
 	next := s.pickAssignee(op.GetLiveMembers(), "")
 	j.JobState = waldenv1.JobState_JOB_STATE_PENDING
 	j.Attempt++
@@ -414,12 +431,9 @@ func (s *State) applyResolveJob(index uint64, cmd *waldenv1.Command, op *waldenv
 	j.UpdatedUnixMs = s.now()
 	j.WalLost = j.GetWalLost() || op.GetWalLost()
 	j.Resolution = op.GetReason()
-	s.touchBroker(j)
-	what := "resolved"
-	if op.GetWalLost() {
-		what = "resolved with the WAL declared lost (what it held beyond the catalog is lost)"
-	}
-	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, "%s: %s; attempt %d on %q", what, op.GetReason(), j.GetAttempt(), next)
+	from := s.touchBroker(j)
+	s.jobEvent(index, actorOf(op.GetActor(), cmd), j, from, &waldenv1.EventDetail{FromJobState: fromJob, FromMember: fromMember,
+		Reason: op.GetReason(), WalLost: op.GetWalLost()})
 	if j.GetRestore() && j.GetWalLost() && j.GetSurvey() == nil {
 		// Its WAL is gone for good: nothing to survey.
 		s.recordSurvey(index, j, &waldenv1.RestoreSurvey{WalLost: true})

@@ -6,27 +6,25 @@ import (
 	waldenv1 "walden/proto/walden/v1"
 )
 
-// setMaintenance records a maintenance change on b and returns the event
-// message, or "" when the command does not apply (its if_until_unix_ms no
-// longer matches: the maintenance was set again since).
-func (s *State) setMaintenance(b *waldenv1.Broker, op *waldenv1.SetMaintenance) string {
+// setMaintenance records a maintenance change on b and reports whether it
+// applied: not when its if_until_unix_ms no longer matches (the
+// maintenance was set again since).
+func (s *State) setMaintenance(b *waldenv1.Broker, op *waldenv1.SetMaintenance) bool {
 	if op.GetIfUntilUnixMs() != 0 && b.GetMaintenanceUntilUnixMs() != op.GetIfUntilUnixMs() {
-		return ""
+		return false
 	}
 	b.Maintenance = op.GetOn()
 	if !op.GetOn() {
 		b.MaintenanceReason, b.MaintenanceTtlMs, b.MaintenanceUntilUnixMs = "", 0, 0
-		return withReason("maintenance off", op.GetReason())
+		return true
 	}
 	b.MaintenanceReason = op.GetReason()
 	b.MaintenanceTtlMs = max(op.GetTtlMs(), 0)
 	b.MaintenanceUntilUnixMs = 0
-	msg := "maintenance on"
 	if b.MaintenanceTtlMs > 0 {
 		b.MaintenanceUntilUnixMs = s.now() + b.MaintenanceTtlMs
-		msg = "maintenance on for " + msText(b.MaintenanceTtlMs)
 	}
-	return withReason(msg, op.GetReason())
+	return true
 }
 
 // msText writes a duration in milliseconds as 2h30m, 45s or 1500ms.

@@ -56,8 +56,9 @@ func Label(k string) string {
 	return k
 }
 
-// The state machine's event messages this package reads (fsm/brokers.go,
-// fsm/jobs.go).
+// The sentences of the events an older walden recorded without their typed
+// fields (Event.detail), read only for those (legacyOldEpoch,
+// legacyRunning).
 var (
 	declaredRe = regexp.MustCompile(`^declared failed: epoch (\d+) fenced`)
 	runningRe  = regexp.MustCompile(`^attempt (\d+) running on (\S+)`)
@@ -107,15 +108,16 @@ func Build(j *waldenv1.Job, events []*waldenv1.Event) *waldenv1.Failover {
 			f.Evidence = e.GetEvidence()
 			f.Manual = e.GetEvidence().GetManual()
 			f.Reason = e.GetEvidence().GetReason()
-			if m := declaredRe.FindStringSubmatch(e.GetMessage()); m != nil {
-				f.OldEpoch, _ = strconv.ParseUint(m[1], 10, 64)
+			f.OldEpoch = e.GetDetail().GetEpoch()
+			if e.GetDetail() == nil {
+				f.OldEpoch = legacyOldEpoch(e)
 			}
 		case waldenv1.EventKind_EVENT_KIND_JOB:
-			if m := runningRe.FindStringSubmatch(e.GetMessage()); m != nil {
-				n, _ := strconv.ParseUint(m[1], 10, 32)
-				assigneeOf[uint32(n)] = m[2]
-				if len(f.Assignees) == 0 || f.Assignees[len(f.Assignees)-1] != m[2] {
-					f.Assignees = append(f.Assignees, m[2])
+			attempt, member, ok := running(e)
+			if ok {
+				assigneeOf[attempt] = member
+				if len(f.Assignees) == 0 || f.Assignees[len(f.Assignees)-1] != member {
+					f.Assignees = append(f.Assignees, member)
 				}
 			}
 		}
@@ -217,6 +219,37 @@ func observed(o *waldenv1.Observation) string {
 		s += fmt.Sprintf(" (last heard %d ms before)", u)
 	}
 	return s
+}
+
+// running reports whether job event e says an attempt started running, and
+// which attempt on which member.
+func running(e *waldenv1.Event) (attempt uint32, member string, ok bool) {
+	d := e.GetDetail()
+	if d == nil {
+		return legacyRunning(e)
+	}
+	return d.GetAttempt(), d.GetMember(), d.GetJobState() == waldenv1.JobState_JOB_STATE_RUNNING
+}
+
+// legacyOldEpoch is the epoch a decision recorded without its fields
+// fenced, read from its message (0 when it does not say).
+func legacyOldEpoch(e *waldenv1.Event) uint64 {
+	m := declaredRe.FindStringSubmatch(e.GetMessage())
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(m[1], 10, 64)
+	return n
+}
+
+// legacyRunning is running for a job event recorded without its fields.
+func legacyRunning(e *waldenv1.Event) (uint32, string, bool) {
+	m := runningRe.FindStringSubmatch(e.GetMessage())
+	if m == nil {
+		return 0, "", false
+	}
+	n, _ := strconv.ParseUint(m[1], 10, 32)
+	return uint32(n), m[2], true
 }
 
 // lastContact is when the observer last heard from the broker: the

@@ -40,6 +40,23 @@ func events() []*waldenv1.Event {
 	}
 }
 
+// typedEvents are events() as this walden records them: with their typed
+// fields. Their messages are dropped, so that only the fields can tell.
+func typedEvents() []*waldenv1.Event {
+	details := map[uint64]*waldenv1.EventDetail{
+		30: {Attempt: 2, Member: "c3", JobState: waldenv1.JobState_JOB_STATE_RUNNING, FromJobState: waldenv1.JobState_JOB_STATE_PENDING},
+		20: {Epoch: 4, NewEpoch: 7, Member: "c2", Attempt: 1, JobState: waldenv1.JobState_JOB_STATE_PENDING},
+		21: {Attempt: 1, Member: "c2", JobState: waldenv1.JobState_JOB_STATE_RUNNING, FromJobState: waldenv1.JobState_JOB_STATE_PENDING},
+		25: {Attempt: 2, Member: "c3", FromMember: "c2", JobState: waldenv1.JobState_JOB_STATE_PENDING, FromJobState: waldenv1.JobState_JOB_STATE_RUNNING},
+		19: {Epoch: 2, NewEpoch: 3},
+	}
+	evs := events()
+	for _, e := range evs {
+		e.Detail, e.Message = details[e.GetIndex()], ""
+	}
+	return evs
+}
+
 func phases(f *waldenv1.Failover) string {
 	var out []string
 	for _, p := range f.GetPhases() {
@@ -52,12 +69,19 @@ func phases(f *waldenv1.Failover) string {
 	return strings.Join(out, "\n")
 }
 
+// TestBuildFinishedFailover reads the events' typed fields, and the
+// messages of events an older walden recorded without them.
 func TestBuildFinishedFailover(t *testing.T) {
+	t.Run("fields", func(t *testing.T) { testBuildFinishedFailover(t, typedEvents()) })
+	t.Run("legacy messages", func(t *testing.T) { testBuildFinishedFailover(t, events()) })
+}
+
+func testBuildFinishedFailover(t *testing.T, evs []*waldenv1.Event) {
 	j := job("succeeded", "done", cp("fence", 1, 5600), cp("attach", 2, 6000), cp("read", 2, 6100), cp("upload", 2, 6500),
 		cp("commit", 2, 6600), cp("close", 2, 6700), cp("detach", 2, 6750))
 	j.FinishedUnixMs = t0 + 6760
 	j.StreamsReopened, j.FirstReopenedUnixMs, j.ReopenedUnixMs = 2, t0+6900, t0+7200
-	f := timeline.Build(j, events())
+	f := timeline.Build(j, evs)
 	want := strings.Join([]string{
 		"observe/c1@0 0-5000",
 		"observe/c2@0 400-5000",

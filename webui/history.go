@@ -19,20 +19,24 @@ type transition struct {
 // shows.
 const maxTransitions = 8
 
+// The sentences of the events an older walden recorded without their typed
+// fields (Event.detail), read only for those (legacyState).
 var (
 	observesRe = regexp.MustCompile(`^(\S+) observes (alive|suspect|dead)`)
 	jobRe      = regexp.MustCompile(`^attempt \d+ (running|succeeded|failed|cancelled)`)
 )
 
 // brokerHistory replays the event log (oldest first) into each broker's
-// recent state changes: registered (alive), observed suspect or dead by a
+// recent state changes: the broker's state after each event (its typed
+// field to_state), so registered (alive), observed suspect or dead by a
 // coordinator (suspect), declared failed (failed), its recovery running
-// (recovering), succeeded (recovered), failed or cancelled (failed), and
-// maintenance (and back to alive, or suspect, when it ends). The page polls once a second; the history shows the states
-// a failover went through even when they lasted less than that.
+// (recovering), succeeded (recovered), failed, blocked or cancelled
+// (failed), and maintenance (and back when it ends). The page polls once a
+// second; the history shows the states a failover went through even when
+// they lasted less than that. Events an older walden recorded without
+// their fields are read from their messages (legacyState).
 func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 	out := map[string][]transition{}
-	observed := map[string]map[string]string{} // broker -> observer -> observation
 	cur := map[string]waldenv1.BrokerState{}
 	set := func(e *waldenv1.Event, state waldenv1.BrokerState) {
 		b := e.GetBrokerId()
@@ -46,19 +50,37 @@ func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 		}
 		out[b] = h
 	}
+	legacy := legacyState(cur)
 	for _, e := range events {
-		b := e.GetBrokerId()
-		if b == "" {
+		if e.GetBrokerId() == "" {
 			continue
 		}
+		state := e.GetDetail().GetToState()
+		if e.GetDetail() == nil {
+			state = legacy(e)
+		}
+		if state != waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED {
+			set(e, state)
+		}
+	}
+	return out
+}
+
+// legacyState returns the reader of the broker state after an event
+// recorded without its fields, from its kind and message (UNSPECIFIED: it
+// says none); cur is each broker's state so far.
+func legacyState(cur map[string]waldenv1.BrokerState) func(e *waldenv1.Event) waldenv1.BrokerState {
+	observed := map[string]map[string]string{} // broker -> observer -> observation
+	return func(e *waldenv1.Event) waldenv1.BrokerState {
+		b := e.GetBrokerId()
 		switch e.GetEventKind() {
 		case waldenv1.EventKind_EVENT_KIND_REGISTER:
 			observed[b] = map[string]string{}
-			set(e, waldenv1.BrokerState_BROKER_STATE_ALIVE)
+			return waldenv1.BrokerState_BROKER_STATE_ALIVE
 		case waldenv1.EventKind_EVENT_KIND_OBSERVATION:
 			m := observesRe.FindStringSubmatch(e.GetMessage())
 			if s := cur[b]; m == nil || (s != waldenv1.BrokerState_BROKER_STATE_ALIVE && s != waldenv1.BrokerState_BROKER_STATE_SUSPECT && s != waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED) {
-				continue // a failed or recovering broker stays so
+				return waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED // a failed or recovering broker stays so
 			}
 			if observed[b] == nil {
 				observed[b] = map[string]string{}
@@ -70,23 +92,23 @@ func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 					state = waldenv1.BrokerState_BROKER_STATE_SUSPECT
 				}
 			}
-			set(e, state)
+			return state
 		case waldenv1.EventKind_EVENT_KIND_DECISION:
-			set(e, waldenv1.BrokerState_BROKER_STATE_FAILED)
+			return waldenv1.BrokerState_BROKER_STATE_FAILED
 		case waldenv1.EventKind_EVENT_KIND_JOB:
 			switch m := jobRe.FindStringSubmatch(e.GetMessage()); {
 			case m == nil:
 			case m[1] == waldenv1.JobState_JOB_STATE_RUNNING.Name():
-				set(e, waldenv1.BrokerState_BROKER_STATE_RECOVERING)
+				return waldenv1.BrokerState_BROKER_STATE_RECOVERING
 			case m[1] == waldenv1.JobState_JOB_STATE_SUCCEEDED.Name():
-				set(e, waldenv1.BrokerState_BROKER_STATE_RECOVERED)
+				return waldenv1.BrokerState_BROKER_STATE_RECOVERED
 			default:
-				set(e, waldenv1.BrokerState_BROKER_STATE_FAILED)
+				return waldenv1.BrokerState_BROKER_STATE_FAILED
 			}
 		case waldenv1.EventKind_EVENT_KIND_MAINTENANCE:
 			switch {
 			case strings.HasPrefix(e.GetMessage(), "maintenance on"):
-				set(e, waldenv1.BrokerState_BROKER_STATE_MAINTENANCE)
+				return waldenv1.BrokerState_BROKER_STATE_MAINTENANCE
 			case strings.HasPrefix(e.GetMessage(), "maintenance off") && cur[b] == waldenv1.BrokerState_BROKER_STATE_MAINTENANCE:
 				// Back to what the observations say (alive unless a
 				// coordinator suspects it).
@@ -96,9 +118,9 @@ func brokerHistory(events []*waldenv1.Event) map[string][]transition {
 						state = waldenv1.BrokerState_BROKER_STATE_SUSPECT
 					}
 				}
-				set(e, state)
+				return state
 			}
 		}
+		return waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED
 	}
-	return out
 }

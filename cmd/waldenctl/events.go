@@ -253,14 +253,41 @@ func eventTime(e *waldenv1.Event) string {
 func printEvents(w io.Writer, events []*waldenv1.Event, wide bool) {
 	head := "INDEX\tTIME\tKIND\tBROKER\tACTOR\tMESSAGE"
 	if wide {
-		head += "\tJOB"
+		head += "\tJOB\tEPOCH\tSTATE"
 	}
 	fmt.Fprintln(w, head)
 	for _, e := range events {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s", e.GetIndex(), eventTime(e), e.GetEventKind().Name(), orDash(e.GetBrokerId()), orDash(e.GetActor()), e.GetMessage())
 		if wide {
-			fmt.Fprintf(w, "\t%s", orDash(e.GetJobId()))
+			fmt.Fprintf(w, "\t%s\t%s\t%s", orDash(e.GetJobId()), eventEpoch(e.GetDetail()), eventState(e.GetDetail()))
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// eventEpoch is the broker epoch an event is about, from its typed fields
+// ("3→7" for a decision's fenced and new epoch); "-" for an event without
+// one (an older walden's, a policy change).
+func eventEpoch(d *waldenv1.EventDetail) string {
+	switch {
+	case d.GetNewEpoch() != 0:
+		return fmt.Sprintf("%d→%d", d.GetEpoch(), d.GetNewEpoch())
+	case d.GetEpoch() != 0:
+		return fmt.Sprint(d.GetEpoch())
+	}
+	return "-"
+}
+
+// eventState is the broker's state change an event made, from its typed
+// fields: "suspect→failed", the state alone when it did not change, "-"
+// for an event without one.
+func eventState(d *waldenv1.EventDetail) string {
+	from, to := d.GetFromState(), d.GetToState()
+	switch {
+	case to == waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED:
+		return "-"
+	case from == to || from == waldenv1.BrokerState_BROKER_STATE_UNSPECIFIED:
+		return to.Name()
+	}
+	return from.Name() + "→" + to.Name()
 }

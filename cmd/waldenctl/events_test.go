@@ -237,3 +237,23 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestEventsWideReadsFields: -o wide shows an event's epoch and the
+// broker's state change from its typed fields, and dashes for an event
+// an older walden recorded without them.
+func TestEventsWideReadsFields(t *testing.T) {
+	var b bytes.Buffer
+	printEvents(&b, []*waldenv1.Event{
+		{Index: 3, EventKind: waldenv1.EventKind_EVENT_KIND_DECISION, BrokerId: "b1", JobId: "job-b1-7", Message: "declared failed",
+			Detail: &waldenv1.EventDetail{Epoch: 4, NewEpoch: 7, FromState: waldenv1.BrokerState_BROKER_STATE_SUSPECT, ToState: waldenv1.BrokerState_BROKER_STATE_FAILED}},
+		{Index: 4, EventKind: waldenv1.EventKind_EVENT_KIND_ACK, BrokerId: "b2", Message: "cooldown block cleared",
+			Detail: &waldenv1.EventDetail{Epoch: 2, FromState: waldenv1.BrokerState_BROKER_STATE_ALIVE, ToState: waldenv1.BrokerState_BROKER_STATE_ALIVE}},
+		{Index: 2, EventKind: waldenv1.EventKind_EVENT_KIND_OBSERVATION, BrokerId: "b1", Message: "c1 observes dead"},
+	}, true)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	for i, want := range []string{"JOB\tEPOCH\tSTATE", "job-b1-7\t4→7\tsuspect→failed", "-\t2\talive", "-\t-\t-"} {
+		if !strings.HasSuffix(lines[i], want) {
+			t.Errorf("line %d %q does not end with %q", i, lines[i], want)
+		}
+	}
+}

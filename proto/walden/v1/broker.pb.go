@@ -882,9 +882,14 @@ type Event struct {
 	Evidence *Evidence `protobuf:"bytes,6,opt,name=evidence,proto3" json:"evidence,omitempty"`
 	// actor is who caused the event: the identity (certificate name) that
 	// called the API, or the member that decided; "anonymous" when TLS is off.
-	Actor         string    `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
-	JobId         string    `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	EventKind     EventKind `protobuf:"varint,9,opt,name=event_kind,json=eventKind,proto3,enum=walden.v1.EventKind" json:"event_kind,omitempty"`
+	Actor     string    `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	JobId     string    `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	EventKind EventKind `protobuf:"varint,9,opt,name=event_kind,json=eventKind,proto3,enum=walden.v1.EventKind" json:"event_kind,omitempty"`
+	// detail is what the event is about, as typed fields; message is
+	// rendered from them. Unset in an event an older walden recorded (its
+	// message is all it has) and in the kinds that have none (policy,
+	// restore, freeze, a recovery note).
+	Detail        *EventDetail `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -983,6 +988,221 @@ func (x *Event) GetEventKind() EventKind {
 	return EventKind_EVENT_KIND_UNSPECIFIED
 }
 
+func (x *Event) GetDetail() *EventDetail {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
+// EventDetail is an event's typed fields, as fit its kind. The timeline,
+// the web view and waldenctl read them; nobody parses an event's message.
+type EventDetail struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// epoch is the broker epoch the event is about: the one registered,
+	// observed, attested, fenced by a decision, requested to fail over or
+	// removed.
+	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// new_epoch is the epoch a decision issued: the fencing token of its job.
+	NewEpoch uint64 `protobuf:"varint,2,opt,name=new_epoch,json=newEpoch,proto3" json:"new_epoch,omitempty"`
+	// member is the coordinator the event is about: the observer, the
+	// attester, the assignee of a decision's job or of a job's attempt.
+	Member string `protobuf:"bytes,3,opt,name=member,proto3" json:"member,omitempty"`
+	// from_member is the assignee a job's attempt was reassigned from.
+	FromMember string `protobuf:"bytes,4,opt,name=from_member,json=fromMember,proto3" json:"from_member,omitempty"`
+	// from_state and to_state are the broker's state before and after the
+	// event (equal when the event changed nothing of it).
+	FromState BrokerState `protobuf:"varint,5,opt,name=from_state,json=fromState,proto3,enum=walden.v1.BrokerState" json:"from_state,omitempty"`
+	ToState   BrokerState `protobuf:"varint,6,opt,name=to_state,json=toState,proto3,enum=walden.v1.BrokerState" json:"to_state,omitempty"`
+	// observation_state is what the observer now observes (observation);
+	// from_observation_state what it observed before (unspecified: nothing
+	// at this epoch yet).
+	ObservationState     ObservationState `protobuf:"varint,7,opt,name=observation_state,json=observationState,proto3,enum=walden.v1.ObservationState" json:"observation_state,omitempty"`
+	FromObservationState ObservationState `protobuf:"varint,8,opt,name=from_observation_state,json=fromObservationState,proto3,enum=walden.v1.ObservationState" json:"from_observation_state,omitempty"`
+	// lease_expired says that the observer attests its lease grant of epoch
+	// expired (observation, lease); false in a lease event withdraws it.
+	LeaseExpired bool `protobuf:"varint,9,opt,name=lease_expired,json=leaseExpired,proto3" json:"lease_expired,omitempty"`
+	// attempt is the job's attempt the event is about.
+	Attempt uint32 `protobuf:"varint,10,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// job_state is the job's state after the event, from_job_state before.
+	JobState     JobState `protobuf:"varint,11,opt,name=job_state,json=jobState,proto3,enum=walden.v1.JobState" json:"job_state,omitempty"`
+	FromJobState JobState `protobuf:"varint,12,opt,name=from_job_state,json=fromJobState,proto3,enum=walden.v1.JobState" json:"from_job_state,omitempty"`
+	// job_step is the recovery step (the failover's phase) the event is
+	// about: where a job blocked.
+	JobStep JobStep `protobuf:"varint,13,opt,name=job_step,json=jobStep,proto3,enum=walden.v1.JobStep" json:"job_step,omitempty"`
+	// duration_ms is how long: a maintenance ttl (0: none), how long a
+	// job's step failed before it blocked.
+	DurationMs int64 `protobuf:"varint,14,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// maintenance is whether a maintenance event turned it on.
+	Maintenance bool `protobuf:"varint,15,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	// reason is why, as the proposer or operator said it (an observation's
+	// reason, a job's error, a resolution's reason).
+	Reason string `protobuf:"bytes,16,opt,name=reason,proto3" json:"reason,omitempty"`
+	// wal_lost says that a resolution declared the job's WAL lost.
+	WalLost bool `protobuf:"varint,17,opt,name=wal_lost,json=walLost,proto3" json:"wal_lost,omitempty"`
+	// never_granted_by are the voters that never granted the failed epoch a
+	// lease (a decision whose job reads no WAL).
+	NeverGrantedBy []string `protobuf:"bytes,18,rep,name=never_granted_by,json=neverGrantedBy,proto3" json:"never_granted_by,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *EventDetail) Reset() {
+	*x = EventDetail{}
+	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventDetail) ProtoMessage() {}
+
+func (x *EventDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventDetail.ProtoReflect.Descriptor instead.
+func (*EventDetail) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EventDetail) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *EventDetail) GetNewEpoch() uint64 {
+	if x != nil {
+		return x.NewEpoch
+	}
+	return 0
+}
+
+func (x *EventDetail) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *EventDetail) GetFromMember() string {
+	if x != nil {
+		return x.FromMember
+	}
+	return ""
+}
+
+func (x *EventDetail) GetFromState() BrokerState {
+	if x != nil {
+		return x.FromState
+	}
+	return BrokerState_BROKER_STATE_UNSPECIFIED
+}
+
+func (x *EventDetail) GetToState() BrokerState {
+	if x != nil {
+		return x.ToState
+	}
+	return BrokerState_BROKER_STATE_UNSPECIFIED
+}
+
+func (x *EventDetail) GetObservationState() ObservationState {
+	if x != nil {
+		return x.ObservationState
+	}
+	return ObservationState_OBSERVATION_STATE_UNSPECIFIED
+}
+
+func (x *EventDetail) GetFromObservationState() ObservationState {
+	if x != nil {
+		return x.FromObservationState
+	}
+	return ObservationState_OBSERVATION_STATE_UNSPECIFIED
+}
+
+func (x *EventDetail) GetLeaseExpired() bool {
+	if x != nil {
+		return x.LeaseExpired
+	}
+	return false
+}
+
+func (x *EventDetail) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *EventDetail) GetJobState() JobState {
+	if x != nil {
+		return x.JobState
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *EventDetail) GetFromJobState() JobState {
+	if x != nil {
+		return x.FromJobState
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *EventDetail) GetJobStep() JobStep {
+	if x != nil {
+		return x.JobStep
+	}
+	return JobStep_JOB_STEP_UNSPECIFIED
+}
+
+func (x *EventDetail) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *EventDetail) GetMaintenance() bool {
+	if x != nil {
+		return x.Maintenance
+	}
+	return false
+}
+
+func (x *EventDetail) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EventDetail) GetWalLost() bool {
+	if x != nil {
+		return x.WalLost
+	}
+	return false
+}
+
+func (x *EventDetail) GetNeverGrantedBy() []string {
+	if x != nil {
+		return x.NeverGrantedBy
+	}
+	return nil
+}
+
 // Policy is the effective failover policy.
 type Policy struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -1005,7 +1225,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1237,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[7]
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1250,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{7}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Policy) GetFailureTimeoutMs() int64 {
@@ -1112,7 +1332,7 @@ type PolicyEntry struct {
 
 func (x *PolicyEntry) Reset() {
 	*x = PolicyEntry{}
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1344,7 @@ func (x *PolicyEntry) String() string {
 func (*PolicyEntry) ProtoMessage() {}
 
 func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1357,7 @@ func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEntry.ProtoReflect.Descriptor instead.
 func (*PolicyEntry) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PolicyEntry) GetKey() string {
@@ -1188,7 +1408,7 @@ type RegisterBroker struct {
 
 func (x *RegisterBroker) Reset() {
 	*x = RegisterBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1420,7 @@ func (x *RegisterBroker) String() string {
 func (*RegisterBroker) ProtoMessage() {}
 
 func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1433,7 @@ func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBroker.ProtoReflect.Descriptor instead.
 func (*RegisterBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RegisterBroker) GetBrokerId() string {
@@ -1275,7 +1495,7 @@ type RegisterBrokerResult struct {
 
 func (x *RegisterBrokerResult) Reset() {
 	*x = RegisterBrokerResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1507,7 @@ func (x *RegisterBrokerResult) String() string {
 func (*RegisterBrokerResult) ProtoMessage() {}
 
 func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1520,7 @@ func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResult.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RegisterBrokerResult) GetEpoch() uint64 {
@@ -1348,7 +1568,7 @@ type ObserveBroker struct {
 
 func (x *ObserveBroker) Reset() {
 	*x = ObserveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1580,7 @@ func (x *ObserveBroker) String() string {
 func (*ObserveBroker) ProtoMessage() {}
 
 func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1593,7 @@ func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveBroker.ProtoReflect.Descriptor instead.
 func (*ObserveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ObserveBroker) GetObserverId() string {
@@ -1471,7 +1691,7 @@ type DeclareFailed struct {
 
 func (x *DeclareFailed) Reset() {
 	*x = DeclareFailed{}
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1703,7 @@ func (x *DeclareFailed) String() string {
 func (*DeclareFailed) ProtoMessage() {}
 
 func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1716,7 @@ func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailed.ProtoReflect.Descriptor instead.
 func (*DeclareFailed) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeclareFailed) GetBrokerId() string {
@@ -1552,7 +1772,7 @@ type DeclareFailedResult struct {
 
 func (x *DeclareFailedResult) Reset() {
 	*x = DeclareFailedResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1784,7 @@ func (x *DeclareFailedResult) String() string {
 func (*DeclareFailedResult) ProtoMessage() {}
 
 func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1797,7 @@ func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailedResult.ProtoReflect.Descriptor instead.
 func (*DeclareFailedResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeclareFailedResult) GetNewEpoch() uint64 {
@@ -1614,7 +1834,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1846,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1859,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetPolicy) GetSet() map[string]string {
@@ -1673,7 +1893,7 @@ type AckBroker struct {
 
 func (x *AckBroker) Reset() {
 	*x = AckBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1905,7 @@ func (x *AckBroker) String() string {
 func (*AckBroker) ProtoMessage() {}
 
 func (x *AckBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1918,7 @@ func (x *AckBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckBroker.ProtoReflect.Descriptor instead.
 func (*AckBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AckBroker) GetBrokerId() string {
@@ -1734,7 +1954,7 @@ type SetMaintenance struct {
 
 func (x *SetMaintenance) Reset() {
 	*x = SetMaintenance{}
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1966,7 @@ func (x *SetMaintenance) String() string {
 func (*SetMaintenance) ProtoMessage() {}
 
 func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1979,7 @@ func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenance.ProtoReflect.Descriptor instead.
 func (*SetMaintenance) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetMaintenance) GetBrokerId() string {
@@ -1818,7 +2038,7 @@ type RequestFailover struct {
 
 func (x *RequestFailover) Reset() {
 	*x = RequestFailover{}
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2050,7 @@ func (x *RequestFailover) String() string {
 func (*RequestFailover) ProtoMessage() {}
 
 func (x *RequestFailover) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2063,7 @@ func (x *RequestFailover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestFailover.ProtoReflect.Descriptor instead.
 func (*RequestFailover) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RequestFailover) GetBrokerId() string {
@@ -1887,7 +2107,7 @@ type SeedPolicy struct {
 
 func (x *SeedPolicy) Reset() {
 	*x = SeedPolicy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2119,7 @@ func (x *SeedPolicy) String() string {
 func (*SeedPolicy) ProtoMessage() {}
 
 func (x *SeedPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2132,7 @@ func (x *SeedPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeedPolicy.ProtoReflect.Descriptor instead.
 func (*SeedPolicy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SeedPolicy) GetPolicy() *Policy {
@@ -1940,7 +2160,7 @@ type RecordEvent struct {
 
 func (x *RecordEvent) Reset() {
 	*x = RecordEvent{}
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2172,7 @@ func (x *RecordEvent) String() string {
 func (*RecordEvent) ProtoMessage() {}
 
 func (x *RecordEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2185,7 @@ func (x *RecordEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEvent.ProtoReflect.Descriptor instead.
 func (*RecordEvent) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecordEvent) GetEvent() *Event {
@@ -1992,7 +2212,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2224,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2237,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterRequest) GetClusterName() string {
@@ -2086,7 +2306,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2318,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2331,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterResponse) GetBrokerId() string {
@@ -2159,7 +2379,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2391,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2404,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenewLeaseRequest) GetBrokerId() string {
@@ -2220,7 +2440,7 @@ type RenewLeaseResponse struct {
 
 func (x *RenewLeaseResponse) Reset() {
 	*x = RenewLeaseResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2452,7 @@ func (x *RenewLeaseResponse) String() string {
 func (*RenewLeaseResponse) ProtoMessage() {}
 
 func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2465,7 @@ func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RenewLeaseResponse) GetEpoch() uint64 {
@@ -2303,7 +2523,7 @@ type Voter struct {
 
 func (x *Voter) Reset() {
 	*x = Voter{}
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2535,7 @@ func (x *Voter) String() string {
 func (*Voter) ProtoMessage() {}
 
 func (x *Voter) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2548,7 @@ func (x *Voter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Voter.ProtoReflect.Descriptor instead.
 func (*Voter) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Voter) GetId() string {
@@ -2367,7 +2587,7 @@ type RenewLeasesRequest struct {
 
 func (x *RenewLeasesRequest) Reset() {
 	*x = RenewLeasesRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2599,7 @@ func (x *RenewLeasesRequest) String() string {
 func (*RenewLeasesRequest) ProtoMessage() {}
 
 func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2612,7 @@ func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeasesRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewLeasesRequest) GetBrokerId() string {
@@ -2433,7 +2653,7 @@ type RenewLeasesResponse struct {
 
 func (x *RenewLeasesResponse) Reset() {
 	*x = RenewLeasesResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2665,7 @@ func (x *RenewLeasesResponse) String() string {
 func (*RenewLeasesResponse) ProtoMessage() {}
 
 func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2678,7 @@ func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeasesResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewLeasesResponse) GetSeq() uint64 {
@@ -2499,7 +2719,7 @@ type RenewalRefusal struct {
 
 func (x *RenewalRefusal) Reset() {
 	*x = RenewalRefusal{}
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2731,7 @@ func (x *RenewalRefusal) String() string {
 func (*RenewalRefusal) ProtoMessage() {}
 
 func (x *RenewalRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2744,7 @@ func (x *RenewalRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewalRefusal.ProtoReflect.Descriptor instead.
 func (*RenewalRefusal) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewalRefusal) GetCode() uint32 {
@@ -2563,7 +2783,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2795,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2808,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
 }
 
 type ListBrokersResponse struct {
@@ -2600,7 +2820,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +2832,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +2845,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*Broker {
@@ -2644,7 +2864,7 @@ type GetBrokerRequest struct {
 
 func (x *GetBrokerRequest) Reset() {
 	*x = GetBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2876,7 @@ func (x *GetBrokerRequest) String() string {
 func (*GetBrokerRequest) ProtoMessage() {}
 
 func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2889,7 @@ func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerRequest.ProtoReflect.Descriptor instead.
 func (*GetBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetBrokerRequest) GetBrokerId() string {
@@ -2688,7 +2908,7 @@ type GetBrokerResponse struct {
 
 func (x *GetBrokerResponse) Reset() {
 	*x = GetBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2920,7 @@ func (x *GetBrokerResponse) String() string {
 func (*GetBrokerResponse) ProtoMessage() {}
 
 func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2933,7 @@ func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerResponse.ProtoReflect.Descriptor instead.
 func (*GetBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetBrokerResponse) GetBroker() *Broker {
@@ -2738,7 +2958,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2970,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2983,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FailoverRequest) GetBrokerId() string {
@@ -2814,7 +3034,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3046,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3059,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FailoverResponse) GetBrokerId() string {
@@ -2921,7 +3141,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3153,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3166,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AckRequest) GetBrokerId() string {
@@ -2965,7 +3185,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3197,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3210,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AckResponse) GetBroker() *Broker {
@@ -3019,7 +3239,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3251,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3264,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetMaintenanceRequest) GetBrokerId() string {
@@ -3091,7 +3311,7 @@ type SetMaintenanceResponse struct {
 
 func (x *SetMaintenanceResponse) Reset() {
 	*x = SetMaintenanceResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3323,7 @@ func (x *SetMaintenanceResponse) String() string {
 func (*SetMaintenanceResponse) ProtoMessage() {}
 
 func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3336,7 @@ func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetMaintenanceResponse) GetBroker() *Broker {
@@ -3138,7 +3358,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3370,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3383,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListEventsRequest) GetBrokerId() string {
@@ -3189,7 +3409,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3421,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3434,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -3232,7 +3452,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3244,7 +3464,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3257,7 +3477,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
 }
 
 type GetPolicyResponse struct {
@@ -3278,7 +3498,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3510,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3523,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -3351,7 +3571,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3583,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3596,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetPolicyRequest) GetSet() map[string]string {
@@ -3403,7 +3623,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[43]
+	mi := &file_walden_v1_broker_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3635,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[43]
+	mi := &file_walden_v1_broker_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3648,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{43}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -3454,7 +3674,7 @@ type RemoveBrokerRequest struct {
 
 func (x *RemoveBrokerRequest) Reset() {
 	*x = RemoveBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[44]
+	mi := &file_walden_v1_broker_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3686,7 @@ func (x *RemoveBrokerRequest) String() string {
 func (*RemoveBrokerRequest) ProtoMessage() {}
 
 func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[44]
+	mi := &file_walden_v1_broker_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3699,7 @@ func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{44}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveBrokerRequest) GetBrokerId() string {
@@ -3499,7 +3719,7 @@ type RemoveBrokerResponse struct {
 
 func (x *RemoveBrokerResponse) Reset() {
 	*x = RemoveBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[45]
+	mi := &file_walden_v1_broker_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3511,7 +3731,7 @@ func (x *RemoveBrokerResponse) String() string {
 func (*RemoveBrokerResponse) ProtoMessage() {}
 
 func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[45]
+	mi := &file_walden_v1_broker_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3524,7 +3744,7 @@ func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{45}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveBrokerResponse) GetBroker() *Broker {
@@ -3547,7 +3767,7 @@ type RemoveBroker struct {
 
 func (x *RemoveBroker) Reset() {
 	*x = RemoveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[46]
+	mi := &file_walden_v1_broker_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +3779,7 @@ func (x *RemoveBroker) String() string {
 func (*RemoveBroker) ProtoMessage() {}
 
 func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[46]
+	mi := &file_walden_v1_broker_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +3792,7 @@ func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBroker.ProtoReflect.Descriptor instead.
 func (*RemoveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{46}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RemoveBroker) GetBrokerId() string {
@@ -3674,7 +3894,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\"\n" +
 	"\rlease_wait_ms\x18\f \x01(\x03R\vleaseWaitMs\x12!\n" +
 	"\frequested_by\x18\r \x01(\tR\vrequestedBy\x12\x12\n" +
-	"\x04term\x18\x0e \x01(\x04R\x04term\"\x98\x02\n" +
+	"\x04term\x18\x0e \x01(\x04R\x04term\"\xc8\x02\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x16\n" +
@@ -3685,7 +3905,32 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x05actor\x18\a \x01(\tR\x05actor\x12\x15\n" +
 	"\x06job_id\x18\b \x01(\tR\x05jobId\x123\n" +
 	"\n" +
-	"event_kind\x18\t \x01(\x0e2\x14.walden.v1.EventKindR\teventKind\"\xfb\x02\n" +
+	"event_kind\x18\t \x01(\x0e2\x14.walden.v1.EventKindR\teventKind\x12.\n" +
+	"\x06detail\x18\n" +
+	" \x01(\v2\x16.walden.v1.EventDetailR\x06detail\"\xfb\x05\n" +
+	"\vEventDetail\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
+	"\tnew_epoch\x18\x02 \x01(\x04R\bnewEpoch\x12\x16\n" +
+	"\x06member\x18\x03 \x01(\tR\x06member\x12\x1f\n" +
+	"\vfrom_member\x18\x04 \x01(\tR\n" +
+	"fromMember\x125\n" +
+	"\n" +
+	"from_state\x18\x05 \x01(\x0e2\x16.walden.v1.BrokerStateR\tfromState\x121\n" +
+	"\bto_state\x18\x06 \x01(\x0e2\x16.walden.v1.BrokerStateR\atoState\x12H\n" +
+	"\x11observation_state\x18\a \x01(\x0e2\x1b.walden.v1.ObservationStateR\x10observationState\x12Q\n" +
+	"\x16from_observation_state\x18\b \x01(\x0e2\x1b.walden.v1.ObservationStateR\x14fromObservationState\x12#\n" +
+	"\rlease_expired\x18\t \x01(\bR\fleaseExpired\x12\x18\n" +
+	"\aattempt\x18\n" +
+	" \x01(\rR\aattempt\x120\n" +
+	"\tjob_state\x18\v \x01(\x0e2\x13.walden.v1.JobStateR\bjobState\x129\n" +
+	"\x0efrom_job_state\x18\f \x01(\x0e2\x13.walden.v1.JobStateR\ffromJobState\x12-\n" +
+	"\bjob_step\x18\r \x01(\x0e2\x12.walden.v1.JobStepR\ajobStep\x12\x1f\n" +
+	"\vduration_ms\x18\x0e \x01(\x03R\n" +
+	"durationMs\x12 \n" +
+	"\vmaintenance\x18\x0f \x01(\bR\vmaintenance\x12\x16\n" +
+	"\x06reason\x18\x10 \x01(\tR\x06reason\x12\x19\n" +
+	"\bwal_lost\x18\x11 \x01(\bR\awalLost\x12(\n" +
+	"\x10never_granted_by\x18\x12 \x03(\tR\x0eneverGrantedBy\"\xfb\x02\n" +
 	"\x06Policy\x12,\n" +
 	"\x12failure_timeout_ms\x18\x01 \x01(\x03R\x10failureTimeoutMs\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12 \n" +
@@ -3915,7 +4160,7 @@ func file_walden_v1_broker_proto_rawDescGZIP() []byte {
 	return file_walden_v1_broker_proto_rawDescData
 }
 
-var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_walden_v1_broker_proto_goTypes = []any{
 	(*WalLocation)(nil),            // 0: walden.v1.WalLocation
 	(*AutomqNode)(nil),             // 1: walden.v1.AutomqNode
@@ -3924,117 +4169,128 @@ var file_walden_v1_broker_proto_goTypes = []any{
 	(*Broker)(nil),                 // 4: walden.v1.Broker
 	(*Evidence)(nil),               // 5: walden.v1.Evidence
 	(*Event)(nil),                  // 6: walden.v1.Event
-	(*Policy)(nil),                 // 7: walden.v1.Policy
-	(*PolicyEntry)(nil),            // 8: walden.v1.PolicyEntry
-	(*RegisterBroker)(nil),         // 9: walden.v1.RegisterBroker
-	(*RegisterBrokerResult)(nil),   // 10: walden.v1.RegisterBrokerResult
-	(*ObserveBroker)(nil),          // 11: walden.v1.ObserveBroker
-	(*DeclareFailed)(nil),          // 12: walden.v1.DeclareFailed
-	(*DeclareFailedResult)(nil),    // 13: walden.v1.DeclareFailedResult
-	(*SetPolicy)(nil),              // 14: walden.v1.SetPolicy
-	(*AckBroker)(nil),              // 15: walden.v1.AckBroker
-	(*SetMaintenance)(nil),         // 16: walden.v1.SetMaintenance
-	(*RequestFailover)(nil),        // 17: walden.v1.RequestFailover
-	(*SeedPolicy)(nil),             // 18: walden.v1.SeedPolicy
-	(*RecordEvent)(nil),            // 19: walden.v1.RecordEvent
-	(*RegisterRequest)(nil),        // 20: walden.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 21: walden.v1.RegisterResponse
-	(*RenewLeaseRequest)(nil),      // 22: walden.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),     // 23: walden.v1.RenewLeaseResponse
-	(*Voter)(nil),                  // 24: walden.v1.Voter
-	(*RenewLeasesRequest)(nil),     // 25: walden.v1.RenewLeasesRequest
-	(*RenewLeasesResponse)(nil),    // 26: walden.v1.RenewLeasesResponse
-	(*RenewalRefusal)(nil),         // 27: walden.v1.RenewalRefusal
-	(*ListBrokersRequest)(nil),     // 28: walden.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),    // 29: walden.v1.ListBrokersResponse
-	(*GetBrokerRequest)(nil),       // 30: walden.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),      // 31: walden.v1.GetBrokerResponse
-	(*FailoverRequest)(nil),        // 32: walden.v1.FailoverRequest
-	(*FailoverResponse)(nil),       // 33: walden.v1.FailoverResponse
-	(*AckRequest)(nil),             // 34: walden.v1.AckRequest
-	(*AckResponse)(nil),            // 35: walden.v1.AckResponse
-	(*SetMaintenanceRequest)(nil),  // 36: walden.v1.SetMaintenanceRequest
-	(*SetMaintenanceResponse)(nil), // 37: walden.v1.SetMaintenanceResponse
-	(*ListEventsRequest)(nil),      // 38: walden.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 39: walden.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),       // 40: walden.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 41: walden.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),       // 42: walden.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),      // 43: walden.v1.SetPolicyResponse
-	(*RemoveBrokerRequest)(nil),    // 44: walden.v1.RemoveBrokerRequest
-	(*RemoveBrokerResponse)(nil),   // 45: walden.v1.RemoveBrokerResponse
-	(*RemoveBroker)(nil),           // 46: walden.v1.RemoveBroker
-	nil,                            // 47: walden.v1.SetPolicy.SetEntry
-	nil,                            // 48: walden.v1.RenewalRefusal.MetadataEntry
-	nil,                            // 49: walden.v1.SetPolicyRequest.SetEntry
-	(ObservationState)(0),          // 50: walden.v1.ObservationState
-	(BrokerState)(0),               // 51: walden.v1.BrokerState
-	(EventKind)(0),                 // 52: walden.v1.EventKind
+	(*EventDetail)(nil),            // 7: walden.v1.EventDetail
+	(*Policy)(nil),                 // 8: walden.v1.Policy
+	(*PolicyEntry)(nil),            // 9: walden.v1.PolicyEntry
+	(*RegisterBroker)(nil),         // 10: walden.v1.RegisterBroker
+	(*RegisterBrokerResult)(nil),   // 11: walden.v1.RegisterBrokerResult
+	(*ObserveBroker)(nil),          // 12: walden.v1.ObserveBroker
+	(*DeclareFailed)(nil),          // 13: walden.v1.DeclareFailed
+	(*DeclareFailedResult)(nil),    // 14: walden.v1.DeclareFailedResult
+	(*SetPolicy)(nil),              // 15: walden.v1.SetPolicy
+	(*AckBroker)(nil),              // 16: walden.v1.AckBroker
+	(*SetMaintenance)(nil),         // 17: walden.v1.SetMaintenance
+	(*RequestFailover)(nil),        // 18: walden.v1.RequestFailover
+	(*SeedPolicy)(nil),             // 19: walden.v1.SeedPolicy
+	(*RecordEvent)(nil),            // 20: walden.v1.RecordEvent
+	(*RegisterRequest)(nil),        // 21: walden.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 22: walden.v1.RegisterResponse
+	(*RenewLeaseRequest)(nil),      // 23: walden.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),     // 24: walden.v1.RenewLeaseResponse
+	(*Voter)(nil),                  // 25: walden.v1.Voter
+	(*RenewLeasesRequest)(nil),     // 26: walden.v1.RenewLeasesRequest
+	(*RenewLeasesResponse)(nil),    // 27: walden.v1.RenewLeasesResponse
+	(*RenewalRefusal)(nil),         // 28: walden.v1.RenewalRefusal
+	(*ListBrokersRequest)(nil),     // 29: walden.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),    // 30: walden.v1.ListBrokersResponse
+	(*GetBrokerRequest)(nil),       // 31: walden.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),      // 32: walden.v1.GetBrokerResponse
+	(*FailoverRequest)(nil),        // 33: walden.v1.FailoverRequest
+	(*FailoverResponse)(nil),       // 34: walden.v1.FailoverResponse
+	(*AckRequest)(nil),             // 35: walden.v1.AckRequest
+	(*AckResponse)(nil),            // 36: walden.v1.AckResponse
+	(*SetMaintenanceRequest)(nil),  // 37: walden.v1.SetMaintenanceRequest
+	(*SetMaintenanceResponse)(nil), // 38: walden.v1.SetMaintenanceResponse
+	(*ListEventsRequest)(nil),      // 39: walden.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 40: walden.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),       // 41: walden.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 42: walden.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),       // 43: walden.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),      // 44: walden.v1.SetPolicyResponse
+	(*RemoveBrokerRequest)(nil),    // 45: walden.v1.RemoveBrokerRequest
+	(*RemoveBrokerResponse)(nil),   // 46: walden.v1.RemoveBrokerResponse
+	(*RemoveBroker)(nil),           // 47: walden.v1.RemoveBroker
+	nil,                            // 48: walden.v1.SetPolicy.SetEntry
+	nil,                            // 49: walden.v1.RenewalRefusal.MetadataEntry
+	nil,                            // 50: walden.v1.SetPolicyRequest.SetEntry
+	(ObservationState)(0),          // 51: walden.v1.ObservationState
+	(BrokerState)(0),               // 52: walden.v1.BrokerState
+	(EventKind)(0),                 // 53: walden.v1.EventKind
+	(JobState)(0),                  // 54: walden.v1.JobState
+	(JobStep)(0),                   // 55: walden.v1.JobStep
 }
 var file_walden_v1_broker_proto_depIdxs = []int32{
-	50, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
+	51, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
 	0,  // 1: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
 	2,  // 2: walden.v1.Broker.observations:type_name -> walden.v1.Observation
 	3,  // 3: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
-	51, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
+	52, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
 	1,  // 5: walden.v1.Broker.automq:type_name -> walden.v1.AutomqNode
 	2,  // 6: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
 	5,  // 7: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
-	52, // 8: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
-	0,  // 9: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
-	1,  // 10: walden.v1.RegisterBroker.automq:type_name -> walden.v1.AutomqNode
-	50, // 11: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
-	5,  // 12: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
-	47, // 13: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
-	7,  // 14: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
-	6,  // 15: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
-	0,  // 16: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
-	1,  // 17: walden.v1.RegisterRequest.automq:type_name -> walden.v1.AutomqNode
-	24, // 18: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
-	23, // 19: walden.v1.RenewLeasesResponse.grant:type_name -> walden.v1.RenewLeaseResponse
-	27, // 20: walden.v1.RenewLeasesResponse.refusal:type_name -> walden.v1.RenewalRefusal
-	48, // 21: walden.v1.RenewalRefusal.metadata:type_name -> walden.v1.RenewalRefusal.MetadataEntry
-	4,  // 22: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
-	4,  // 23: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
-	5,  // 24: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
-	4,  // 25: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
-	4,  // 26: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
-	6,  // 27: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
-	8,  // 28: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	7,  // 29: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	49, // 30: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
-	8,  // 31: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	7,  // 32: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	4,  // 33: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
-	20, // 34: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	22, // 35: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	25, // 36: walden.v1.Agent.RenewLeases:input_type -> walden.v1.RenewLeasesRequest
-	28, // 37: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	30, // 38: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	32, // 39: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	34, // 40: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	36, // 41: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	38, // 42: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	40, // 43: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	42, // 44: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	44, // 45: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
-	21, // 46: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	23, // 47: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	26, // 48: walden.v1.Agent.RenewLeases:output_type -> walden.v1.RenewLeasesResponse
-	29, // 49: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	31, // 50: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	33, // 51: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	35, // 52: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	37, // 53: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	39, // 54: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	41, // 55: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	43, // 56: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	45, // 57: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
-	46, // [46:58] is the sub-list for method output_type
-	34, // [34:46] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	53, // 8: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
+	7,  // 9: walden.v1.Event.detail:type_name -> walden.v1.EventDetail
+	52, // 10: walden.v1.EventDetail.from_state:type_name -> walden.v1.BrokerState
+	52, // 11: walden.v1.EventDetail.to_state:type_name -> walden.v1.BrokerState
+	51, // 12: walden.v1.EventDetail.observation_state:type_name -> walden.v1.ObservationState
+	51, // 13: walden.v1.EventDetail.from_observation_state:type_name -> walden.v1.ObservationState
+	54, // 14: walden.v1.EventDetail.job_state:type_name -> walden.v1.JobState
+	54, // 15: walden.v1.EventDetail.from_job_state:type_name -> walden.v1.JobState
+	55, // 16: walden.v1.EventDetail.job_step:type_name -> walden.v1.JobStep
+	0,  // 17: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
+	1,  // 18: walden.v1.RegisterBroker.automq:type_name -> walden.v1.AutomqNode
+	51, // 19: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
+	5,  // 20: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
+	48, // 21: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
+	8,  // 22: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
+	6,  // 23: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
+	0,  // 24: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
+	1,  // 25: walden.v1.RegisterRequest.automq:type_name -> walden.v1.AutomqNode
+	25, // 26: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
+	24, // 27: walden.v1.RenewLeasesResponse.grant:type_name -> walden.v1.RenewLeaseResponse
+	28, // 28: walden.v1.RenewLeasesResponse.refusal:type_name -> walden.v1.RenewalRefusal
+	49, // 29: walden.v1.RenewalRefusal.metadata:type_name -> walden.v1.RenewalRefusal.MetadataEntry
+	4,  // 30: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
+	4,  // 31: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
+	5,  // 32: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
+	4,  // 33: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
+	4,  // 34: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
+	6,  // 35: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
+	9,  // 36: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	8,  // 37: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
+	50, // 38: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	9,  // 39: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	8,  // 40: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
+	4,  // 41: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
+	21, // 42: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	23, // 43: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	26, // 44: walden.v1.Agent.RenewLeases:input_type -> walden.v1.RenewLeasesRequest
+	29, // 45: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	31, // 46: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	33, // 47: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	35, // 48: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	37, // 49: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	39, // 50: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	41, // 51: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	43, // 52: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	45, // 53: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
+	22, // 54: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	24, // 55: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	27, // 56: walden.v1.Agent.RenewLeases:output_type -> walden.v1.RenewLeasesResponse
+	30, // 57: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	32, // 58: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	34, // 59: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	36, // 60: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	38, // 61: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	40, // 62: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	42, // 63: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	44, // 64: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	46, // 65: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
+	54, // [54:66] is the sub-list for method output_type
+	42, // [42:54] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
@@ -4049,7 +4305,7 @@ func file_walden_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_broker_proto_rawDesc), len(file_walden_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -163,7 +163,8 @@ func TestAddAndToLegacy(t *testing.T) {
 var addedFields = []string{`,"automq":null`, `,"version":""`, `,"commits":false`, `,"incarnation":"0"`, `,"progress_by":""`,
 	`,"target_report":null`, `,"blocked_unix_ms":"0"`, `,"wal_lost":false`, `,"resolution":""`,
 	`,"restore":false`, `,"survey":null`, `,"tails":[]`, `,"restore":null`, `,"reconciled":false`,
-	`,"registered_index":"0"`, `,"prior_recovered":false`, `,"never_granted":false`, `,"acknowledged_nothing":false`}
+	`,"registered_index":"0"`, `,"prior_recovered":false`, `,"never_granted":false`, `,"acknowledged_nothing":false`,
+	`,"detail":null`}
 
 // withoutAddedFields drops addedFields from the compacted JSON js.
 func withoutAddedFields(t *testing.T, js []byte) []byte {
