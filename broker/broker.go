@@ -24,6 +24,7 @@ import (
 	"walden/objstore"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 	"walden/rpcerr"
 	"walden/wal"
 )
@@ -542,11 +543,11 @@ func (b *Broker) openStream(ctx context.Context, inc *incarnation, id uint64, lo
 	})
 	if err != nil {
 		switch rpcerr.Reason(err) {
-		case "NODE_FENCED", "EPOCH_EXPIRED":
+		case refusal.NodeFenced, refusal.EpochExpired:
 			b.mu.Lock()
 			inc.fenced = true
 			b.mu.Unlock()
-		case "STREAM_NOT_CLOSED":
+		case refusal.StreamNotClosed:
 			log.Debug("stream held by another broker; will retry", "stream_id", id, "err", err)
 		default:
 			log.Warn("open stream failed; will retry", "stream_id", id, "err", err)

@@ -15,6 +15,7 @@ import (
 	"walden/objformat"
 	"walden/producer"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 	"walden/rpcerr"
 	"walden/wal"
 )
@@ -98,7 +99,7 @@ func (b *Broker) commit(ctx context.Context, epoch uint64, obj *builtObject) (*w
 	})
 	if err != nil {
 		switch rpcerr.Reason(err) {
-		case "NODE_FENCED", "EPOCH_EXPIRED":
+		case refusal.NodeFenced, refusal.EpochExpired:
 			return nil, fmt.Errorf("%w: commit %s: %w", ErrFenced, obj.id, err)
 		}
 		return nil, fmt.Errorf("broker: commit %s: %w", obj.id, err)

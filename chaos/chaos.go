@@ -27,6 +27,7 @@ import (
 	"walden/loadgen"
 	"walden/objstore"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 )
 
 // Errors of this package.
@@ -797,7 +798,7 @@ func leaseRefusals(ops []history.Op, fault, healed int64) string {
 	}
 	by := map[string]*span{}
 	for _, op := range ops {
-		if op.Kind != history.KindAppend || op.Reason != "LEASE_INVALID" {
+		if op.Kind != history.KindAppend || op.Reason != string(refusal.LeaseInvalid) {
 			continue
 		}
 		sp := by[op.Broker]
@@ -1046,7 +1047,7 @@ func healthyLapses(ops []history.Op, affected map[string]bool) (int, string) {
 		case op.Kind == history.KindLease && !op.Fenced && valid[key{op.Broker, op.Epoch}]:
 			valid[key{op.Broker, op.Epoch}] = false
 			count[op.Broker+" (agent answered not valid)"]++
-		case op.Kind == history.KindAppend && op.Reason == "LEASE_INVALID":
+		case op.Kind == history.KindAppend && op.Reason == string(refusal.LeaseInvalid):
 			count[op.Broker+" (append refused LEASE_INVALID)"]++
 		}
 	}

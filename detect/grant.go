@@ -22,8 +22,8 @@ type RenewalState interface {
 // Errors of Grant that are not refusals of the epoch.
 var (
 	// ErrNotSeeded: the cluster has no policy yet (no leader since it was
-	// founded).
-	ErrNotSeeded = fmt.Errorf("detect: the cluster's policy is not seeded yet")
+	// founded); the refusal POLICY_NOT_SEEDED.
+	ErrNotSeeded = refusal.ErrPolicyNotSeeded
 	// ErrNotVoter: this member is not a voter; only voters' grants count.
 	ErrNotVoter = fmt.Errorf("detect: not a voting member")
 )

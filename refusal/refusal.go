@@ -66,6 +66,8 @@ const (
 	// VoterChangeTooSoon: a voter change inside the spacing of voter
 	// changes after the previous one.
 	VoterChangeTooSoon Reason = "VOTER_CHANGE_TOO_SOON"
+	// PolicyNotSeeded: the cluster has no policy yet.
+	PolicyNotSeeded Reason = "POLICY_NOT_SEEDED"
 )
 
 // Info is a reason and what it means, in a sentence for people.
@@ -142,6 +144,8 @@ var Reasons = []Info{
 	{VoterChangeTooSoon, "A voter change (a promotion, the removal of a voter) less than the cluster's longest " +
 		"lease_ttl + drift_margin after the previous one, while a broker lease granted under the configuration " +
 		"before it may still run; metadata wait_ms and left_ms say the spacing and when to try again."},
+	{PolicyNotSeeded, "The cluster's policy is not seeded yet: no leader has been elected since the cluster was " +
+		"founded. No lease is granted and the policy can be neither read nor set until one is; retrying is safe."},
 }
 
 // Error is a refusal: a reason and a message for people. Wrap it with
@@ -192,6 +196,13 @@ var sentinels = []*Error{
 	ErrLeaseNotExpired, ErrDecidedInAnotherTerm, ErrStaleObservation, ErrFailoverRequested, ErrLeaseAttested,
 	ErrRestoreReconciling,
 }
+
+// ErrPolicyNotSeeded is the refusal of everything that needs the cluster's
+// policy before a leader has seeded it: a lease renewal, reading or setting
+// the policy. It is a refusal of the cluster, not of the replicated
+// state's commands (Sentinel does not return it).
+var ErrPolicyNotSeeded = New(PolicyNotSeeded, "the cluster's policy is not seeded yet: no leader has been elected "+
+	"since the cluster was founded")
 
 // Of returns the reason of the refusal err wraps, or "" when it wraps none.
 func Of(err error) Reason {

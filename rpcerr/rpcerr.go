@@ -64,6 +64,7 @@ var codeOf = map[refusal.Reason]codes.Code{
 	refusal.Compacted:          codes.OutOfRange,
 	refusal.MemberRemoved:      codes.FailedPrecondition,
 	refusal.VoterChangeTooSoon: codes.FailedPrecondition,
+	refusal.PolicyNotSeeded:    codes.Unavailable,
 }
 
 // Code is the gRPC code of reason.

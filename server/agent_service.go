@@ -117,7 +117,7 @@ func (d *serviceDeps) renewalAnswer(ctx context.Context, broker string, epoch ui
 		resp.LeaderId = d.node.LeaderID()
 		return resp, nil
 	case errors.Is(err, detect.ErrNotSeeded):
-		return nil, status.Error(codes.Unavailable, "lease not granted: the cluster's policy is not seeded yet (no leader has been elected since the cluster was founded)")
+		return nil, rpcerr.Err(fmt.Errorf("lease not granted: %w", err))
 	case errors.Is(err, detect.ErrNotVoter):
 		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s is not a voting member", d.nodeID)
 	case errors.Is(err, lease.ErrPromised):

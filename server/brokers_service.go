@@ -74,7 +74,7 @@ func (s *brokersService) GetBroker(ctx context.Context, req *waldenv1.GetBrokerR
 	}
 	b, ok := s.d.state.Broker(req.GetBrokerId())
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
+		return nil, notRegistered(req.GetBrokerId())
 	}
 	s.withViews([]*waldenv1.Broker{b})
 	return &waldenv1.GetBrokerResponse{Broker: b}, nil
@@ -100,7 +100,7 @@ func (s *brokersService) Failover(ctx context.Context, req *waldenv1.FailoverReq
 	}
 	b, ok := s.d.state.Broker(req.GetBrokerId())
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
+		return nil, notRegistered(req.GetBrokerId())
 	}
 	if req.GetPreview() {
 		// The preview shows the leader's decision gates: ask the leader.
@@ -221,7 +221,7 @@ func (s *brokersService) GetPolicy(ctx context.Context, req *waldenv1.GetPolicyR
 	}
 	p, entries, seeded := s.d.state.Policy()
 	if !seeded {
-		return nil, status.Error(codes.Unavailable, "the cluster's policy is not seeded yet; retry once a leader is elected")
+		return nil, rpcerr.Err(refusal.ErrPolicyNotSeeded)
 	}
 	ov := s.d.state.PolicyOverrides()
 	return &waldenv1.GetPolicyResponse{Entries: entries, Policy: p, AnsweredBy: s.d.nodeID,
@@ -239,7 +239,7 @@ func (s *brokersService) SetPolicy(ctx context.Context, req *waldenv1.SetPolicyR
 		return nil, s.d.stateErr(ctx, err)
 	}
 	if _, _, seeded := s.d.state.Policy(); !seeded {
-		return nil, status.Error(codes.Unavailable, "the cluster's policy is not seeded yet; retry once a leader is elected")
+		return nil, rpcerr.Err(refusal.ErrPolicyNotSeeded)
 	}
 	next := proto.Clone(s.d.state.PolicyOverrides()).(*waldenv1.PolicyOverrides)
 	if next.Values == nil {
@@ -297,7 +297,7 @@ func (s *brokersService) RemoveBroker(ctx context.Context, req *waldenv1.RemoveB
 	}
 	b, ok := s.d.state.Broker(req.GetBrokerId())
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "broker %q is not registered", req.GetBrokerId())
+		return nil, notRegistered(req.GetBrokerId())
 	}
 	// The agent may be renewing: this member granted it lately, heard it,
 	// or the registration is younger than a lease (the agent has not
@@ -319,4 +319,10 @@ func (s *brokersService) RemoveBroker(ctx context.Context, req *waldenv1.RemoveB
 	s.d.logger.WarnContext(ctx, "broker registration removed", "broker_id", req.GetBrokerId(), "epoch", b.GetEpoch(),
 		"actor", authz.Actor(ctx), "term", st.Term)
 	return &waldenv1.RemoveBrokerResponse{Broker: res.GetBroker()}, nil
+}
+
+// notRegistered is the refusal of a call about a broker id that is not
+// registered: NotFound with its reason, UNKNOWN_NODE.
+func notRegistered(id string) error {
+	return rpcerr.New(refusal.UnknownNode, fmt.Sprintf("broker %q is not registered", id), nil)
 }

@@ -26,6 +26,8 @@ import (
 	"walden/gossip"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // Timings of the detection cluster tests: short, but in the same ratios as
@@ -713,7 +715,7 @@ func TestBrokersPolicyAPI(t *testing.T) {
 		t.Fatalf("unset %v %v", un, err)
 	}
 	// Unknown broker and bad arguments.
-	if _, err := cl.GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "nope"}); status.Code(err) != codes.NotFound {
+	if _, err := cl.GetBroker(ctx, &waldenv1.GetBrokerRequest{BrokerId: "nope"}); status.Code(err) != codes.NotFound || rpcerr.Reason(err) != refusal.UnknownNode {
 		t.Fatalf("unknown broker: %v", err)
 	}
 	if _, err := cl.Failover(ctx, &waldenv1.FailoverRequest{BrokerId: "b1"}); status.Code(err) != codes.InvalidArgument {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"walden/refusal"
 )
 
 // Linearizability verdicts.
@@ -410,7 +412,7 @@ func Count(ops []Op) Counts {
 		switch op.Kind {
 		case KindAppend:
 			c.Appends++
-			if op.Reason == "LEASE_INVALID" {
+			if op.Reason == string(refusal.LeaseInvalid) {
 				c.LeaseInvalid++
 			}
 			if op.Outcome != Ok {

@@ -260,8 +260,8 @@ func asTyped(o op, field string) string {
 // sentence is the table of refusals: by reason first, then by code.
 func sentence(o op, e *callError, s *status.Status, timeout time.Duration) string {
 	obj := o.object()
-	switch e.Reason {
-	case "EPOCH_EXPIRED":
+	switch refusal.Reason(e.Reason) {
+	case refusal.EpochExpired:
 		switch {
 		case o.verb == "fail over":
 			return fmt.Sprintf("broker %s is already failed over: it was fenced and has not registered again since", o.id)
@@ -269,37 +269,37 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 			return fmt.Sprintf("job %s belongs to an earlier epoch: its broker registered again since the failover", o.id)
 		}
 		return fmt.Sprintf("%s: the epoch given is no longer current (fenced or superseded)", obj)
-	case "NODE_FENCED":
+	case refusal.NodeFenced:
 		if o.verb == "fail over" {
 			return fmt.Sprintf("broker %s is already failed over: it was fenced and has not registered again since", o.id)
 		}
 		return fmt.Sprintf("%s is fenced: it was failed over and must register again before it may write", obj)
-	case "UNKNOWN_NODE":
+	case refusal.UnknownNode:
 		return fmt.Sprintf("broker %s is not registered", firstNonEmpty(o.idOf("broker"), "given"))
-	case "JOB_NOT_FOUND":
+	case refusal.JobNotFound:
 		if o.kind == "failover" {
 			return failoverNotFound(o.id)
 		}
 		return fmt.Sprintf("there is no recovery job %s", firstNonEmpty(o.idOf("job"), "with that id"))
-	case "JOB_NOT_RUNNING":
+	case refusal.JobNotRunning:
 		return fmt.Sprintf("job %s is not pending or running, so there is nothing to %s", o.id, firstNonEmpty(o.verb, "do"))
-	case "RECOVERY_RUNNING":
+	case refusal.RecoveryRunning:
 		if o.kind == "job" {
 			return fmt.Sprintf("job %s is still pending or running; only a failed or cancelled job can be retried", o.id)
 		}
 		return fmt.Sprintf("%s has a recovery job pending or running", obj)
-	case string(refusal.RestoreReconciling):
+	case refusal.RestoreReconciling:
 		return fmt.Sprintf("%s: the cluster was restored from a backup and is still reconciling its catalog with what was written after it "+
 			"(phase %s); until it is done no broker registers, no stream opens and no restore job is cancelled (a restore job whose WAL "+
 			"is gone for good is resolved: waldenctl jobs resolve JOB --wal-lost); follow it with waldenctl restore status",
 			obj, firstNonEmpty(e.Metadata["phase"], "?"))
-	case "STALE_ATTEMPT":
+	case refusal.StaleAttempt:
 		return fmt.Sprintf("%s: this attempt of the recovery job is no longer the current one", obj)
-	case "MAINTENANCE":
+	case refusal.Maintenance:
 		return fmt.Sprintf("%s is in maintenance: only a manual failover may fence it", obj)
-	case "STREAM_NOT_FOUND":
+	case refusal.StreamNotFound:
 		return fmt.Sprintf("there is no stream %s", firstNonEmpty(o.idOf("stream"), "with that id"))
-	case "STREAM_NOT_CLOSED":
+	case refusal.StreamNotClosed:
 		if o.verb == "remove" && e.Metadata["streams"] != "" {
 			return fmt.Sprintf("broker %s owns opened streams %s: fail it over, or stop it gracefully, before removing it", o.id, e.Metadata["streams"])
 		}
@@ -307,27 +307,29 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 			return fmt.Sprintf("%s is opened by broker %s", obj, owner)
 		}
 		return fmt.Sprintf("%s: a stream of the broker is still opened", obj)
-	case "STREAM_NOT_OPENED":
+	case refusal.StreamNotOpened:
 		return fmt.Sprintf("%s is closed", obj)
-	case "NOT_OWNER":
+	case refusal.NotOwner:
 		return fmt.Sprintf("%s is owned by broker %s", obj, firstNonEmpty(e.Metadata["owner_broker_id"], "another broker"))
-	case "OFFSET_MISMATCH":
+	case refusal.OffsetMismatch:
 		return fmt.Sprintf("%s: the range does not start at the stream's end offset %s", obj, firstNonEmpty(e.Metadata["end_offset"], "?"))
-	case "MEMBER_NOT_FOUND":
+	case refusal.MemberNotFound:
 		return fmt.Sprintf("there is no member %s in the cluster", firstNonEmpty(o.idOf("member"), "with that id"))
-	case "MEMBER_EXISTS":
+	case refusal.MemberExists:
 		return fmt.Sprintf("member %s is already in the cluster", o.id)
-	case "NOT_VOTER":
+	case refusal.NotVoter:
 		return fmt.Sprintf("member %s is a learner, not a voter: it cannot lead until it is promoted", o.id)
-	case "LAST_VOTER":
+	case refusal.LastVoter:
 		return fmt.Sprintf("member %s is the last voter: the cluster cannot remove it", o.id)
-	case string(refusal.NoLeader), string(refusal.NotLeader):
+	case refusal.NoLeader, refusal.NotLeader:
 		return "the cluster has no leader right now (a majority of coordinators must be up and in touch); try again"
-	case "STOPPING":
+	case refusal.Stopping:
 		return "the coordinator is shutting down; try another endpoint"
-	case "PROPOSAL_DROPPED":
+	case refusal.ProposalDropped:
 		return "the leader changed while the request was in flight; try again"
-	case "INVALID_ARGUMENT":
+	case refusal.PolicyNotSeeded:
+		return "the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded; try again once one is"
+	case refusal.InvalidArgument:
 		return plain(s.Message())
 	}
 	switch s.Code() {
@@ -508,7 +510,7 @@ func unanswered(o op, e *callError) *callError {
 // before anything was proposed: the request was not carried out.
 func refusedBeforeProposal(reason string) bool {
 	switch refusal.Reason(reason) {
-	case refusal.NoLeader, refusal.NotLeader, refusal.Stopping, refusal.ShuttingDown, refusal.NotReady:
+	case refusal.NoLeader, refusal.NotLeader, refusal.Stopping, refusal.ShuttingDown, refusal.NotReady, refusal.PolicyNotSeeded:
 		return true
 	}
 	return false
