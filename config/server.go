@@ -316,29 +316,76 @@ func (c *Server) Validate() error {
 	v.name("cluster_name", c.ClusterName)
 	v.name("node_id", c.NodeID)
 	v.required("data_dir", c.DataDir, "directory of the raft log")
-
-	adminOK := v.listenAddr("listen.admin", c.Listen.Admin, true)
-	v.listenAddr("listen.raft", c.Listen.Raft, true)
-	if c.Listen.Gossip != "" {
-		v.add("listen.gossip", "moved to gossip.listen: write gossip: {listen: %s} (one key for the gossip address)", c.Listen.Gossip)
+	adminOK := v.serverListen(c.Listen)
+	v.initialCluster(c)
+	v.logSection(c.Log)
+	v.tlsSection(c.TLS)
+	g, _ := c.GossipConfig()
+	v.plaintext(c.TLS, c.Insecure, []keyAddr{
+		{"listen.admin", c.Listen.Admin}, {"listen.raft", c.Listen.Raft}, {"listen.http", c.Listen.HTTP},
+		{gossipKey(c.Gossip.BindAddr), g.BindAddr},
+	})
+	v.raftSection(c.Raft)
+	v.limit("limits.admin", c.Limits.Admin)
+	v.limit("limits.raft", c.Limits.Raft)
+	v.limit("limits.http", c.Limits.HTTP)
+	v.limit("limits.metrics", c.Limits.Metrics)
+	v.serverGossip(c, adminOK)
+	section(&v, "policy", policy.Validate(c.Policy.Proto()), func(e *policy.KeyError) (string, string) { return e.Key, e.Reason })
+	section(&v, "recovery", c.Recovery.Validate(), func(e *recovery.ConfigError) (string, string) { return e.Key, e.Reason })
+	if c.S3 != (objstore.Config{Region: c.S3.Region}) {
+		section(&v, "s3", c.S3.Validate(), func(e *objstore.ConfigError) (string, string) { return e.Key, e.Reason })
 	}
-	v.listenAddr("listen.http", c.Listen.HTTP, false)
-	v.listenAddr("listen.metrics", c.Listen.Metrics, false)
+	return errors.Join(v.errs...)
+}
+
+// section adds the error a section's own Validate returned: under
+// prefix.<key> when it is a keyed error E (keyReason says its key and
+// reason), else under prefix.
+func section[E error](v *validator, prefix string, err error, keyReason func(E) (key, reason string)) {
+	if err == nil {
+		return
+	}
+	var e E
+	if errors.As(err, &e) {
+		key, reason := keyReason(e)
+		v.add(prefix+"."+key, "%s", reason)
+		return
+	}
+	v.add(prefix, "%v", err)
+}
+
+// serverListen checks the listen section: the addresses, and no two
+// listeners on one address. It reports whether listen.admin is valid.
+func (v *validator) serverListen(l Listen) (adminOK bool) {
+	adminOK = v.listenAddr("listen.admin", l.Admin, true)
+	v.listenAddr("listen.raft", l.Raft, true)
+	if l.Gossip != "" {
+		v.add("listen.gossip", "moved to gossip.listen: write gossip: {listen: %s} (one key for the gossip address)", l.Gossip)
+	}
+	v.listenAddr("listen.http", l.HTTP, false)
+	v.listenAddr("listen.metrics", l.Metrics, false)
 	seen := map[string]string{}
-	for _, l := range []struct{ key, addr string }{
-		{"listen.admin", c.Listen.Admin}, {"listen.raft", c.Listen.Raft},
-		{"listen.gossip", c.Listen.Gossip}, {"listen.http", c.Listen.HTTP},
-		{"listen.metrics", c.Listen.Metrics},
+	for _, a := range []keyAddr{
+		{"listen.admin", l.Admin}, {"listen.raft", l.Raft},
+		{"listen.gossip", l.Gossip}, {"listen.http", l.HTTP},
+		{"listen.metrics", l.Metrics},
 	} {
-		if l.addr == "" || strings.HasSuffix(l.addr, ":0") {
+		if a.addr == "" || strings.HasSuffix(a.addr, ":0") {
 			continue // port 0 picks a free port: never a clash
 		}
-		if other, dup := seen[l.addr]; dup {
-			v.add(l.key, "address %s is already used by %s", l.addr, other)
+		if other, dup := seen[a.addr]; dup {
+			v.add(a.key, "address %s is already used by %s", a.addr, other)
 		}
-		seen[l.addr] = l.key
+		seen[a.addr] = a.key
 	}
+	return adminOK
+}
 
+// initialCluster checks initial_cluster_state and initial_cluster: each
+// member's id and addresses valid and unique, and a founding member listing
+// itself.
+func (v *validator) initialCluster(c *Server) {
 	switch c.InitialClusterState {
 	case ClusterStateNew, ClusterStateExisting:
 	default:
@@ -352,40 +399,33 @@ func (c *Server) Validate() error {
 	for i, m := range c.InitialCluster {
 		p := fmt.Sprintf("initial_cluster[%d]", i)
 		if v.name(p+".id", m.ID) {
-			if j, dup := ids[m.ID]; dup {
-				v.add(p+".id", "duplicate member id %q (also initial_cluster[%d])", m.ID, j)
-			}
-			ids[m.ID] = i
+			v.unique(ids, m.ID, i, p+".id", "duplicate member id %q (also initial_cluster[%d])")
 		}
 		if v.peerAddr(p+".raft", m.Raft) {
-			if j, dup := raftAddrs[m.Raft]; dup {
-				v.add(p+".raft", "duplicate address %s (also initial_cluster[%d])", m.Raft, j)
-			}
-			raftAddrs[m.Raft] = i
+			v.unique(raftAddrs, m.Raft, i, p+".raft", "duplicate address %s (also initial_cluster[%d])")
 		}
 		if v.peerAddr(p+".admin", m.Admin) {
-			if j, dup := adminAddrs[m.Admin]; dup {
-				v.add(p+".admin", "duplicate address %s (also initial_cluster[%d])", m.Admin, j)
-			}
-			adminAddrs[m.Admin] = i
+			v.unique(adminAddrs, m.Admin, i, p+".admin", "duplicate address %s (also initial_cluster[%d])")
 		}
-		if m.ID == c.NodeID {
-			self = true
-		}
+		self = self || m.ID == c.NodeID
 	}
 	if c.InitialClusterState == ClusterStateNew && len(c.InitialCluster) > 0 && c.NodeID != "" && !self {
 		v.add("node_id", "%q is not in initial_cluster (a founding member must list itself)", c.NodeID)
 	}
+}
 
-	v.logSection(c.Log)
-	v.tlsSection(c.TLS)
-	g, _ := c.GossipConfig()
-	v.plaintext(c.TLS, c.Insecure, []keyAddr{
-		{"listen.admin", c.Listen.Admin}, {"listen.raft", c.Listen.Raft}, {"listen.http", c.Listen.HTTP},
-		{gossipKey(c.Gossip.BindAddr), g.BindAddr},
-	})
+// unique adds the mistake format (of the value and the index of its first
+// use) under key when val is in seen already, and records it at index i.
+func (v *validator) unique(seen map[string]int, val string, i int, key, format string) {
+	if j, dup := seen[val]; dup {
+		v.add(key, format, val, j)
+	}
+	seen[val] = i
+}
 
-	r := c.Raft
+// raftSection checks the raft section: the tick, the heartbeat and the
+// election (whose timeout is bounded), and the snapshot counts.
+func (v *validator) raftSection(r Raft) {
 	if r.TickInterval < time.Millisecond || r.TickInterval > MaxRaftTick {
 		v.add("raft.tick_interval", "must be from 1ms to %s, got %s", MaxRaftTick, r.TickInterval)
 	}
@@ -409,57 +449,36 @@ func (c *Server) Validate() error {
 	if r.SnapshotCount < 1 {
 		v.add("raft.snapshot_count", "must be at least 1")
 	}
+}
 
-	v.limit("limits.admin", c.Limits.Admin)
-	v.limit("limits.raft", c.Limits.Raft)
-	v.limit("limits.http", c.Limits.HTTP)
-	v.limit("limits.metrics", c.Limits.Metrics)
-
-	if g, on := c.GossipConfig(); on && c.ClusterName != "" && c.NodeID != "" {
-		if err := g.Validate(); err != nil {
-			var ge *gossip.ConfigError
-			if errors.As(err, &ge) && !strings.HasPrefix(ge.Key, "meta") && ge.Key != "cluster_name" && ge.Key != "node_name" {
-				key := "gossip." + ge.Key
-				if ge.Key == "listen" && c.Gossip.BindAddr == "" {
-					key = "listen.gossip"
-				}
-				v.add(key, "%s", ge.Reason)
-			} else if errors.As(err, &ge) && strings.HasPrefix(ge.Key, "meta.admin_addr") {
-				if adminOK { // else listen.admin's mistake is reported already
-					v.add("listen.admin", "%s", ge.Reason)
-				}
-			} else {
-				v.add("gossip", "%v", err)
-			}
-		}
+// serverGossip checks the gossip pool settings of the coordinator's member
+// once cluster_name and node_id are known. The gossip address may be
+// written as listen.gossip; a bad advertised admin address is
+// listen.admin's mistake (reported once: adminOK false says it is).
+func (v *validator) serverGossip(c *Server, adminOK bool) {
+	g, on := c.GossipConfig()
+	if !on || c.ClusterName == "" || c.NodeID == "" {
+		return
 	}
-	if err := policy.Validate(c.Policy.Proto()); err != nil {
-		var ke *policy.KeyError
-		if errors.As(err, &ke) {
-			v.add("policy."+ke.Key, "%s", ke.Reason)
-		} else {
-			v.add("policy", "%v", err)
-		}
+	err := g.Validate()
+	if err == nil {
+		return
 	}
-	if err := c.Recovery.Validate(); err != nil {
-		var ce *recovery.ConfigError
-		if errors.As(err, &ce) {
-			v.add("recovery."+ce.Key, "%s", ce.Reason)
-		} else {
-			v.add("recovery", "%v", err)
+	var ge *gossip.ConfigError
+	switch {
+	case errors.As(err, &ge) && !strings.HasPrefix(ge.Key, "meta") && ge.Key != "cluster_name" && ge.Key != "node_name":
+		key := "gossip." + ge.Key
+		if ge.Key == "listen" && c.Gossip.BindAddr == "" {
+			key = "listen.gossip"
 		}
-	}
-	if c.S3 != (objstore.Config{Region: c.S3.Region}) {
-		if err := c.S3.Validate(); err != nil {
-			var se *objstore.ConfigError
-			if errors.As(err, &se) {
-				v.add("s3."+se.Key, "%s", se.Reason)
-			} else {
-				v.add("s3", "%v", err)
-			}
+		v.add(key, "%s", ge.Reason)
+	case errors.As(err, &ge) && strings.HasPrefix(ge.Key, "meta.admin_addr"):
+		if adminOK { // else listen.admin's mistake is reported already
+			v.add("listen.admin", "%s", ge.Reason)
 		}
+	default:
+		v.add("gossip", "%v", err)
 	}
-	return errors.Join(v.errs...)
 }
 
 // Source returns the file the configuration was read from ("" when built
