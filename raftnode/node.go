@@ -143,6 +143,43 @@ func NewNode(cfg Config, sm StateMachine, st raftlog.Storage, tr Transport) (*No
 			metrics.unregister(cfg.Registerer) // NewNode may be retried
 		}
 	}()
+	n := newNode(cfg, sm, st, tr, metrics)
+	empty := st.IsEmpty()
+	hs, err := n.restoreFromStorage()
+	if err != nil {
+		return nil, err
+	}
+	rc := n.raftConfig()
+	// raft.StartNode and RestartNode panic on a bad config; check it first
+	// so that NewNode returns the error instead.
+	probe := *rc
+	if _, err := raft.NewRawNode(&probe); err != nil {
+		return nil, fmt.Errorf("raftnode: raft config: %w", err)
+	}
+	var peers []raft.Peer
+	if empty && n.founding() {
+		if peers, err = bootstrapPeers(cfg.InitialCluster); err != nil {
+			return nil, err
+		}
+		n.readyCommit = uint64(len(peers))
+	}
+	n.addKnownPeers(empty)
+	n.startRaft(rc, peers, empty, hs)
+	if err := tr.Start(n); err != nil {
+		n.raft.Stop()
+		_ = tr.Close()
+		return nil, fmt.Errorf("raftnode: start transport: %w", err)
+	}
+	go n.run()
+	go n.runProposals()
+	go n.runReads()
+	started = true
+	return n, nil
+}
+
+// newNode is the member before it reads its storage: its identity, its
+// channels and the names of the founding members.
+func newNode(cfg Config, sm StateMachine, st raftlog.Storage, tr Transport, metrics *nodeMetrics) *Node {
 	n := &Node{
 		cfg:        cfg,
 		id:         RaftID(cfg.NodeID),
@@ -172,24 +209,26 @@ func NewNode(cfg Config, sm StateMachine, st raftlog.Storage, tr Transport) (*No
 	for _, m := range cfg.InitialCluster {
 		n.names[RaftID(m.GetId())] = m.GetId()
 		n.rlog.learn(RaftID(m.GetId()), m.GetId())
-		n.rlog.learn(RaftID(m.GetId()), m.GetId())
 	}
+	return n
+}
 
-	empty := st.IsEmpty()
-	hs, cs, err := st.InitialState()
+// restoreFromStorage restores the state machine from the latest snapshot
+// (raft replays the committed entries after it) and takes the applied,
+// committed and membership state from the storage. It returns the stored
+// HardState.
+func (n *Node) restoreFromStorage() (*raftpb.HardState, error) {
+	hs, cs, err := n.st.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: read initial state: %w", err)
 	}
-	snap, err := st.Snapshot()
+	snap, err := n.st.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: read snapshot: %w", err)
 	}
-
-	// Restore the state machine from the latest snapshot; raft replays the
-	// committed entries after it.
 	snapIndex := snap.GetMetadata().GetIndex()
-	if !raft.IsEmptySnap(snap) && snapIndex > sm.AppliedIndex() {
-		if err := sm.Restore(snap.GetData()); err != nil {
+	if !raft.IsEmptySnap(snap) && snapIndex > n.sm.AppliedIndex() {
+		if err := n.sm.Restore(snap.GetData()); err != nil {
 			return nil, fmt.Errorf("raftnode: restore snapshot at index %d: %w", snapIndex, err)
 		}
 	}
@@ -197,7 +236,7 @@ func NewNode(cfg Config, sm StateMachine, st raftlog.Storage, tr Transport) (*No
 	n.confIndex = snapIndex
 	// The state machine may lag the snapshot index by entries it never sees
 	// (the empty entries of new leaders).
-	applied := max(sm.AppliedIndex(), snapIndex)
+	applied := max(n.sm.AppliedIndex(), snapIndex)
 	n.applied.Store(applied)
 	n.applyWait = newIndexWaiter(applied)
 	n.metrics.appliedIndex.Set(float64(applied))
@@ -206,75 +245,69 @@ func NewNode(cfg Config, sm StateMachine, st raftlog.Storage, tr Transport) (*No
 	n.commit.Store(hs.GetCommit())
 	n.readyCommit = hs.GetCommit()
 	n.refreshMembers()
+	return hs, nil
+}
 
-	rc := &raft.Config{
+// raftConfig is the raft member's config: CheckQuorum and PreVote on, as
+// etcd runs them, and applied from the snapshot's index.
+func (n *Node) raftConfig() *raft.Config {
+	return &raft.Config{
 		ID:                n.id,
-		ElectionTick:      cfg.ElectionTicks,
-		HeartbeatTick:     cfg.HeartbeatTicks,
-		Storage:           st,
-		Applied:           snapIndex,
-		MaxSizePerMsg:     cfg.MaxSizePerMsg,
-		MaxInflightMsgs:   cfg.MaxInflightMsgs,
+		ElectionTick:      n.cfg.ElectionTicks,
+		HeartbeatTick:     n.cfg.HeartbeatTicks,
+		Storage:           n.st,
+		Applied:           n.snapshotIndex,
+		MaxSizePerMsg:     n.cfg.MaxSizePerMsg,
+		MaxInflightMsgs:   n.cfg.MaxInflightMsgs,
 		CheckQuorum:       true,
 		PreVote:           true,
 		StepDownOnRemoval: true,
 		Logger:            n.rlog,
 	}
-	// raft.StartNode and RestartNode panic on a bad config; check it first
-	// so that NewNode returns the error instead.
-	probe := *rc
-	if _, err := raft.NewRawNode(&probe); err != nil {
-		return nil, fmt.Errorf("raftnode: raft config: %w", err)
-	}
+}
 
-	var peers []raft.Peer
-	if empty {
-		for _, m := range cfg.InitialCluster {
-			if m.GetId() == cfg.NodeID {
-				peers, err = bootstrapPeers(cfg.InitialCluster)
-				if err != nil {
-					return nil, err
-				}
-				n.readyCommit = uint64(len(peers))
-				break
-			}
+// founding reports whether this member is one of initial_cluster's (it
+// bootstraps the cluster when its storage is empty).
+func (n *Node) founding() bool {
+	for _, m := range n.cfg.InitialCluster {
+		if m.GetId() == n.cfg.NodeID {
+			return true
 		}
 	}
-	// Peers known before anything is applied: the founding members (for a
-	// new or joining member) and the members of the restored snapshot.
-	for _, m := range cfg.InitialCluster {
+	return false
+}
+
+// addKnownPeers gives the transport the peers known before anything is
+// applied: the founding members (for a new or joining member, empty) and
+// the members of the restored snapshot.
+func (n *Node) addKnownPeers(empty bool) {
+	for _, m := range n.cfg.InitialCluster {
 		if id := RaftID(m.GetId()); id != n.id && empty {
-			tr.AddPeer(id, m.GetRaftAddr())
+			n.tr.AddPeer(id, m.GetRaftAddr())
 		}
 	}
 	for id, m := range n.members {
 		if id != n.id {
-			tr.AddPeer(id, m.GetRaftAddr())
+			n.tr.AddPeer(id, m.GetRaftAddr())
 		}
 	}
+}
 
+// startRaft starts the raft member: bootstrapping a new cluster (peers),
+// joining one with empty storage, or restarting from storage.
+func (n *Node) startRaft(rc *raft.Config, peers []raft.Peer, empty bool, hs *raftpb.HardState) {
 	switch {
 	case len(peers) > 0:
-		n.logger.Info("raftnode: bootstrapping new cluster", "cluster", cfg.ClusterName, "members", len(peers))
+		n.logger.Info("raftnode: bootstrapping new cluster", "cluster", n.cfg.ClusterName, "members", len(peers))
 		n.raft = raft.StartNode(rc, peers)
 	case empty:
-		n.logger.Info("raftnode: joining existing cluster with empty storage", "cluster", cfg.ClusterName)
+		n.logger.Info("raftnode: joining existing cluster with empty storage", "cluster", n.cfg.ClusterName)
 		n.raft = raft.RestartNode(rc)
 	default:
-		n.logger.Info("raftnode: restarting from storage", "cluster", cfg.ClusterName,
-			"term", hs.GetTerm(), "commit", hs.GetCommit(), "snapshot_index", snapIndex)
+		n.logger.Info("raftnode: restarting from storage", "cluster", n.cfg.ClusterName,
+			"term", hs.GetTerm(), "commit", hs.GetCommit(), "snapshot_index", n.snapshotIndex)
 		n.raft = raft.RestartNode(rc)
 	}
-	if err := tr.Start(n); err != nil {
-		n.raft.Stop()
-		_ = tr.Close()
-		return nil, fmt.Errorf("raftnode: start transport: %w", err)
-	}
-	go n.run()
-	go n.runProposals()
-	go n.runReads()
-	started = true
-	return n, nil
 }
 
 // bootstrapPeers turns the founding members into raft peers whose context is
