@@ -79,6 +79,11 @@ type Server struct {
 // data_dir (refusing a foreign or damaged one), and starts the raft node.
 // Nothing is served until Run. Nothing in data_dir is touched when cfg is
 // invalid, a TLS file is unusable or a listen address is taken.
+//
+// It builds the member in this order, undoing what it built when a step
+// fails: the TLS files, the listeners, the storage, the listeners' limits,
+// the raft transport and node, then the admin API with failure detection
+// and recovery, and the HTTP servers.
 func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, err error) {
 	var o options
 	for _, opt := range opts {
@@ -90,21 +95,11 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	base := logger // raftnode adds node_id itself
+	a := &assembly{o: o, base: logger}
 	logger = logger.With("node_id", cfg.NodeID)
-	tlsCfg, err := loadTLS(cfg.TLS)
+	tlsCfg, err := serverTLS(cfg)
 	if err != nil {
 		return nil, err
-	}
-	// A member's certificate names it: raft frames from any other name are
-	// refused by its peers.
-	if err := mtls.CheckIdentity(cfg.TLS, authz.Identity{Name: cfg.NodeID, Role: authz.RoleCoordinator}); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	if _, on := cfg.GossipConfig(); on {
-		if err := mtls.CheckGossipKey(cfg.TLS, cfg.Gossip.EncryptionKeyFile); err != nil {
-			return nil, fmt.Errorf("server: %w", err)
-		}
 	}
 
 	s := &Server{cfg: cfg, logger: logger, tls: tlsCfg}
@@ -113,7 +108,79 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 			s.closeListeners()
 		}
 	}()
-	s.adminLis, s.raftLis, s.httpLis, s.metricsLis = o.listeners.Admin, o.listeners.Raft, o.listeners.HTTP, o.listeners.Metrics
+	if err := s.bind(o.listeners); err != nil {
+		return nil, err
+	}
+	if a.startIndex, err = s.openStorage(a.base); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.storage.Close()
+		}
+	}()
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
+	if err := s.limitListeners(a); err != nil {
+		return nil, err
+	}
+	// Every RPC is authorized from the peer's certificate (TLS on).
+	a.az = &authz.Authorizer{Secure: tlsCfg.Enabled(), Logger: logger.With("component", "authz")}
+	if err := s.startRaft(a); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.node.Stop()
+		}
+	}()
+	failovers := &failoversService{state: s.state}
+	if err := s.adminAPI(a, failovers); err != nil {
+		return nil, err
+	}
+	s.httpServers(a, failovers)
+	return s, nil
+}
+
+// assembly is what New's steps share while they build a member.
+type assembly struct {
+	o options
+	// base is the logger without node_id (raftnode adds it itself).
+	base *slog.Logger
+	reg  *prometheus.Registry
+	// lm bounds every listener: connections in all and per source
+	// address, handshake time, calls per connection, keepalive pings.
+	lm *connlimit.Metrics
+	az *authz.Authorizer
+	// startIndex is the last index the raft log held when the process
+	// started: an epoch registered beyond it was granted only by this
+	// process, so its attestation can say it never granted it.
+	startIndex uint64
+}
+
+// serverTLS loads the tls section and checks that the member's certificate
+// names it (raft frames from any other name are refused by its peers) and
+// that gossip's key file is as private as its certificates.
+func serverTLS(cfg *config.Server) (*tlsSetup, error) {
+	tlsCfg, err := loadTLS(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	if err := mtls.CheckIdentity(cfg.TLS, authz.Identity{Name: cfg.NodeID, Role: authz.RoleCoordinator}); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if _, on := cfg.GossipConfig(); on {
+		if err := mtls.CheckGossipKey(cfg.TLS, cfg.Gossip.EncryptionKeyFile); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	return tlsCfg, nil
+}
+
+// bind binds the listen addresses the caller did not hand over bound.
+func (s *Server) bind(given Listeners) error {
+	cfg := s.cfg
+	s.adminLis, s.raftLis, s.httpLis, s.metricsLis = given.Admin, given.Raft, given.HTTP, given.Metrics
 	for _, l := range []struct {
 		key, addr string
 		lis       *net.Listener
@@ -126,154 +193,176 @@ func New(cfg *config.Server, logger *slog.Logger, opts ...Option) (_ *Server, er
 		if *l.lis != nil || l.addr == "" {
 			continue
 		}
+		var err error
 		if *l.lis, err = net.Listen("tcp", l.addr); err != nil {
-			return nil, fmt.Errorf("server: %s: %w", l.key, err)
+			return fmt.Errorf("server: %s: %w", l.key, err)
 		}
 	}
+	return nil
+}
 
-	// The data directory holds the cluster's state: its owner's only
-	// (raftlog creates it 0700).
+// openStorage opens the raft storage in data_dir, which holds the
+// cluster's state: its owner's only (raftlog creates it 0700). It returns
+// the last index the log holds.
+func (s *Server) openStorage(base *slog.Logger) (uint64, error) {
+	cfg := s.cfg
 	if err := filecheck.CheckPrivateDir(cfg.DataDir, "data_dir"); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return 0, fmt.Errorf("server: %w", err)
 	}
-	s.storage, err = raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, base.With("component", "storage"))
+	st, err := raftlog.Open(cfg.DataDir, cfg.ClusterName, cfg.NodeID, base.With("component", "storage"))
 	if err != nil {
-		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
+		return 0, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
 	}
-	// An epoch registered beyond this index was granted only by this
-	// process: its attestation can say it never granted it.
-	startIndex, err := s.storage.LastIndex()
+	s.storage = st
+	startIndex, err := st.LastIndex()
 	if err != nil {
-		return nil, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
+		_ = st.Close()
+		s.storage = nil
+		return 0, fmt.Errorf("server: data_dir %s refused: %w", cfg.DataDir, err)
 	}
-	defer func() {
-		if err != nil {
-			_ = s.storage.Close()
-		}
-	}()
+	return startIndex, nil
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
-
-	// Every listener is bounded: connections in all and per source
-	// address, handshake time, calls per connection, keepalive pings.
+// limitListeners bounds the admin and raft listeners (the HTTP ones are
+// bounded where their servers are made) and registers the limits' metrics.
+func (s *Server) limitListeners(a *assembly) error {
 	lm := connlimit.NewMetrics()
-	if err := registerAllCollectors(reg, lm.Collectors()); err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
+	if err := registerAllCollectors(a.reg, lm.Collectors()); err != nil {
+		return fmt.Errorf("server: metrics: %w", err)
 	}
-	s.listeners = lm
-	lim := cfg.Limits
+	a.lm, s.listeners = lm, lm
+	lim := s.cfg.Limits
 	s.adminLis = lm.Listener(s.adminLis, connlimit.Admin, lim.Admin.MaxConns, lim.Admin.MaxConnsPerSource)
 	s.raftLis = lm.Listener(s.raftLis, connlimit.Raft, lim.Raft.MaxConns, lim.Raft.MaxConnsPerSource)
-	listenLog := logger.With("component", "listener")
+	return nil
+}
 
-	trMetrics, err := raftnode.NewTransportMetrics(reg)
+// listenLog is the logger of the listeners' refusals.
+func (s *Server) listenLog() *slog.Logger { return s.logger.With("component", "listener") }
+
+// startRaft makes the raft transport and its gRPC server (raft frames are
+// accepted from coordinators only, each as the member its certificate
+// names), the state machine, and starts the raft node.
+func (s *Server) startRaft(a *assembly) error {
+	cfg, lim := s.cfg, s.cfg.Limits.Raft
+	trMetrics, err := raftnode.NewTransportMetrics(a.reg)
 	if err != nil {
-		return nil, fmt.Errorf("server: transport metrics: %w", err)
+		return fmt.Errorf("server: transport metrics: %w", err)
 	}
-	// Every RPC is authorized from the peer's certificate (TLS on); raft
-	// frames are accepted from coordinators only, each as the member its
-	// certificate names.
-	az := &authz.Authorizer{Secure: tlsCfg.Enabled(), Logger: logger.With("component", "authz")}
-	raftCreds := tlsCfg.ClientCreds()
-	if o.raftCreds != nil {
-		raftCreds = o.raftCreds(raftCreds)
+	raftCreds := s.tls.ClientCreds()
+	if a.o.raftCreds != nil {
+		raftCreds = a.o.raftCreds(raftCreds)
 	}
 	tr := raftnode.NewGRPCTransport(raftnode.GRPCTransportConfig{
 		ClusterName: cfg.ClusterName,
 		NodeID:      cfg.NodeID,
 		Version:     version.Get().Version,
 		Creds:       raftCreds,
-		Logger:      base,
+		Logger:      a.base,
 		Metrics:     trMetrics,
 		CheckSender: authz.CheckMember,
 	})
-	s.raftGRPC = grpc.NewServer(append(append(raftnode.ServerOptions(), lm.ServerOptions(connlimit.Raft, lim.Raft)...),
-		grpc.Creds(lm.Creds(connlimit.Raft, tlsCfg.ServerCreds(), listenLog)),
-		grpc.ChainUnaryInterceptor(az.UnaryInterceptor(), fieldlimit.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(az.StreamInterceptor(), fieldlimit.StreamInterceptor()))...)
+	s.raftGRPC = grpc.NewServer(append(append(raftnode.ServerOptions(), a.lm.ServerOptions(connlimit.Raft, lim)...),
+		grpc.Creds(a.lm.Creds(connlimit.Raft, s.tls.ServerCreds(), s.listenLog())),
+		grpc.ChainUnaryInterceptor(a.az.UnaryInterceptor(), fieldlimit.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(a.az.StreamInterceptor(), fieldlimit.StreamInterceptor()))...)
 	tr.Register(s.raftGRPC)
 
 	state := fsm.New(cfg.ClusterName)
-	s.state, s.quiet = state, o.quiet
-	rc := raftConfig(cfg, base, reg)
+	s.state, s.quiet = state, a.o.quiet
+	rc := raftConfig(cfg, a.base, a.reg)
 	rc.VoterChangeWait = voterChangeWait(cfg, state)
-	s.node, err = raftnode.NewNode(rc, state, s.storage, tr)
-	if err != nil {
-		return nil, fmt.Errorf("server: start raft node: %w", err)
+	if s.node, err = raftnode.NewNode(rc, state, s.storage, tr); err != nil {
+		return fmt.Errorf("server: start raft node: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			s.node.Stop()
-		}
-	}()
+	return nil
+}
 
-	node := s.node
+// adminAPI makes the admin gRPC server and registers its services: failure
+// detection (gossip, observer, decider, the Agent and Brokers APIs), the
+// member's metrics, recovery (job loops and executor) and the Catalog,
+// Jobs, Maintenance, Failovers and Watch APIs.
+func (s *Server) adminAPI(a *assembly, failovers *failoversService) error {
+	cfg, state, logger := s.cfg, s.state, s.logger
 	s.health = health.NewServer()
-	s.admin = newAdminService(node, cfg.NodeID, tlsCfg.ClientCreds(), logger.With("component", "admin"))
-	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, lm.Creds(connlimit.Admin, tlsCfg.ServerCreds(), listenLog), az, reg,
-		logger.With("component", "grpc"), lm.ServerOptions(connlimit.Admin, lim.Admin)...); err != nil {
-		return nil, fmt.Errorf("server: admin grpc: %w", err)
+	s.admin = newAdminService(s.node, cfg.NodeID, s.tls.ClientCreds(), logger.With("component", "admin"))
+	var err error
+	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, a.lm.Creds(connlimit.Admin, s.tls.ServerCreds(), s.listenLog()), a.az, a.reg,
+		logger.With("component", "grpc"), a.lm.ServerOptions(connlimit.Admin, cfg.Limits.Admin)...); err != nil {
+		return fmt.Errorf("server: admin grpc: %w", err)
 	}
-	// Failure detection: gossip, observer, decider, Agent and Brokers APIs.
-	decisions := metrics.NewDecisions()
-	if err := registerAllCollectors(reg, decisions.Collectors()); err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
+	if err := s.detection(a); err != nil {
+		return err
 	}
-	if s.detector, err = newDetector(detectorDeps{cfg: cfg, admin: s.admin, node: s.node, state: state,
-		adminAddr: s.adminLis.Addr().String(), prober: o.prober, decisions: decisions, logger: logger, startIndex: startIndex}); err != nil {
-		return nil, err
-	}
-	driftKeys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walden_policy_config_drift_keys",
-		Help: "Number of policy keys on which this member's config file differs from the cluster's replicated policy (the file seeds the policy only when the cluster is founded)."})
-	if err := reg.Register(driftKeys); err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
-	}
-	s.detector.d.driftKeys = driftKeys
-	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walden_lease_renewal_clock_readings_total",
-		Help: "Boot-clock readings this member took to grant streamed renewals: the renewals granted at about the same time share one, taken after they all arrived."},
-		func() float64 { return float64(s.detector.agent.readings.Taken()) })); err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
-	}
-	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
-	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
 	// The series that explain failovers.
-	if s.metrics, err = newMemberMetrics(reg, state, s.node.Ready); err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
+	if s.metrics, err = newMemberMetrics(a.reg, state, s.node.Ready); err != nil {
+		return fmt.Errorf("server: metrics: %w", err)
 	}
-	if err = registerClusterCollector(reg, cfg.NodeID, state, node, s.detector); err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
+	if err = registerClusterCollector(a.reg, cfg.NodeID, state, s.node, s.detector); err != nil {
+		return fmt.Errorf("server: metrics: %w", err)
 	}
-	// Recovery: job loops and executor; Catalog and Jobs APIs.
 	s.admin.restore = state.RestoreState
 	if s.recovery, s.reconciler, err = newRecoveryRunner(cfg, s.node, state, s.metrics.recovery, logger); err != nil {
-		return nil, err
+		return err
 	}
 	waldenv1.RegisterCatalogServer(s.adminGRPC, newCatalogService(s.detector.d, state))
 	waldenv1.RegisterJobsServer(s.adminGRPC, &jobsService{d: s.detector.d, state: state, liveMembers: s.node.LiveMembers})
 	waldenv1.RegisterMaintenanceServer(s.adminGRPC, &maintenanceService{d: s.detector.d, state: state})
-	failovers := &failoversService{state: state}
 	waldenv1.RegisterFailoversServer(s.adminGRPC, failovers)
 	waldenv1.RegisterWatchServer(s.adminGRPC, &watchService{d: s.detector.d, state: state, nodeID: cfg.NodeID})
-	// Both HTTP listeners are bounded (httplimit): header size and time,
-	// idle keep-alive time, connections open at once.
+	return nil
+}
+
+// detection makes failure detection (gossip, observer, decider) with its
+// metrics, and registers the Agent and Brokers APIs.
+func (s *Server) detection(a *assembly) error {
+	decisions := metrics.NewDecisions()
+	if err := registerAllCollectors(a.reg, decisions.Collectors()); err != nil {
+		return fmt.Errorf("server: metrics: %w", err)
+	}
+	var err error
+	if s.detector, err = newDetector(detectorDeps{cfg: s.cfg, admin: s.admin, node: s.node, state: s.state,
+		adminAddr: s.adminLis.Addr().String(), prober: a.o.prober, decisions: decisions, logger: s.logger, startIndex: a.startIndex}); err != nil {
+		return err
+	}
+	driftKeys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walden_policy_config_drift_keys",
+		Help: "Number of policy keys on which this member's config file differs from the cluster's replicated policy (the file seeds the policy only when the cluster is founded)."})
+	if err := a.reg.Register(driftKeys); err != nil {
+		return fmt.Errorf("server: metrics: %w", err)
+	}
+	s.detector.d.driftKeys = driftKeys
+	if err := a.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walden_lease_renewal_clock_readings_total",
+		Help: "Boot-clock readings this member took to grant streamed renewals: the renewals granted at about the same time share one, taken after they all arrived."},
+		func() float64 { return float64(s.detector.agent.readings.Taken()) })); err != nil {
+		return fmt.Errorf("server: metrics: %w", err)
+	}
+	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
+	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
+	return nil
+}
+
+// httpServers makes the HTTP servers of listen.http (the web view, the
+// metrics and the health checks; TLS when on) and listen.metrics (plain
+// HTTP also with TLS on, for probes and scrapers: no web view). Both
+// listeners are bounded (httplimit): header size and time, idle keep-alive
+// time, connections open at once.
+func (s *Server) httpServers(a *assembly, failovers *failoversService) {
+	lim := s.cfg.Limits
 	if s.httpLis != nil {
-		s.httpLis = httplimit.ListenerWith(lm, "http", s.httpLis, lim.HTTP)
-		if tlsCfg.Enabled() {
-			s.httpLis = tls.NewListener(s.httpLis, tlsCfg.ServerConfig())
+		s.httpLis = httplimit.ListenerWith(a.lm, "http", s.httpLis, lim.HTTP)
+		if s.tls.Enabled() {
+			s.httpLis = tls.NewListener(s.httpLis, s.tls.ServerConfig())
 		}
-		s.httpSrv = httplimit.Server(newHTTPHandler(reg, node, webui.Handler(webui.Options{
-			Source:    &webSource{admin: s.admin, brokers: s.detector.brokers, failovers: failovers, state: state},
+		s.httpSrv = httplimit.Server(newHTTPHandler(a.reg, s.node, webui.Handler(webui.Options{
+			Source:    &webSource{admin: s.admin, brokers: s.detector.brokers, failovers: failovers, state: s.state},
 			Authorize: webAuthorize,
-		})), lim.HTTP, slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn))
+		})), lim.HTTP, slog.NewLogLogger(s.logger.With("component", "http").Handler(), slog.LevelWarn))
 	}
 	if s.metricsLis != nil {
-		// Plain HTTP also with TLS on, for probes and scrapers: no web view.
-		s.metricsLis = httplimit.ListenerWith(lm, "metrics", s.metricsLis, lim.Metrics)
-		s.metricsSrv = httplimit.Server(newHTTPHandler(reg, node, nil), lim.Metrics,
-			slog.NewLogLogger(logger.With("component", "metrics-http").Handler(), slog.LevelWarn))
+		s.metricsLis = httplimit.ListenerWith(a.lm, "metrics", s.metricsLis, lim.Metrics)
+		s.metricsSrv = httplimit.Server(newHTTPHandler(a.reg, s.node, nil), lim.Metrics,
+			slog.NewLogLogger(s.logger.With("component", "metrics-http").Handler(), slog.LevelWarn))
 	}
-	return s, nil
 }
 
 // raftConfig turns the server config into the node's.
