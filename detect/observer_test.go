@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"walden/fsm"
+	"walden/internal/testutil"
 	"walden/lease"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
@@ -422,7 +423,7 @@ func TestObserverAndDeciderRunConcurrently(t *testing.T) {
 	g, _ := lease.NewGrantor(lease.BootClock, &lease.MemStore{}, 0, 0)
 	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: 5 * time.Millisecond, Grantor: g}, st, st.propose, &switchProber{})
 	d := NewDecider(DeciderConfig{NodeID: "c1", Interval: 5 * time.Millisecond}, &fakeCluster{leader: true, term: 1}, st, st.propose)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{}, 4)
 	go func() { o.Run(ctx); done <- struct{}{} }()
@@ -440,11 +441,15 @@ func TestObserverAndDeciderRunConcurrently(t *testing.T) {
 		}
 		done <- struct{}{}
 	}()
+	// All of them run side by side for a while at least, until the
+	// observer's view is committed (a loaded machine may take long).
+	time.Sleep(100 * time.Millisecond)
+	testutil.EventuallyTrue(t, 10*time.Second, "the observer observes b1 alive", func() bool {
+		return mine(st.broker("b1"), "c1").GetObservationState() == waldenv1.ObservationState_OBSERVATION_STATE_ALIVE
+	})
+	cancel()
 	for range 4 {
 		<-done
-	}
-	if mine(st.broker("b1"), "c1").GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
-		t.Fatal("observer did not observe")
 	}
 }
 
