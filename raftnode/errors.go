@@ -92,5 +92,73 @@ func (e *VoterChangeTooSoonError) Error() string {
 		e.Op, (e.Wait - e.Left).Round(time.Millisecond), e.Wait, e.Left.Round(time.Millisecond))
 }
 
+// MemberError is a membership change (or a leadership transfer) of member
+// ID refused with one of the sentinels above (Err). Error is the chain for
+// the logs; Sentence says it in the user's terms, for an API's answer.
+type MemberError struct {
+	// Op is what was asked, in a few words: "remove member".
+	Op string
+	ID string
+	// Err is the sentinel: ErrUnknownMember, ErrMemberExists,
+	// ErrInvalidMember, ErrNotVoter or ErrLastVoter.
+	Err error
+	// Why says more than the sentinel, or "".
+	Why string
+}
+
+// memberSentences are the sentinels of MemberError as people read them.
+var memberSentences = map[error]string{
+	ErrUnknownMember: "no member has that id",
+	ErrMemberExists:  "a member with that id is already in the cluster",
+	ErrInvalidMember: "the member's description is invalid",
+	ErrNotVoter:      "it is a learner, not a voter",
+	ErrLastVoter:     "it is the last voter: the cluster could decide nothing without it",
+}
+
+func (e *MemberError) Error() string {
+	msg := fmt.Sprintf("raftnode: %s %q: %v", e.Op, e.ID, e.Err)
+	if e.ID == "" {
+		msg = fmt.Sprintf("raftnode: %s: %v", e.Op, e.Err)
+	}
+	if e.Why != "" {
+		msg += ": " + e.Why
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, e.Err) hold.
+func (e *MemberError) Unwrap() error { return e.Err }
+
+// Sentence is the refusal in the user's terms, without the package chain:
+// `remove member "c9": no member has that id`.
+func (e *MemberError) Sentence() string {
+	msg := fmt.Sprintf("%s %q: %s", e.Op, e.ID, memberSentences[e.Err])
+	if e.ID == "" {
+		msg = e.Op + ": " + memberSentences[e.Err]
+	}
+	if e.Why != "" {
+		msg += ": " + e.Why
+	}
+	return msg
+}
+
+// Sentence is err as a person reads it, for an API's answer: a
+// *MemberError's or a *VoterChangeTooSoonError's sentence; for any other
+// error, its text.
+func Sentence(err error) string {
+	var me *MemberError
+	if errors.As(err, &me) {
+		return me.Sentence()
+	}
+	var soon *VoterChangeTooSoonError
+	if errors.As(err, &soon) {
+		return soon.Error()
+	}
+	if errors.Is(err, ErrProposalDropped) {
+		return "the proposal was dropped (a leadership change); retrying is safe"
+	}
+	return err.Error()
+}
+
 // Unwrap makes errors.Is(err, ErrVoterChangeTooSoon) hold.
 func (e *VoterChangeTooSoonError) Unwrap() error { return ErrVoterChangeTooSoon }

@@ -71,13 +71,13 @@ func (n *Node) maybePromoteLearners() {
 func (n *Node) AddMember(ctx context.Context, m *waldenv1.MemberContext) error {
 	switch {
 	case m == nil || m.GetId() == "":
-		return fmt.Errorf("%w: id is empty", ErrInvalidMember)
+		return &MemberError{Op: "add member", Err: ErrInvalidMember, Why: "id is empty"}
 	case m.GetRaftAddr() == "":
-		return fmt.Errorf("%w: raft_addr of %q is empty", ErrInvalidMember, m.GetId())
+		return &MemberError{Op: "add member", ID: m.GetId(), Err: ErrInvalidMember, Why: "raft_addr is empty"}
 	}
 	id := RaftID(m.GetId())
 	if voter, learner := n.role(id); voter || learner {
-		return fmt.Errorf("raftnode: add member %q: %w", m.GetId(), ErrMemberExists)
+		return &MemberError{Op: "add member", ID: m.GetId(), Err: ErrMemberExists}
 	}
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{
 		Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(id),
@@ -94,7 +94,7 @@ func (n *Node) PromoteMember(ctx context.Context, id string) error {
 	case voter:
 		return nil
 	case !learner:
-		return fmt.Errorf("raftnode: promote member %q: %w", id, ErrUnknownMember)
+		return &MemberError{Op: "promote member", ID: id, Err: ErrUnknownMember}
 	}
 	var member *waldenv1.MemberContext
 	if m := n.member(rid); m != nil {
@@ -112,14 +112,14 @@ func (n *Node) RemoveMember(ctx context.Context, id string) error {
 	rid := RaftID(id)
 	voter, learner := n.role(rid)
 	if !voter && !learner {
-		return fmt.Errorf("raftnode: remove member %q: %w", id, ErrUnknownMember)
+		return &MemberError{Op: "remove member", ID: id, Err: ErrUnknownMember}
 	}
 	if voter {
 		n.mu.RLock()
 		voters := len(n.confState.GetVoters())
 		n.mu.RUnlock()
 		if voters <= 1 {
-			return fmt.Errorf("raftnode: remove member %q: %w", id, ErrLastVoter)
+			return &MemberError{Op: "remove member", ID: id, Err: ErrLastVoter}
 		}
 	}
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{
@@ -240,9 +240,9 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	voter, learner := n.role(rid)
 	switch {
 	case learner:
-		return fmt.Errorf("raftnode: transfer leadership to %q: %w", id, ErrNotVoter)
+		return &MemberError{Op: "transfer leadership to", ID: id, Err: ErrNotVoter}
 	case !voter:
-		return fmt.Errorf("raftnode: transfer leadership to %q: %w", id, ErrUnknownMember)
+		return &MemberError{Op: "transfer leadership to", ID: id, Err: ErrUnknownMember}
 	case rid == n.id:
 		return nil
 	}

@@ -158,17 +158,22 @@ func TestSingleMemberNode(t *testing.T) {
 	if s.LeaderID != "solo" || s.RaftState != "leader" || len(s.Members) != 1 || s.Members[0].GetMemberRole() != waldenv1.MemberRole_MEMBER_ROLE_LEADER || !s.Members[0].GetReachable() {
 		t.Fatalf("status = %+v", s)
 	}
-	if err := n.TransferLeadership(ctx, "nobody"); !errors.Is(err, raftnode.ErrUnknownMember) {
-		t.Fatalf("transfer to unknown member: %v", err)
-	}
-	if err := n.RemoveMember(ctx, "solo"); !errors.Is(err, raftnode.ErrLastVoter) {
-		t.Fatalf("remove last voter: %v", err)
-	}
-	if err := n.AddMember(ctx, &waldenv1.MemberContext{Id: "solo", RaftAddr: "x"}); !errors.Is(err, raftnode.ErrMemberExists) {
-		t.Fatalf("add existing member: %v", err)
-	}
-	if err := n.AddMember(ctx, &waldenv1.MemberContext{Id: "x"}); !errors.Is(err, raftnode.ErrInvalidMember) {
-		t.Fatalf("add member without address: %v", err)
+	// The membership refusals, and what an API answers of them: a sentence
+	// without the package chain of the logs.
+	for _, tc := range []struct {
+		err      error
+		sentinel error
+		sentence string
+	}{
+		{n.TransferLeadership(ctx, "nobody"), raftnode.ErrUnknownMember, `transfer leadership to "nobody": no member has that id`},
+		{n.RemoveMember(ctx, "solo"), raftnode.ErrLastVoter, `remove member "solo": it is the last voter: the cluster could decide nothing without it`},
+		{n.AddMember(ctx, &waldenv1.MemberContext{Id: "solo", RaftAddr: "x"}), raftnode.ErrMemberExists, `add member "solo": a member with that id is already in the cluster`},
+		{n.AddMember(ctx, &waldenv1.MemberContext{Id: "x"}), raftnode.ErrInvalidMember, `add member "x": the member's description is invalid: raft_addr is empty`},
+		{n.AddMember(ctx, &waldenv1.MemberContext{}), raftnode.ErrInvalidMember, `add member: the member's description is invalid: id is empty`},
+	} {
+		if !errors.Is(tc.err, tc.sentinel) || raftnode.Sentence(tc.err) != tc.sentence || !strings.HasPrefix(tc.err.Error(), "raftnode: ") {
+			t.Errorf("%v: sentence %q, want %q (%v)", tc.err, raftnode.Sentence(tc.err), tc.sentence, tc.sentinel)
+		}
 	}
 
 	n.Stop()

@@ -200,9 +200,9 @@ func TestErrorCodes(t *testing.T) {
 		msg  string
 	}{
 		{fmt.Errorf("raftnode: add: %w", raftnode.ErrNoLeader), codes.Unavailable, "no leader"},
-		{fmt.Errorf("raftnode: remove c9: %w", raftnode.ErrUnknownMember), codes.NotFound, "unknown member"},
-		{fmt.Errorf("raftnode: add c2: %w", raftnode.ErrMemberExists), codes.AlreadyExists, "already exists"},
-		{fmt.Errorf("raftnode: remove: %w", raftnode.ErrLastVoter), codes.FailedPrecondition, "last voter"},
+		{&raftnode.MemberError{Op: "remove member", ID: "c9", Err: raftnode.ErrUnknownMember}, codes.NotFound, `remove member "c9": no member has that id`},
+		{&raftnode.MemberError{Op: "add member", ID: "c2", Err: raftnode.ErrMemberExists}, codes.AlreadyExists, "already in the cluster"},
+		{&raftnode.MemberError{Op: "remove member", ID: "c1", Err: raftnode.ErrLastVoter}, codes.FailedPrecondition, "last voter"},
 		{raftnode.ErrStopped, codes.Unavailable, "stopping"},
 		{fmt.Errorf("raftnode: wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "deadline"},
 		{errors.New("disk on fire"), codes.Internal, "disk on fire"},

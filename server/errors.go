@@ -43,13 +43,13 @@ func (a *adminService) toStatus(ctx context.Context, err error) error {
 	case errors.Is(err, raftnode.ErrStopped):
 		return rpcerr.NewPlain(refusal.Stopping, "member is stopping", nil)
 	case errors.Is(err, raftnode.ErrUnknownMember):
-		return rpcerr.NewPlain(refusal.MemberNotFound, err.Error(), nil)
+		return rpcerr.NewPlain(refusal.MemberNotFound, raftnode.Sentence(err), nil)
 	case errors.Is(err, raftnode.ErrMemberExists):
-		return rpcerr.NewPlain(refusal.MemberExists, err.Error(), nil)
+		return rpcerr.NewPlain(refusal.MemberExists, raftnode.Sentence(err), nil)
 	case errors.Is(err, raftnode.ErrInvalidMember):
-		return invalidArg("id", err.Error())
+		return invalidArg("id", raftnode.Sentence(err))
 	case errors.Is(err, raftnode.ErrNotVoter):
-		return rpcerr.NewPlain(refusal.NotVoter, err.Error(), nil)
+		return rpcerr.NewPlain(refusal.NotVoter, raftnode.Sentence(err), nil)
 	case errors.Is(err, raftnode.ErrVoterChangeTooSoon):
 		var soon *raftnode.VoterChangeTooSoonError
 		md := map[string]string{}
@@ -57,11 +57,11 @@ func (a *adminService) toStatus(ctx context.Context, err error) error {
 			md["wait_ms"] = strconv.FormatInt(soon.Wait.Milliseconds(), 10)
 			md["left_ms"] = strconv.FormatInt(soon.Left.Milliseconds(), 10)
 		}
-		return rpcerr.NewPlain(refusal.VoterChangeTooSoon, err.Error(), md)
+		return rpcerr.NewPlain(refusal.VoterChangeTooSoon, raftnode.Sentence(err), md)
 	case errors.Is(err, raftnode.ErrLastVoter):
-		return rpcerr.NewPlain(refusal.LastVoter, err.Error(), nil)
+		return rpcerr.NewPlain(refusal.LastVoter, raftnode.Sentence(err), nil)
 	case errors.Is(err, raftnode.ErrProposalDropped):
-		return rpcerr.NewPlain(refusal.ProposalDropped, err.Error(), nil)
+		return rpcerr.NewPlain(refusal.ProposalDropped, raftnode.Sentence(err), nil)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -2,8 +2,10 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,8 +13,10 @@ import (
 	"walden/detect"
 	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/raftnode"
 	"walden/refusal"
 	"walden/rpcerr"
+	"walden/webui"
 )
 
 // packageChain matches a Go package prefix ("fsm: ", "detect: ") at the
@@ -24,12 +28,17 @@ var packageChain = regexp.MustCompile(`(^|: )(fsm|detect|raftnode|server|fencing
 // holds no Go package chain, as they are built.
 func TestRefusalMessages(t *testing.T) {
 	st := fsm.New("demo")
+	index := uint64(0)
 	apply := func(op *waldenv1.Command) error {
-		_, err := st.Apply(1, 1, op)
+		index++
+		_, err := st.Apply(index, 1, op)
 		return err
 	}
 	unknown := apply(&waldenv1.Command{Op: &waldenv1.Command_AckBroker{AckBroker: &waldenv1.AckBroker{BrokerId: "b9"}}})
+	invalidCmd := apply(&waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{}}})
 	d := &serviceDeps{nodeID: "c1"}
+	a := &adminService{}
+	member := func(err error) error { return a.toStatus(t.Context(), err) }
 	_, notSeeded := d.renewalAnswer(t.Context(), "b1", 1, nil, detect.ErrNotSeeded)
 	for _, tc := range []struct {
 		name   string
@@ -44,6 +53,20 @@ func TestRefusalMessages(t *testing.T) {
 			"POLICY_NOT_SEEDED: the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded"},
 		{"lease of an unseeded cluster", notSeeded, refusal.PolicyNotSeeded, codes.Unavailable,
 			"POLICY_NOT_SEEDED: lease not granted: the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded"},
+		{"state machine: malformed command", rpcerr.Err(invalidCmd), refusal.InvalidArgument, codes.InvalidArgument,
+			"INVALID_ARGUMENT: register broker: broker_id is empty: invalid argument"},
+		{"unknown member", member(&raftnode.MemberError{Op: "remove member", ID: "c9", Err: raftnode.ErrUnknownMember}),
+			refusal.MemberNotFound, codes.NotFound, `remove member "c9": no member has that id`},
+		{"last voter", member(&raftnode.MemberError{Op: "remove member", ID: "c1", Err: raftnode.ErrLastVoter}),
+			refusal.LastVoter, codes.FailedPrecondition, `remove member "c1": it is the last voter: the cluster could decide nothing without it`},
+		{"learner cannot lead", member(&raftnode.MemberError{Op: "transfer leadership to", ID: "c4", Err: raftnode.ErrNotVoter}),
+			refusal.NotVoter, codes.FailedPrecondition, `transfer leadership to "c4": it is a learner, not a voter`},
+		{"proposal dropped", member(fmt.Errorf("%w: add member c4", raftnode.ErrProposalDropped)),
+			refusal.ProposalDropped, codes.Unavailable, "the proposal was dropped (a leadership change); retrying is safe"},
+		{"voter change too soon", member(&raftnode.VoterChangeTooSoonError{Op: "promote member c4", Wait: 4 * time.Second, Left: time.Second}),
+			refusal.VoterChangeTooSoon, codes.FailedPrecondition, "promote member c4 refused: the previous change of the voters was 3s ago, and voter " +
+				"changes are spaced by 4s (the longest lease_ttl + drift_margin the cluster has used), so that no broker lease granted under " +
+				"the configuration before it is still running; try again in 1s"},
 	} {
 		s := status.Convert(tc.err)
 		if rpcerr.Reason(tc.err) != tc.reason || s.Code() != tc.code || s.Message() != tc.msg {
@@ -52,6 +75,14 @@ func TestRefusalMessages(t *testing.T) {
 		if packageChain.MatchString(s.Message()) {
 			t.Errorf("%s: %q holds a package chain", tc.name, s.Message())
 		}
+	}
+	// The web view shows the message the service built, not gRPC's chain.
+	if err := webErr(rpcerr.Err(refusal.ErrPolicyNotSeeded)); err.Error() != "POLICY_NOT_SEEDED: the cluster's policy is not seeded yet: "+
+		"no leader has been elected since the cluster was founded" {
+		t.Errorf("web view: %q", err)
+	}
+	if err := webErr(notRegistered("b9")); !errors.Is(err, webui.ErrNotFound) {
+		t.Errorf("web view: %v is not webui.ErrNotFound", err)
 	}
 	if !errors.Is(detect.ErrNotSeeded, refusal.ErrPolicyNotSeeded) {
 		t.Error("detect.ErrNotSeeded is not the refusal POLICY_NOT_SEEDED")

@@ -26,13 +26,14 @@ type webSource struct {
 }
 
 func (w *webSource) Status(ctx context.Context) (*waldenv1.StatusResponse, error) {
-	return w.admin.Status(ctx, &waldenv1.StatusRequest{})
+	resp, err := w.admin.Status(ctx, &waldenv1.StatusRequest{})
+	return resp, webErr(err)
 }
 
 func (w *webSource) Brokers(ctx context.Context) ([]*waldenv1.Broker, map[string][]string, error) {
 	resp, err := w.brokers.ListBrokers(ctx, &waldenv1.ListBrokersRequest{})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, webErr(err)
 	}
 	return resp.GetBrokers(), holdsOf(resp.GetBrokers()), nil
 }
@@ -47,10 +48,7 @@ func (w *webSource) Failovers(_ context.Context, brokerID string) ([]*waldenv1.F
 
 func (w *webSource) Failover(_ context.Context, id string) (*waldenv1.Failover, error) {
 	f, err := w.failovers.failover(id)
-	if status.Code(err) == codes.NotFound {
-		return nil, webui.ErrNotFound
-	}
-	return f, err
+	return f, webErr(err)
 }
 
 func (w *webSource) Events(_ context.Context, brokerID string, limit int) ([]*waldenv1.Event, error) {
@@ -59,7 +57,22 @@ func (w *webSource) Events(_ context.Context, brokerID string, limit int) ([]*wa
 
 func (w *webSource) Policy(ctx context.Context) (*waldenv1.Policy, error) {
 	resp, err := w.brokers.GetPolicy(ctx, &waldenv1.GetPolicyRequest{})
-	return resp.GetPolicy(), err
+	return resp.GetPolicy(), webErr(err)
+}
+
+// webErr is a service's refusal as the web view shows it: the message the
+// service built (a sentence that starts with the refusal's reason), not
+// gRPC's "rpc error: code = … desc = …"; a NotFound is webui.ErrNotFound
+// (the view answers 404).
+func webErr(err error) error {
+	s, ok := status.FromError(err)
+	switch {
+	case err == nil || !ok:
+		return err
+	case s.Code() == codes.NotFound:
+		return webui.ErrNotFound
+	}
+	return errors.New(s.Message())
 }
 
 // webMethods are the read calls whose answers the web view shows: an

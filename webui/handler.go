@@ -142,13 +142,13 @@ func writeJSON(w http.ResponseWriter, v any) {
 // apiError answers a failed Source call: 404 for an unknown id, 503
 // otherwise (the member cannot answer now; the page retries).
 func apiError(w http.ResponseWriter, what string, err error) {
-	code := http.StatusServiceUnavailable
+	code, msg := http.StatusServiceUnavailable, err.Error()
 	if errors.Is(err, ErrNotFound) {
-		code = http.StatusNotFound
+		code, msg = http.StatusNotFound, "not found"
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": what + ": " + err.Error()})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": what + ": " + msg})
 }
 
 // overview is everything the page shows but the event log and the

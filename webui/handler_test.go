@@ -224,6 +224,9 @@ func TestTimelineSVG(t *testing.T) {
 	if resp, _ := get(t, s.URL+"/ui/api/failovers/job-x/timeline.svg"); resp.StatusCode != 404 {
 		t.Fatalf("unknown failover: %d", resp.StatusCode)
 	}
+	if resp, body := get(t, s.URL+"/ui/api/failovers/job-x"); resp.StatusCode != 404 || strings.TrimSpace(body) != `{"error":"failover job-x: not found"}` {
+		t.Fatalf("unknown failover: %d %s", resp.StatusCode, body)
+	}
 	if resp, body := get(t, s.URL+"/ui/api/failovers/job-b1-7"); resp.StatusCode != 200 || !strings.Contains(body, `"broker_id":"b1"`) {
 		t.Fatalf("failover json: %d %s", resp.StatusCode, body)
 	}

@@ -168,19 +168,23 @@ func TestRefusalsReadAsSentences(t *testing.T) {
 	}
 }
 
-func TestNoPackagePrefixes(t *testing.T) {
-	for in, want := range map[string]string{
-		`raftnode: transfer leadership to "c9": raftnode: unknown member`:                       `transfer leadership to "c9": unknown member`,
-		`JOB_NOT_RUNNING: fsm: cancel job: job job-b1-4 is succeeded: fencing: job not running`: `cancel job: job job-b1-4 is succeeded: job not running`,
-		`failure_timeout: must be greater than lease_ttl + drift_margin`:                        `failure_timeout: must be greater than lease_ttl + drift_margin`,
-		`broker "b1" is not registered`:                                                         `broker "b1" is not registered`,
+// TestPlainDropsOnlyTheReason: a server's message reaches people as the
+// server built it, a sentence without package chains; only the reason it
+// starts with is dropped (it is printed with -o json).
+func TestPlainDropsOnlyTheReason(t *testing.T) {
+	for _, tc := range []struct{ reason, in, want string }{
+		{"JOB_NOT_RUNNING", `JOB_NOT_RUNNING: cancel job: job job-b1-4 is succeeded: job not running`, `cancel job: job job-b1-4 is succeeded: job not running`},
+		{"", `failure_timeout: must be greater than lease_ttl + drift_margin`, `failure_timeout: must be greater than lease_ttl + drift_margin`},
+		{"UNKNOWN_NODE", `UNKNOWN_NODE: broker "b1" is not registered`, `broker "b1" is not registered`},
+		{"MEMBER_NOT_FOUND", `transfer leadership to "c9": no member has that id`, `transfer leadership to "c9": no member has that id`},
+		{"NOT_OWNER", "EPOCH_EXPIRED: epoch 3  is old", "EPOCH_EXPIRED: epoch 3 is old"},
 	} {
-		if got := plain(in); got != want {
-			t.Errorf("plain(%q) = %q, want %q", in, got, want)
+		if got := plain(tc.reason, tc.in); got != tc.want {
+			t.Errorf("plain(%q, %q) = %q, want %q", tc.reason, tc.in, got, tc.want)
 		}
 	}
 	f := &fakeCluster{status: sampleStatus(), transfer: func(r *waldenv1.LeaderTransferRequest) (*waldenv1.LeaderTransferResponse, error) {
-		return nil, refusedWith(codes.NotFound, "MEMBER_NOT_FOUND", `raftnode: transfer leadership to "c9": raftnode: unknown member`, nil)
+		return nil, refusedWith(codes.NotFound, "MEMBER_NOT_FOUND", `transfer leadership to "c9": no member has that id`, nil)
 	}}
 	addr := serveFake(t, f)
 	code, _, errOut := runCtl(t, "--endpoints", addr, "leader", "transfer", "c9")

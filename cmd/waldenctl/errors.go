@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -330,7 +329,7 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 	case refusal.PolicyNotSeeded:
 		return "the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded; try again once one is"
 	case refusal.InvalidArgument:
-		return plain(s.Message())
+		return plain(e.Reason, s.Message())
 	}
 	switch s.Code() {
 	case codes.DeadlineExceeded:
@@ -342,9 +341,9 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 		return "unavailable: " + transport(s.Message())
 	case codes.PermissionDenied:
 		// The coordinator says who may not do what, and why.
-		return "permission denied: " + strings.TrimPrefix(plain(s.Message()), "permission denied: ")
+		return "permission denied: " + strings.TrimPrefix(plain(e.Reason, s.Message()), "permission denied: ")
 	case codes.Unauthenticated:
-		return "not authenticated: give a client certificate signed by the cluster's CA (--cert, --key): " + strings.TrimPrefix(plain(s.Message()), "permission denied: ")
+		return "not authenticated: give a client certificate signed by the cluster's CA (--cert, --key): " + strings.TrimPrefix(plain(e.Reason, s.Message()), "permission denied: ")
 	case codes.Unimplemented:
 		return "the coordinator does not know this request (it runs an older walden)"
 	case codes.NotFound:
@@ -361,7 +360,7 @@ func sentence(o op, e *callError, s *status.Status, timeout time.Duration) strin
 			return fmt.Sprintf("%s not found", obj)
 		}
 	}
-	return plain(s.Message())
+	return plain(e.Reason, s.Message())
 }
 
 // failoverNotFound says that id names no failover: neither a recovery
@@ -389,23 +388,14 @@ func firstNonEmpty(vs ...string) string {
 	return ""
 }
 
-// packagePrefix matches the "pkg: " prefixes that Go error chains add
-// (lower-case identifiers), and a leading refusal reason ("EPOCH_EXPIRED: ").
-var packagePrefix = regexp.MustCompile(`(^|: )([a-z][a-z0-9]*|[A-Z][A-Z_]+): `)
-
-// plain drops package prefixes and reasons from a server message: what is
-// left is the last, most specific part of the chain and what the server
-// said about it.
-func plain(msg string) string {
-	out := msg
-	for {
-		next := packagePrefix.ReplaceAllString(out, "$1")
-		if next == out {
-			break
-		}
-		out = next
+// plain is a server's message without the reason it starts with
+// ("EPOCH_EXPIRED: ...", rpcerr.Status): what the server said about the
+// request, a sentence in the user's terms as the services build it.
+func plain(reason, msg string) string {
+	if reason != "" {
+		msg = strings.TrimPrefix(msg, reason+": ")
 	}
-	return strings.Join(strings.Fields(out), " ")
+	return strings.Join(strings.Fields(msg), " ")
 }
 
 // What transport says of a member that refuses the certificates given.
@@ -438,7 +428,7 @@ func transport(msg string) string {
 	case strings.Contains(m, "i/o timeout"), strings.Contains(m, "deadline exceeded"):
 		return "no answer in time"
 	}
-	return plain(msg)
+	return plain("", msg)
 }
 
 // explainNoAnswer describes a call that no endpoint answered.
