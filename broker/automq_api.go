@@ -173,7 +173,7 @@ func (s *automqAPI) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 		return nil, status.Errorf(codes.Unavailable, "stream %d: %v", req.GetStreamId(), err)
 	}
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "stream_id: stream %d not found", req.GetStreamId())
+		return nil, rpcerr.New(refusal.StreamNotFound, fmt.Sprintf("stream_id: stream %d not found", req.GetStreamId()), nil)
 	}
 	resp := &waldenv1.ReadResponse{CommittedEndOffset: uint64(max(view.EndOffset, 0))}
 	if !owned {

@@ -263,7 +263,7 @@ func TestAppendReadUploadTrim(t *testing.T) {
 		st.GetStreams()[0].GetNextOffset() != 5 || st.GetUploads() == 0 {
 		t.Fatalf("status %v %v", st, err)
 	}
-	if _, err := c.Read(context.Background(), &waldenv1.ReadRequest{StreamId: 99}); status.Code(err) != codes.NotFound {
+	if _, err := c.Read(context.Background(), &waldenv1.ReadRequest{StreamId: 99}); status.Code(err) != codes.NotFound || rpcerr.Reason(err) != refusal.StreamNotFound {
 		t.Fatalf("read of an unknown stream: %v", err)
 	}
 	if _, err := c.Append(context.Background(), &waldenv1.AppendRequest{StreamId: 1}); status.Code(err) != codes.InvalidArgument {

@@ -85,7 +85,7 @@ func (s *apiServer) Read(ctx context.Context, req *waldenv1.ReadRequest) (*walde
 	d, err := b.coords.DescribeStream(ctx, req.GetStreamId(), math.MaxUint64, 1)
 	if err != nil {
 		if rpcerr.Reason(err) == refusal.StreamNotFound {
-			return nil, status.Errorf(codes.NotFound, "stream_id: stream %d not found", req.GetStreamId())
+			return nil, rpcerr.New(refusal.StreamNotFound, fmt.Sprintf("stream_id: stream %d not found", req.GetStreamId()), nil)
 		}
 		return nil, status.Errorf(codes.Unavailable, "describe stream %d: %v", req.GetStreamId(), err)
 	}

@@ -68,6 +68,9 @@ const (
 	VoterChangeTooSoon Reason = "VOTER_CHANGE_TOO_SOON"
 	// PolicyNotSeeded: the cluster has no policy yet.
 	PolicyNotSeeded Reason = "POLICY_NOT_SEEDED"
+	// LeaseHeld: a broker whose registration is to be removed may still
+	// hold a lease.
+	LeaseHeld Reason = "LEASE_HELD"
 )
 
 // Info is a reason and what it means, in a sentence for people.
@@ -146,6 +149,8 @@ var Reasons = []Info{
 		"before it may still run; metadata wait_ms and left_ms say the spacing and when to try again."},
 	{PolicyNotSeeded, "The cluster's policy is not seeded yet: no leader has been elected since the cluster was " +
 		"founded. No lease is granted and the policy can be neither read nor set until one is; retrying is safe."},
+	{LeaseHeld, "The broker's registration is not removed: it holds a lease, or may still renew one (it registered or " +
+		"renewed within lease_ttl + drift_margin). Stop its agent, or fail it over, first."},
 }
 
 // Error is a refusal: a reason and a message for people. Wrap it with

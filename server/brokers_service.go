@@ -307,9 +307,9 @@ func (s *brokersService) RemoveBroker(ctx context.Context, req *waldenv1.RemoveB
 	s.d.leaseView(b)
 	registeredAgo := time.Since(time.UnixMilli(b.GetRegisteredUnixMs()))
 	if b.GetLeaseRemainingMs() > 0 || s.d.grantor.HeardWithin(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}, within) || registeredAgo < within {
-		return nil, status.Errorf(codes.FailedPrecondition,
+		return nil, rpcerr.New(refusal.LeaseHeld, fmt.Sprintf(
 			"broker %q holds a lease, or may still renew it (registered or renewed within lease_ttl + drift_margin, %s): stop its agent (or fail the broker over) before removing the registration",
-			b.GetBrokerId(), within)
+			b.GetBrokerId(), within), nil)
 	}
 	res, err := s.d.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RemoveBroker{RemoveBroker: &waldenv1.RemoveBroker{
 		BrokerId: req.GetBrokerId(), Actor: authz.Actor(ctx)}}})
