@@ -208,13 +208,24 @@ func Decide(in Input) Decision {
 	for _, h := range g.holds {
 		d.hold(h)
 	}
-
 	fr := nextFreeze(in.Policy, freezeState{Frozen: in.Memory.Frozen, CalmSince: in.Memory.CalmSince}, g.counts, in.Now)
 	mem.Frozen, mem.CalmSince = fr.state.Frozen, fr.state.CalmSince
 	if fr.change != waldenv1.EventKind_EVENT_KIND_UNSPECIFIED {
 		d.Events = append(d.Events, freezeEvent(fr.change, in.LeaderID, in.Policy, g.counts))
 	}
+	d.admitReady(in, &mem, g)
+	for _, df := range d.Declare {
+		df.Evidence.RunningRecoveries = uint32(in.RunningRecoveries)
+		df.Evidence.BrokersTotal, df.Evidence.BrokersSuspected = uint32(g.counts.total), uint32(g.counts.suspected)
+	}
+	d.Memory = mem
+	return d
+}
 
+// admitReady runs admission on the brokers that passed their gates, in
+// broker id order, each seeing the recoveries admitted before it, and
+// records in mem the cooldown events and dry-run decisions it made.
+func (d *Decision) admitReady(in Input, mem *Memory, g gated) {
 	running := in.RunningRecoveries
 	for _, c := range g.ready {
 		id, epoch := c.b.GetBrokerId(), c.b.GetEpoch()
@@ -233,21 +244,16 @@ func Decide(in Input) Decision {
 		if a.cooldown {
 			mem.CooldownRecorded[id] = epoch
 		}
-		if a.admitted {
-			d.Declare = append(d.Declare, declaration(in, mem.Seen, c.b, c.obs, c.quorum, c.silentFor, c.timeout, c.evidence(in), in.Policy.GetDryRun()))
-			if in.Policy.GetDryRun() {
-				mem.DryRunDone[id] = epoch
-			} else {
-				running++
-			}
+		if !a.admitted {
+			continue
+		}
+		d.Declare = append(d.Declare, declaration(in, mem.Seen, c.b, c.obs, c.quorum, c.silentFor, c.timeout, c.evidence(), in.Policy.GetDryRun()))
+		if in.Policy.GetDryRun() {
+			mem.DryRunDone[id] = epoch
+		} else {
+			running++
 		}
 	}
-	for _, df := range d.Declare {
-		df.Evidence.RunningRecoveries = uint32(in.RunningRecoveries)
-		df.Evidence.BrokersTotal, df.Evidence.BrokersSuspected = uint32(g.counts.total), uint32(g.counts.suspected)
-	}
-	d.Memory = mem
-	return d
 }
 
 // hold is why one broker was not declared failed: a Hold* reason and the
@@ -324,7 +330,7 @@ type candidate struct {
 }
 
 // evidence is the reason an automatic decision gives.
-func (c candidate) evidence(in Input) *waldenv1.Evidence {
+func (c candidate) evidence() *waldenv1.Evidence {
 	return &waldenv1.Evidence{Reason: fmt.Sprintf("%d of %d coordinators have not heard it for %dms (timeout %dms); %d attest its lease expired",
 		c.quorum, c.voters, c.silentFor.Milliseconds(), c.timeout.Milliseconds(), c.attested)}
 }
