@@ -409,7 +409,9 @@ func TestWatchdogNeedsTheBootClock(t *testing.T) {
 // TestGracefulStopTermsTheBroker: a graceful stop sends the broker
 // SIGTERM and waits for it (no kill); the lease is still valid meanwhile.
 func TestGracefulStopTermsTheBroker(t *testing.T) {
-	c := newFakeCluster(t, 3, time.Second, testDrift, nil)
+	// A lease long enough that a loaded machine's pauses do not let it
+	// lapse (the watchdog would kill the broker for that instead).
+	c := newFakeCluster(t, 3, 3*time.Second, testDrift, nil)
 	rec := &recorder{}
 	cfg := watchedConfig(t, "", c.addrs()...)
 	a, err := New(cfg, Options{Logger: testLogger(t), RegisterBackoffMax: 50 * time.Millisecond,
@@ -425,9 +427,11 @@ func TestGracefulStopTermsTheBroker(t *testing.T) {
 	if err := a.Stop(true); err != nil {
 		t.Logf("stop: %v", err)
 	}
+	// Stop returns once the watchdog saw the broker exit; the test's own
+	// watch of its pid reports it a moment later.
 	select {
 	case <-dead:
-	default:
+	case <-time.After(testutil.Deadline(5 * time.Second)):
 		t.Fatal("Stop returned with the broker alive")
 	}
 	if ks := rec.killRecords(); len(ks) != 0 {
@@ -435,6 +439,41 @@ func TestGracefulStopTermsTheBroker(t *testing.T) {
 	}
 	if got := a.Broker().State; got != BrokerStopped {
 		t.Fatalf("broker %s after Stop", got)
+	}
+}
+
+// TestBrokerStartsWithDefaultSignals: the broker the watchdog starts
+// ignores none of the signals that stop a process, although the watchdog
+// process itself does not stop on them (an ignored signal stays ignored
+// across exec: a JVM started so installs no shutdown hook for SIGTERM, and a
+// graceful stop became a SIGKILL after stop_timeout).
+func TestBrokerStartsWithDefaultSignals(t *testing.T) {
+	c := newFakeCluster(t, 3, 3*time.Second, testDrift, nil)
+	rec := &recorder{}
+	a := startAgent(t, watchedConfig(t, "", c.addrs()...), watchedOptions(t, rec))
+	st := waitBroker(t, a, BrokerUp, 20*time.Second)
+	ignored := func(pid int) uint64 {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+				mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return mask
+			}
+		}
+		t.Fatalf("no SigIgn in /proc/%d/status", pid)
+		return 0
+	}
+	mask := ignored(st.PID)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGTSTP} {
+		if mask&(1<<(uint(sig)-1)) != 0 {
+			t.Errorf("the broker starts with %v ignored (SigIgn %#x)", sig, mask)
+		}
 	}
 }
 

@@ -115,6 +115,28 @@ type watchdogEvent struct {
 	Error      string `json:"error,omitempty"`
 }
 
+// stopSignals are the signals a terminal or a service manager sends to stop
+// or suspend a process, and SIGPIPE.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE}
+
+// catchStopSignals makes the watchdog process deaf to stopSignals by
+// catching and dropping them, not by ignoring them: a signal's "ignore"
+// disposition is inherited across exec, so a broker started by an ignoring
+// watchdog ignored SIGTERM and SIGINT from its start (a JVM installs no
+// shutdown hook for a signal ignored when it starts), and every graceful stop
+// ended in SIGKILL after broker.stop_timeout. A caught signal is reset to
+// its default in the child at exec, as is one the agent itself was started
+// ignoring (nohup, a service manager's ignored SIGPIPE), which the watchdog
+// catches too.
+func catchStopSignals() {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, stopSignals...)
+	go func() {
+		for range sigs {
+		}
+	}()
+}
+
 // watchdogTick bounds how long the watchdog sleeps between two readings of
 // the boot clock: its timers run on the monotonic clock, which stops while
 // the host is suspended, so after a resume it notices a passed deadline
@@ -128,7 +150,7 @@ const watchdogTick = 20 * time.Millisecond
 // signals a terminal or a service manager sends to stop a process (the
 // agent stops it by closing in); SIGKILL of the agent kills it (Pdeathsig).
 func RunWatchdog(in io.Reader, out io.Writer, stdout, stderr *os.File) error {
-	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
+	catchStopSignals()
 	w := &watchdog{
 		out: json.NewEncoder(out), stdout: stdout, stderr: stderr,
 		deadline: deadlineNow, reason: KillNoLease, killTimeout: time.Second,

@@ -685,7 +685,10 @@ func TestUncompressedMemberJoinsCompressingPool(t *testing.T) {
 // the sockets when it shuts down.
 func TestPoolOnHandedListener(t *testing.T) {
 	h := newHarness(t)
-	a := h.start(fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs))
+	aFaults, cFaults := NewFaults(2), NewFaults(3)
+	ca := fastConfig(t, "demo", "coordinator/c1", coordMeta("c1"), &h.logs)
+	ca.Faults = aFaults
+	a := h.start(ca)
 	l := listen(t)
 	faults := NewFaults(1)
 	cb := fastConfig(t, "demo", "agent/b1", agentMeta("b1"), &h.logs)
@@ -698,6 +701,7 @@ func TestPoolOnHandedListener(t *testing.T) {
 	}
 	cc := fastConfig(t, "demo", "agent/b2", agentMeta("b2"), &h.logs)
 	cc.Join = []string{b.Addr()} // c reaches a only through b's sockets
+	cc.Faults = cFaults
 	c := h.start(cc)
 	want := demoMembers()
 	for _, p := range []*Pool{a, b, c} {
@@ -711,15 +715,23 @@ func TestPoolOnHandedListener(t *testing.T) {
 		return nil
 	})
 
-	// Its sends go through the faults: cut off from a and c, it is
-	// declared dead by them.
+	// Its sends go through the faults. Faults act on what a member sends
+	// and the streams it opens, so the link is cut at both ends (with
+	// b's sends alone cut, a's and c's fallback probes over TCP still
+	// reach b and keep it alive): cut off from a and c, it is declared
+	// dead by them, and its own faults counted what they dropped.
 	faults.Set(AllLinks, Cut())
-	testutil.Eventually(t, 20*time.Second, "the member whose sends are cut declared dead", func() error {
+	aFaults.Set(b.Addr(), Cut())
+	cFaults.Set(b.Addr(), Cut())
+	testutil.Eventually(t, 20*time.Second, "the member whose link is cut declared dead", func() error {
 		if _, ok := events.find(func(ev Event) bool { return ev.Kind == EventLeave && ev.Node == "agent/b1" }); !ok {
 			return fmt.Errorf("no leave event of agent/b1")
 		}
 		return nil
 	})
+	if st := faults.Stats(); st.PacketsDropped == 0 {
+		t.Fatalf("the handed sockets' sends bypassed the faults: %+v", st)
+	}
 
 	if err := b.Shutdown(); err != nil {
 		t.Fatal(err)
