@@ -11,6 +11,8 @@ import (
 	"walden/coordclient"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
+	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // forwardLeaderTransfer sends req to the leader's admin address. A request
@@ -104,7 +106,7 @@ func forwarded(ctx context.Context) bool {
 // unknown.
 func (d *serviceDeps) leaderConn(ctx context.Context, st raftnode.Status) (*grpc.ClientConn, context.Context, error) {
 	if st.LeaderID == "" {
-		return nil, nil, status.Error(codes.Unavailable, "no leader")
+		return nil, nil, rpcerr.NewPlain(refusal.NoLeader, "no leader", nil)
 	}
 	addr := adminAddrOf(st, st.LeaderID)
 	if forwarded(ctx) || addr == "" {

@@ -11,6 +11,8 @@ import (
 
 	"walden/authz"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
+	"walden/rpcerr"
 	"walden/version"
 )
 
@@ -37,7 +39,7 @@ func (m *maintenanceService) Snapshot(_ *waldenv1.SnapshotRequest, stream grpc.S
 	leader, st := m.d.isLeader()
 	if !leader {
 		if st.LeaderID == "" {
-			return status.Error(codes.Unavailable, "no leader: a snapshot is taken on the leader")
+			return rpcerr.NewPlain(refusal.NoLeader, "no leader: a snapshot is taken on the leader", nil)
 		}
 		return m.d.admin.notLeader(ctx, st.LeaderID, adminAddrOf(st, st.LeaderID))
 	}

@@ -37,6 +37,7 @@ func TestRefusalMessages(t *testing.T) {
 	unknown := apply(&waldenv1.Command{Op: &waldenv1.Command_AckBroker{AckBroker: &waldenv1.AckBroker{BrokerId: "b9"}}})
 	invalidCmd := apply(&waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{}}})
 	d := &serviceDeps{nodeID: "c1"}
+	_, _, noLeader := d.leaderConn(t.Context(), raftnode.Status{})
 	a := &adminService{}
 	member := func(err error) error { return a.toStatus(t.Context(), err) }
 	_, notSeeded := d.renewalAnswer(t.Context(), "b1", 1, nil, detect.ErrNotSeeded)
@@ -53,6 +54,7 @@ func TestRefusalMessages(t *testing.T) {
 			"POLICY_NOT_SEEDED: the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded"},
 		{"lease of an unseeded cluster", notSeeded, refusal.PolicyNotSeeded, codes.Unavailable,
 			"POLICY_NOT_SEEDED: lease not granted: the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded"},
+		{"no leader to forward to", noLeader, refusal.NoLeader, codes.Unavailable, "no leader"},
 		{"state machine: malformed command", rpcerr.Err(invalidCmd), refusal.InvalidArgument, codes.InvalidArgument,
 			"INVALID_ARGUMENT: register broker: broker_id is empty: invalid argument"},
 		{"unknown member", member(&raftnode.MemberError{Op: "remove member", ID: "c9", Err: raftnode.ErrUnknownMember}),
