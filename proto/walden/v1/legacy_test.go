@@ -221,3 +221,37 @@ func TestMarshalJSONAsBefore(t *testing.T) {
 		t.Fatalf("MarshalJSON(FieldOptions) = %s, %v", got, err)
 	}
 }
+
+// TestMarshalJSONNamesEnumsWithoutStrings: an enum field added without a
+// deprecated string beside it prints its value's name in its own field, ""
+// for none, in messages at any depth and in lists.
+func TestMarshalJSONNamesEnumsWithoutStrings(t *testing.T) {
+	for _, tc := range []struct {
+		m    proto.Message
+		want []string
+	}{
+		{&ListEventsResponse{Events: []*Event{{EventKind: EventKind_EVENT_KIND_JOB, Detail: &EventDetail{
+			FromState: BrokerState_BROKER_STATE_FAILED, ToState: BrokerState_BROKER_STATE_RECOVERING, JobState: JobState_JOB_STATE_RUNNING,
+			JobStep: JobStep_JOB_STEP_ATTACH, ObservationState: ObservationState_OBSERVATION_STATE_DEAD}}}},
+			[]string{`"kind":"job"`, `"from_state":"failed"`, `"to_state":"recovering"`, `"job_state":"running"`, `"from_job_state":""`,
+				`"job_step":"attach"`, `"observation_state":"dead"`, `"from_observation_state":""`}},
+		{&RestoreState{RestorePhase: RestorePhase_RESTORE_PHASE_SURVEY}, []string{`"restore_phase":"survey"`}},
+	} {
+		b, err := MarshalJSON(tc.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, b); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(c.String(), w) {
+				t.Errorf("%s: no %s", c.String(), w)
+			}
+		}
+		if strings.Contains(c.String(), "_STATE_") || strings.Contains(c.String(), "RESTORE_PHASE") {
+			t.Errorf("%s: an enum identifier instead of its name", c.String())
+		}
+	}
+}
