@@ -7,7 +7,8 @@
 // the last applied command, and walden's replicated domains, one file each:
 // brokers, observations, failover decisions and fencing tokens (brokers.go),
 // runtime policy overrides (policyops.go), the bounded event log
-// (events.go), the stream catalog with the streams' idempotent-producer
+// (events.go; each event's typed fields, and its message rendered from
+// them, eventtext.go), the stream catalog with the streams' idempotent-producer
 // tables (catalog.go) and the recovery jobs
 // (jobs.go). Every command is validated fully before anything changes: a
 // refused command returns an error wrapping a fencing sentinel and leaves

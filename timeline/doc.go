@@ -6,7 +6,9 @@
 //
 // It owns the derivation of a waldenv1.Failover from the replicated state
 // (a recovery job, the event log of its broker) and nothing else: the web
-// view draws the result as SVG and waldenctl prints it.
+// view draws the result as SVG and waldenctl prints it. It reads the
+// events' typed fields (Event.detail); an event an older walden recorded
+// without them is read from its message.
 //
 // It must never do I/O, read a clock (the caller passes "now" for phases
 // still going on) or change what it is given; its times are the proposers'
