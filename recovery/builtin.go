@@ -433,7 +433,7 @@ func (a *attempt) nothingToRead(ctx context.Context, j *waldenv1.Job) (string, b
 	case j.GetAcknowledgedNothing():
 		if !a.reported {
 			a.reported = true
-			a.event(ctx, j, fmt.Sprintf("no WAL read: a majority of the voters never granted the failed epoch a lease, so broker %s acknowledged "+
+			a.event(ctx, j, waldenv1.JobStep_JOB_STEP_READ, fmt.Sprintf("no WAL read: a majority of the voters never granted the failed epoch a lease, so broker %s acknowledged "+
 				"nothing under it, and its earlier epochs were recovered before it registered; its streams are closed at the catalog's ends", j.GetBrokerId()))
 		}
 		return "the failed epoch was never granted a lease by a majority: it acknowledged nothing; nothing read", true
@@ -478,7 +478,7 @@ func (a *attempt) readStep(ctx context.Context, j *waldenv1.Job, path string) (r
 	}
 	if !a.reported && (p.skipped > 0 || len(p.gaps) > 0) {
 		a.reported = true
-		a.event(ctx, j, "read "+path+": "+detail+gapText(p.gaps))
+		a.event(ctx, j, waldenv1.JobStep_JOB_STEP_READ, "read "+path+": "+detail+gapText(p.gaps))
 	}
 	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, StepDone: true, Detail: detail,
 		BytesTotal: uint64(p.bytes), SkippedBytes: uint64(p.skipped), Gaps: p.gaps, StreamsTotal: uint32(total),
@@ -514,7 +514,7 @@ func (a *attempt) failMissing(ctx context.Context, j *waldenv1.Job, path string,
 	for _, m := range missing {
 		gaps = append(gaps, m.String())
 	}
-	a.event(ctx, j, "read "+path+": "+msg)
+	a.event(ctx, j, waldenv1.JobStep_JOB_STEP_READ, "read "+path+": "+msg)
 	if err := a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: waldenv1.JobStep_JOB_STEP_READ, Detail: detail, BytesTotal: uint64(p.bytes),
 		SkippedBytes: uint64(p.skipped), Gaps: gaps, StreamsTotal: uint32(total), Error: msg}); err != nil {
 		return err

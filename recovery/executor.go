@@ -240,9 +240,12 @@ func (a *attempt) stepDone(ctx context.Context, step waldenv1.JobStep, detail st
 	return a.checkpoint(ctx, &waldenv1.CheckpointJob{JobStep: step, StepDone: true, Detail: detail})
 }
 
-func (a *attempt) event(ctx context.Context, j *waldenv1.Job, msg string) {
+// event records an executor's note about job j, made in step (unspecified:
+// not known), with the job's epoch, the attempt and this member as fields.
+func (a *attempt) event(ctx context.Context, j *waldenv1.Job, step waldenv1.JobStep, msg string) {
 	_, err := a.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_RecordEvent{RecordEvent: &waldenv1.RecordEvent{Event: &waldenv1.Event{
 		EventKind: waldenv1.EventKind_EVENT_KIND_RECOVERY, BrokerId: j.GetBrokerId(), JobId: j.GetJobId(), Actor: a.e.nodeID, Message: msg,
+		Detail: &waldenv1.EventDetail{Epoch: j.GetToken(), Attempt: a.attempt, Member: a.e.nodeID, JobStep: step},
 	}}}})
 	if err != nil {
 		a.log.Warn("record event failed", "err", err)

@@ -249,6 +249,10 @@ func TestCorruptTail(t *testing.T) {
 	for _, ev := range c.s.Events(sc.broker, 0) {
 		if ev.GetEventKind() == waldenv1.EventKind_EVENT_KIND_RECOVERY && strings.Contains(ev.GetMessage(), "skipped") && strings.Contains(ev.GetMessage(), "record body crc") {
 			found = true
+			// The note names the job's step, attempt and epoch as fields.
+			if d := ev.GetDetail(); d.GetJobStep() != waldenv1.JobStep_JOB_STEP_READ || d.GetAttempt() != 1 || d.GetEpoch() != j.GetToken() || d.GetMember() == "" {
+				t.Errorf("recovery note's fields: %v", d)
+			}
 		}
 	}
 	if !found {

@@ -164,7 +164,7 @@ func (r *Run) Event(ctx context.Context, msg string) {
 	if err != nil {
 		return
 	}
-	r.a.event(ctx, j, msg)
+	r.a.event(ctx, j, waldenv1.JobStep_JOB_STEP_UNSPECIFIED, msg)
 }
 
 // Attach runs the attach step: it makes the broker's WAL readable on this
