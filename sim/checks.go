@@ -39,6 +39,10 @@ const (
 	// KindAckedTwice: an offset was acknowledged with two records, or
 	// committed with another record than the one acknowledged there.
 	KindAckedTwice = "offset-acknowledged-twice"
+	// KindKeyTwice: two different objects were uploaded under one key (a
+	// fencing token or broker epoch, which names a job's or a broker's
+	// objects, was issued twice).
+	KindKeyTwice = "object-key-issued-twice"
 )
 
 type checker struct {
@@ -59,6 +63,18 @@ type checker struct {
 	// acks are the acknowledged records: stream → offset → the record and
 	// who acknowledged it.
 	acks map[uint64]map[uint64]ackedRec
+	// forced is set once the cluster was forced into a new one
+	// (Faults.ForceNewCluster); forceLost holds, per stream, the offsets of
+	// the acknowledged records the force lost as the runbook says it may
+	// (checkForceLoss), until they are acknowledged again; forceChecked the
+	// brokers whose registration after the force was checked.
+	forced       bool
+	forceAt      int64
+	forceLost    map[uint64]map[uint64]bool
+	forceChecked map[string]bool
+	// forceLossCommits and forceLossRegistrations count the acknowledged
+	// records the force lost as documented (checkForceLoss).
+	forceLossCommits, forceLossRegistrations int
 }
 
 // ackedRec is an acknowledged record.
@@ -80,7 +96,7 @@ type ttlAt struct {
 
 func newChecker(w *World) *checker {
 	return &checker{w: w, readAt: map[string]map[uint64]int64{}, agentEpochs: map[string]uint64{}, liveness: true, promisedAt: map[promiseKey]int64{},
-		acks: map[uint64]map[uint64]ackedRec{}}
+		acks: map[uint64]map[uint64]ackedRec{}, forceLost: map[uint64]map[uint64]bool{}, forceChecked: map[string]bool{}}
 }
 
 func (k *checker) fail(kind, format string, args ...any) {
@@ -264,7 +280,13 @@ func (k *checker) acked(a *Agent, epoch uint64, r simRec) {
 		m = map[uint64]ackedRec{}
 		k.acks[r.stream] = m
 	}
-	if prev, ok := m[r.offset]; ok && prev.value != r.value {
+	if prev, ok := m[r.offset]; ok && prev.value != r.value && k.forceLost[r.stream][r.offset] {
+		// The force lost the record acknowledged here, as documented: the
+		// offset is given out again, and the new record is held to every
+		// invariant.
+		k.w.tracef("stream %d offset %d, lost by the force, acknowledged again by %s@%d", r.stream, r.offset, a.name, epoch)
+		delete(k.forceLost[r.stream], r.offset)
+	} else if ok && prev.value != r.value {
 		k.fail(KindAckedTwice, "stream %d offset %d acknowledged by %s@%d (record %d), acknowledged before by %s@%d (record %d)",
 			r.stream, r.offset, a.name, epoch, r.value, prev.broker, prev.epoch, prev.value)
 		return
@@ -281,7 +303,7 @@ func (k *checker) committed(c *Coord, o *waldenv1.Object) {
 			if rec.offset < r.GetStartOffset() || rec.offset >= r.GetEndOffset() {
 				continue
 			}
-			if a, ok := m[rec.offset]; ok && a.value != rec.value {
+			if a, ok := m[rec.offset]; ok && a.value != rec.value && !k.forceLost[r.GetStreamId()][rec.offset] {
 				k.fail(KindAckedTwice, "%s: object %s commits record %d at stream %d offset %d, where %s@%d acknowledged record %d",
 					c.name, o.GetObjectId(), rec.value, r.GetStreamId(), rec.offset, a.broker, a.epoch, a.value)
 				return
@@ -298,7 +320,7 @@ func (k *checker) recovered(c *Coord, j *waldenv1.Job) {
 	s := a.streamOf()
 	var content map[uint64]uint64
 	for off, ar := range k.acks[s] {
-		if ar.broker != a.name || ar.epoch >= j.GetToken() {
+		if ar.broker != a.name || ar.epoch >= j.GetToken() || k.forceLost[s][off] {
 			continue
 		}
 		if content == nil {
@@ -310,4 +332,38 @@ func (k *checker) recovered(c *Coord, j *waldenv1.Job) {
 			return
 		}
 	}
+}
+
+// registeredAfterForce checks, the first time broker a serves under an
+// epoch registered in the forced cluster, that every record it acknowledged under an
+// epoch the force revoked is in the catalog of coordinator c (which
+// committed the broker's WAL tail), but for the documented loss.
+func (k *checker) registeredAfterForce(a *Agent, c *Coord, epoch uint64) {
+	if !k.forced || a.registeredAt < k.forceAt || k.forceChecked[a.name] {
+		return
+	}
+	k.forceChecked[a.name] = true
+	s := a.streamOf()
+	content := k.w.catalogOf(c.st, s)
+	for off, ar := range k.acks[s] {
+		if ar.broker != a.name || ar.epoch >= epoch || k.forceLost[s][off] {
+			continue
+		}
+		if v, ok := content[off]; !ok || v != ar.value {
+			k.fail(KindAckedLost, "%s: %s@%d serves after the force, but record %d that %s@%d acknowledged at stream %d offset %d is not in the catalog (found %d)",
+				c.name, a.name, epoch, ar.value, ar.broker, ar.epoch, s, off, v)
+			return
+		}
+	}
+}
+
+// uploaded records the records of the object uploaded under id (the
+// world's S3): a key is never used for two different objects.
+func (k *checker) uploaded(id string, recs []simRec) {
+	w := k.w
+	if prev, ok := w.objects[id]; ok && !slices.Equal(prev, recs) {
+		k.fail(KindKeyTwice, "object %s uploaded again with other records (%d records from offset %d, before %d from offset %d)",
+			id, len(recs), recs[0].offset, len(prev), prev[0].offset)
+	}
+	w.objects[id] = append([]simRec(nil), recs...)
 }

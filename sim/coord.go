@@ -83,22 +83,7 @@ func (c *Coord) clock() lease.Clock {
 // nothing else.
 func (c *Coord) reset() {
 	w := c.w
-	c.st = fsm.New("sim")
-	if w.raft.base != nil {
-		if err := c.st.Restore(w.raft.base); err != nil {
-			panic(err)
-		}
-	}
-	for i := range w.cfg.Coordinators {
-		if w.raft.base != nil {
-			break
-		}
-		name := fmt.Sprintf("c%d", i+1)
-		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(i + 1))}}}
-		if err := c.st.ApplyConfChange(uint64(i+1), cc, &waldenv1.ConfChangeContext{Member: &waldenv1.MemberContext{Id: name}}, nil); err != nil {
-			panic(err)
-		}
-	}
+	c.st = w.initialState()
 	c.applied = 0
 	c.epochSince = map[string]int64{}
 	c.waiters = map[uint64]func(*waldenv1.Result, error){}
@@ -133,6 +118,26 @@ func (c *Coord) reset() {
 	for _, j := range c.st.Jobs("", waldenv1.JobState_JOB_STATE_PENDING) {
 		c.onJob(j)
 	}
+}
+
+// initialState is the state before the log's first entry: the restored
+// cluster's, or the founding members' configuration.
+func (w *World) initialState() *fsm.State {
+	st := fsm.New("sim")
+	if w.raft.base != nil {
+		if err := st.Restore(w.raft.base); err != nil {
+			panic(err)
+		}
+		return st
+	}
+	for i := range w.cfg.Coordinators {
+		name := fmt.Sprintf("c%d", i+1)
+		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(i + 1))}}}
+		if err := st.ApplyConfChange(uint64(i+1), cc, &waldenv1.ConfChangeContext{Member: &waldenv1.MemberContext{Id: name}}, nil); err != nil {
+			panic(err)
+		}
+	}
+	return st
 }
 
 func (c *Coord) host() *host { return c.w.hosts[c.idx] }

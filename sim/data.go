@@ -163,7 +163,7 @@ func (a *Agent) commit(c int, epoch, streamEp uint64, recs []simRec, fo *waldenv
 	for i := range recs {
 		recs[i].epoch = streamEp
 	}
-	w.objects[id] = append([]simRec(nil), recs...)
+	w.check.uploaded(id, recs)
 	length := uint64(16 * len(recs))
 	obj := &waldenv1.Object{ObjectId: id, Key: "sim/" + id, Size: 16 + length + 36 + 56, Ranges: []*waldenv1.ObjectRange{{StreamId: a.streamOf(),
 		StreamEpoch: streamEp, StartOffset: recs[0].offset, EndOffset: recs[len(recs)-1].offset + 1, Position: 16, Length: length}}}
@@ -177,6 +177,7 @@ func (a *Agent) startServing(gen int, st *waldenv1.Stream) {
 	d := a.data
 	d.streamEp, d.next, d.serving = st.GetEpoch(), st.GetEndOffset(), true
 	w.tracef("%s@%d serves stream %d at epoch %d from %d", a.name, d.epoch, a.streamOf(), d.streamEp, d.next)
+	w.check.registeredAfterForce(a, w.coords[a.last], d.epoch)
 	var appendLoop, uploadLoop func()
 	appendLoop = func() {
 		if a.gen != gen {
@@ -281,7 +282,7 @@ func (c *Coord) recoverData(j *waldenv1.Job) {
 				recs[i].epoch = st.GetEpoch()
 			}
 			id := fmt.Sprintf("%s-a%d-%d-%d", j.GetJobId(), j.GetAttempt(), recs[0].offset, len(recs))
-			w.objects[id] = append([]simRec(nil), recs...)
+			w.check.uploaded(id, recs)
 			length := uint64(16 * len(recs))
 			obj := &waldenv1.Object{ObjectId: id, Key: "sim/" + id, Size: 16 + length + 36 + 56, Ranges: []*waldenv1.ObjectRange{{StreamId: st.GetStreamId(),
 				StreamEpoch: st.GetEpoch(), StartOffset: recs[0].offset, EndOffset: recs[len(recs)-1].offset + 1, Position: 16, Length: length}}}

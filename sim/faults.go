@@ -69,7 +69,7 @@ func (w *World) startFaults() {
 	if f.LeaderChanges {
 		w.every(20*time.Second, func() {
 			next := w.rng.IntN(len(w.coords))
-			if w.hosts[next].down {
+			if w.hosts[next].down || !w.mayLead(next) {
 				return
 			}
 			w.raft.electLeader(next, 1500*time.Millisecond, 300*time.Millisecond)
@@ -140,6 +140,9 @@ func (w *World) startFaults() {
 	}
 	if f.Restore {
 		w.scheduleRestore()
+	}
+	if f.ForceNewCluster {
+		w.scheduleForceNewCluster()
 	}
 	if f.ManualFailovers {
 		w.every(90*time.Second, func() {

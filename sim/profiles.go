@@ -22,6 +22,7 @@ func Profiles() []Profile {
 		{"replace-same-name", Faults{Replacements: true, PolicyChanges: true, NetworkFaults: true, ManualFailovers: true}},
 		{"replacement-script", Faults{ReplacementScript: true}},
 		{"restore", Faults{Restore: true, LeaderChanges: true, NetworkFaults: true, ManualFailovers: true}},
+		{"force-new-cluster", Faults{ForceNewCluster: true, LeaderChanges: true, NetworkFaults: true, ManualFailovers: true}},
 		{"all", AllFaults()},
 	}
 }

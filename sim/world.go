@@ -139,6 +139,11 @@ type World struct {
 	nextValue uint64
 	// restored is set once the cluster was restored from a backup.
 	restored bool
+	// quorumLost is set from the loss of two coordinators to the force of
+	// the survivor into a new cluster; forceFullLog is the committed log
+	// before the loss (what the survivor may have missed).
+	quorumLost   bool
+	forceFullLog []*entry
 }
 
 // Config sizes a simulation run.
@@ -184,6 +189,12 @@ type Faults struct {
 	// operator requests b1's failover. The replacement must not attest
 	// while the grants c1 and the old c3 made before still run at b1.
 	ReplacementScript bool
+	// ForceNewCluster loses two coordinators for good under load — the
+	// survivor, in half the runs, cut off first so that it misses the last
+	// commits — forces the survivor into a new cluster as
+	// `walden server --force-new-cluster` does, and adds the two back with
+	// empty data dirs (forcenew.go).
+	ForceNewCluster bool
 }
 
 // Mutations put back, in the simulation only, defects the project fixed, to
@@ -198,6 +209,11 @@ type Mutations struct {
 	// RecoveryReadsNoWAL: a recovery job commits nothing from the WAL, as if
 	// every failed epoch had acknowledged nothing.
 	RecoveryReadsNoWAL bool
+	// ForceNewClusterNoEntry: the force into a new cluster only removes the
+	// other members, without the force_new_cluster entry: no broker epoch
+	// revoked, the fencing token and the stream epochs not moved past what
+	// the lost log may have issued (issue 21, finding 4).
+	ForceNewClusterNoEntry bool
 }
 
 // AllFaults turns every fault on.
