@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -504,16 +505,22 @@ func nextFreeze(p *waldenv1.Policy, prev freezeState, c counts, now time.Time) f
 	return freezeStep{state: next}
 }
 
-// freezeEvent is the event that records a freeze or its lifting.
+// freezeEvent is the event that records a freeze or its lifting: the
+// counts and the policy's fraction as fields, with the message rendered
+// from them (which a member of an older walden keeps as it is).
 func freezeEvent(kind waldenv1.EventKind, leader string, p *waldenv1.Policy, c counts) *waldenv1.Event {
-	if kind == waldenv1.EventKind_EVENT_KIND_FREEZE {
-		return &waldenv1.Event{EventKind: kind, Actor: leader, Message: fmt.Sprintf(
-			"automatic failover frozen: %d of %d brokers suspected by a quorum, more than max_failed_fraction %g (a partition of the coordinators is more likely than a mass death)",
-			c.suspected, c.total, p.GetMaxFailedFraction())}
+	d := &waldenv1.EventDetail{Suspected: uint32(c.suspected), Eligible: uint32(c.total), MaxFailedFraction: p.GetMaxFailedFraction()}
+	if kind == waldenv1.EventKind_EVENT_KIND_UNFREEZE {
+		d.ResumeFraction, d.DurationMs = FreezeResumeFraction, FreezeHold(p).Milliseconds()
 	}
-	return &waldenv1.Event{EventKind: kind, Actor: leader, Message: fmt.Sprintf(
-		"automatic failover resumed: %d of %d brokers suspected, at most %g%% of max_failed_fraction for %s",
-		c.suspected, c.total, FreezeResumeFraction*100, FreezeHold(p))}
+	return renderedEvent(&waldenv1.Event{EventKind: kind, Actor: leader, Detail: d})
+}
+
+// renderedEvent is e with its message rendered from its fields, as the
+// state machine renders it when it applies the event.
+func renderedEvent(e *waldenv1.Event) *waldenv1.Event {
+	e.Message = fsm.EventMessage(e)
+	return e
 }
 
 // admissionState is what admission knows of the decisions around one
@@ -551,11 +558,10 @@ func admit(in Input, c candidate, st admissionState, n counts) admission {
 		cooldown := time.Duration(p.GetCooldownMs()) * time.Millisecond
 		a := admission{cooldown: true, hold: holdf(id, HoldCooldown, "recovered %s ago, within cooldown %s: waits for `waldenctl ack %s`", ago, cooldown, id)}
 		if !st.cooldownRecorded && !b.GetCooldownBlocked() {
-			a.event = &waldenv1.Event{
+			a.event = renderedEvent(&waldenv1.Event{
 				EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: id, Actor: in.LeaderID,
-				Message: fmt.Sprintf("broker %s looks failed again %s after its recovery, within cooldown %s: automatic failover waits for `waldenctl ack %s`",
-					id, ago, cooldown, id),
-			}
+				Detail: &waldenv1.EventDetail{Epoch: epoch, DurationMs: ago.Milliseconds(), CooldownMs: p.GetCooldownMs()},
+			})
 		}
 		return a
 	case p.GetDryRun() && st.dryRunDone:

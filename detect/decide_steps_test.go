@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"walden/fsm"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -125,7 +126,17 @@ func TestNextFreeze(t *testing.T) {
 				t.Fatalf("nextFreeze = %+v %v, want %+v %v", got.state, got.change, tt.want, tt.wantChange)
 			}
 			if got.change != none {
-				if ev := freezeEvent(got.change, "c1", testPolicy(), tt.c); ev.GetEventKind() != got.change || ev.GetMessage() == "" || ev.GetActor() != "c1" {
+				// The event carries the counts, the fraction and (lifting
+				// the freeze) the hold; its message is rendered from them.
+				ev := freezeEvent(got.change, "c1", testPolicy(), tt.c)
+				d := ev.GetDetail()
+				hold, resume := int64(0), 0.0
+				if got.change == unfreeze {
+					hold, resume = 2*testPolicy().GetFailureTimeoutMs(), FreezeResumeFraction
+				}
+				if ev.GetEventKind() != got.change || ev.GetActor() != "c1" || d.GetSuspected() != uint32(tt.c.suspected) ||
+					d.GetEligible() != uint32(tt.c.total) || d.GetMaxFailedFraction() != 0.5 || d.GetDurationMs() != hold ||
+					d.GetResumeFraction() != resume || ev.GetMessage() == "" || ev.GetMessage() != fsm.EventMessage(ev) {
 					t.Fatalf("event %v", ev)
 				}
 			}
@@ -180,8 +191,13 @@ func TestAdmit(t *testing.T) {
 			if got != tt.want || (a.event != nil) != tt.wantEvent || a.cooldown != (tt.want == HoldCooldown) {
 				t.Fatalf("admission %s event %v cooldown %v, want %s event %v", got, a.event, a.cooldown, tt.want, tt.wantEvent)
 			}
-			if a.event != nil && (a.event.GetEventKind() != waldenv1.EventKind_EVENT_KIND_COOLDOWN || a.event.GetBrokerId() != "a1") {
-				t.Fatalf("event %v", a.event)
+			// The cooldown event carries the broker's epoch, how long ago
+			// it was recovered and the cooldown; its message is rendered
+			// from them.
+			if e := a.event; e != nil && (e.GetEventKind() != waldenv1.EventKind_EVENT_KIND_COOLDOWN || e.GetBrokerId() != "a1" ||
+				e.GetDetail().GetEpoch() != tt.b.GetEpoch() || e.GetDetail().GetDurationMs() != 1000 || e.GetDetail().GetCooldownMs() != 600000 ||
+				e.GetMessage() != "broker a1 looks failed again 1s after its recovery, within cooldown 10m0s: automatic failover waits for `waldenctl ack a1`") {
+				t.Fatalf("event %v", e)
 			}
 		})
 	}

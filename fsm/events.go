@@ -22,13 +22,17 @@ func (s *State) appendEvent(e *waldenv1.Event) {
 func (s *State) recordEvent(index uint64, e *waldenv1.Event) {
 	e.Index = index
 	e.UnixMs = s.now()
-	e.Message = eventMessage(e)
+	e.Message = EventMessage(e)
 	s.appendEvent(e)
 }
 
 // applyRecordEvent appends an event that no other command produces. Its
 // index is the entry's; its time the entry's unless it carries one. Kind
-// cooldown with a broker sets the broker's cooldown block.
+// cooldown with a broker sets the broker's cooldown block. An event with
+// typed fields of a kind rendered here (the leader's freeze, unfreeze and
+// cooldown) gets its message rendered from them; one without (recorded by
+// an older walden), or of a kind not rendered (an executor's note), keeps
+// the message it carries. Nothing here decides on the fields.
 func (s *State) applyRecordEvent(index uint64, cmd *waldenv1.Command, op *waldenv1.RecordEvent) (*waldenv1.Result, error) {
 	in := op.GetEvent()
 	if in.GetEventKind() == waldenv1.EventKind_EVENT_KIND_UNSPECIFIED {
@@ -48,6 +52,11 @@ func (s *State) applyRecordEvent(index uint64, cmd *waldenv1.Command, op *walden
 	}
 	if e.Actor == "" {
 		e.Actor = cmd.GetProposerId()
+	}
+	if e.GetDetail() != nil {
+		if msg := EventMessage(e); msg != "" {
+			e.Message = msg
+		}
 	}
 	if b != nil {
 		b.CooldownBlocked = true

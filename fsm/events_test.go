@@ -4,16 +4,21 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/prototext"
 
+	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
 
 // TestEventsCarryTheirFields: every event the state machine makes carries
 // its typed fields (broker, epoch, member, the broker's and the job's
-// state before and after, the step, durations), and its message is
-// rendered from them in the sentences an older walden wrote.
+// state before and after, the step, durations, the policy keys changed,
+// what a forced new cluster may have lost), and so do the leader's
+// freeze, unfreeze and cooldown events; the message is rendered from them
+// in the sentences an older walden wrote (the leader's message replaced by
+// the one its fields render).
 func TestEventsCarryTheirFields(t *testing.T) {
 	h := newHarness(t)
 	h.register("b1")
@@ -36,13 +41,18 @@ func TestEventsCarryTheirFields(t *testing.T) {
 	h.ok(&waldenv1.SetMaintenance{BrokerId: "b2", Reason: "done", Actor: "alice"})
 	h.ok(&waldenv1.AckBroker{BrokerId: "b2", Actor: "alice"})
 	h.ok(&waldenv1.RemoveBroker{BrokerId: "b2", Actor: "alice"})
+	h.ok(&waldenv1.SeedPolicy{Policy: policy.Defaults(), SeededBy: "c1"})
+	h.ok(&waldenv1.SetPolicy{Set: map[string]string{"dry_run": "true", "cooldown": "600s"}, Unset: []string{"max_concurrent_recoveries"}, Actor: "alice"})
+	h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_FREEZE,
+		Detail: &waldenv1.EventDetail{Suspected: 3, Eligible: 4, MaxFailedFraction: 0.5}}})
+	h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_UNFREEZE,
+		Detail: &waldenv1.EventDetail{Suspected: 1, Eligible: 4, MaxFailedFraction: 0.5, ResumeFraction: 0.5, DurationMs: 20_000}}})
+	h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: "b1", Message: "not rendered from the fields",
+		Detail: &waldenv1.EventDetail{Epoch: 3, DurationMs: 90_500, CooldownMs: 600_000}}})
+	h.register("b3")
+	h.ok(&waldenv1.ForceNewCluster{NodeId: "c3", LastIndex: 40, CommitIndex: 39, Term: 4, EpochBump: 1000, Removed: []string{"c1", "c2"}})
 
-	var got []string
-	for _, e := range domainSnapshot(t, h.s).GetEvents() {
-		// prototext varies its spaces: without them, for comparison.
-		d := strings.ReplaceAll(strings.Join(strings.Fields(prototext.Format(e.GetDetail())), " "), ": ", ":")
-		got = append(got, fmt.Sprintf("%s %s | %s | %s", e.GetEventKind().Name(), e.GetBrokerId(), e.GetMessage(), d))
-	}
+	got := eventLines(domainSnapshot(t, h.s).GetEvents())
 	want := []string{
 		`register b1 | registered with epoch 1 | epoch:1 to_state:BROKER_STATE_ALIVE`,
 		`register b2 | registered with epoch 2 | epoch:2 to_state:BROKER_STATE_ALIVE`,
@@ -62,7 +72,31 @@ func TestEventsCarryTheirFields(t *testing.T) {
 		`maintenance b2 | maintenance off: done | epoch:2 from_state:BROKER_STATE_MAINTENANCE to_state:BROKER_STATE_ALIVE reason:"done"`,
 		`ack b2 | cooldown block cleared | epoch:2 from_state:BROKER_STATE_ALIVE to_state:BROKER_STATE_ALIVE`,
 		`remove b2 | registration removed at epoch 2 | epoch:2 from_state:BROKER_STATE_ALIVE`,
+		`policy  | policy seeded from the config file of c1 | member:"c1" policy_seeded:true`,
+		`policy  | cooldown=10m, dry_run=true, unset max_concurrent_recoveries | policy_set:{key:"cooldown" value:"10m"} policy_set:{key:"dry_run" value:"true"} policy_unset:"max_concurrent_recoveries"`,
+		`freeze  | automatic failover frozen: 3 of 4 brokers suspected by a quorum, more than max_failed_fraction 0.5 (a partition of the coordinators is more likely than a mass death) | suspected:3 eligible:4 max_failed_fraction:0.5`,
+		`unfreeze  | automatic failover resumed: 1 of 4 brokers suspected, at most 50% of max_failed_fraction for 20s | duration_ms:20000 suspected:1 eligible:4 max_failed_fraction:0.5 resume_fraction:0.5`,
+		"cooldown b1 | broker b1 looks failed again 1m30.5s after its recovery, within cooldown 10m0s: automatic failover waits for `waldenctl ack b1` | epoch:3 duration_ms:90500 cooldown_ms:600000",
+		`register b3 | registered with epoch 4 | epoch:4 to_state:BROKER_STATE_ALIVE`,
+		`force_new_cluster  | c3 was made the only voter after a lost quorum (removed: c1, c2); its log ended at index 40 (term 4, committed 39): whatever the lost members committed beyond it is lost; 1 broker epoch(s) revoked (they register again), fencing tokens and stream epochs moved 1000 past what this log issued (next token 1005) | member:"c3" force_new_cluster:{removed:"c1" removed:"c2" last_index:40 term:4 commit_index:39 brokers_fenced:1 epoch_bump:1000 next_epoch:1005}`,
 	}
+	compareEventLines(t, got, want)
+}
+
+// eventLines are events as "kind broker | message | detail" lines.
+func eventLines(events []*waldenv1.Event) []string {
+	var out []string
+	for _, e := range events {
+		// prototext varies its spaces: without them, for comparison.
+		d := strings.NewReplacer(": ", ":", "{ ", "{", " }", "}").Replace(strings.Join(strings.Fields(prototext.Format(e.GetDetail())), " "))
+		out = append(out, fmt.Sprintf("%s %s | %s | %s", e.GetEventKind().Name(), e.GetBrokerId(), e.GetMessage(), d))
+	}
+	return out
+}
+
+// compareEventLines fails t unless the event lines got are want.
+func compareEventLines(t *testing.T, got, want []string) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%d events, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
 	}
@@ -71,4 +105,32 @@ func TestEventsCarryTheirFields(t *testing.T) {
 			t.Errorf("event %d:\n got %s\nwant %s", i, got[i], want[i])
 		}
 	}
+}
+
+// TestEventDurationsPrintAsTime: a duration in an event's message prints
+// as package time prints it, as the leader's messages did before they were
+// rendered from the fields.
+func TestEventDurationsPrintAsTime(t *testing.T) {
+	h := newHarness(t)
+	h.register("b1")
+	for _, ms := range []int64{0, 1, 999, 1000, 1001, 1500, 1050, 59_999, 60_000, 90_500, 3_600_000, 3_661_001, 90_000_000, -1500, -500} {
+		e := h.ok(&waldenv1.RecordEvent{Event: &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_COOLDOWN, BrokerId: "b1",
+			Detail: &waldenv1.EventDetail{DurationMs: ms, CooldownMs: ms}}}).GetEvent()
+		d := time.Duration(ms) * time.Millisecond
+		want := fmt.Sprintf("broker b1 looks failed again %s after its recovery, within cooldown %s: automatic failover waits for `waldenctl ack b1`", d, d)
+		if e.GetMessage() != want {
+			t.Errorf("%d ms:\n got %s\nwant %s", ms, e.GetMessage(), want)
+		}
+	}
+}
+
+// restoreEventLines are the event lines of the restore events of s.
+func restoreEventLines(h *harness) []string {
+	var out []*waldenv1.Event
+	for _, e := range h.s.Events("", 0) {
+		if e.GetEventKind() == waldenv1.EventKind_EVENT_KIND_RESTORE {
+			out = append(out, e)
+		}
+	}
+	return eventLines(out)
 }

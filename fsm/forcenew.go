@@ -1,8 +1,7 @@
 package fsm
 
 import (
-	"fmt"
-	"strings"
+	"slices"
 
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -22,7 +21,7 @@ func (s *State) applyForceNewCluster(index uint64, cmd *waldenv1.Command, op *wa
 	if op.GetNodeId() == "" {
 		return nil, invalid("force new cluster: node_id is empty")
 	}
-	fenced := 0
+	var fenced uint32
 	for _, id := range sortedKeys(s.brokers) {
 		b := s.brokers[id]
 		if b.GetFenced() {
@@ -38,14 +37,10 @@ func (s *State) applyForceNewCluster(index uint64, cmd *waldenv1.Command, op *wa
 	for _, st := range s.streams {
 		st.Epoch += op.GetEpochBump()
 	}
-	removed := "no other member"
-	if len(op.GetRemoved()) > 0 {
-		removed = strings.Join(op.GetRemoved(), ", ")
-	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_FORCE_NEW_CLUSTER, Actor: actorOf(op.GetNodeId(), cmd),
-		Message: fmt.Sprintf("%s was made the only voter after a lost quorum (removed: %s); its log ended at index %d (term %d, committed %d): "+
-			"whatever the lost members committed beyond it is lost; %d broker epoch(s) revoked (they register again), "+
-			"fencing tokens and stream epochs moved %d past what this log issued (next token %d)",
-			op.GetNodeId(), removed, op.GetLastIndex(), op.GetTerm(), op.GetCommitIndex(), fenced, op.GetEpochBump(), s.nextEpoch)})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_FORCE_NEW_CLUSTER, Actor: actorOf(op.GetNodeId(), cmd),
+		Detail: &waldenv1.EventDetail{Member: op.GetNodeId(), ForceNewCluster: &waldenv1.ForceNewClusterEvent{
+			Removed: slices.Clone(op.GetRemoved()), LastIndex: op.GetLastIndex(), Term: op.GetTerm(), CommitIndex: op.GetCommitIndex(),
+			BrokersFenced: fenced, EpochBump: op.GetEpochBump(), NextEpoch: s.nextEpoch,
+		}}})
 	return &waldenv1.Result{}, nil
 }

@@ -143,9 +143,11 @@ func TestRestoreSnapshotVersion2(t *testing.T) {
 	}
 	// Nor typed fields in its events: the same history replayed here
 	// records them, and renders the very messages the older walden wrote
-	// (compared below with everything else).
+	// (compared below with everything else). The events an older leader or
+	// executor recorded (RecordEvent) carry no fields in their entries, so
+	// none when replayed either.
 	untyped := []waldenv1.EventKind{waldenv1.EventKind_EVENT_KIND_FREEZE, waldenv1.EventKind_EVENT_KIND_UNFREEZE,
-		waldenv1.EventKind_EVENT_KIND_COOLDOWN, waldenv1.EventKind_EVENT_KIND_RECOVERY, waldenv1.EventKind_EVENT_KIND_POLICY}
+		waldenv1.EventKind_EVENT_KIND_COOLDOWN, waldenv1.EventKind_EVENT_KIND_RECOVERY}
 	for _, e := range replayedSnap.GetEvents() {
 		if e.GetDetail() == nil && !slices.Contains(untyped, e.GetEventKind()) {
 			t.Errorf("event %d (%s) replayed by this walden has no detail", e.GetIndex(), e.GetEventKind().Name())

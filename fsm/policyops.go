@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"strings"
-
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
 )
@@ -29,8 +27,8 @@ func (s *State) applySeedPolicy(index uint64, cmd *waldenv1.Command, op *waldenv
 		// were seeded) that do not fit it are dropped, never applied unsafe.
 		s.overrides.Values, s.overrides.SetIndex = nil, nil
 	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_POLICY,
-		Actor: s.overrides.GetSeededBy(), Message: "policy seeded from the config file of " + s.overrides.GetSeededBy()})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_POLICY, Actor: s.overrides.GetSeededBy(),
+		Detail: &waldenv1.EventDetail{Member: s.overrides.GetSeededBy(), PolicySeeded: true}})
 	return &waldenv1.Result{Value: &waldenv1.Result_Policy{Policy: clone(s.overrides)}}, nil
 }
 
@@ -44,14 +42,14 @@ func (s *State) applySetPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1
 		return nil, invalid("set policy: nothing to set or unset")
 	}
 	canon := make(map[string]string, len(op.GetSet()))
-	var parts []string
+	detail := &waldenv1.EventDetail{}
 	for _, k := range policy.SortedKeys(op.GetSet()) {
 		v, err := policy.Canonical(k, op.GetSet()[k])
 		if err != nil {
 			return nil, invalid("set policy: %v", err)
 		}
 		canon[k] = v
-		parts = append(parts, k+"="+v)
+		detail.PolicySet = append(detail.PolicySet, &waldenv1.PolicyEntry{Key: k, Value: v})
 	}
 	known := map[string]bool{}
 	for _, k := range policy.Keys() {
@@ -64,7 +62,7 @@ func (s *State) applySetPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1
 		if _, both := canon[k]; both {
 			return nil, invalid("set policy: %q is both set and unset", k)
 		}
-		parts = append(parts, "unset "+k)
+		detail.PolicyUnset = append(detail.PolicyUnset, k)
 	}
 	next := clone(s.overrides)
 	if next.Values == nil {
@@ -93,8 +91,7 @@ func (s *State) applySetPolicy(index uint64, cmd *waldenv1.Command, op *waldenv1
 		delete(s.overrides.Values, k)
 		delete(s.overrides.SetIndex, k)
 	}
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_POLICY,
-		Actor: actorOf(op.GetActor(), cmd), Message: strings.Join(parts, ", ")})
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_POLICY, Actor: actorOf(op.GetActor(), cmd), Detail: detail})
 	return &waldenv1.Result{Value: &waldenv1.Result_Policy{Policy: clone(s.overrides)}}, nil
 }
 

@@ -2,8 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sort"
-	"strings"
 
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
@@ -114,10 +114,11 @@ func (s *State) epochFloorLocked(st *waldenv1.Stream) uint64 {
 	return st.GetEpoch() - min(st.GetEpoch(), s.restore.GetEpochBump())
 }
 
-// restoreEvent appends an event of kind restore.
-func (s *State) restoreEvent(index uint64, actor, format string, args ...any) {
-	s.appendEvent(&waldenv1.Event{Index: index, UnixMs: s.now(), EventKind: waldenv1.EventKind_EVENT_KIND_RESTORE, Actor: actor,
-		Message: fmt.Sprintf(format, args...)})
+// restoreEvent appends an event of kind restore that records r, the
+// reconciliation moved from phase from to its phase now.
+func (s *State) restoreEvent(index uint64, actor string, from waldenv1.RestorePhase, r *waldenv1.RestoreEvent) {
+	r.FromRestorePhase, r.RestorePhase = from, s.restore.GetRestorePhase()
+	s.recordEvent(index, &waldenv1.Event{EventKind: waldenv1.EventKind_EVENT_KIND_RESTORE, Actor: actor, Detail: &waldenv1.EventDetail{Restore: r}})
 }
 
 // checkReconcileEntry refuses a reconciliation entry of a cluster not in
@@ -207,20 +208,13 @@ func (s *State) applyReconcileScan(index, term uint64, cmd *waldenv1.Command, op
 		s.restore.Report = &waldenv1.RestoreReport{}
 	}
 	s.restore.Report.ObjectsListed = op.GetObjectsListed()
-	msg := fmt.Sprintf("scanned %d keys under the cluster's prefix in S3", op.GetObjectsListed())
-	if len(added) > 0 {
-		msg += fmt.Sprintf("; brokers the backup did not know wrote after it: %s", strings.Join(added, ", "))
-	}
-	if len(skipped) > 0 {
-		msg += fmt.Sprintf("; AutoMQ nodes %s keep their streams at AutoMQ's controller: no restore job", strings.Join(skipped, ", "))
-	}
+	next := waldenv1.RestorePhase_RESTORE_PHASE_SURVEY
 	if len(jobs) == 0 {
-		s.setPhase(waldenv1.RestorePhase_RESTORE_PHASE_PLAN)
-		s.restoreEvent(index, actorOf("", cmd), "%s; no broker WAL to read: the objects are checked next", msg)
-		return &waldenv1.Result{}, nil
+		next = waldenv1.RestorePhase_RESTORE_PHASE_PLAN
 	}
-	s.setPhase(waldenv1.RestorePhase_RESTORE_PHASE_SURVEY)
-	s.restoreEvent(index, actorOf("", cmd), "%s; restore jobs %s read the brokers' WALs", msg, strings.Join(jobs, ", "))
+	s.setPhase(next)
+	s.restoreEvent(index, actorOf("", cmd), waldenv1.RestorePhase_RESTORE_PHASE_SCAN, &waldenv1.RestoreEvent{
+		ObjectsListed: op.GetObjectsListed(), BrokersAdded: slices.Clone(added), AutomqNodes: slices.Clone(skipped), JobIds: slices.Clone(jobs)})
 	return &waldenv1.Result{}, nil
 }
 
@@ -256,23 +250,19 @@ func (s *State) recordSurvey(index uint64, j *waldenv1.Job, sv *waldenv1.Restore
 func (s *State) advanceRestore(index uint64, actor string) {
 	switch s.restore.GetRestorePhase() {
 	case waldenv1.RestorePhase_RESTORE_PHASE_SURVEY:
-		var runs, lost int
+		var runs, lost uint32
 		for _, id := range s.restore.GetJobIds() {
 			j := s.jobs[id]
 			if j == nil || j.GetSurvey() == nil {
 				return
 			}
-			runs += len(j.GetSurvey().GetRuns())
+			runs += uint32(len(j.GetSurvey().GetRuns()))
 			if j.GetSurvey().GetWalLost() {
 				lost++
 			}
 		}
 		s.setPhase(waldenv1.RestorePhase_RESTORE_PHASE_PLAN)
-		msg := fmt.Sprintf("every broker's WAL was read (%d runs of records); the objects written after the backup are checked next", runs)
-		if lost > 0 {
-			msg += fmt.Sprintf(" (%d WALs declared lost by an operator)", lost)
-		}
-		s.restoreEvent(index, actor, "%s", msg)
+		s.restoreEvent(index, actor, waldenv1.RestorePhase_RESTORE_PHASE_SURVEY, &waldenv1.RestoreEvent{Runs: runs, WalsLost: lost})
 	case waldenv1.RestorePhase_RESTORE_PHASE_RECOVER:
 		for _, id := range s.restore.GetJobIds() {
 			if j := s.jobs[id]; j == nil || j.GetJobState() != waldenv1.JobState_JOB_STATE_SUCCEEDED {
@@ -280,8 +270,8 @@ func (s *State) advanceRestore(index uint64, actor string) {
 			}
 		}
 		s.setPhase(waldenv1.RestorePhase_RESTORE_PHASE_DONE)
-		s.restoreEvent(index, actor, "the restored cluster is reconciled with what was written after the backup of %q at index %d: "+
-			"brokers register and streams open again", s.restore.GetFromCluster(), s.restore.GetFromIndex())
+		s.restoreEvent(index, actor, waldenv1.RestorePhase_RESTORE_PHASE_RECOVER, &waldenv1.RestoreEvent{
+			FromCluster: s.restore.GetFromCluster(), FromIndex: s.restore.GetFromIndex()})
 	}
 }
 
@@ -438,7 +428,11 @@ func (s *State) applyReconcilePlan(index, term uint64, cmd *waldenv1.Command, op
 	}
 	s.restore.Report.Tails = uint32(len(op.GetTails()))
 	s.setPhase(waldenv1.RestorePhase_RESTORE_PHASE_RECOVER)
-	s.restoreEvent(index, actorOf("", cmd), "%s", reconcilePlanText(rep, per))
+	var tails []*waldenv1.BrokerTails
+	for _, b := range sortedKeys(per) {
+		tails = append(tails, &waldenv1.BrokerTails{BrokerId: b, Tails: uint32(per[b])})
+	}
+	s.restoreEvent(index, actorOf("", cmd), waldenv1.RestorePhase_RESTORE_PHASE_PLAN, &waldenv1.RestoreEvent{Report: clone(rep), Tails: tails})
 	s.advanceRestore(index, actorOf("", cmd))
 	return &waldenv1.Result{}, nil
 }
@@ -537,29 +531,6 @@ func (s *State) openTails(ts []*waldenv1.StreamTail, jobOf map[string]*waldenv1.
 		}
 	}
 	return per
-}
-
-// reconcilePlanText says what the reconciliation found and who recovers
-// the tails (per: tails per broker).
-func reconcilePlanText(rep *waldenv1.RestoreReport, per map[string]int) string {
-	var parts []string
-	for _, b := range sortedKeys(per) {
-		parts = append(parts, fmt.Sprintf("%s %d", b, per[b]))
-	}
-	msg := fmt.Sprintf("committed again %d objects written after the backup (%d ranges; %d streams extended); %d redundant, %d superseded, %d damaged",
-		rep.GetObjectsCommitted(), rep.GetRangesCommitted(), rep.GetStreamsExtended(), rep.GetObjectsRedundant(), rep.GetObjectsSuperseded(), len(rep.GetDamaged()))
-	if len(parts) > 0 {
-		msg += fmt.Sprintf("; stream tails in the WALs of %s are recovered by their restore jobs", strings.Join(parts, ", "))
-	} else {
-		msg += "; no stream has records beyond them in a WAL"
-	}
-	for _, d := range rep.GetDamaged() {
-		msg += fmt.Sprintf("; damaged, not committed: %s (%s)", d.GetKey(), d.GetError())
-	}
-	for _, g := range rep.GetGaps() {
-		msg += "; " + g
-	}
-	return msg
 }
 
 // applyReconcileProgress records how far the leader's check of the objects

@@ -185,6 +185,14 @@ func TestRestoreReconciliation(t *testing.T) {
 	if h.s.Reconciling() || h.s.RestoreState().GetRestorePhase() != waldenv1.RestorePhase_RESTORE_PHASE_DONE {
 		t.Fatalf("after the restore jobs: %v", h.s.RestoreState())
 	}
+	// Each phase's event carries what it found, its message rendered
+	// from it.
+	compareEventLines(t, restoreEventLines(h), []string{
+		`restore  | scanned 7 keys under the cluster's prefix in S3; brokers the backup did not know wrote after it: b3; restore jobs restore-b1-1003, restore-b2-1004, restore-b3-1005 read the brokers' WALs | restore:{from_restore_phase:RESTORE_PHASE_SCAN restore_phase:RESTORE_PHASE_SURVEY objects_listed:7 brokers_added:"b3" job_ids:"restore-b1-1003" job_ids:"restore-b2-1004" job_ids:"restore-b3-1005"}`,
+		`restore  | every broker's WAL was read (1 runs of records); the objects written after the backup are checked next (1 WALs declared lost by an operator) | restore:{from_restore_phase:RESTORE_PHASE_SURVEY restore_phase:RESTORE_PHASE_PLAN runs:1 wals_lost:1}`,
+		`restore  | committed again 1 objects written after the backup (2 ranges; 2 streams extended); 0 redundant, 0 superseded, 1 damaged; stream tails in the WALs of b1 1 are recovered by their restore jobs; damaged, not committed: p/b2/bad.obj (index CRC32C mismatch) | restore:{from_restore_phase:RESTORE_PHASE_PLAN restore_phase:RESTORE_PHASE_RECOVER report:{objects_committed:1 ranges_committed:2 damaged:{key:"p/b2/bad.obj" error:"index CRC32C mismatch"} streams_extended:2} tails:{broker_id:"b1" tails:1}}`,
+		`restore  | the restored cluster is reconciled with what was written after the backup of "demo" at index 9: brokers register and streams open again | restore:{from_restore_phase:RESTORE_PHASE_RECOVER restore_phase:RESTORE_PHASE_DONE from_cluster:"demo" from_index:9}`,
+	})
 	// A restore job is no failover: it starts no cooldown (a broker that
 	// dies right after the restore is failed over automatically).
 	if b := h.broker("b1"); b.GetRecoveredUnixMs() != 0 || b.GetRecoveredWalOffset() != 100 {
@@ -218,5 +226,10 @@ func TestRestoreReconciliationWithoutBrokers(t *testing.T) {
 	if r.s.Reconciling() {
 		t.Fatalf("still reconciling: %v", r.s.RestoreState())
 	}
+	compareEventLines(t, restoreEventLines(r), []string{
+		`restore  | scanned 0 keys under the cluster's prefix in S3; no broker WAL to read: the objects are checked next | restore:{from_restore_phase:RESTORE_PHASE_SCAN restore_phase:RESTORE_PHASE_PLAN}`,
+		`restore  | committed again 0 objects written after the backup (0 ranges; 0 streams extended); 0 redundant, 0 superseded, 0 damaged; no stream has records beyond them in a WAL | restore:{from_restore_phase:RESTORE_PHASE_PLAN restore_phase:RESTORE_PHASE_RECOVER report:{}}`,
+		`restore  | the restored cluster is reconciled with what was written after the backup of "demo" at index 0: brokers register and streams open again | restore:{from_restore_phase:RESTORE_PHASE_RECOVER restore_phase:RESTORE_PHASE_DONE from_cluster:"demo"}`,
+	})
 	r.register("b1")
 }

@@ -1043,8 +1043,32 @@ type EventDetail struct {
 	// never_granted_by are the voters that never granted the failed epoch a
 	// lease (a decision whose job reads no WAL).
 	NeverGrantedBy []string `protobuf:"bytes,18,rep,name=never_granted_by,json=neverGrantedBy,proto3" json:"never_granted_by,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// suspected is how many of the eligible brokers (those automatic
+	// detection applies to) a quorum suspected when the leader froze
+	// automatic failover or lifted the freeze (freeze, unfreeze).
+	Suspected uint32 `protobuf:"varint,19,opt,name=suspected,proto3" json:"suspected,omitempty"`
+	Eligible  uint32 `protobuf:"varint,20,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	// max_failed_fraction is the policy's, that the suspected brokers
+	// exceeded (freeze); resume_fraction the part of it that they stayed at
+	// or below for duration_ms before the freeze was lifted (unfreeze).
+	MaxFailedFraction float64 `protobuf:"fixed64,21,opt,name=max_failed_fraction,json=maxFailedFraction,proto3" json:"max_failed_fraction,omitempty"`
+	ResumeFraction    float64 `protobuf:"fixed64,22,opt,name=resume_fraction,json=resumeFraction,proto3" json:"resume_fraction,omitempty"`
+	// cooldown_ms is the policy's cooldown within which a broker looked
+	// failed again, duration_ms after its recovery (cooldown).
+	CooldownMs int64 `protobuf:"varint,23,opt,name=cooldown_ms,json=cooldownMs,proto3" json:"cooldown_ms,omitempty"`
+	// policy_set are the keys a policy event set, with their values in
+	// canonical form (key and value only), in key order; policy_unset the
+	// keys it unset. policy_seeded says that the event seeded the policy
+	// from the config file of member.
+	PolicySet    []*PolicyEntry `protobuf:"bytes,24,rep,name=policy_set,json=policySet,proto3" json:"policy_set,omitempty"`
+	PolicyUnset  []string       `protobuf:"bytes,25,rep,name=policy_unset,json=policyUnset,proto3" json:"policy_unset,omitempty"`
+	PolicySeeded bool           `protobuf:"varint,26,opt,name=policy_seeded,json=policySeeded,proto3" json:"policy_seeded,omitempty"`
+	// force_new_cluster is what a force_new_cluster event records.
+	ForceNewCluster *ForceNewClusterEvent `protobuf:"bytes,27,opt,name=force_new_cluster,json=forceNewCluster,proto3" json:"force_new_cluster,omitempty"`
+	// restore is what a restore event records of the reconciliation.
+	Restore       *RestoreEvent `protobuf:"bytes,28,opt,name=restore,proto3" json:"restore,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EventDetail) Reset() {
@@ -1203,6 +1227,372 @@ func (x *EventDetail) GetNeverGrantedBy() []string {
 	return nil
 }
 
+func (x *EventDetail) GetSuspected() uint32 {
+	if x != nil {
+		return x.Suspected
+	}
+	return 0
+}
+
+func (x *EventDetail) GetEligible() uint32 {
+	if x != nil {
+		return x.Eligible
+	}
+	return 0
+}
+
+func (x *EventDetail) GetMaxFailedFraction() float64 {
+	if x != nil {
+		return x.MaxFailedFraction
+	}
+	return 0
+}
+
+func (x *EventDetail) GetResumeFraction() float64 {
+	if x != nil {
+		return x.ResumeFraction
+	}
+	return 0
+}
+
+func (x *EventDetail) GetCooldownMs() int64 {
+	if x != nil {
+		return x.CooldownMs
+	}
+	return 0
+}
+
+func (x *EventDetail) GetPolicySet() []*PolicyEntry {
+	if x != nil {
+		return x.PolicySet
+	}
+	return nil
+}
+
+func (x *EventDetail) GetPolicyUnset() []string {
+	if x != nil {
+		return x.PolicyUnset
+	}
+	return nil
+}
+
+func (x *EventDetail) GetPolicySeeded() bool {
+	if x != nil {
+		return x.PolicySeeded
+	}
+	return false
+}
+
+func (x *EventDetail) GetForceNewCluster() *ForceNewClusterEvent {
+	if x != nil {
+		return x.ForceNewCluster
+	}
+	return nil
+}
+
+func (x *EventDetail) GetRestore() *RestoreEvent {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
+// ForceNewClusterEvent is what a member made the only voter after a lost
+// quorum (walden server --force-new-cluster) may have lost, and what the
+// state machine revoked and moved. The member is EventDetail.member.
+type ForceNewClusterEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// removed are the members removed from the configuration.
+	Removed []string `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
+	// last_index, term and commit_index are the member's log when it was
+	// forced: what the lost members committed beyond it is lost.
+	LastIndex   uint64 `protobuf:"varint,2,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	Term        uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex uint64 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	// brokers_fenced counts the broker epochs revoked (they register again).
+	BrokersFenced uint32 `protobuf:"varint,5,opt,name=brokers_fenced,json=brokersFenced,proto3" json:"brokers_fenced,omitempty"`
+	// epoch_bump is how far fencing tokens and stream epochs moved past what
+	// the log issued; next_epoch the next fencing token.
+	EpochBump     uint64 `protobuf:"varint,6,opt,name=epoch_bump,json=epochBump,proto3" json:"epoch_bump,omitempty"`
+	NextEpoch     uint64 `protobuf:"varint,7,opt,name=next_epoch,json=nextEpoch,proto3" json:"next_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceNewClusterEvent) Reset() {
+	*x = ForceNewClusterEvent{}
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceNewClusterEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceNewClusterEvent) ProtoMessage() {}
+
+func (x *ForceNewClusterEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceNewClusterEvent.ProtoReflect.Descriptor instead.
+func (*ForceNewClusterEvent) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ForceNewClusterEvent) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *ForceNewClusterEvent) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *ForceNewClusterEvent) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ForceNewClusterEvent) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *ForceNewClusterEvent) GetBrokersFenced() uint32 {
+	if x != nil {
+		return x.BrokersFenced
+	}
+	return 0
+}
+
+func (x *ForceNewClusterEvent) GetEpochBump() uint64 {
+	if x != nil {
+		return x.EpochBump
+	}
+	return 0
+}
+
+func (x *ForceNewClusterEvent) GetNextEpoch() uint64 {
+	if x != nil {
+		return x.NextEpoch
+	}
+	return 0
+}
+
+// RestoreEvent is what a restore event records: the reconciliation's
+// phase before and after the entry, and what the phase that ended found.
+type RestoreEvent struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	FromRestorePhase RestorePhase           `protobuf:"varint,1,opt,name=from_restore_phase,json=fromRestorePhase,proto3,enum=walden.v1.RestorePhase" json:"from_restore_phase,omitempty"`
+	RestorePhase     RestorePhase           `protobuf:"varint,2,opt,name=restore_phase,json=restorePhase,proto3,enum=walden.v1.RestorePhase" json:"restore_phase,omitempty"`
+	// The scan: the keys listed under the cluster's prefix, the brokers the
+	// backup did not know (added), the AutoMQ nodes that get no restore job
+	// (their streams are at AutoMQ's controller), the restore jobs created.
+	ObjectsListed uint64   `protobuf:"varint,3,opt,name=objects_listed,json=objectsListed,proto3" json:"objects_listed,omitempty"`
+	BrokersAdded  []string `protobuf:"bytes,4,rep,name=brokers_added,json=brokersAdded,proto3" json:"brokers_added,omitempty"`
+	AutomqNodes   []string `protobuf:"bytes,5,rep,name=automq_nodes,json=automqNodes,proto3" json:"automq_nodes,omitempty"`
+	JobIds        []string `protobuf:"bytes,6,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	// The survey: the runs of records the restore jobs read, and the WALs
+	// an operator declared lost.
+	Runs     uint32 `protobuf:"varint,7,opt,name=runs,proto3" json:"runs,omitempty"`
+	WalsLost uint32 `protobuf:"varint,8,opt,name=wals_lost,json=walsLost,proto3" json:"wals_lost,omitempty"`
+	// The plan: its report, and the stream tails per broker's restore job
+	// (in broker order).
+	Report *RestoreReport `protobuf:"bytes,9,opt,name=report,proto3" json:"report,omitempty"`
+	Tails  []*BrokerTails `protobuf:"bytes,10,rep,name=tails,proto3" json:"tails,omitempty"`
+	// Done: the backup the cluster was restored from.
+	FromCluster   string `protobuf:"bytes,11,opt,name=from_cluster,json=fromCluster,proto3" json:"from_cluster,omitempty"`
+	FromIndex     uint64 `protobuf:"varint,12,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreEvent) Reset() {
+	*x = RestoreEvent{}
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreEvent) ProtoMessage() {}
+
+func (x *RestoreEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreEvent.ProtoReflect.Descriptor instead.
+func (*RestoreEvent) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RestoreEvent) GetFromRestorePhase() RestorePhase {
+	if x != nil {
+		return x.FromRestorePhase
+	}
+	return RestorePhase_RESTORE_PHASE_UNSPECIFIED
+}
+
+func (x *RestoreEvent) GetRestorePhase() RestorePhase {
+	if x != nil {
+		return x.RestorePhase
+	}
+	return RestorePhase_RESTORE_PHASE_UNSPECIFIED
+}
+
+func (x *RestoreEvent) GetObjectsListed() uint64 {
+	if x != nil {
+		return x.ObjectsListed
+	}
+	return 0
+}
+
+func (x *RestoreEvent) GetBrokersAdded() []string {
+	if x != nil {
+		return x.BrokersAdded
+	}
+	return nil
+}
+
+func (x *RestoreEvent) GetAutomqNodes() []string {
+	if x != nil {
+		return x.AutomqNodes
+	}
+	return nil
+}
+
+func (x *RestoreEvent) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *RestoreEvent) GetRuns() uint32 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *RestoreEvent) GetWalsLost() uint32 {
+	if x != nil {
+		return x.WalsLost
+	}
+	return 0
+}
+
+func (x *RestoreEvent) GetReport() *RestoreReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *RestoreEvent) GetTails() []*BrokerTails {
+	if x != nil {
+		return x.Tails
+	}
+	return nil
+}
+
+func (x *RestoreEvent) GetFromCluster() string {
+	if x != nil {
+		return x.FromCluster
+	}
+	return ""
+}
+
+func (x *RestoreEvent) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+// BrokerTails is how many stream tails one broker's WAL holds.
+type BrokerTails struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      string                 `protobuf:"bytes,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	Tails         uint32                 `protobuf:"varint,2,opt,name=tails,proto3" json:"tails,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerTails) Reset() {
+	*x = BrokerTails{}
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerTails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerTails) ProtoMessage() {}
+
+func (x *BrokerTails) ProtoReflect() protoreflect.Message {
+	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerTails.ProtoReflect.Descriptor instead.
+func (*BrokerTails) Descriptor() ([]byte, []int) {
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BrokerTails) GetBrokerId() string {
+	if x != nil {
+		return x.BrokerId
+	}
+	return ""
+}
+
+func (x *BrokerTails) GetTails() uint32 {
+	if x != nil {
+		return x.Tails
+	}
+	return 0
+}
+
 // Policy is the effective failover policy.
 type Policy struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -1225,7 +1615,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1627,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[8]
+	mi := &file_walden_v1_broker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1640,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{8}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Policy) GetFailureTimeoutMs() int64 {
@@ -1332,7 +1722,7 @@ type PolicyEntry struct {
 
 func (x *PolicyEntry) Reset() {
 	*x = PolicyEntry{}
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1734,7 @@ func (x *PolicyEntry) String() string {
 func (*PolicyEntry) ProtoMessage() {}
 
 func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[9]
+	mi := &file_walden_v1_broker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1747,7 @@ func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEntry.ProtoReflect.Descriptor instead.
 func (*PolicyEntry) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{9}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PolicyEntry) GetKey() string {
@@ -1408,7 +1798,7 @@ type RegisterBroker struct {
 
 func (x *RegisterBroker) Reset() {
 	*x = RegisterBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1810,7 @@ func (x *RegisterBroker) String() string {
 func (*RegisterBroker) ProtoMessage() {}
 
 func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[10]
+	mi := &file_walden_v1_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1823,7 @@ func (x *RegisterBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBroker.ProtoReflect.Descriptor instead.
 func (*RegisterBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{10}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterBroker) GetBrokerId() string {
@@ -1495,7 +1885,7 @@ type RegisterBrokerResult struct {
 
 func (x *RegisterBrokerResult) Reset() {
 	*x = RegisterBrokerResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1897,7 @@ func (x *RegisterBrokerResult) String() string {
 func (*RegisterBrokerResult) ProtoMessage() {}
 
 func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[11]
+	mi := &file_walden_v1_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1910,7 @@ func (x *RegisterBrokerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResult.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{11}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterBrokerResult) GetEpoch() uint64 {
@@ -1568,7 +1958,7 @@ type ObserveBroker struct {
 
 func (x *ObserveBroker) Reset() {
 	*x = ObserveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1970,7 @@ func (x *ObserveBroker) String() string {
 func (*ObserveBroker) ProtoMessage() {}
 
 func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[12]
+	mi := &file_walden_v1_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1983,7 @@ func (x *ObserveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveBroker.ProtoReflect.Descriptor instead.
 func (*ObserveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{12}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ObserveBroker) GetObserverId() string {
@@ -1691,7 +2081,7 @@ type DeclareFailed struct {
 
 func (x *DeclareFailed) Reset() {
 	*x = DeclareFailed{}
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +2093,7 @@ func (x *DeclareFailed) String() string {
 func (*DeclareFailed) ProtoMessage() {}
 
 func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[13]
+	mi := &file_walden_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +2106,7 @@ func (x *DeclareFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailed.ProtoReflect.Descriptor instead.
 func (*DeclareFailed) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{13}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeclareFailed) GetBrokerId() string {
@@ -1772,7 +2162,7 @@ type DeclareFailedResult struct {
 
 func (x *DeclareFailedResult) Reset() {
 	*x = DeclareFailedResult{}
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2174,7 @@ func (x *DeclareFailedResult) String() string {
 func (*DeclareFailedResult) ProtoMessage() {}
 
 func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[14]
+	mi := &file_walden_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2187,7 @@ func (x *DeclareFailedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareFailedResult.ProtoReflect.Descriptor instead.
 func (*DeclareFailedResult) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeclareFailedResult) GetNewEpoch() uint64 {
@@ -1834,7 +2224,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2236,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[15]
+	mi := &file_walden_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2249,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPolicy) GetSet() map[string]string {
@@ -1893,7 +2283,7 @@ type AckBroker struct {
 
 func (x *AckBroker) Reset() {
 	*x = AckBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2295,7 @@ func (x *AckBroker) String() string {
 func (*AckBroker) ProtoMessage() {}
 
 func (x *AckBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[16]
+	mi := &file_walden_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2308,7 @@ func (x *AckBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckBroker.ProtoReflect.Descriptor instead.
 func (*AckBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AckBroker) GetBrokerId() string {
@@ -1954,7 +2344,7 @@ type SetMaintenance struct {
 
 func (x *SetMaintenance) Reset() {
 	*x = SetMaintenance{}
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2356,7 @@ func (x *SetMaintenance) String() string {
 func (*SetMaintenance) ProtoMessage() {}
 
 func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[17]
+	mi := &file_walden_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2369,7 @@ func (x *SetMaintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenance.ProtoReflect.Descriptor instead.
 func (*SetMaintenance) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetMaintenance) GetBrokerId() string {
@@ -2038,7 +2428,7 @@ type RequestFailover struct {
 
 func (x *RequestFailover) Reset() {
 	*x = RequestFailover{}
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2440,7 @@ func (x *RequestFailover) String() string {
 func (*RequestFailover) ProtoMessage() {}
 
 func (x *RequestFailover) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[18]
+	mi := &file_walden_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2453,7 @@ func (x *RequestFailover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestFailover.ProtoReflect.Descriptor instead.
 func (*RequestFailover) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestFailover) GetBrokerId() string {
@@ -2107,7 +2497,7 @@ type SeedPolicy struct {
 
 func (x *SeedPolicy) Reset() {
 	*x = SeedPolicy{}
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2509,7 @@ func (x *SeedPolicy) String() string {
 func (*SeedPolicy) ProtoMessage() {}
 
 func (x *SeedPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[19]
+	mi := &file_walden_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2522,7 @@ func (x *SeedPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeedPolicy.ProtoReflect.Descriptor instead.
 func (*SeedPolicy) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SeedPolicy) GetPolicy() *Policy {
@@ -2160,7 +2550,7 @@ type RecordEvent struct {
 
 func (x *RecordEvent) Reset() {
 	*x = RecordEvent{}
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2562,7 @@ func (x *RecordEvent) String() string {
 func (*RecordEvent) ProtoMessage() {}
 
 func (x *RecordEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[20]
+	mi := &file_walden_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2575,7 @@ func (x *RecordEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEvent.ProtoReflect.Descriptor instead.
 func (*RecordEvent) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecordEvent) GetEvent() *Event {
@@ -2212,7 +2602,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2614,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[21]
+	mi := &file_walden_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2627,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterRequest) GetClusterName() string {
@@ -2306,7 +2696,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2708,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[22]
+	mi := &file_walden_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2721,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterResponse) GetBrokerId() string {
@@ -2379,7 +2769,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2781,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[23]
+	mi := &file_walden_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2794,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewLeaseRequest) GetBrokerId() string {
@@ -2440,7 +2830,7 @@ type RenewLeaseResponse struct {
 
 func (x *RenewLeaseResponse) Reset() {
 	*x = RenewLeaseResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2842,7 @@ func (x *RenewLeaseResponse) String() string {
 func (*RenewLeaseResponse) ProtoMessage() {}
 
 func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[24]
+	mi := &file_walden_v1_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2855,7 @@ func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewLeaseResponse) GetEpoch() uint64 {
@@ -2523,7 +2913,7 @@ type Voter struct {
 
 func (x *Voter) Reset() {
 	*x = Voter{}
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2925,7 @@ func (x *Voter) String() string {
 func (*Voter) ProtoMessage() {}
 
 func (x *Voter) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[25]
+	mi := &file_walden_v1_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2938,7 @@ func (x *Voter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Voter.ProtoReflect.Descriptor instead.
 func (*Voter) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Voter) GetId() string {
@@ -2587,7 +2977,7 @@ type RenewLeasesRequest struct {
 
 func (x *RenewLeasesRequest) Reset() {
 	*x = RenewLeasesRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2989,7 @@ func (x *RenewLeasesRequest) String() string {
 func (*RenewLeasesRequest) ProtoMessage() {}
 
 func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[26]
+	mi := &file_walden_v1_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +3002,7 @@ func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeasesRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenewLeasesRequest) GetBrokerId() string {
@@ -2653,7 +3043,7 @@ type RenewLeasesResponse struct {
 
 func (x *RenewLeasesResponse) Reset() {
 	*x = RenewLeasesResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +3055,7 @@ func (x *RenewLeasesResponse) String() string {
 func (*RenewLeasesResponse) ProtoMessage() {}
 
 func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[27]
+	mi := &file_walden_v1_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +3068,7 @@ func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeasesResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{27}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RenewLeasesResponse) GetSeq() uint64 {
@@ -2719,7 +3109,7 @@ type RenewalRefusal struct {
 
 func (x *RenewalRefusal) Reset() {
 	*x = RenewalRefusal{}
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +3121,7 @@ func (x *RenewalRefusal) String() string {
 func (*RenewalRefusal) ProtoMessage() {}
 
 func (x *RenewalRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[28]
+	mi := &file_walden_v1_broker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +3134,7 @@ func (x *RenewalRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewalRefusal.ProtoReflect.Descriptor instead.
 func (*RenewalRefusal) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{28}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RenewalRefusal) GetCode() uint32 {
@@ -2783,7 +3173,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +3185,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[29]
+	mi := &file_walden_v1_broker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +3198,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{29}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
 }
 
 type ListBrokersResponse struct {
@@ -2820,7 +3210,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3222,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[30]
+	mi := &file_walden_v1_broker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3235,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{30}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*Broker {
@@ -2864,7 +3254,7 @@ type GetBrokerRequest struct {
 
 func (x *GetBrokerRequest) Reset() {
 	*x = GetBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +3266,7 @@ func (x *GetBrokerRequest) String() string {
 func (*GetBrokerRequest) ProtoMessage() {}
 
 func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[31]
+	mi := &file_walden_v1_broker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +3279,7 @@ func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerRequest.ProtoReflect.Descriptor instead.
 func (*GetBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{31}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetBrokerRequest) GetBrokerId() string {
@@ -2908,7 +3298,7 @@ type GetBrokerResponse struct {
 
 func (x *GetBrokerResponse) Reset() {
 	*x = GetBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3310,7 @@ func (x *GetBrokerResponse) String() string {
 func (*GetBrokerResponse) ProtoMessage() {}
 
 func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[32]
+	mi := &file_walden_v1_broker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3323,7 @@ func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBrokerResponse.ProtoReflect.Descriptor instead.
 func (*GetBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{32}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetBrokerResponse) GetBroker() *Broker {
@@ -2958,7 +3348,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3360,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[33]
+	mi := &file_walden_v1_broker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3373,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{33}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FailoverRequest) GetBrokerId() string {
@@ -3034,7 +3424,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3436,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[34]
+	mi := &file_walden_v1_broker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3449,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{34}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FailoverResponse) GetBrokerId() string {
@@ -3141,7 +3531,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3543,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[35]
+	mi := &file_walden_v1_broker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3556,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{35}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AckRequest) GetBrokerId() string {
@@ -3185,7 +3575,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3587,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[36]
+	mi := &file_walden_v1_broker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3600,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{36}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AckResponse) GetBroker() *Broker {
@@ -3239,7 +3629,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3641,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[37]
+	mi := &file_walden_v1_broker_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3654,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{37}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetMaintenanceRequest) GetBrokerId() string {
@@ -3311,7 +3701,7 @@ type SetMaintenanceResponse struct {
 
 func (x *SetMaintenanceResponse) Reset() {
 	*x = SetMaintenanceResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3713,7 @@ func (x *SetMaintenanceResponse) String() string {
 func (*SetMaintenanceResponse) ProtoMessage() {}
 
 func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[38]
+	mi := &file_walden_v1_broker_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3726,7 @@ func (x *SetMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{38}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetMaintenanceResponse) GetBroker() *Broker {
@@ -3358,7 +3748,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3760,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[39]
+	mi := &file_walden_v1_broker_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3773,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{39}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListEventsRequest) GetBrokerId() string {
@@ -3409,7 +3799,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3811,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[40]
+	mi := &file_walden_v1_broker_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3824,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{40}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -3452,7 +3842,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3854,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[41]
+	mi := &file_walden_v1_broker_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3867,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{41}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{44}
 }
 
 type GetPolicyResponse struct {
@@ -3498,7 +3888,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +3900,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[42]
+	mi := &file_walden_v1_broker_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +3913,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{42}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -3571,7 +3961,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[43]
+	mi := &file_walden_v1_broker_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3973,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[43]
+	mi := &file_walden_v1_broker_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3986,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{43}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetPolicyRequest) GetSet() map[string]string {
@@ -3623,7 +4013,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[44]
+	mi := &file_walden_v1_broker_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +4025,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[44]
+	mi := &file_walden_v1_broker_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +4038,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{44}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetPolicyResponse) GetEntries() []*PolicyEntry {
@@ -3674,7 +4064,7 @@ type RemoveBrokerRequest struct {
 
 func (x *RemoveBrokerRequest) Reset() {
 	*x = RemoveBrokerRequest{}
-	mi := &file_walden_v1_broker_proto_msgTypes[45]
+	mi := &file_walden_v1_broker_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +4076,7 @@ func (x *RemoveBrokerRequest) String() string {
 func (*RemoveBrokerRequest) ProtoMessage() {}
 
 func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[45]
+	mi := &file_walden_v1_broker_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +4089,7 @@ func (x *RemoveBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{45}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RemoveBrokerRequest) GetBrokerId() string {
@@ -3719,7 +4109,7 @@ type RemoveBrokerResponse struct {
 
 func (x *RemoveBrokerResponse) Reset() {
 	*x = RemoveBrokerResponse{}
-	mi := &file_walden_v1_broker_proto_msgTypes[46]
+	mi := &file_walden_v1_broker_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +4121,7 @@ func (x *RemoveBrokerResponse) String() string {
 func (*RemoveBrokerResponse) ProtoMessage() {}
 
 func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[46]
+	mi := &file_walden_v1_broker_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +4134,7 @@ func (x *RemoveBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{46}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoveBrokerResponse) GetBroker() *Broker {
@@ -3767,7 +4157,7 @@ type RemoveBroker struct {
 
 func (x *RemoveBroker) Reset() {
 	*x = RemoveBroker{}
-	mi := &file_walden_v1_broker_proto_msgTypes[47]
+	mi := &file_walden_v1_broker_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +4169,7 @@ func (x *RemoveBroker) String() string {
 func (*RemoveBroker) ProtoMessage() {}
 
 func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
-	mi := &file_walden_v1_broker_proto_msgTypes[47]
+	mi := &file_walden_v1_broker_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +4182,7 @@ func (x *RemoveBroker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBroker.ProtoReflect.Descriptor instead.
 func (*RemoveBroker) Descriptor() ([]byte, []int) {
-	return file_walden_v1_broker_proto_rawDescGZIP(), []int{47}
+	return file_walden_v1_broker_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemoveBroker) GetBrokerId() string {
@@ -3813,7 +4203,7 @@ var File_walden_v1_broker_proto protoreflect.FileDescriptor
 
 const file_walden_v1_broker_proto_rawDesc = "" +
 	"\n" +
-	"\x16walden/v1/broker.proto\x12\twalden.v1\x1a\x15walden/v1/types.proto\">\n" +
+	"\x16walden/v1/broker.proto\x12\twalden.v1\x1a\x17walden/v1/restore.proto\x1a\x15walden/v1/types.proto\">\n" +
 	"\vWalLocation\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"D\n" +
@@ -3907,7 +4297,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"event_kind\x18\t \x01(\x0e2\x14.walden.v1.EventKindR\teventKind\x12.\n" +
 	"\x06detail\x18\n" +
-	" \x01(\v2\x16.walden.v1.EventDetailR\x06detail\"\xfb\x05\n" +
+	" \x01(\v2\x16.walden.v1.EventDetailR\x06detail\"\xae\t\n" +
 	"\vEventDetail\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tnew_epoch\x18\x02 \x01(\x04R\bnewEpoch\x12\x16\n" +
@@ -3930,7 +4320,48 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\vmaintenance\x18\x0f \x01(\bR\vmaintenance\x12\x16\n" +
 	"\x06reason\x18\x10 \x01(\tR\x06reason\x12\x19\n" +
 	"\bwal_lost\x18\x11 \x01(\bR\awalLost\x12(\n" +
-	"\x10never_granted_by\x18\x12 \x03(\tR\x0eneverGrantedBy\"\xfb\x02\n" +
+	"\x10never_granted_by\x18\x12 \x03(\tR\x0eneverGrantedBy\x12\x1c\n" +
+	"\tsuspected\x18\x13 \x01(\rR\tsuspected\x12\x1a\n" +
+	"\beligible\x18\x14 \x01(\rR\beligible\x12.\n" +
+	"\x13max_failed_fraction\x18\x15 \x01(\x01R\x11maxFailedFraction\x12'\n" +
+	"\x0fresume_fraction\x18\x16 \x01(\x01R\x0eresumeFraction\x12\x1f\n" +
+	"\vcooldown_ms\x18\x17 \x01(\x03R\n" +
+	"cooldownMs\x125\n" +
+	"\n" +
+	"policy_set\x18\x18 \x03(\v2\x16.walden.v1.PolicyEntryR\tpolicySet\x12!\n" +
+	"\fpolicy_unset\x18\x19 \x03(\tR\vpolicyUnset\x12#\n" +
+	"\rpolicy_seeded\x18\x1a \x01(\bR\fpolicySeeded\x12K\n" +
+	"\x11force_new_cluster\x18\x1b \x01(\v2\x1f.walden.v1.ForceNewClusterEventR\x0fforceNewCluster\x121\n" +
+	"\arestore\x18\x1c \x01(\v2\x17.walden.v1.RestoreEventR\arestore\"\xeb\x01\n" +
+	"\x14ForceNewClusterEvent\x12\x18\n" +
+	"\aremoved\x18\x01 \x03(\tR\aremoved\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x02 \x01(\x04R\tlastIndex\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12%\n" +
+	"\x0ebrokers_fenced\x18\x05 \x01(\rR\rbrokersFenced\x12\x1d\n" +
+	"\n" +
+	"epoch_bump\x18\x06 \x01(\x04R\tepochBump\x12\x1d\n" +
+	"\n" +
+	"next_epoch\x18\a \x01(\x04R\tnextEpoch\"\xee\x03\n" +
+	"\fRestoreEvent\x12E\n" +
+	"\x12from_restore_phase\x18\x01 \x01(\x0e2\x17.walden.v1.RestorePhaseR\x10fromRestorePhase\x12<\n" +
+	"\rrestore_phase\x18\x02 \x01(\x0e2\x17.walden.v1.RestorePhaseR\frestorePhase\x12%\n" +
+	"\x0eobjects_listed\x18\x03 \x01(\x04R\robjectsListed\x12#\n" +
+	"\rbrokers_added\x18\x04 \x03(\tR\fbrokersAdded\x12!\n" +
+	"\fautomq_nodes\x18\x05 \x03(\tR\vautomqNodes\x12\x17\n" +
+	"\ajob_ids\x18\x06 \x03(\tR\x06jobIds\x12\x12\n" +
+	"\x04runs\x18\a \x01(\rR\x04runs\x12\x1b\n" +
+	"\twals_lost\x18\b \x01(\rR\bwalsLost\x120\n" +
+	"\x06report\x18\t \x01(\v2\x18.walden.v1.RestoreReportR\x06report\x12,\n" +
+	"\x05tails\x18\n" +
+	" \x03(\v2\x16.walden.v1.BrokerTailsR\x05tails\x12!\n" +
+	"\ffrom_cluster\x18\v \x01(\tR\vfromCluster\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\f \x01(\x04R\tfromIndex\"@\n" +
+	"\vBrokerTails\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
+	"\x05tails\x18\x02 \x01(\rR\x05tails\"\xfb\x02\n" +
 	"\x06Policy\x12,\n" +
 	"\x12failure_timeout_ms\x18\x01 \x01(\x03R\x10failureTimeoutMs\x12)\n" +
 	"\x10suspicion_quorum\x18\x02 \x01(\rR\x0fsuspicionQuorum\x12 \n" +
@@ -4160,7 +4591,7 @@ func file_walden_v1_broker_proto_rawDescGZIP() []byte {
 	return file_walden_v1_broker_proto_rawDescData
 }
 
-var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_walden_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_walden_v1_broker_proto_goTypes = []any{
 	(*WalLocation)(nil),            // 0: walden.v1.WalLocation
 	(*AutomqNode)(nil),             // 1: walden.v1.AutomqNode
@@ -4170,127 +4601,139 @@ var file_walden_v1_broker_proto_goTypes = []any{
 	(*Evidence)(nil),               // 5: walden.v1.Evidence
 	(*Event)(nil),                  // 6: walden.v1.Event
 	(*EventDetail)(nil),            // 7: walden.v1.EventDetail
-	(*Policy)(nil),                 // 8: walden.v1.Policy
-	(*PolicyEntry)(nil),            // 9: walden.v1.PolicyEntry
-	(*RegisterBroker)(nil),         // 10: walden.v1.RegisterBroker
-	(*RegisterBrokerResult)(nil),   // 11: walden.v1.RegisterBrokerResult
-	(*ObserveBroker)(nil),          // 12: walden.v1.ObserveBroker
-	(*DeclareFailed)(nil),          // 13: walden.v1.DeclareFailed
-	(*DeclareFailedResult)(nil),    // 14: walden.v1.DeclareFailedResult
-	(*SetPolicy)(nil),              // 15: walden.v1.SetPolicy
-	(*AckBroker)(nil),              // 16: walden.v1.AckBroker
-	(*SetMaintenance)(nil),         // 17: walden.v1.SetMaintenance
-	(*RequestFailover)(nil),        // 18: walden.v1.RequestFailover
-	(*SeedPolicy)(nil),             // 19: walden.v1.SeedPolicy
-	(*RecordEvent)(nil),            // 20: walden.v1.RecordEvent
-	(*RegisterRequest)(nil),        // 21: walden.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 22: walden.v1.RegisterResponse
-	(*RenewLeaseRequest)(nil),      // 23: walden.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),     // 24: walden.v1.RenewLeaseResponse
-	(*Voter)(nil),                  // 25: walden.v1.Voter
-	(*RenewLeasesRequest)(nil),     // 26: walden.v1.RenewLeasesRequest
-	(*RenewLeasesResponse)(nil),    // 27: walden.v1.RenewLeasesResponse
-	(*RenewalRefusal)(nil),         // 28: walden.v1.RenewalRefusal
-	(*ListBrokersRequest)(nil),     // 29: walden.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),    // 30: walden.v1.ListBrokersResponse
-	(*GetBrokerRequest)(nil),       // 31: walden.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),      // 32: walden.v1.GetBrokerResponse
-	(*FailoverRequest)(nil),        // 33: walden.v1.FailoverRequest
-	(*FailoverResponse)(nil),       // 34: walden.v1.FailoverResponse
-	(*AckRequest)(nil),             // 35: walden.v1.AckRequest
-	(*AckResponse)(nil),            // 36: walden.v1.AckResponse
-	(*SetMaintenanceRequest)(nil),  // 37: walden.v1.SetMaintenanceRequest
-	(*SetMaintenanceResponse)(nil), // 38: walden.v1.SetMaintenanceResponse
-	(*ListEventsRequest)(nil),      // 39: walden.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 40: walden.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),       // 41: walden.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 42: walden.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),       // 43: walden.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),      // 44: walden.v1.SetPolicyResponse
-	(*RemoveBrokerRequest)(nil),    // 45: walden.v1.RemoveBrokerRequest
-	(*RemoveBrokerResponse)(nil),   // 46: walden.v1.RemoveBrokerResponse
-	(*RemoveBroker)(nil),           // 47: walden.v1.RemoveBroker
-	nil,                            // 48: walden.v1.SetPolicy.SetEntry
-	nil,                            // 49: walden.v1.RenewalRefusal.MetadataEntry
-	nil,                            // 50: walden.v1.SetPolicyRequest.SetEntry
-	(ObservationState)(0),          // 51: walden.v1.ObservationState
-	(BrokerState)(0),               // 52: walden.v1.BrokerState
-	(EventKind)(0),                 // 53: walden.v1.EventKind
-	(JobState)(0),                  // 54: walden.v1.JobState
-	(JobStep)(0),                   // 55: walden.v1.JobStep
+	(*ForceNewClusterEvent)(nil),   // 8: walden.v1.ForceNewClusterEvent
+	(*RestoreEvent)(nil),           // 9: walden.v1.RestoreEvent
+	(*BrokerTails)(nil),            // 10: walden.v1.BrokerTails
+	(*Policy)(nil),                 // 11: walden.v1.Policy
+	(*PolicyEntry)(nil),            // 12: walden.v1.PolicyEntry
+	(*RegisterBroker)(nil),         // 13: walden.v1.RegisterBroker
+	(*RegisterBrokerResult)(nil),   // 14: walden.v1.RegisterBrokerResult
+	(*ObserveBroker)(nil),          // 15: walden.v1.ObserveBroker
+	(*DeclareFailed)(nil),          // 16: walden.v1.DeclareFailed
+	(*DeclareFailedResult)(nil),    // 17: walden.v1.DeclareFailedResult
+	(*SetPolicy)(nil),              // 18: walden.v1.SetPolicy
+	(*AckBroker)(nil),              // 19: walden.v1.AckBroker
+	(*SetMaintenance)(nil),         // 20: walden.v1.SetMaintenance
+	(*RequestFailover)(nil),        // 21: walden.v1.RequestFailover
+	(*SeedPolicy)(nil),             // 22: walden.v1.SeedPolicy
+	(*RecordEvent)(nil),            // 23: walden.v1.RecordEvent
+	(*RegisterRequest)(nil),        // 24: walden.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 25: walden.v1.RegisterResponse
+	(*RenewLeaseRequest)(nil),      // 26: walden.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),     // 27: walden.v1.RenewLeaseResponse
+	(*Voter)(nil),                  // 28: walden.v1.Voter
+	(*RenewLeasesRequest)(nil),     // 29: walden.v1.RenewLeasesRequest
+	(*RenewLeasesResponse)(nil),    // 30: walden.v1.RenewLeasesResponse
+	(*RenewalRefusal)(nil),         // 31: walden.v1.RenewalRefusal
+	(*ListBrokersRequest)(nil),     // 32: walden.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),    // 33: walden.v1.ListBrokersResponse
+	(*GetBrokerRequest)(nil),       // 34: walden.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),      // 35: walden.v1.GetBrokerResponse
+	(*FailoverRequest)(nil),        // 36: walden.v1.FailoverRequest
+	(*FailoverResponse)(nil),       // 37: walden.v1.FailoverResponse
+	(*AckRequest)(nil),             // 38: walden.v1.AckRequest
+	(*AckResponse)(nil),            // 39: walden.v1.AckResponse
+	(*SetMaintenanceRequest)(nil),  // 40: walden.v1.SetMaintenanceRequest
+	(*SetMaintenanceResponse)(nil), // 41: walden.v1.SetMaintenanceResponse
+	(*ListEventsRequest)(nil),      // 42: walden.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 43: walden.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),       // 44: walden.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 45: walden.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),       // 46: walden.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),      // 47: walden.v1.SetPolicyResponse
+	(*RemoveBrokerRequest)(nil),    // 48: walden.v1.RemoveBrokerRequest
+	(*RemoveBrokerResponse)(nil),   // 49: walden.v1.RemoveBrokerResponse
+	(*RemoveBroker)(nil),           // 50: walden.v1.RemoveBroker
+	nil,                            // 51: walden.v1.SetPolicy.SetEntry
+	nil,                            // 52: walden.v1.RenewalRefusal.MetadataEntry
+	nil,                            // 53: walden.v1.SetPolicyRequest.SetEntry
+	(ObservationState)(0),          // 54: walden.v1.ObservationState
+	(BrokerState)(0),               // 55: walden.v1.BrokerState
+	(EventKind)(0),                 // 56: walden.v1.EventKind
+	(JobState)(0),                  // 57: walden.v1.JobState
+	(JobStep)(0),                   // 58: walden.v1.JobStep
+	(RestorePhase)(0),              // 59: walden.v1.RestorePhase
+	(*RestoreReport)(nil),          // 60: walden.v1.RestoreReport
 }
 var file_walden_v1_broker_proto_depIdxs = []int32{
-	51, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
+	54, // 0: walden.v1.Observation.observation_state:type_name -> walden.v1.ObservationState
 	0,  // 1: walden.v1.Broker.wal:type_name -> walden.v1.WalLocation
 	2,  // 2: walden.v1.Broker.observations:type_name -> walden.v1.Observation
 	3,  // 3: walden.v1.Broker.failover_requested:type_name -> walden.v1.FailoverRequested
-	52, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
+	55, // 4: walden.v1.Broker.broker_state:type_name -> walden.v1.BrokerState
 	1,  // 5: walden.v1.Broker.automq:type_name -> walden.v1.AutomqNode
 	2,  // 6: walden.v1.Evidence.observations:type_name -> walden.v1.Observation
 	5,  // 7: walden.v1.Event.evidence:type_name -> walden.v1.Evidence
-	53, // 8: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
+	56, // 8: walden.v1.Event.event_kind:type_name -> walden.v1.EventKind
 	7,  // 9: walden.v1.Event.detail:type_name -> walden.v1.EventDetail
-	52, // 10: walden.v1.EventDetail.from_state:type_name -> walden.v1.BrokerState
-	52, // 11: walden.v1.EventDetail.to_state:type_name -> walden.v1.BrokerState
-	51, // 12: walden.v1.EventDetail.observation_state:type_name -> walden.v1.ObservationState
-	51, // 13: walden.v1.EventDetail.from_observation_state:type_name -> walden.v1.ObservationState
-	54, // 14: walden.v1.EventDetail.job_state:type_name -> walden.v1.JobState
-	54, // 15: walden.v1.EventDetail.from_job_state:type_name -> walden.v1.JobState
-	55, // 16: walden.v1.EventDetail.job_step:type_name -> walden.v1.JobStep
-	0,  // 17: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
-	1,  // 18: walden.v1.RegisterBroker.automq:type_name -> walden.v1.AutomqNode
-	51, // 19: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
-	5,  // 20: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
-	48, // 21: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
-	8,  // 22: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
-	6,  // 23: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
-	0,  // 24: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
-	1,  // 25: walden.v1.RegisterRequest.automq:type_name -> walden.v1.AutomqNode
-	25, // 26: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
-	24, // 27: walden.v1.RenewLeasesResponse.grant:type_name -> walden.v1.RenewLeaseResponse
-	28, // 28: walden.v1.RenewLeasesResponse.refusal:type_name -> walden.v1.RenewalRefusal
-	49, // 29: walden.v1.RenewalRefusal.metadata:type_name -> walden.v1.RenewalRefusal.MetadataEntry
-	4,  // 30: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
-	4,  // 31: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
-	5,  // 32: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
-	4,  // 33: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
-	4,  // 34: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
-	6,  // 35: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
-	9,  // 36: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	8,  // 37: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
-	50, // 38: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
-	9,  // 39: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
-	8,  // 40: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
-	4,  // 41: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
-	21, // 42: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
-	23, // 43: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
-	26, // 44: walden.v1.Agent.RenewLeases:input_type -> walden.v1.RenewLeasesRequest
-	29, // 45: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
-	31, // 46: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
-	33, // 47: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
-	35, // 48: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
-	37, // 49: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
-	39, // 50: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
-	41, // 51: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
-	43, // 52: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
-	45, // 53: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
-	22, // 54: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
-	24, // 55: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
-	27, // 56: walden.v1.Agent.RenewLeases:output_type -> walden.v1.RenewLeasesResponse
-	30, // 57: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
-	32, // 58: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
-	34, // 59: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
-	36, // 60: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
-	38, // 61: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
-	40, // 62: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
-	42, // 63: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
-	44, // 64: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
-	46, // 65: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
-	54, // [54:66] is the sub-list for method output_type
-	42, // [42:54] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	55, // 10: walden.v1.EventDetail.from_state:type_name -> walden.v1.BrokerState
+	55, // 11: walden.v1.EventDetail.to_state:type_name -> walden.v1.BrokerState
+	54, // 12: walden.v1.EventDetail.observation_state:type_name -> walden.v1.ObservationState
+	54, // 13: walden.v1.EventDetail.from_observation_state:type_name -> walden.v1.ObservationState
+	57, // 14: walden.v1.EventDetail.job_state:type_name -> walden.v1.JobState
+	57, // 15: walden.v1.EventDetail.from_job_state:type_name -> walden.v1.JobState
+	58, // 16: walden.v1.EventDetail.job_step:type_name -> walden.v1.JobStep
+	12, // 17: walden.v1.EventDetail.policy_set:type_name -> walden.v1.PolicyEntry
+	8,  // 18: walden.v1.EventDetail.force_new_cluster:type_name -> walden.v1.ForceNewClusterEvent
+	9,  // 19: walden.v1.EventDetail.restore:type_name -> walden.v1.RestoreEvent
+	59, // 20: walden.v1.RestoreEvent.from_restore_phase:type_name -> walden.v1.RestorePhase
+	59, // 21: walden.v1.RestoreEvent.restore_phase:type_name -> walden.v1.RestorePhase
+	60, // 22: walden.v1.RestoreEvent.report:type_name -> walden.v1.RestoreReport
+	10, // 23: walden.v1.RestoreEvent.tails:type_name -> walden.v1.BrokerTails
+	0,  // 24: walden.v1.RegisterBroker.wal:type_name -> walden.v1.WalLocation
+	1,  // 25: walden.v1.RegisterBroker.automq:type_name -> walden.v1.AutomqNode
+	54, // 26: walden.v1.ObserveBroker.observation_state:type_name -> walden.v1.ObservationState
+	5,  // 27: walden.v1.DeclareFailed.evidence:type_name -> walden.v1.Evidence
+	51, // 28: walden.v1.SetPolicy.set:type_name -> walden.v1.SetPolicy.SetEntry
+	11, // 29: walden.v1.SeedPolicy.policy:type_name -> walden.v1.Policy
+	6,  // 30: walden.v1.RecordEvent.event:type_name -> walden.v1.Event
+	0,  // 31: walden.v1.RegisterRequest.wal:type_name -> walden.v1.WalLocation
+	1,  // 32: walden.v1.RegisterRequest.automq:type_name -> walden.v1.AutomqNode
+	28, // 33: walden.v1.RenewLeaseResponse.voters:type_name -> walden.v1.Voter
+	27, // 34: walden.v1.RenewLeasesResponse.grant:type_name -> walden.v1.RenewLeaseResponse
+	31, // 35: walden.v1.RenewLeasesResponse.refusal:type_name -> walden.v1.RenewalRefusal
+	52, // 36: walden.v1.RenewalRefusal.metadata:type_name -> walden.v1.RenewalRefusal.MetadataEntry
+	4,  // 37: walden.v1.ListBrokersResponse.brokers:type_name -> walden.v1.Broker
+	4,  // 38: walden.v1.GetBrokerResponse.broker:type_name -> walden.v1.Broker
+	5,  // 39: walden.v1.FailoverResponse.evidence:type_name -> walden.v1.Evidence
+	4,  // 40: walden.v1.AckResponse.broker:type_name -> walden.v1.Broker
+	4,  // 41: walden.v1.SetMaintenanceResponse.broker:type_name -> walden.v1.Broker
+	6,  // 42: walden.v1.ListEventsResponse.events:type_name -> walden.v1.Event
+	12, // 43: walden.v1.GetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	11, // 44: walden.v1.GetPolicyResponse.policy:type_name -> walden.v1.Policy
+	53, // 45: walden.v1.SetPolicyRequest.set:type_name -> walden.v1.SetPolicyRequest.SetEntry
+	12, // 46: walden.v1.SetPolicyResponse.entries:type_name -> walden.v1.PolicyEntry
+	11, // 47: walden.v1.SetPolicyResponse.policy:type_name -> walden.v1.Policy
+	4,  // 48: walden.v1.RemoveBrokerResponse.broker:type_name -> walden.v1.Broker
+	24, // 49: walden.v1.Agent.Register:input_type -> walden.v1.RegisterRequest
+	26, // 50: walden.v1.Agent.RenewLease:input_type -> walden.v1.RenewLeaseRequest
+	29, // 51: walden.v1.Agent.RenewLeases:input_type -> walden.v1.RenewLeasesRequest
+	32, // 52: walden.v1.Brokers.ListBrokers:input_type -> walden.v1.ListBrokersRequest
+	34, // 53: walden.v1.Brokers.GetBroker:input_type -> walden.v1.GetBrokerRequest
+	36, // 54: walden.v1.Brokers.Failover:input_type -> walden.v1.FailoverRequest
+	38, // 55: walden.v1.Brokers.Ack:input_type -> walden.v1.AckRequest
+	40, // 56: walden.v1.Brokers.SetMaintenance:input_type -> walden.v1.SetMaintenanceRequest
+	42, // 57: walden.v1.Brokers.ListEvents:input_type -> walden.v1.ListEventsRequest
+	44, // 58: walden.v1.Brokers.GetPolicy:input_type -> walden.v1.GetPolicyRequest
+	46, // 59: walden.v1.Brokers.SetPolicy:input_type -> walden.v1.SetPolicyRequest
+	48, // 60: walden.v1.Brokers.RemoveBroker:input_type -> walden.v1.RemoveBrokerRequest
+	25, // 61: walden.v1.Agent.Register:output_type -> walden.v1.RegisterResponse
+	27, // 62: walden.v1.Agent.RenewLease:output_type -> walden.v1.RenewLeaseResponse
+	30, // 63: walden.v1.Agent.RenewLeases:output_type -> walden.v1.RenewLeasesResponse
+	33, // 64: walden.v1.Brokers.ListBrokers:output_type -> walden.v1.ListBrokersResponse
+	35, // 65: walden.v1.Brokers.GetBroker:output_type -> walden.v1.GetBrokerResponse
+	37, // 66: walden.v1.Brokers.Failover:output_type -> walden.v1.FailoverResponse
+	39, // 67: walden.v1.Brokers.Ack:output_type -> walden.v1.AckResponse
+	41, // 68: walden.v1.Brokers.SetMaintenance:output_type -> walden.v1.SetMaintenanceResponse
+	43, // 69: walden.v1.Brokers.ListEvents:output_type -> walden.v1.ListEventsResponse
+	45, // 70: walden.v1.Brokers.GetPolicy:output_type -> walden.v1.GetPolicyResponse
+	47, // 71: walden.v1.Brokers.SetPolicy:output_type -> walden.v1.SetPolicyResponse
+	49, // 72: walden.v1.Brokers.RemoveBroker:output_type -> walden.v1.RemoveBrokerResponse
+	61, // [61:73] is the sub-list for method output_type
+	49, // [49:61] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_walden_v1_broker_proto_init() }
@@ -4298,6 +4741,7 @@ func file_walden_v1_broker_proto_init() {
 	if File_walden_v1_broker_proto != nil {
 		return
 	}
+	file_walden_v1_restore_proto_init()
 	file_walden_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4305,7 +4749,7 @@ func file_walden_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walden_v1_broker_proto_rawDesc), len(file_walden_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
