@@ -33,10 +33,11 @@ var (
 	// LeaseRefusalReasons say why a coordinator refused a renewal: the
 	// refusal's reason in lower case (node_fenced, epoch_expired,
 	// unknown_node: the epoch is gone for good; lease_attested: this
-	// coordinator attested the grant ran out; failover_requested), or
-	// unavailable (no policy yet, not a voter, the quiet period after a
-	// start, the lease state cannot be saved, not caught up).
-	LeaseRefusalReasons = []string{"node_fenced", "epoch_expired", "unknown_node", "lease_attested", "failover_requested", "unavailable", "invalid_argument"}
+	// coordinator attested the grant ran out; failover_requested;
+	// lease_not_granted: not a voter, the quiet period after a start, the
+	// lease state cannot be saved; policy_not_seeded), or unavailable (not
+	// caught up).
+	LeaseRefusalReasons = []string{"node_fenced", "epoch_expired", "unknown_node", "lease_attested", "failover_requested", "lease_not_granted", "policy_not_seeded", "unavailable", "invalid_argument"}
 	// AgentRenewalResults are the outcomes of one renewal with one
 	// coordinator as the agent sees them: granted, refused (the coordinator
 	// answered no) or failed (no answer in time).

@@ -68,6 +68,9 @@ const (
 	VoterChangeTooSoon Reason = "VOTER_CHANGE_TOO_SOON"
 	// PolicyNotSeeded: the cluster has no policy yet.
 	PolicyNotSeeded Reason = "POLICY_NOT_SEEDED"
+	// LeaseNotGranted: this coordinator grants no lease now (not a voter,
+	// starting, or its lease state cannot be saved).
+	LeaseNotGranted Reason = "LEASE_NOT_GRANTED"
 	// LeaseHeld: a broker whose registration is to be removed may still
 	// hold a lease.
 	LeaseHeld Reason = "LEASE_HELD"
@@ -149,6 +152,10 @@ var Reasons = []Info{
 		"before it may still run; metadata wait_ms and left_ms say the spacing and when to try again."},
 	{PolicyNotSeeded, "The cluster's policy is not seeded yet: no leader has been elected since the cluster was " +
 		"founded. No lease is granted and the policy can be neither read nor set until one is; retrying is safe."},
+	{LeaseNotGranted, "This coordinator grants no lease now: it is not a voter, it started less than a lease ago and " +
+		"waits out the leases it may have granted before it stopped, or it cannot save its lease state. Metadata cause " +
+		"says which (not_voter, starting, store). The agent holds its lease through the other voters meanwhile; " +
+		"retrying is safe."},
 	{LeaseHeld, "The broker's registration is not removed: it holds a lease, or may still renew one (it registered or " +
 		"renewed within lease_ttl + drift_margin). Stop its agent, or fail it over, first."},
 }

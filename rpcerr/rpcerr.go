@@ -65,6 +65,7 @@ var codeOf = map[refusal.Reason]codes.Code{
 	refusal.MemberRemoved:      codes.FailedPrecondition,
 	refusal.VoterChangeTooSoon: codes.FailedPrecondition,
 	refusal.PolicyNotSeeded:    codes.Unavailable,
+	refusal.LeaseNotGranted:    codes.Unavailable,
 	refusal.LeaseHeld:          codes.FailedPrecondition,
 }
 

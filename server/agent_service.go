@@ -119,15 +119,18 @@ func (d *serviceDeps) renewalAnswer(ctx context.Context, broker string, epoch ui
 	case errors.Is(err, detect.ErrNotSeeded):
 		return nil, rpcerr.Err(fmt.Errorf("lease not granted: %w", err))
 	case errors.Is(err, detect.ErrNotVoter):
-		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s is not a voting member", d.nodeID)
+		return nil, rpcerr.New(refusal.LeaseNotGranted, fmt.Sprintf("lease not granted: %s is not a voting member", d.nodeID),
+			map[string]string{"cause": "not_voter"})
 	case errors.Is(err, lease.ErrPromised):
 		return nil, rpcerr.Status(fmt.Errorf("lease of broker %q at epoch %d not renewed by %s: it attested the lease expired; it renews again once the attestation is withdrawn: %w",
 			broker, epoch, d.nodeID, refusal.ErrLeaseAttested)).Err()
 	case errors.Is(err, lease.ErrQuiet):
-		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s started less than a lease ago and waits out the leases it may have granted before (%v)", d.nodeID, err)
+		return nil, rpcerr.New(refusal.LeaseNotGranted, fmt.Sprintf("lease not granted: %s started less than a lease ago and waits out the leases it may have granted before (%v)", d.nodeID, err),
+			map[string]string{"cause": "starting"})
 	case errors.Is(err, lease.ErrStore):
 		d.logger.ErrorContext(ctx, "lease not granted: the lease state cannot be saved", "broker_id", broker, "err", err)
-		return nil, status.Errorf(codes.Unavailable, "lease not granted: %s cannot save its lease state", d.nodeID)
+		return nil, rpcerr.New(refusal.LeaseNotGranted, fmt.Sprintf("lease not granted: %s cannot save its lease state", d.nodeID),
+			map[string]string{"cause": "store"})
 	default:
 		return nil, d.stateErr(ctx, err)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"walden/detect"
 	"walden/fsm"
+	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/refusal"
@@ -36,11 +38,14 @@ func TestRefusalMessages(t *testing.T) {
 	}
 	unknown := apply(&waldenv1.Command{Op: &waldenv1.Command_AckBroker{AckBroker: &waldenv1.AckBroker{BrokerId: "b9"}}})
 	invalidCmd := apply(&waldenv1.Command{Op: &waldenv1.Command_RegisterBroker{RegisterBroker: &waldenv1.RegisterBroker{}}})
-	d := &serviceDeps{nodeID: "c1"}
+	d := &serviceDeps{nodeID: "c1", logger: slog.New(slog.DiscardHandler)}
 	_, _, noLeader := d.leaderConn(t.Context(), raftnode.Status{})
 	a := &adminService{}
 	member := func(err error) error { return a.toStatus(t.Context(), err) }
 	_, notSeeded := d.renewalAnswer(t.Context(), "b1", 1, nil, detect.ErrNotSeeded)
+	_, notVoter := d.renewalAnswer(t.Context(), "b1", 1, nil, detect.ErrNotVoter)
+	_, starting := d.renewalAnswer(t.Context(), "b1", 1, nil, lease.ErrQuiet)
+	_, unsaved := d.renewalAnswer(t.Context(), "b1", 1, nil, fmt.Errorf("save: %w", lease.ErrStore))
 	for _, tc := range []struct {
 		name   string
 		err    error
@@ -54,6 +59,12 @@ func TestRefusalMessages(t *testing.T) {
 			"POLICY_NOT_SEEDED: the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded"},
 		{"lease of an unseeded cluster", notSeeded, refusal.PolicyNotSeeded, codes.Unavailable,
 			"POLICY_NOT_SEEDED: lease not granted: the cluster's policy is not seeded yet: no leader has been elected since the cluster was founded"},
+		{"lease from a learner", notVoter, refusal.LeaseNotGranted, codes.Unavailable,
+			"LEASE_NOT_GRANTED: lease not granted: c1 is not a voting member"},
+		{"lease from a member in its quiet period", starting, refusal.LeaseNotGranted, codes.Unavailable,
+			"LEASE_NOT_GRANTED: lease not granted: c1 started less than a lease ago and waits out the leases it may have granted before (" + lease.ErrQuiet.Error() + ")"},
+		{"lease that cannot be saved", unsaved, refusal.LeaseNotGranted, codes.Unavailable,
+			"LEASE_NOT_GRANTED: lease not granted: c1 cannot save its lease state"},
 		{"no leader to forward to", noLeader, refusal.NoLeader, codes.Unavailable, "no leader"},
 		{"state machine: malformed command", rpcerr.Err(invalidCmd), refusal.InvalidArgument, codes.InvalidArgument,
 			"INVALID_ARGUMENT: register broker: broker_id is empty: invalid argument"},
