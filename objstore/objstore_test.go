@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -207,45 +208,99 @@ func (f *failingParts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.h.ServeHTTP(w, r)
 }
 
+// uploaders are the client's two ways to upload: through the transfer
+// manager (Upload) and in place (UploadAt).
+var uploaders = map[string]func(c *objstore.Client, ctx context.Context, key string, data []byte, progress func(int64)) (objstore.UploadResult, error){
+	"Upload": func(c *objstore.Client, ctx context.Context, key string, data []byte, progress func(int64)) (objstore.UploadResult, error) {
+		return c.Upload(ctx, key, bytes.NewReader(data), int64(len(data)), progress)
+	},
+	"UploadAt": func(c *objstore.Client, ctx context.Context, key string, data []byte, progress func(int64)) (objstore.UploadResult, error) {
+		return c.UploadAt(ctx, key, bytes.NewReader(data), int64(len(data)), progress)
+	},
+}
+
 func TestFailedUploadLeavesNothing(t *testing.T) {
-	h, err := objstore.NewFakeHandler(t.TempDir(), nil, s3test.Bucket)
-	if err != nil {
-		t.Fatal(err)
+	for name, upload := range uploaders {
+		t.Run(name, func(t *testing.T) {
+			h, err := objstore.NewFakeHandler(t.TempDir(), nil, s3test.Bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fp := &failingParts{h: h}
+			srv := httptest.NewServer(fp)
+			defer srv.Close()
+			c := newClient(t, objstore.FakeConfig(srv.URL, s3test.Bucket), objstore.Options{PartSize: objstore.MinPartSize, Concurrency: 2})
+			ctx := ctxT(t)
+			data := randBytes(20<<20, 2)
+			_, err = upload(c, ctx, "x/failed.obj", data, nil)
+			if err == nil {
+				t.Fatal("upload with a failing part succeeded")
+			}
+			if fp.unchecked.Load() != 0 || fp.parts.Load() == 0 {
+				t.Errorf("%d of %d parts were sent without a CRC32C", fp.unchecked.Load(), fp.parts.Load())
+			}
+			if fp.aborts.Load() == 0 {
+				t.Errorf("the multipart upload was not aborted (%d part requests)", fp.parts.Load())
+			}
+			assertNothingLeft(t, c, "x/failed.obj")
+		})
 	}
-	fp := &failingParts{h: h}
-	srv := httptest.NewServer(fp)
-	defer srv.Close()
-	c := newClient(t, objstore.FakeConfig(srv.URL, s3test.Bucket), objstore.Options{PartSize: objstore.MinPartSize, Concurrency: 2})
-	ctx := ctxT(t)
-	data := randBytes(20<<20, 2)
-	_, err = c.Upload(ctx, "x/failed.obj", bytes.NewReader(data), int64(len(data)), nil)
-	if err == nil {
-		t.Fatal("upload with a failing part succeeded")
-	}
-	if fp.unchecked.Load() != 0 || fp.parts.Load() == 0 {
-		t.Errorf("%d of %d parts were sent without a CRC32C", fp.unchecked.Load(), fp.parts.Load())
-	}
-	if fp.aborts.Load() == 0 {
-		t.Errorf("the multipart upload was not aborted (%d part requests)", fp.parts.Load())
-	}
-	assertNothingLeft(t, c, "x/failed.obj")
 }
 
 func TestCancelledUploadLeavesNothing(t *testing.T) {
 	for name, start := range s3test.Backends() {
-		t.Run(name, func(t *testing.T) {
-			cfg := start(t)
-			c := newClient(t, cfg, objstore.Options{PartSize: objstore.MinPartSize, Concurrency: 2})
-			ctx, cancel := context.WithCancel(ctxT(t))
-			data := randBytes(20<<20, 3)
-			_, err := c.Upload(ctx, "x/cancelled.obj", bytes.NewReader(data), int64(len(data)), func(done int64) {
-				cancel() // after the first part is acknowledged
+		for how, upload := range uploaders {
+			t.Run(name+"/"+how, func(t *testing.T) {
+				cfg := start(t)
+				c := newClient(t, cfg, objstore.Options{PartSize: objstore.MinPartSize, Concurrency: 2})
+				ctx, cancel := context.WithCancel(ctxT(t))
+				data := randBytes(20<<20, 3)
+				_, err := upload(c, ctx, "x/cancelled.obj", data, func(done int64) {
+					cancel() // after the first part is acknowledged
+				})
+				if err == nil {
+					t.Fatal("cancelled upload succeeded")
+				}
+				// Upload itself cleans up: no AbortIncompleteUploads here.
+				assertNothingLeft(t, c, "x/cancelled.obj")
 			})
-			if err == nil {
-				t.Fatal("cancelled upload succeeded")
+		}
+	}
+}
+
+// TestUploadAtRoundTrip uploads in place an empty object, a single PUT and
+// multipart objects (a last part shorter than the others, and more parts
+// than workers) to every backend: S3 holds the same bytes, the progress
+// rises to the size, and the result counts the parts.
+func TestUploadAtRoundTrip(t *testing.T) {
+	for name, start := range s3test.Backends() {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(t, start(t), objstore.Options{PartSize: objstore.MinPartSize, Concurrency: 2})
+			ctx := ctxT(t)
+			for _, tc := range []struct {
+				size  int
+				parts int
+			}{{0, 1}, {1000, 1}, {objstore.MinPartSize, 1}, {2*objstore.MinPartSize + 123, 3}, {5 * objstore.MinPartSize, 5}} {
+				data := randBytes(tc.size, uint64(tc.size))
+				key := fmt.Sprintf("at/%d.obj", tc.size)
+				var last int64
+				res, err := c.UploadAt(ctx, key, bytes.NewReader(data), int64(len(data)), func(done int64) {
+					if done <= last && done > 0 {
+						t.Errorf("progress %d after %d", done, last)
+					}
+					last = done
+				})
+				if err != nil {
+					t.Fatalf("%d bytes: %v", tc.size, err)
+				}
+				if res.Size != int64(tc.size) || res.Parts != tc.parts || res.ETag == "" || (tc.size > 0 && last != int64(tc.size)) {
+					t.Fatalf("%d bytes: result %+v, progress ended at %d", tc.size, res, last)
+				}
+				got, err := c.Get(ctx, key)
+				if err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("%d bytes: read back %d bytes, %v", tc.size, len(got), err)
+				}
 			}
-			// Upload itself cleans up: no AbortIncompleteUploads here.
-			assertNothingLeft(t, c, "x/cancelled.obj")
 		})
 	}
 }
