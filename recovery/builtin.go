@@ -22,6 +22,9 @@ import (
 // (*objstore.Client).
 type Store interface {
 	Upload(ctx context.Context, key string, body io.Reader, size int64, progress func(done int64)) (objstore.UploadResult, error)
+	// UploadAt is Upload of a body read where it lies, not copied (the
+	// automq target's objects).
+	UploadAt(ctx context.Context, key string, body io.ReaderAt, size int64, progress func(done int64)) (objstore.UploadResult, error)
 	Head(ctx context.Context, key string) (objstore.ObjectInfo, error)
 	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
 	Delete(ctx context.Context, key string) error

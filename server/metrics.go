@@ -93,3 +93,11 @@ func (s meteredStore) Upload(ctx context.Context, key string, body io.Reader, si
 	}
 	return res, err
 }
+
+func (s meteredStore) UploadAt(ctx context.Context, key string, body io.ReaderAt, size int64, progress func(done int64)) (objstore.UploadResult, error) {
+	res, err := s.Store.UploadAt(ctx, key, body, size, progress)
+	if err == nil {
+		s.m.Uploaded(res.Size)
+	}
+	return res, err
+}

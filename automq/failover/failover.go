@@ -29,7 +29,10 @@ type Controller interface {
 
 // Store is the part of the S3 client a failover uses (*objstore.Client).
 type Store interface {
-	Upload(ctx context.Context, key string, body io.Reader, size int64, progress func(done int64)) (objstore.UploadResult, error)
+	// UploadAt uploads size bytes of body without copying them (see
+	// objstore.Client.UploadAt): an object is laid out over the WAL's
+	// records in memory and read where they lie.
+	UploadAt(ctx context.Context, key string, body io.ReaderAt, size int64, progress func(done int64)) (objstore.UploadResult, error)
 	Head(ctx context.Context, key string) (objstore.ObjectInfo, error)
 	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
 }

@@ -1,7 +1,6 @@
 package failover
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -266,17 +265,14 @@ func (r *run) upload(ctx context.Context, o *planned, progress func(int64)) erro
 	case !errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("automq failover: look for object %s: %w", o.key, err)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		bw := bufio.NewWriterSize(pw, 1<<20)
-		err := r.write(o, bw)
-		if err == nil {
-			err = bw.Flush()
-		}
-		pw.CloseWithError(err)
-	}()
-	_, err = r.f.store.Upload(ctx, o.key, pr, o.size, progress)
-	pr.CloseWithError(io.ErrClosedPipe) // stops the writer if the upload ended early
+	// The object is laid out over the batch's records, which stay in
+	// memory until the batch is committed: its bytes are read where they
+	// lie, not copied into buffers.
+	body := &object.Segments{}
+	if err := r.write(o, body); err != nil {
+		return fmt.Errorf("automq failover: lay out object %d: %w", o.id, err)
+	}
+	_, err = r.f.store.UploadAt(ctx, o.key, body, o.size, progress)
 	if err != nil {
 		return fmt.Errorf("automq failover: upload object %d (%s, %d bytes): %w", o.id, o.key, o.size, err)
 	}
