@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"walden/bench/internal/procstat"
 	waldenv1 "walden/proto/walden/v1"
 )
 
@@ -241,7 +242,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for _, n := range o.Brokers {
 		for _, b := range variants {
-			fmt.Fprintf(stderr, "%s (%s renewals), %d brokers: starting (load average %s)\n", b.name, b.transport, n, loadavg())
+			fmt.Fprintf(stderr, "%s (%s renewals), %d brokers: starting (load average %s)\n", b.name, b.transport, n, procstat.Loadavg())
 			r, err := measure(ctx, o, b.bin, b.transport, self, top, n, stderr)
 			r.Build, r.Transport = b.name, b.transport
 			if ctx.Err() != nil {
@@ -405,7 +406,7 @@ func (l *loads) stop() {
 
 // measure runs one measurement with n brokers.
 func measure(ctx context.Context, o options, bin, transport, self, top string, n int, log io.Writer) (row, error) {
-	r := row{Brokers: n, Policy: o.Policy, LoadBefore: loadavg(), Date: time.Now().Format(time.RFC3339)}
+	r := row{Brokers: n, Policy: o.Policy, LoadBefore: procstat.Loadavg(), Date: time.Now().Format(time.RFC3339)}
 	dir, err := os.MkdirTemp(top, fmt.Sprintf("n%d-", n))
 	if err != nil {
 		return r, err
@@ -546,7 +547,7 @@ func measure(ctx context.Context, o options, bin, transport, self, top string, n
 			r.FalseFailovers = total - len(lat)
 		}
 	}
-	r.LoadAfter = loadavg()
+	r.LoadAfter = procstat.Loadavg()
 	return r, nil
 }
 
@@ -653,20 +654,20 @@ func steady(ctx context.Context, o options, cl *cluster, l *loads, r *row) error
 	if err != nil {
 		return err
 	}
-	c0 := make([]procSample, 3)
-	cs0 := make([]schedSample, 3)
+	c0 := make([]procstat.Sample, 3)
+	cs0 := make([]procstat.Sched, 3)
 	for i, m := range cl.coords {
-		if c0[i], err = readProc(m.cmd.Process.Pid); err != nil {
+		if c0[i], err = procstat.Read(m.cmd.Process.Pid); err != nil {
 			return err
 		}
-		cs0[i] = readSched(m.cmd.Process.Pid)
+		cs0[i] = procstat.ReadSched(m.cmd.Process.Pid)
 	}
-	l0 := make([]procSample, len(l.procs))
-	var ls0 schedSample
+	l0 := make([]procstat.Sample, len(l.procs))
+	var ls0 procstat.Sched
 	for i, lp := range l.procs {
-		l0[i], _ = readProc(lp.cmd.Process.Pid)
-		ss := readSched(lp.cmd.Process.Pid)
-		ls0.run, ls0.wait = ls0.run+ss.run, ls0.wait+ss.wait
+		l0[i], _ = procstat.Read(lp.cmd.Process.Pid)
+		ss := procstat.ReadSched(lp.cmd.Process.Pid)
+		ls0.Run, ls0.Wait = ls0.Run+ss.Run, ls0.Wait+ss.Wait
 	}
 	t0 := time.Now()
 	var rssSum [3]float64
@@ -679,38 +680,38 @@ func steady(ctx context.Context, o options, cl *cluster, l *loads, r *row) error
 		}
 		samples++
 		for i, m := range cl.coords {
-			s, _ := readProc(m.cmd.Process.Pid)
-			rssSum[i] += float64(s.rss)
+			s, _ := procstat.Read(m.cmd.Process.Pid)
+			rssSum[i] += float64(s.RSS)
 			if samples%5 == 1 {
 				r.CoordGoroutines[i] = max(r.CoordGoroutines[i], cl.goroutines(ctx, m))
 			}
 		}
 		var lr float64
 		for _, lp := range l.procs {
-			s, _ := readProc(lp.cmd.Process.Pid)
-			lr += float64(s.rss)
+			s, _ := procstat.Read(lp.cmd.Process.Pid)
+			lr += float64(s.RSS)
 		}
 		loadRSS = max(loadRSS, lr)
 	}
 	wall := time.Since(t0).Seconds()
 	for i, m := range cl.coords {
-		s, err := readProc(m.cmd.Process.Pid)
+		s, err := procstat.Read(m.cmd.Process.Pid)
 		if err != nil {
 			return err
 		}
-		r.CoordCores[i] = cores(c0[i], s)
-		r.CoordWait = max(r.CoordWait, waitPerRun(cs0[i], readSched(m.cmd.Process.Pid)))
+		r.CoordCores[i] = procstat.Cores(c0[i], s)
+		r.CoordWait = max(r.CoordWait, procstat.WaitPerRun(cs0[i], procstat.ReadSched(m.cmd.Process.Pid)))
 		r.CoordRSSMB[i] = rssSum[i] / float64(samples) / (1 << 20)
-		r.CoordPeakRSSMB[i] = float64(s.hwm) / (1 << 20)
+		r.CoordPeakRSSMB[i] = float64(s.HWM) / (1 << 20)
 	}
-	var ls1 schedSample
+	var ls1 procstat.Sched
 	for i, lp := range l.procs {
-		s, _ := readProc(lp.cmd.Process.Pid)
-		r.LoadCores += cores(l0[i], s)
-		ss := readSched(lp.cmd.Process.Pid)
-		ls1.run, ls1.wait = ls1.run+ss.run, ls1.wait+ss.wait
+		s, _ := procstat.Read(lp.cmd.Process.Pid)
+		r.LoadCores += procstat.Cores(l0[i], s)
+		ss := procstat.ReadSched(lp.cmd.Process.Pid)
+		ls1.Run, ls1.Wait = ls1.Run+ss.Run, ls1.Wait+ss.Wait
 	}
-	r.LoadWait = waitPerRun(ls0, ls1)
+	r.LoadWait = procstat.WaitPerRun(ls0, ls1)
 	r.LoadRSSMB = loadRSS / (1 << 20)
 	st1, err := cl.status(ctx, ld)
 	if err != nil {

@@ -5,35 +5,9 @@ import (
 	"io"
 	"math"
 	"testing"
-	"time"
 
 	"walden/config"
 )
-
-func TestParseStatCPU(t *testing.T) {
-	// A command name with spaces and parentheses; utime 150, stime 50.
-	line := []byte("4242 (walden (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 12 0 100 0 0")
-	got, err := parseStatCPU(line)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 2 * time.Second; got != want {
-		t.Fatalf("cpu %v, want %v", got, want)
-	}
-	if _, err := parseStatCPU([]byte("4242 (walden) S 1")); err == nil {
-		t.Fatal("a short line parsed")
-	}
-}
-
-func TestParseStatusKB(t *testing.T) {
-	st := []byte("Name:\twalden\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n")
-	if got := parseStatusKB(st, "VmRSS:"); got != 102400 {
-		t.Fatalf("VmRSS %d", got)
-	}
-	if got := parseStatusKB(st, "VmHWM:"); got != 204800 {
-		t.Fatalf("VmHWM %d", got)
-	}
-}
 
 func TestPct(t *testing.T) {
 	xs := []float64{5, 1, 4, 2, 3}
