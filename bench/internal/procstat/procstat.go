@@ -142,3 +142,45 @@ func Loadavg() string {
 	}
 	return f[0]
 }
+
+// IO is what a process read and wrote through system calls
+// (/proc/PID/io): the bytes (rchar, wchar, whatever the file: sockets,
+// pipes, disks) and the number of read and write calls (syscr, syscw).
+type IO struct {
+	ReadBytes, WriteBytes int64
+	ReadCalls, WriteCalls int64
+}
+
+// ReadIO samples the I/O counters of process pid.
+func ReadIO(pid int) (IO, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return IO{}, err
+	}
+	return ParseIO(b)
+}
+
+// ParseIO parses the text of /proc/PID/io.
+func ParseIO(b []byte) (IO, error) {
+	var s IO
+	fields := map[string]*int64{"rchar": &s.ReadBytes, "wchar": &s.WriteBytes, "syscr": &s.ReadCalls, "syscw": &s.WriteCalls}
+	seen := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		p := fields[k]
+		if !ok || p == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return s, fmt.Errorf("/proc io: %s: %q is not a number", k, strings.TrimSpace(v))
+		}
+		*p = n
+		seen++
+	}
+	if seen < len(fields) {
+		return s, fmt.Errorf("/proc io: %d of the fields rchar, wchar, syscr, syscw", seen)
+	}
+	return s, nil
+}

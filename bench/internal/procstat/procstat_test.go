@@ -68,3 +68,19 @@ func TestReadSelf(t *testing.T) {
 		t.Fatalf("run %v, from %v", sb.Run, sa.Run)
 	}
 }
+
+func TestParseIO(t *testing.T) {
+	got, err := ParseIO([]byte("rchar: 6976\nwchar: 12\nsyscr: 10\nsyscw: 3\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (IO{ReadBytes: 6976, WriteBytes: 12, ReadCalls: 10, WriteCalls: 3}); got != want {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	if _, err := ParseIO([]byte("rchar: 1\nwchar: 2\n")); err == nil {
+		t.Fatal("a text without syscr and syscw parsed")
+	}
+	if _, err := ParseIO([]byte("rchar: x\nwchar: 2\nsyscr: 1\nsyscw: 1\n")); err == nil {
+		t.Fatal("a text with a bad number parsed")
+	}
+}
