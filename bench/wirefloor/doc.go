@@ -28,8 +28,9 @@
 // calls and bytes (/proc/PID/io) and the messages answered, again after
 // -window, and reports per transport the median and range over -rounds
 // of: the server's CPU per message answered (ms), its cores, its wait for a
-// CPU per second it ran, its read and write calls and bytes per message,
-// its RSS, and the clients' CPU per answer. The rounds interleave the
+// CPU per second it ran, its read and write calls, the times its threads
+// were put on a CPU (time slices: a wake-up each) and the bytes read and
+// written per message, its RSS, and the clients' CPU per answer. The rounds interleave the
 // transports, so that a change in the machine's load touches them alike.
 //
 // It owns only its temporary directory (the certificate) and the processes

@@ -137,6 +137,7 @@ type round struct {
 	ServerReadCalls  float64 `json:"server_read_calls_per_msg"`
 	ServerWriteCalls float64 `json:"server_write_calls_per_msg"`
 	ServerBytes      float64 `json:"server_bytes_per_msg"`
+	ServerSlices     float64 `json:"server_slices_per_msg"`
 	ServerRSSMB      float64 `json:"server_rss_mb"`
 	// The clients, all processes together: requests sent and answers
 	// received in the window, sends more than a period late (over the
@@ -168,6 +169,7 @@ type summary struct {
 	ServerWait     stat   `json:"server_wait_per_run"`
 	ServerCalls    stat   `json:"server_calls_per_msg"`
 	ServerBytes    stat   `json:"server_bytes_per_msg"`
+	ServerSlices   stat   `json:"server_slices_per_msg"`
 	ServerRSSMB    stat   `json:"server_rss_mb"`
 	ClientMsPerMsg stat   `json:"clients_cpu_ms_per_msg"`
 	ClientWait     stat   `json:"clients_wait_per_run"`
@@ -261,7 +263,7 @@ func summarize(ts []string, rows []round) []summary {
 	var out []summary
 	for _, t := range ts {
 		s := summary{Transport: t}
-		var ans, ms, cores, wait, calls, bytes, rss, cms, cwait []float64
+		var ans, ms, cores, wait, calls, bytes, wakes, rss, cms, cwait []float64
 		for _, r := range rows {
 			if r.Transport != t {
 				continue
@@ -274,12 +276,13 @@ func summarize(ts []string, rows []round) []summary {
 			wait = append(wait, r.ServerWait)
 			calls = append(calls, r.ServerReadCalls+r.ServerWriteCalls)
 			bytes = append(bytes, r.ServerBytes)
+			wakes = append(wakes, r.ServerSlices)
 			rss = append(rss, r.ServerRSSMB)
 			cms = append(cms, r.ClientMsPerMsg)
 			cwait = append(cwait, r.ClientWait)
 		}
 		s.AnsweredPerS, s.ServerMsPerMsg, s.ServerCores, s.ServerWait = statOf(ans), statOf(ms), statOf(cores), statOf(wait)
-		s.ServerCalls, s.ServerBytes, s.ServerRSSMB = statOf(calls), statOf(bytes), statOf(rss)
+		s.ServerCalls, s.ServerBytes, s.ServerSlices, s.ServerRSSMB = statOf(calls), statOf(bytes), statOf(wakes), statOf(rss)
 		s.ClientMsPerMsg, s.ClientWait = statOf(cms), statOf(cwait)
 		out = append(out, s)
 	}
@@ -291,14 +294,14 @@ func printTable(w io.Writer, rep report) {
 		rep.Date, rep.CPUs, rep.Conns, rep.Rate, time.Duration(rep.WarmupS*float64(time.Second)),
 		time.Duration(rep.WindowS*float64(time.Second)), rep.LoadBefore, rep.LoadAfter)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "transport\trounds\tmsg bytes (req/ans)\tanswered/s\tserver ms/msg\tserver cores\tserver wait/run\tserver syscalls/msg\tserver bytes/msg\tserver RSS MB\tclients ms/msg\tclients wait/run")
+	fmt.Fprintln(tw, "transport\trounds\tmsg bytes (req/ans)\tanswered/s\tserver ms/msg\tserver cores\tserver wait/run\tserver syscalls/msg\tserver slices/msg\tserver bytes/msg\tserver RSS MB\tclients ms/msg\tclients wait/run")
 	for _, s := range rep.Summary {
-		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Transport, s.Rounds, s.RequestBytes, s.AnswerBytes,
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Transport, s.Rounds, s.RequestBytes, s.AnswerBytes,
 			fmtStat(s.AnsweredPerS, 0), fmtStat(s.ServerMsPerMsg, 4), fmtStat(s.ServerCores, 3), fmtStat(s.ServerWait, 2),
-			fmtStat(s.ServerCalls, 2), fmtStat(s.ServerBytes, 0), fmtStat(s.ServerRSSMB, 0), fmtStat(s.ClientMsPerMsg, 4), fmtStat(s.ClientWait, 2))
+			fmtStat(s.ServerCalls, 2), fmtStat(s.ServerSlices, 2), fmtStat(s.ServerBytes, 0), fmtStat(s.ServerRSSMB, 0), fmtStat(s.ClientMsPerMsg, 4), fmtStat(s.ClientWait, 2))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "median [min–max] over the rounds; ms/msg is CPU (user + system) per message answered; syscalls and bytes are the server's reads and writes of any file per message; msg bytes are the payloads (raw: frame; grpc: protobuf, before gRPC's and HTTP/2's framing)")
+	fmt.Fprintln(w, "median [min–max] over the rounds; ms/msg is CPU (user + system) per message answered; syscalls and bytes are the server's reads and writes of any file per message; slices are the times its threads were put on a CPU per message; msg bytes are the payloads (raw: frame; grpc: protobuf, before gRPC's and HTTP/2's framing)")
 }
 
 func fmtStat(s stat, prec int) string {
@@ -547,6 +550,7 @@ func measure(ctx context.Context, o options, self, t, cert, key string, stderr i
 		row.ServerReadCalls = float64(s1[0].io.ReadCalls-s0[0].io.ReadCalls) / n
 		row.ServerWriteCalls = float64(s1[0].io.WriteCalls-s0[0].io.WriteCalls) / n
 		row.ServerBytes = float64(s1[0].io.ReadBytes-s0[0].io.ReadBytes+s1[0].io.WriteBytes-s0[0].io.WriteBytes) / n
+		row.ServerSlices = float64(s1[0].sched.Slices-s0[0].sched.Slices) / n
 	}
 	var ccpu time.Duration
 	var sch0, sch1 procstat.Sched

@@ -68,7 +68,7 @@ func TestTransports(t *testing.T) {
 		if r.ClientSent < r.ClientAnswered || r.ClientSent > r.ClientAnswered+40 {
 			t.Errorf("%s: clients sent %d, received %d", r.Transport, r.ClientSent, r.ClientAnswered)
 		}
-		if r.ServerMsPerMsg <= 0 || r.ClientMsPerMsg <= 0 || r.ServerReadCalls <= 0 || r.ServerWriteCalls <= 0 || r.ServerRSSMB <= 0 {
+		if r.ServerMsPerMsg <= 0 || r.ClientMsPerMsg <= 0 || r.ServerReadCalls <= 0 || r.ServerWriteCalls <= 0 || r.ServerSlices <= 0 || r.ServerRSSMB <= 0 {
 			t.Errorf("%s: not measured: %+v", r.Transport, r)
 		}
 	}

@@ -86,9 +86,12 @@ func ParseStatusKB(b []byte, key string) int64 {
 }
 
 // Sched is how long a process's threads ran and waited runnable for a CPU
-// (/proc/PID/task/*/schedstat), summed over the threads alive now.
+// and how many times they were put on one (their time slices: a thread
+// that wakes, runs and sleeps again is one), from
+// /proc/PID/task/*/schedstat, summed over the threads alive now.
 type Sched struct {
 	Run, Wait time.Duration
+	Slices    int64
 }
 
 // ReadSched samples the scheduler statistics of process pid.
@@ -101,13 +104,15 @@ func ReadSched(pid int) Sched {
 			continue
 		}
 		f := strings.Fields(string(b))
-		if len(f) < 2 {
+		if len(f) < 3 {
 			continue
 		}
 		run, _ := strconv.ParseInt(f[0], 10, 64)
 		wait, _ := strconv.ParseInt(f[1], 10, 64)
+		slices, _ := strconv.ParseInt(f[2], 10, 64)
 		s.Run += time.Duration(run)
 		s.Wait += time.Duration(wait)
+		s.Slices += slices
 	}
 	return s
 }

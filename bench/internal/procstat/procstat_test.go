@@ -64,8 +64,8 @@ func TestReadSelf(t *testing.T) {
 	if c := Cores(a, b); c <= 0 {
 		t.Fatalf("cores %v", c)
 	}
-	if sb := ReadSched(pid); sb.Run <= sa.Run {
-		t.Fatalf("run %v, from %v", sb.Run, sa.Run)
+	if sb := ReadSched(pid); sb.Run <= sa.Run || sb.Slices <= 0 {
+		t.Fatalf("run %v in %d slices, from %v", sb.Run, sb.Slices, sa.Run)
 	}
 }
 
