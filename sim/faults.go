@@ -266,6 +266,23 @@ func (w *World) suspend(h int, d time.Duration) {
 	})
 }
 
+// startEmpty starts coordinator c's host again with an empty data dir (no
+// lease state) and the default policy in its config file, as a member
+// replaced after its disk was lost.
+func (w *World) startEmpty(c *Coord) {
+	h := c.host()
+	h.down = false
+	h.lastTrouble = w.now
+	c.store = &lease.MemStore{}
+	c.config = w.basePolicy()
+	w.raft.believedLeader[c.idx], w.raft.believedTerm[c.idx] = w.raft.leader, w.raft.term
+	c.emptyDataDir = true
+	c.reset()
+	c.emptyDataDir = false
+	w.tracef("%s started with an empty data dir", c.name)
+	c.start()
+}
+
 // replaceCoord replaces coordinator c under its name, as the runbook does
 // after its disk is lost: it dies, its removal is committed, it is added
 // again as a learner and started after d with an empty data dir (no lease
@@ -293,18 +310,7 @@ func (w *World) replaceCoord(c *Coord, d time.Duration) {
 		w.raft.commitConf(change(raftpb.ConfChangeAddLearnerNode), ctx)
 		w.tracef("operator: %s added again as a learner", c.name)
 	})
-	w.after(int64(d), func() {
-		h.down = false
-		h.lastTrouble = w.now
-		c.store = &lease.MemStore{}
-		c.config = w.basePolicy()
-		w.raft.believedLeader[c.idx], w.raft.believedTerm[c.idx] = w.raft.leader, w.raft.term
-		c.emptyDataDir = true
-		c.reset()
-		c.emptyDataDir = false
-		w.tracef("%s started with an empty data dir", c.name)
-		c.start()
-	})
+	w.after(int64(d), func() { w.startEmpty(c) })
 	w.after(int64(max(spacing, d+time.Second)), func() {
 		w.raft.commitConf(change(raftpb.ConfChangeAddNode), ctx)
 		w.tracef("raft: %s promoted to voter (%.1fs after its removal)", c.name, float64(max(spacing, d+time.Second))/1e9)

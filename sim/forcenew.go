@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"walden/fsm"
-	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 	"walden/raftnode/raftnodetest"
@@ -168,19 +167,7 @@ func (w *World) forceNewCluster(s *Coord) {
 			w.raft.commitConf(change(raftpb.ConfChangeAddLearnerNode), ctx)
 			w.tracef("operator: %s added back as a learner", o.name)
 		})
-		w.at(start, func() {
-			oh := o.host()
-			oh.down = false
-			oh.lastTrouble = w.now
-			o.store = &lease.MemStore{}
-			o.config = w.basePolicy()
-			w.raft.believedLeader[o.idx], w.raft.believedTerm[o.idx] = w.raft.leader, w.raft.term
-			o.emptyDataDir = true
-			o.reset()
-			o.emptyDataDir = false
-			w.tracef("%s started with an empty data dir", o.name)
-			o.start()
-		})
+		w.at(start, func() { w.startEmpty(o) })
 		promoteAt = max(promoteAt, start+int64(time.Second))
 		w.at(promoteAt, func() {
 			w.raft.commitConf(change(raftpb.ConfChangeAddNode), ctx)
