@@ -50,14 +50,7 @@ func mappedRSS(t *testing.T, path string) int64 {
 func TestMappedScanGivesPagesBack(t *testing.T) {
 	const size = 96 << 20
 	path, n, payloadLen := writeReleaseWAL(t, size)
-	rd, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	if rd.mapped == nil {
-		t.Skip("the WAL could not be mapped here")
-	}
+	rd := openMapped(t, path)
 	var first []byte
 	got := 0
 	for {
@@ -127,14 +120,7 @@ func writeReleaseWAL(t *testing.T, size int) (string, int, int) {
 func TestHoldMapsKeptBodiesBack(t *testing.T) {
 	const size = 64 << 20
 	path, n, _ := writeReleaseWAL(t, size)
-	rd, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	if rd.mapped == nil {
-		t.Skip("the WAL could not be mapped here")
-	}
+	rd := openMapped(t, path)
 	if err := unix.Madvise(rd.mapped[:os.Getpagesize()], unix.MADV_POPULATE_READ); err != nil {
 		t.Skipf("this kernel has no MADV_POPULATE_READ: %v", err)
 	}
@@ -169,4 +155,19 @@ func TestHoldMapsKeptBodiesBack(t *testing.T) {
 			t.Fatalf("body %d starts its payload with %d after Hold", i, b[BodyHeaderSize])
 		}
 	}
+}
+
+// openMapped opens the WAL at path through its mapping, closed at the end
+// of the test; it skips the test where the WAL cannot be mapped.
+func openMapped(t *testing.T, path string) *Reader {
+	t.Helper()
+	rd, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rd.Close() })
+	if rd.mapped == nil {
+		t.Skip("the WAL could not be mapped here")
+	}
+	return rd
 }
