@@ -168,13 +168,15 @@ func (s *scanner) next() (*batch, error) {
 	sort.Slice(b.streams, func(i, j int) bool { return b.streams[i].id < b.streams[j].id })
 	// The batch's records are read twice more (laid out, then uploaded):
 	// map their pages in once rather than a fault per page.
-	var bodies [][]byte
-	for _, sr := range b.streams {
-		for _, r := range sr.recs {
-			bodies = append(bodies, r.body)
+	if !copyBodies {
+		bodies := make([][]byte, 0, b.count)
+		for _, sr := range b.streams {
+			for _, r := range sr.recs {
+				bodies = append(bodies, r.body)
+			}
 		}
+		s.rd.Hold(bodies)
 	}
-	s.rd.Hold(bodies)
 	return b, nil
 }
 
