@@ -51,24 +51,7 @@ func TestMappedScanGivesPagesBack(t *testing.T) {
 	const size = 96 << 20
 	path, n, payloadLen := writeReleaseWAL(t, size)
 	rd := openMapped(t, path)
-	var first []byte
-	got := 0
-	for {
-		rec, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got == 0 {
-			first = rec.Batch.Payload
-		}
-		got++
-	}
-	if got != n {
-		t.Fatalf("scanned %d records, wrote %d", got, n)
-	}
+	first := scanAll(t, rd, n)[0].Batch.Payload
 	// The prefetcher gives pages back as it follows the scan; wait for it.
 	// Without it the whole WAL (96 MiB) stays resident; with it about
 	// prefetchAhead + releaseBehind chunks do (12 MiB), up to 31 MiB seen
@@ -126,19 +109,9 @@ func TestHoldMapsKeptBodiesBack(t *testing.T) {
 	}
 	var bodies [][]byte
 	var held int64
-	for {
-		rec, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, rec := range scanAll(t, rd, n) {
 		bodies = append(bodies, rec.Body)
 		held += int64(len(rec.Body))
-	}
-	if len(bodies) != n {
-		t.Fatalf("scanned %d records, wrote %d", len(bodies), n)
 	}
 	testutil.Eventually(t, 10*time.Second, "pages given back behind the scan", func() error {
 		if resident := mappedRSS(t, path); resident > held/2 {
@@ -170,4 +143,24 @@ func openMapped(t *testing.T, path string) *Reader {
 		t.Skip("the WAL could not be mapped here")
 	}
 	return rd
+}
+
+// scanAll reads every record of rd and checks there are want of them.
+func scanAll(t *testing.T, rd *Reader, want int) []Record {
+	t.Helper()
+	var recs []Record
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	if len(recs) != want {
+		t.Fatalf("scanned %d records, wrote %d", len(recs), want)
+	}
+	return recs
 }
