@@ -52,6 +52,7 @@ type childOptions struct {
 	cert, key     string
 	conns         int // this process's connections
 	first, total  int // its first connection's index among all of the run's
+	slot          time.Duration
 	rate          float64
 	lifetime      time.Duration
 }
@@ -82,13 +83,14 @@ func runChild(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.conns, "conns", 1, "connections of this process (clients)")
 	fs.IntVar(&o.first, "first", 0, "index of this process's first connection among all (clients)")
 	fs.IntVar(&o.total, "total", 1, "connections of the run (clients)")
+	fs.DurationVar(&o.slot, "slot", 0, "send slot (clients): 0 spreads the sends evenly over each period, d > 0 sends those of each d together")
 	fs.Float64Var(&o.rate, "rate", 1, "requests per second per connection")
 	fs.DurationVar(&o.lifetime, "lifetime", time.Minute, "the process ends after this long")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if o.rate <= 0 || o.lifetime <= 0 || o.conns < 1 || o.total < o.first+o.conns {
-		return fmt.Errorf("wirefloor child: bad -rate %v, -lifetime %v, -conns %d, -first %d or -total %d", o.rate, o.lifetime, o.conns, o.first, o.total)
+	if o.rate <= 0 || o.lifetime <= 0 || o.conns < 1 || o.total < o.first+o.conns || o.slot < 0 {
+		return fmt.Errorf("wirefloor child: bad -rate %v, -lifetime %v, -conns %d, -first %d, -total %d or -slot %v", o.rate, o.lifetime, o.conns, o.first, o.total, o.slot)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.lifetime)
 	defer cancel()
@@ -349,8 +351,7 @@ func dial(ctx context.Context, o childOptions, roots *x509.CertPool) (exchanger,
 
 // clients opens o.conns connections, says "ready", and on "go T" sends on
 // each one request every 1/o.rate seconds from T, connection i of the run
-// offset by i/o.total of that period, until ctx ends or it has sent
-// maxMessages.
+// offset by sendOffset, until ctx ends or it has sent maxMessages.
 func clients(ctx context.Context, cancel context.CancelFunc, o childOptions, stdout io.Writer) error {
 	out := &lockedWriter{w: stdout} // a line in one write
 	var sent, answered, late atomic.Uint64
@@ -419,13 +420,25 @@ func clients(ctx context.Context, cancel context.CancelFunc, o childOptions, std
 	case <-ctx.Done():
 		return nil
 	}
-	period := time.Duration(float64(time.Second) / o.rate)
+	period := periodOf(o.rate)
 	for i, c := range conns {
-		offset := time.Duration(int64(period) * int64(o.first+i) / int64(o.total))
+		offset := sendOffset(o.first+i, o.total, period, o.slot)
 		wg.Go(func() { load(ctx, c, t0.Add(offset), period, o.maxMessages(), &sent, &answered, &late) })
 	}
 	wg.Wait()
 	return nil
+}
+
+// sendOffset is when connection i of n sends within each period: i/n of
+// the period, the sends spread evenly over it (slot 0), or that rounded
+// down to a multiple of slot, so that the connections of a slot send
+// together at its start (as agents renew at a coordinator's renewal slots).
+func sendOffset(i, n int, period, slot time.Duration) time.Duration {
+	even := time.Duration(int64(period) * int64(i) / int64(n))
+	if slot <= 0 {
+		return even
+	}
+	return even - even%slot
 }
 
 // cmp keeps the first error.

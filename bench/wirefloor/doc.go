@@ -18,20 +18,29 @@
 //     certificate made for the run; server authentication only, which
 //     changes the handshake, not what a message costs).
 //
-// For each transport and round it starts the server as a child process
-// (this binary with -serve) and the clients in -client-procs other child
-// processes (this binary with -client): -conns connections in all, on
-// 127.0.0.1, each sending -rate requests a second, the sends of all the
-// connections spread evenly over each period as agents' renewals are. After
-// -warmup it samples the server's and the clients' CPU (utime + stime,
-// /proc/PID/stat), scheduler wait (/proc/PID/task/*/schedstat), system
-// calls and bytes (/proc/PID/io) and the messages answered, again after
-// -window, and reports per transport the median and range over -rounds
-// of: the server's CPU per message answered (ms), its cores, its wait for a
-// CPU per second it ran, its read and write calls, the times its threads
-// were put on a CPU (time slices: a wake-up each) and the bytes read and
-// written per message, its RSS, and the clients' CPU per answer. The rounds interleave the
-// transports, so that a change in the machine's load touches them alike.
+// Each transport is measured with each send slot of -slots. With slot 0 the
+// sends of all the connections are spread evenly over each period
+// (connection i of N sends at i/N of it), so that every message arrives
+// alone; with a slot d (1ms up to half the period) each connection's time
+// is rounded down to a multiple of d, so that the connections of a slot
+// send together at its start, as agents renewing at a coordinator's
+// renewal slots do. The period is the same either way.
+//
+// For each transport, slot and round it starts the server as a child
+// process (this binary with -serve) and the clients in -client-procs other
+// child processes (this binary with -client, told the slot by -slot):
+// -conns connections in all, on 127.0.0.1, each sending -rate requests a
+// second. After -warmup it samples the server's and the clients' CPU
+// (utime + stime, /proc/PID/stat), scheduler wait
+// (/proc/PID/task/*/schedstat), system calls and bytes (/proc/PID/io) and
+// the messages answered, again after -window, and reports per transport
+// and slot the median and range over -rounds of: the server's CPU per
+// message answered (ms), its cores, its wait for a CPU per second it ran,
+// its read and write calls, the times its threads were put on a CPU (time
+// slices: a wake-up each) and the bytes read and written per message, its
+// RSS, and the clients' CPU per answer. The rounds interleave the
+// transports and slots, so that a change in the machine's load touches
+// them alike.
 //
 // It owns only its temporary directory (the certificate) and the processes
 // it starts, which are killed when it ends (and die with it if it is
@@ -40,7 +49,7 @@
 // Usage (from the bench module):
 //
 //	go run ./wirefloor [-conns 1000] [-rate 1] [-warmup 5s] [-window 20s] [-rounds 3]
-//		[-transports raw,grpc,grpc-tls] [-client-procs 2] [-o table|json]
+//		[-transports raw,grpc,grpc-tls] [-slots 0[,20ms,100ms...]] [-client-procs 2] [-o table|json]
 //
 // The figures and what they say: docs/scale.md.
 package main

@@ -49,6 +49,7 @@ type options struct {
 	Window      time.Duration
 	Rounds      int
 	Transports  []string
+	Slots       []time.Duration // 0: sends spread evenly; d > 0: those of each d together
 	ClientProcs int
 	Format      string
 }
@@ -79,10 +80,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.Conns, "conns", 1000, "client connections (one TCP connection each), in 1..20000")
 	fs.Float64Var(&o.Rate, "rate", 1, "requests per second per connection, in (0, 1000]")
-	fs.DurationVar(&o.Warmup, "warmup", 5*time.Second, "unmeasured time once every connection sends, per transport and round")
-	fs.DurationVar(&o.Window, "window", 20*time.Second, "measured window per transport and round")
-	fs.IntVar(&o.Rounds, "rounds", 3, "rounds (each measures every transport); the table shows the median and range")
+	fs.DurationVar(&o.Warmup, "warmup", 5*time.Second, "unmeasured time once every connection sends, per transport, slot and round")
+	fs.DurationVar(&o.Window, "window", 20*time.Second, "measured window per transport, slot and round")
+	fs.IntVar(&o.Rounds, "rounds", 3, "rounds (each measures every transport with every slot); the table shows the median and range")
 	ts := fs.String("transports", strings.Join(transports, ","), "comma-separated transports: raw, grpc, grpc-tls")
+	slots := fs.String("slots", "0", "comma-separated send slots: 0 spreads the sends evenly over each period; a duration d in 1ms..period/2 rounds each connection's send time down to a multiple of d, so that the connections of a slot send together")
 	fs.IntVar(&o.ClientProcs, "client-procs", 2, "client processes the connections are spread over, in 1..16")
 	fs.StringVar(&o.Format, "o", "table", "output: table (for people) or json (for scripts)")
 	if err := fs.Parse(args); err != nil {
@@ -117,13 +119,75 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.Transports = append(o.Transports, t)
 		}
 	}
+	var err error
+	if o.Slots, err = parseSlots(*slots, periodOf(o.Rate)); err != nil {
+		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
 	return o, nil
 }
 
-// round is what one transport measured in one round.
+// parseSlots reads the comma-separated list of -slots: each 0 or a
+// duration in 1ms..period/2, each once, in their order.
+func parseSlots(list string, period time.Duration) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, fmt.Errorf("-slots: %q is not a duration (such as 0, 20ms or 100ms)", f)
+		}
+		if d != 0 && (d < time.Millisecond || d > period/2) {
+			return nil, fmt.Errorf("-slots: %v is neither 0 nor in 1ms..%v (half the period of %v between a connection's sends)", d, period/2, period)
+		}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// periodOf is the time between two sends of a connection at rate a second.
+func periodOf(rate float64) time.Duration {
+	return time.Duration(float64(time.Second) / rate)
+}
+
+// variant is what a round measures once: a transport with a send slot.
+type variant struct {
+	transport string
+	slot      time.Duration
+}
+
+func (v variant) String() string { return v.transport + ", slot " + fmtSlot(v.slot) }
+
+// variants are the transports with each slot, in the order every round
+// measures them.
+func (o options) variants() []variant {
+	var vs []variant
+	for _, t := range o.Transports {
+		for _, s := range o.Slots {
+			vs = append(vs, variant{transport: t, slot: s})
+		}
+	}
+	return vs
+}
+
+// slotMs is a slot in milliseconds, as rows and summaries report it.
+func slotMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fmtSlot is a slot as the table and the progress lines show it.
+func fmtSlot(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	return d.String()
+}
+
+// round is what one variant measured in one round.
 type round struct {
 	Transport string `json:"transport"`
-	Round     int    `json:"round"`
+	// SlotMs is the send slot in milliseconds (0: sends spread evenly).
+	SlotMs float64 `json:"slot_ms"`
+	Round  int     `json:"round"`
 	// Expected is the messages a second the clients were to send.
 	Expected float64 `json:"expected_per_s"`
 	// The server: messages answered in the window and per second, CPU per
@@ -157,22 +221,23 @@ type round struct {
 	ServerStartedAt string  `json:"started_at"`
 }
 
-// summary is the median and range of the rounds of one transport.
+// summary is the median and range of the rounds of one variant.
 type summary struct {
-	Transport      string `json:"transport"`
-	Rounds         int    `json:"rounds"`
-	RequestBytes   int    `json:"request_bytes"`
-	AnswerBytes    int    `json:"answer_bytes"`
-	AnsweredPerS   stat   `json:"server_answered_per_s"`
-	ServerMsPerMsg stat   `json:"server_cpu_ms_per_msg"`
-	ServerCores    stat   `json:"server_cores"`
-	ServerWait     stat   `json:"server_wait_per_run"`
-	ServerCalls    stat   `json:"server_calls_per_msg"`
-	ServerBytes    stat   `json:"server_bytes_per_msg"`
-	ServerSlices   stat   `json:"server_slices_per_msg"`
-	ServerRSSMB    stat   `json:"server_rss_mb"`
-	ClientMsPerMsg stat   `json:"clients_cpu_ms_per_msg"`
-	ClientWait     stat   `json:"clients_wait_per_run"`
+	Transport      string  `json:"transport"`
+	SlotMs         float64 `json:"slot_ms"`
+	Rounds         int     `json:"rounds"`
+	RequestBytes   int     `json:"request_bytes"`
+	AnswerBytes    int     `json:"answer_bytes"`
+	AnsweredPerS   stat    `json:"server_answered_per_s"`
+	ServerMsPerMsg stat    `json:"server_cpu_ms_per_msg"`
+	ServerCores    stat    `json:"server_cores"`
+	ServerWait     stat    `json:"server_wait_per_run"`
+	ServerCalls    stat    `json:"server_calls_per_msg"`
+	ServerBytes    stat    `json:"server_bytes_per_msg"`
+	ServerSlices   stat    `json:"server_slices_per_msg"`
+	ServerRSSMB    stat    `json:"server_rss_mb"`
+	ClientMsPerMsg stat    `json:"clients_cpu_ms_per_msg"`
+	ClientWait     stat    `json:"clients_wait_per_run"`
 }
 
 // stat is a median and a range.
@@ -236,11 +301,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CPUs: runtime.NumCPU(), Conns: o.Conns, Rate: o.Rate, WarmupS: o.Warmup.Seconds(), WindowS: o.Window.Seconds(),
 		LoadBefore: procstat.Loadavg()}
 	for r := 1; r <= o.Rounds; r++ {
-		for _, t := range o.Transports {
-			fmt.Fprintf(stderr, "round %d, %s: %d connections at %v/s (load average %s)\n", r, t, o.Conns, o.Rate, procstat.Loadavg())
-			row, err := measure(ctx, o, self, t, cert, key, stderr)
+		for _, v := range o.variants() {
+			fmt.Fprintf(stderr, "round %d, %v: %d connections at %v/s (load average %s)\n", r, v, o.Conns, o.Rate, procstat.Loadavg())
+			row, err := measure(ctx, o, self, v, cert, key, stderr)
 			if err != nil {
-				return fmt.Errorf("wirefloor: round %d, %s: %w", r, t, err)
+				return fmt.Errorf("wirefloor: round %d, %v: %w", r, v, err)
 			}
 			row.Round = r
 			fmt.Fprintf(stderr, "  server %.4f ms/msg (%.3f cores, %.0f msgs/s of %.0f, wait/run %.2f), clients %.4f ms/msg\n",
@@ -249,7 +314,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	rep.LoadAfter = procstat.Loadavg()
-	rep.Summary = summarize(o.Transports, rep.Rounds)
+	rep.Summary = summarize(o.variants(), rep.Rounds)
 	if o.Format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -259,13 +324,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func summarize(ts []string, rows []round) []summary {
+func summarize(vs []variant, rows []round) []summary {
 	var out []summary
-	for _, t := range ts {
-		s := summary{Transport: t}
+	for _, v := range vs {
+		s := summary{Transport: v.transport, SlotMs: slotMs(v.slot)}
 		var ans, ms, cores, wait, calls, bytes, wakes, rss, cms, cwait []float64
 		for _, r := range rows {
-			if r.Transport != t {
+			if r.Transport != s.Transport || r.SlotMs != s.SlotMs {
 				continue
 			}
 			s.Rounds++
@@ -294,14 +359,15 @@ func printTable(w io.Writer, rep report) {
 		rep.Date, rep.CPUs, rep.Conns, rep.Rate, time.Duration(rep.WarmupS*float64(time.Second)),
 		time.Duration(rep.WindowS*float64(time.Second)), rep.LoadBefore, rep.LoadAfter)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "transport\trounds\tmsg bytes (req/ans)\tanswered/s\tserver ms/msg\tserver cores\tserver wait/run\tserver syscalls/msg\tserver slices/msg\tserver bytes/msg\tserver RSS MB\tclients ms/msg\tclients wait/run")
+	fmt.Fprintln(tw, "transport\tslot\trounds\tmsg bytes (req/ans)\tanswered/s\tserver ms/msg\tserver cores\tserver wait/run\tserver syscalls/msg\tserver slices/msg\tserver bytes/msg\tserver RSS MB\tclients ms/msg\tclients wait/run")
 	for _, s := range rep.Summary {
-		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Transport, s.Rounds, s.RequestBytes, s.AnswerBytes,
+		slot := fmtSlot(time.Duration(s.SlotMs * float64(time.Millisecond)))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Transport, slot, s.Rounds, s.RequestBytes, s.AnswerBytes,
 			fmtStat(s.AnsweredPerS, 0), fmtStat(s.ServerMsPerMsg, 4), fmtStat(s.ServerCores, 3), fmtStat(s.ServerWait, 2),
 			fmtStat(s.ServerCalls, 2), fmtStat(s.ServerSlices, 2), fmtStat(s.ServerBytes, 0), fmtStat(s.ServerRSSMB, 0), fmtStat(s.ClientMsPerMsg, 4), fmtStat(s.ClientWait, 2))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "median [min–max] over the rounds; ms/msg is CPU (user + system) per message answered; syscalls and bytes are the server's reads and writes of any file per message; slices are the times its threads were put on a CPU per message; msg bytes are the payloads (raw: frame; grpc: protobuf, before gRPC's and HTTP/2's framing)")
+	fmt.Fprintln(w, "median [min–max] over the rounds; slot 0: the connections' sends spread evenly over each period, slot d: those of each d sent together; ms/msg is CPU (user + system) per message answered; syscalls and bytes are the server's reads and writes of any file per message; slices are the times its threads were put on a CPU per message; msg bytes are the payloads (raw: frame; grpc: protobuf, before gRPC's and HTTP/2's framing)")
 }
 
 func fmtStat(s stat, prec int) string {
@@ -435,14 +501,15 @@ func sampleOf(pid int) (sample, error) {
 	return sample{proc: p, sched: procstat.ReadSched(pid), io: io}, nil
 }
 
-// measure runs one round of transport t.
-func measure(ctx context.Context, o options, self, t, cert, key string, stderr io.Writer) (row round, err error) {
+// measure runs one round of variant v.
+func measure(ctx context.Context, o options, self string, v variant, cert, key string, stderr io.Writer) (row round, err error) {
+	t := v.transport
 	connectTimeout := 30*time.Second + time.Duration(o.Conns)*20*time.Millisecond
-	period := time.Duration(float64(time.Second) / o.Rate)
+	period := periodOf(o.Rate)
 	// Every child ends by itself after lifetime, whatever happens here.
 	lifetime := connectTimeout + o.Warmup + o.Window + period + 30*time.Second
 	life := []string{"-rate", fmt.Sprint(o.Rate), "-lifetime", lifetime.String()}
-	row = round{Transport: t, Expected: float64(o.Conns) * o.Rate, LoadBefore: procstat.Loadavg(), ServerStartedAt: time.Now().UTC().Format(time.RFC3339)}
+	row = round{Transport: t, SlotMs: slotMs(v.slot), Expected: float64(o.Conns) * o.Rate, LoadBefore: procstat.Loadavg(), ServerStartedAt: time.Now().UTC().Format(time.RFC3339)}
 	row.RequestBytes, row.AnswerBytes = frameSize, frameSize
 	if t != "raw" {
 		row.RequestBytes, row.AnswerBytes = proto.Size(renewal(1)), proto.Size(&waldenv1.RenewLeasesResponse{Seq: 1, Grant: grant()})
@@ -474,7 +541,7 @@ func measure(ctx context.Context, o options, self, t, cert, key string, stderr i
 	for p := range o.ClientProcs {
 		first, last := p*o.Conns/o.ClientProcs, (p+1)*o.Conns/o.ClientProcs
 		c, err := startChild(self, append([]string{"-client", t, "-addr", addr, "-cert", cert,
-			"-conns", strconv.Itoa(last - first), "-first", strconv.Itoa(first), "-total", strconv.Itoa(o.Conns)}, life...), stderr)
+			"-conns", strconv.Itoa(last - first), "-first", strconv.Itoa(first), "-total", strconv.Itoa(o.Conns), "-slot", v.slot.String()}, life...), stderr)
 		if err != nil {
 			return row, err
 		}
