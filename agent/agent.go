@@ -653,7 +653,8 @@ type refusalOf struct {
 }
 
 // renewWith renews the lease of epoch with the coordinator at addr every
-// third of the granted TTL. An attempt is bounded by a sixth of it; after a
+// third of the granted TTL, or sooner on the coordinator's renewal slot
+// (lease.NextRenewal). An attempt is bounded by a sixth of it; after a
 // failure it retries every twelfth, for as long as it takes: the lease rests
 // on a majority, so no single coordinator's trouble needs more than that.
 func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl time.Duration, refused chan<- refusalOf, discovered chan<- []string) {
@@ -683,7 +684,7 @@ func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl ti
 				log.Info("lease renewed by this coordinator again", "epoch", epoch, "coordinator_id", coordinator, "failed_attempts", failures)
 			}
 			failures = 0
-			wait = ttl/3 - (a.clock.Now() - sent)
+			wait = lease.NextRenewal(ttl, a.clock.Now()-sent, time.Duration(resp.GetRenewInUs())*time.Microsecond)
 		case reason == reasonNodeFenced || reason == reasonEpochExpired || reason == reasonUnknownNode:
 			select {
 			case refused <- refusalOf{reason: reason, err: err}:

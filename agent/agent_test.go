@@ -149,6 +149,41 @@ func TestRegistersAndRenews(t *testing.T) {
 	}
 }
 
+// TestFollowsRenewalSlots: an agent renews when its coordinator's grant
+// asks it to (its renewal slot) when that is sooner than a third of the
+// lease and at least a sixth of it; a request sooner than a sixth is
+// ignored, and the agent renews a third of the lease after each renewal.
+func TestFollowsRenewalSlots(t *testing.T) {
+	const ttl = 1200 * time.Millisecond // renewals every 400ms; a sixth is 200ms
+	for _, tc := range []struct {
+		renewIn time.Duration
+		// the median interval between renewals lies in [lo, hi]: time
+		// on a loaded machine only makes it longer.
+		lo, hi time.Duration
+	}{
+		{250 * time.Millisecond, 240 * time.Millisecond, 340 * time.Millisecond},
+		{150 * time.Millisecond, 370 * time.Millisecond, time.Second},
+	} {
+		t.Run(tc.renewIn.String(), func(t *testing.T) {
+			c := newFakeCluster(t, 1, ttl, testDrift, nil)
+			c.renewIn = tc.renewIn
+			a := startAgent(t, testConfig(c.coords[0].addr), Options{})
+			waitRegistered(t, a)
+			var iv []time.Duration
+			testutil.Eventually(t, 30*time.Second, "nine renewals", func() error {
+				if iv = c.coords[0].intervals(1); len(iv) < 8 {
+					return errorf("%d intervals", len(iv))
+				}
+				return nil
+			})
+			slices.Sort(iv)
+			if med := iv[len(iv)/2]; med < tc.lo || med > tc.hi {
+				t.Fatalf("grants asking for renewals %v after them: median interval %v (of %v), want in [%v, %v]", tc.renewIn, med, iv, tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
 // TestRenewsOverOneStream: the agent renews with each coordinator over one
 // long-lived stream, not a call each, and the voters sent once on a stream
 // keep counting for the grants that leave them out. A stream is opened

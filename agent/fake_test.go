@@ -48,6 +48,8 @@ type fakeCluster struct {
 	failureTimeout time.Duration
 	// conf is the index of the voter configuration the grants name.
 	conf uint64
+	// renewIn is the renewal slot request every grant carries (0: none).
+	renewIn time.Duration
 }
 
 type fakeCoord struct {
@@ -63,6 +65,8 @@ type fakeCoord struct {
 	mu       sync.Mutex
 	hang     bool // renewals hang until the caller gives up
 	lastRecv time.Duration
+	// recvs are the moments it received the renewals it granted.
+	recvs    []time.Duration
 	renewals int
 	calls    int // Register calls answered with a leader hint
 	// noStream makes the coordinator one of a walden before streamed
@@ -216,9 +220,11 @@ func (f *fakeCoord) renew(ctx context.Context, req *waldenv1.RenewLeaseRequest) 
 	}
 	f.mu.Lock()
 	f.lastRecv = f.clock.Now()
+	f.recvs = append(f.recvs, f.lastRecv)
 	f.renewals++
 	f.mu.Unlock()
-	resp := &waldenv1.RenewLeaseResponse{Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), CoordinatorId: f.id, ConfIndex: c.conf}
+	resp := &waldenv1.RenewLeaseResponse{Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), CoordinatorId: f.id, ConfIndex: c.conf,
+		RenewInUs: c.renewIn.Microseconds()}
 	for _, fc := range c.coords {
 		fc.mu.Lock()
 		resp.Voters = append(resp.Voters, &waldenv1.Voter{Id: fc.id, AdminAddr: fc.addr, Incarnation: fc.incarnation})
@@ -243,6 +249,18 @@ func (c *fakeCluster) finishRecovery(offset int64) {
 	defer c.mu.Unlock()
 	c.recoveryRunning = false
 	c.recoveredOffset = offset
+}
+
+// intervals are the times between the renewals it granted, from the
+// first after skip.
+func (f *fakeCoord) intervals(skip int) []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []time.Duration
+	for i := skip + 1; i < len(f.recvs); i++ {
+		out = append(out, f.recvs[i]-f.recvs[i-1])
+	}
+	return out
 }
 
 func (f *fakeCoord) setHang(h bool) {

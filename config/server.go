@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"walden/gossip"
+	"walden/lease"
 	"walden/objstore"
 	"walden/policy"
 	waldenv1 "walden/proto/walden/v1"
@@ -61,6 +62,8 @@ type Server struct {
 	// Policy holds the bootstrap failover policy; `waldenctl policy set`
 	// overrides keys at runtime through raft.
 	Policy Policy `yaml:"policy"`
+	// Renewals tunes how this member answers lease renewals.
+	Renewals Renewals `yaml:"renewals"`
 	// Recovery configures how this member executes recovery jobs: the
 	// action, the fence and attach plugins, the job lease and the upload
 	// (see package recovery and docs/recovery.md).
@@ -180,6 +183,19 @@ type Raft struct {
 	SnapshotCatchUpEntries uint64 `yaml:"snapshot_catchup_entries"`
 }
 
+// Renewals is the `renewals:` section.
+type Renewals struct {
+	// Slot is the length of this member's renewal slots: every grant asks
+	// the agent to renew at the last slot boundary before a third of the
+	// lease has passed, so that renewals arrive together and one wake-up
+	// of the member answers many of them (docs/scale.md, "Renewal
+	// slots"). Agents renew no later for it, and no grant lasts longer or
+	// shorter. 0 turns the slots off: agents renew a third of the lease
+	// after each renewal they sent. A slot longer than a sixth of the
+	// lease is off too. Default 100ms; 0 or from 1ms to 1s.
+	Slot time.Duration `yaml:"slot"`
+}
+
 // Policy is the `policy:` section: the failover policy's bootstrap values.
 // Every key defaults to policy.Defaults(); see package policy for what each
 // guards against.
@@ -282,6 +298,7 @@ func DefaultServerConfig() *Server {
 		Limits:   DefaultServerLimits(),
 		Gossip:   func() gossip.Config { g := gossip.DefaultConfig(); g.BindAddr = ""; return g }(),
 		Policy:   DefaultPolicy(),
+		Renewals: Renewals{Slot: 100 * time.Millisecond},
 		Recovery: recovery.DefaultConfig(),
 		S3:       objstore.DefaultConfig(),
 	}
@@ -326,6 +343,9 @@ func (c *Server) Validate() error {
 		{gossipKey(c.Gossip.BindAddr), g.BindAddr},
 	})
 	v.raftSection(c.Raft)
+	if sl := c.Renewals.Slot; sl != 0 && (sl < time.Millisecond || sl > lease.MaxRenewalSlot) {
+		v.add("renewals.slot", "must be 0 (off) or from 1ms to %s, got %s", lease.MaxRenewalSlot, sl)
+	}
 	v.limit("limits.admin", c.Limits.Admin)
 	v.limit("limits.raft", c.Limits.Raft)
 	v.limit("limits.http", c.Limits.HTTP)

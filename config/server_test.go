@@ -64,6 +64,24 @@ func TestParseRaftSection(t *testing.T) {
 	}
 }
 
+func TestParseRenewalsSection(t *testing.T) {
+	if def := DefaultServerConfig().Renewals.Slot; def != 100*time.Millisecond {
+		t.Fatalf("default renewals.slot %v", def)
+	}
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{{"renewals:\n  slot: 20ms\n", 20 * time.Millisecond}, {"renewals:\n  slot: 0s\n", 0}, {"renewals:\n  slot: 1s\n", time.Second}} {
+		cfg, err := ParseServer("c1.yaml", []byte(validYAML+tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Renewals.Slot != tc.want {
+			t.Fatalf("%q: slot %v, want %v", tc.yaml, cfg.Renewals.Slot, tc.want)
+		}
+	}
+}
+
 // replace returns validYAML with old replaced by new (old must occur).
 func replace(t *testing.T, old, new string) string {
 	t.Helper()
@@ -96,6 +114,8 @@ func TestParseErrors(t *testing.T) {
 		{"negative unsigned", func(t *testing.T) string { return validYAML + "raft:\n  snapshot_count: -1\n" }, 16, "raft.snapshot_count", "must not be negative"},
 		{"bad duration", func(t *testing.T) string { return validYAML + "raft:\n  tick_interval: 100\n" }, 16, "raft.tick_interval", "expected a duration"},
 		{"unparsable duration", func(t *testing.T) string { return validYAML + "raft:\n  tick_interval: 10 parsecs\n" }, 16, "raft.tick_interval", "invalid duration"},
+		{"renewal slot too long", func(t *testing.T) string { return validYAML + "renewals:\n  slot: 2s\n" }, 16, "renewals.slot", "must be 0 (off) or from 1ms to 1s, got 2s"},
+		{"renewal slot too short", func(t *testing.T) string { return validYAML + "renewals:\n  slot: 10us\n" }, 16, "renewals.slot", "must be 0 (off) or from 1ms to 1s"},
 		{"list instead of mapping", func(t *testing.T) string { return replace(t, "initial_cluster:\n", "initial_cluster: 3\nx:\n") }, 9, "initial_cluster", "expected a list"},
 		{"missing node_id", func(t *testing.T) string { return replace(t, "node_id: c1\n", "") }, 1, "node_id", "missing required key"},
 		{"empty node_id", func(t *testing.T) string { return replace(t, "node_id: c1", `node_id: ""`) }, 2, "node_id", "must not be empty"},

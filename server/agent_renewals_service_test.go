@@ -136,6 +136,82 @@ func TestRenewalStreamAnswers(t *testing.T) {
 	}
 }
 
+// TestRenewalSlots: every grant, streamed or not, asks the agent to renew
+// at one of the member's renewal slots (renewals.slot), a third of the
+// lease after the grant or less by under a slot; grants made at different
+// moments ask for moments a whole number of slots apart.
+func TestRenewalSlots(t *testing.T) {
+	const slot = 50 * time.Millisecond
+	cfg := singleMember(t)
+	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
+	cfg.Renewals.Slot = slot
+	s := startServer(t, cfg)
+	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	ag := waldenv1.NewAgentClient(conn)
+	reg, err := ag.Register(context.Background(), &waldenv1.RegisterRequest{ClusterName: "solo", BrokerId: "b1", AgentAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openRenewalStream(t, conn)
+	period := tLeaseTTL / 3 // 200ms: four slots of 50ms
+	// requested is when a grant asked for the next renewal, on this
+	// process's clock: between send + renew_in and receipt + renew_in.
+	type requested struct{ earliest, latest time.Duration }
+	base := time.Now()
+	renew := func(streamed bool) (requested, error) {
+		sent := time.Since(base)
+		var g *waldenv1.RenewLeaseResponse
+		if streamed {
+			if g = st.renew("b1", reg.GetEpoch()).GetGrant(); g == nil {
+				return requested{}, fmt.Errorf("streamed renewal refused")
+			}
+		} else {
+			var err error
+			if g, err = ag.RenewLease(context.Background(), &waldenv1.RenewLeaseRequest{BrokerId: "b1", Epoch: reg.GetEpoch()}); err != nil {
+				return requested{}, err
+			}
+		}
+		got := time.Since(base)
+		in := time.Duration(g.GetRenewInUs()) * time.Microsecond
+		if in <= period-slot || in > period {
+			t.Fatalf("grant asks for the next renewal %v after it, want in (%v, %v]", in, period-slot, period)
+		}
+		return requested{sent + in, got + in}, nil
+	}
+	testutil.Eventually(t, 10*time.Second, "a grant after the quiet period", func() error { _, err := renew(true); return err })
+	aligned := 0
+	for i := 0; aligned < 5; i++ {
+		if i == 200 {
+			t.Fatalf("only %d of 200 pairs of grants answered fast enough to check the slots", aligned)
+		}
+		a, err := renew(i%2 == 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%7) * 9 * time.Millisecond)
+		b, err := renew(i%3 == 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The moments asked for lie a whole number of slots apart: some
+		// multiple of slot falls between the least and the most they can
+		// be apart. A machine too slow to tell is tried again.
+		lo, hi := b.earliest-a.latest, b.latest-a.earliest
+		if hi-lo > slot/5 {
+			continue
+		}
+		if k := (hi / slot) * slot; k < lo {
+			t.Fatalf("grants ask for renewals %v–%v apart, not a whole number of %v slots", lo, hi, slot)
+		}
+		aligned++
+	}
+}
+
 // TestRenewalStreamsBatch: renewals of many streams sent at once are all
 // answered, each with its own seq, with at most one boot-clock reading
 // each (shared by those granted together).

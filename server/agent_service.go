@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -110,11 +111,13 @@ func (s *agentService) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseR
 
 // renewalAnswer is the answer to a renewal of broker at epoch that
 // detect.Grant answered with resp or err: the grant with the leader this
-// member knows, or the refusal as a status error.
+// member knows and the renewal slot it asks the agent to renew at, or the
+// refusal as a status error.
 func (d *serviceDeps) renewalAnswer(ctx context.Context, broker string, epoch uint64, resp *waldenv1.RenewLeaseResponse, err error) (*waldenv1.RenewLeaseResponse, error) {
 	switch {
 	case err == nil:
 		resp.LeaderId = d.node.LeaderID()
+		resp.RenewInUs = d.slots.RenewIn(time.Now(), time.Duration(resp.GetLeaseTtlMs())*time.Millisecond).Microseconds()
 		return resp, nil
 	case errors.Is(err, detect.ErrNotSeeded):
 		return nil, rpcerr.Err(fmt.Errorf("lease not granted: %w", err))

@@ -72,6 +72,7 @@ func newDetector(deps detectorDeps) (*detector, error) {
 	d := &serviceDeps{
 		admin: deps.admin, node: deps.node, state: state,
 		grantor:        grantor,
+		slots:          lease.NewSlots(cfg.Renewals.Slot),
 		decisions:      deps.decisions,
 		config:         cfg.Policy.Proto(),
 		clusterName:    cfg.ClusterName,

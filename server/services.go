@@ -43,6 +43,9 @@ type serviceDeps struct {
 	node    *raftnode.Node
 	state   brokerState
 	grantor *lease.Grantor
+	// slots are this member's renewal slots (renewals.slot): every grant
+	// asks its agent to renew on one of them.
+	slots *lease.Slots
 	// decider is this member's decision loop (its holds, while it leads).
 	decider *detect.Decider
 	// decisions counts the lease renewals answered (and the decider's

@@ -632,7 +632,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			a.mu.Lock()
 			a.holder.Granted(lease.Grant{Coordinator: resp.GetCoordinatorId(), Epoch: epoch, Sent: sent, TTL: ttl}, v)
 			a.mu.Unlock()
-			wait = ttl/3 - (lease.BootClock.Now() - sent)
+			wait = lease.NextRenewal(ttl, lease.BootClock.Now()-sent, time.Duration(resp.GetRenewInUs())*time.Microsecond)
 		case reason == "NODE_FENCED" || reason == "EPOCH_EXPIRED" || reason == "UNKNOWN_NODE":
 			a.p.refuse(reason)
 			a.mu.Lock()

@@ -2823,7 +2823,16 @@ type RenewLeaseResponse struct {
 	// with the admin addresses the agent renews with.
 	Voters []*Voter `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
 	// conf_index is the raft index of that configuration.
-	ConfIndex     uint64 `protobuf:"varint,6,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
+	ConfIndex uint64 `protobuf:"varint,6,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
+	// renew_in_us, when set, asks the agent to send its next renewal this
+	// many microseconds after it received this grant: at one of the
+	// granting member's renewal slots (server config renewals.slot), so that
+	// renewals arrive together. It is at most a third of lease_ttl_ms after
+	// the grant; the agent follows it only when it is sooner than its own
+	// schedule (a third of the lease after it sent the renewal) and at least
+	// a sixth of the lease, never later. Unset: the agent renews on its own
+	// schedule.
+	RenewInUs     int64 `protobuf:"varint,7,opt,name=renew_in_us,json=renewInUs,proto3" json:"renew_in_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2896,6 +2905,13 @@ func (x *RenewLeaseResponse) GetVoters() []*Voter {
 func (x *RenewLeaseResponse) GetConfIndex() uint64 {
 	if x != nil {
 		return x.ConfIndex
+	}
+	return 0
+}
+
+func (x *RenewLeaseResponse) GetRenewInUs() int64 {
+	if x != nil {
+		return x.RenewInUs
 	}
 	return 0
 }
@@ -4465,7 +4481,7 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x12failure_timeout_ms\x18\x05 \x01(\x03R\x10failureTimeoutMs\"F\n" +
 	"\x11RenewLeaseRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\tR\bbrokerId\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xd9\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xf9\x01\n" +
 	"\x12RenewLeaseResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x03R\n" +
@@ -4474,7 +4490,8 @@ const file_walden_v1_broker_proto_rawDesc = "" +
 	"\x0ecoordinator_id\x18\x04 \x01(\tR\rcoordinatorId\x12(\n" +
 	"\x06voters\x18\x05 \x03(\v2\x10.walden.v1.VoterR\x06voters\x12\x1d\n" +
 	"\n" +
-	"conf_index\x18\x06 \x01(\x04R\tconfIndex\"X\n" +
+	"conf_index\x18\x06 \x01(\x04R\tconfIndex\x12\x1e\n" +
+	"\vrenew_in_us\x18\a \x01(\x03R\trenewInUs\"X\n" +
 	"\x05Voter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
