@@ -102,13 +102,13 @@ var errPortTaken = errors.New("scale: a chosen port was taken before the coordin
 // startCluster starts 3 coordinators with the walden binary bin in a new
 // directory under dir; it tries again with other ports, at most 5 times, when
 // another process took one of them first.
-func startCluster(ctx context.Context, bin, dir, policy string, brokers int) (*cluster, error) {
+func startCluster(ctx context.Context, bin, dir, policy string, slot time.Duration, brokers int) (*cluster, error) {
 	for attempt := 1; ; attempt++ {
 		sub, err := os.MkdirTemp(dir, "cluster-")
 		if err != nil {
 			return nil, err
 		}
-		c, err := startClusterIn(ctx, bin, sub, policy, brokers)
+		c, err := startClusterIn(ctx, bin, sub, policy, slot, brokers)
 		if err == nil || !errors.Is(err, errPortTaken) || attempt == 5 {
 			return c, err
 		}
@@ -116,9 +116,18 @@ func startCluster(ctx context.Context, bin, dir, policy string, brokers int) (*c
 	}
 }
 
+// slotYAML is the renewals section of a renewal slot, none for a
+// negative one (a binary that may not know the key).
+func slotYAML(slot time.Duration) string {
+	if slot < 0 {
+		return ""
+	}
+	return fmt.Sprintf("renewals: {slot: %s}\n", slot)
+}
+
 // startClusterIn writes the configs of 3 coordinators under dir and starts
 // them with the walden binary bin.
-func startClusterIn(ctx context.Context, bin, dir, policy string, brokers int) (*cluster, error) {
+func startClusterIn(ctx context.Context, bin, dir, policy string, slot time.Duration, brokers int) (*cluster, error) {
 	c := &cluster{dir: dir}
 	for i := 1; i <= 3; i++ {
 		m := &coordinator{id: fmt.Sprintf("c%d", i), dir: filepath.Join(dir, fmt.Sprintf("c%d", i))}
@@ -157,7 +166,7 @@ policy:
   action: exec
   exec: {command: /bin/true}
 log: {level: warn, format: json}
-%s`, m.id, m.dir, m.admin, m.raft, m.metrics, peers.String(), m.gossip, strings.Join(join, ", "), policyYAML(policy), limitsYAML(brokers))
+%s%s`, m.id, m.dir, m.admin, m.raft, m.metrics, peers.String(), m.gossip, strings.Join(join, ", "), policyYAML(policy), limitsYAML(brokers), slotYAML(slot))
 		cfg := filepath.Join(dir, m.id+".yaml")
 		if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 			return nil, err

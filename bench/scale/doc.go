@@ -25,7 +25,12 @@
 // Usage (from the bench module):
 //
 //	go run ./scale [-brokers 10,100,1000,5000] [-kills 20] [-steady 60s]
+//		[-transports stream,unary] [-slots 0,100ms] [-baseline OTHER-WALDEN]
 //		[-per-process 1000] [-gossip-members 1000] [-policy default|tuned] [-o table|json]
+//
+// Every number of brokers is measured with every variant side by side: the
+// -baseline binary if given, then each transport with each renewal slot of
+// the coordinators (renewals.slot; 0 turns the slots off).
 //
 // The figures and what they say: docs/scale.md.
 package main

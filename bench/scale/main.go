@@ -40,6 +40,7 @@ type options struct {
 	PerProcess    int
 	GossipMembers int
 	Transports    []string
+	Slots         []time.Duration
 	RegisterRate  int
 	JoinRate      int
 	MinReady      float64
@@ -74,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Baseline, "baseline", "", "another walden binary (e.g. built from an earlier commit), measured side by side: before each measurement of -walden, the same measurement of it")
 	brokers := fs.String("brokers", "10,100,1000,5000", "comma-separated numbers of brokers, one measurement each")
 	transports := fs.String("transports", "stream", "comma-separated renewal transports of the agents, one measurement each: stream (one stream per agent and coordinator, as package agent renews) and unary (one RenewLease call per renewal, as agents before streamed renewals did; the -baseline binary is measured with it)")
+	slots := fs.String("slots", "100ms", "comma-separated renewal slots of the coordinators (renewals.slot; 0: off), one measurement each with every transport (the -baseline binary is measured without the key)")
 	fs.IntVar(&o.Kills, "kills", 20, "brokers killed per measurement (in rounds of at most half the brokers, revived between rounds)")
 	fs.DurationVar(&o.Window, "window", 20*time.Second, "the kills of a round happen at random instants over this window")
 	fs.DurationVar(&o.Steady, "steady", 60*time.Second, "the steady-state window over which CPU, RSS, raft entries, renewals and probes are measured")
@@ -96,6 +98,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("%w: -transports: stream or unary, not %q", errUsage, f)
 		}
 		o.Transports = append(o.Transports, f)
+	}
+	for _, f := range strings.Split(*slots, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 || d > time.Second || (d > 0 && d < time.Millisecond) {
+			return o, fmt.Errorf("%w: -slots: %q is not 0 or a duration from 1ms to 1s", errUsage, f)
+		}
+		o.Slots = append(o.Slots, d)
 	}
 	for _, f := range strings.Split(*brokers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -124,9 +133,12 @@ type row struct {
 	// Build is "walden", or "baseline" for the -baseline binary.
 	Build string `json:"build"`
 	// Transport is how the agents renewed: stream or unary.
-	Transport     string `json:"transport"`
-	Brokers       int    `json:"brokers"`
-	GossipMembers int    `json:"gossip_members"`
+	Transport string `json:"transport"`
+	// SlotMs is the coordinators' renewals.slot in milliseconds (0: off,
+	// or the baseline, whose config does not set it).
+	SlotMs        float64 `json:"slot_ms"`
+	Brokers       int     `json:"brokers"`
+	GossipMembers int     `json:"gossip_members"`
 	// GossipSeen is the fewest agents a coordinator's gossip pool had
 	// alive when the steady window started.
 	GossipSeen    int    `json:"gossip_seen"`
@@ -231,20 +243,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var rows []row
 	// The variants measured side by side at every number of brokers: the
 	// -baseline binary (agents renewing one call each, as they did with
-	// it), then this walden with each transport.
-	type variant struct{ name, bin, transport string }
+	// it), then this walden with each transport and renewal slot.
+	type variant struct {
+		name, bin, transport string
+		slot                 time.Duration // -1: not configured
+	}
 	var variants []variant
 	if o.Baseline != "" {
-		variants = append(variants, variant{"baseline", o.Baseline, "unary"})
+		variants = append(variants, variant{"baseline", o.Baseline, "unary", -1})
 	}
 	for _, t := range o.Transports {
-		variants = append(variants, variant{"walden", o.Walden, t})
+		for _, sl := range o.Slots {
+			variants = append(variants, variant{"walden", o.Walden, t, sl})
+		}
 	}
 	for _, n := range o.Brokers {
 		for _, b := range variants {
-			fmt.Fprintf(stderr, "%s (%s renewals), %d brokers: starting (load average %s)\n", b.name, b.transport, n, procstat.Loadavg())
-			r, err := measure(ctx, o, b.bin, b.transport, self, top, n, stderr)
-			r.Build, r.Transport = b.name, b.transport
+			fmt.Fprintf(stderr, "%s (%s renewals, slot %v), %d brokers: starting (load average %s)\n", b.name, b.transport, max(b.slot, 0), n, procstat.Loadavg())
+			r, err := measure(ctx, o, b.bin, b.transport, b.slot, self, top, n, stderr)
+			r.Build, r.Transport, r.SlotMs = b.name, b.transport, float64(max(b.slot, 0))/float64(time.Millisecond)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -277,7 +294,7 @@ func summary(r row) string {
 }
 
 // marginal fills the marginal CPU per renewal of every row above the
-// fewest-broker row of the same build and transport: (cores − cores of
+// fewest-broker row of the same build, transport and slot: (cores − cores of
 // that row) / (renewals/s − its renewals/s), per coordinator.
 func marginal(rows []row) {
 	for i := range rows {
@@ -285,7 +302,7 @@ func marginal(rows []row) {
 		var base *row
 		for j := range rows {
 			b := &rows[j]
-			if b.Build == r.Build && b.Transport == r.Transport && b.Error == "" && b.Brokers < r.Brokers && (base == nil || b.Brokers < base.Brokers) {
+			if b.Build == r.Build && b.Transport == r.Transport && b.SlotMs == r.SlotMs && b.Error == "" && b.Brokers < r.Brokers && (base == nil || b.Brokers < base.Brokers) {
 				base = b
 			}
 		}
@@ -298,6 +315,15 @@ func marginal(rows []row) {
 			}
 		}
 	}
+}
+
+// renewalsOf names a row's renewals: the transport, and the slot of the
+// coordinators when they were set one.
+func renewalsOf(r row) string {
+	if r.SlotMs > 0 {
+		return fmt.Sprintf("%s, %v slots", r.Transport, time.Duration(r.SlotMs*float64(time.Millisecond)))
+	}
+	return r.Transport
 }
 
 func printTable(w io.Writer, rows []row) {
@@ -319,11 +345,11 @@ func printTable(w io.Writer, rows []row) {
 			mg = append(mg, fmt.Sprintf("%.3f", r.CoordMarginalMs[i]))
 		}
 		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%d\tstopped: %s\n", r.Build, r.Transport, r.Brokers, r.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%d\tstopped: %s\n", r.Build, renewalsOf(r), r.Brokers, r.Error)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d (%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%s (%s)\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d\t%.2f\t%.3f\t%.0f\t%.1f, %.1f\t%.0f s, %.0f s (%.0f %%)\t%s→%s\n",
-			r.Build, r.Transport, r.Brokers, r.GossipMembers, r.GossipSeen, strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
+			r.Build, renewalsOf(r), r.Brokers, r.GossipMembers, r.GossipSeen, strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
 			r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, strings.Join(ms, "/"), strings.Join(mg, "/"), r.ProbesPerS,
 			r.DetectP50Ms, r.DetectP99Ms, r.DetectMinMs, r.DetectMaxMs, r.FalseFailovers, r.Lapses,
 			r.LoadCores, r.LoadMsPerRenewal, r.LoadRSSMB, r.CoordWait, r.LoadWait, r.JoinS, r.StartupS, 100*r.ReadyFraction, r.LoadBefore, r.LoadAfter)
@@ -405,13 +431,13 @@ func (l *loads) stop() {
 }
 
 // measure runs one measurement with n brokers.
-func measure(ctx context.Context, o options, bin, transport, self, top string, n int, log io.Writer) (row, error) {
+func measure(ctx context.Context, o options, bin, transport string, slot time.Duration, self, top string, n int, log io.Writer) (row, error) {
 	r := row{Brokers: n, Policy: o.Policy, LoadBefore: procstat.Loadavg(), Date: time.Now().Format(time.RFC3339)}
 	dir, err := os.MkdirTemp(top, fmt.Sprintf("n%d-", n))
 	if err != nil {
 		return r, err
 	}
-	cl, err := startCluster(ctx, bin, dir, o.Policy, n)
+	cl, err := startCluster(ctx, bin, dir, o.Policy, slot, n)
 	if err != nil {
 		return r, err
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"testing"
+	"time"
 
 	"walden/config"
 )
@@ -32,7 +33,22 @@ func TestFlags(t *testing.T) {
 	if o, err := parseFlags([]string{"-transports", "unary, stream"}, io.Discard); err != nil || len(o.Transports) != 2 || o.Transports[0] != "unary" {
 		t.Fatalf("%+v %v", o, err)
 	}
-	for _, bad := range [][]string{{"-transports", "http"}, {"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}, {"-min-ready", "0"}, {"-min-ready", "1.5"}, {"-gossip-join-rate", "0"}} {
+	if len(o.Slots) != 1 || o.Slots[0] != 100*time.Millisecond {
+		t.Fatalf("default slots %v", o.Slots)
+	}
+	if o, err := parseFlags([]string{"-slots", "0, 20ms,1s"}, io.Discard); err != nil || len(o.Slots) != 3 || o.Slots[0] != 0 || o.Slots[1] != 20*time.Millisecond {
+		t.Fatalf("%+v %v", o, err)
+	}
+	if got := slotYAML(50 * time.Millisecond); got != "renewals: {slot: 50ms}\n" {
+		t.Fatalf("slotYAML: %q", got)
+	}
+	if got := slotYAML(-1); got != "" {
+		t.Fatalf("slotYAML of the baseline: %q", got)
+	}
+	if got := renewalsOf(row{Transport: "stream", SlotMs: 100}); got != "stream, 100ms slots" {
+		t.Fatalf("renewalsOf: %q", got)
+	}
+	for _, bad := range [][]string{{"-slots", "2s"}, {"-slots", "-1ms"}, {"-slots", "10us"}, {"-slots", "x"}, {"-transports", "http"}, {"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}, {"-min-ready", "0"}, {"-min-ready", "1.5"}, {"-gossip-join-rate", "0"}} {
 		if _, err := parseFlags(bad, io.Discard); !errors.Is(err, errUsage) {
 			t.Fatalf("%v: %v, want a usage error", bad, err)
 		}
