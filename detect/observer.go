@@ -149,8 +149,9 @@ type ObserverConfig struct {
 	// observer attests through it that a grant expired, and withdraws the
 	// attestation when the broker renews again. Nil: no attestations.
 	Grantor *lease.Grantor
-	// Clock is the boot clock silences are measured on; default
-	// lease.BootClock.
+	// Clock is the boot clock silences are measured on, and the one its
+	// readings are handed to Grantor with: it must be Grantor's. Default
+	// Grantor's clock, or lease.BootClock without a Grantor.
 	Clock lease.Clock
 	// StartIndex is the last raft index this member's log held when its
 	// process started: an epoch registered at a higher index was granted
@@ -178,6 +179,9 @@ func (c *ObserverConfig) defaults() {
 	}
 	if c.ProposeConcurrency <= 0 {
 		c.ProposeConcurrency = 32
+	}
+	if c.Clock == nil && c.Grantor != nil {
+		c.Clock = c.Grantor.Clock()
 	}
 	if c.Clock == nil {
 		c.Clock = lease.BootClock
@@ -452,9 +456,10 @@ func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *wald
 	id, epoch := b.GetBrokerId(), b.GetEpoch()
 	k := lease.Key{Broker: id, Epoch: epoch}
 	o.followEpoch(b, k)
-	v := o.view(b, probeErr, probed, o.suspectAfter(p, seeded))
+	s := o.record(b, probeErr, probed)
+	v := judge(s, o.suspectAfter(p, seeded), o.cfg.ProbeInterval)
 	committed := committedObservation(b, o.cfg.NodeID)
-	attested, withdraw := o.attestation(b, k, committed, p, seeded)
+	attested, withdraw := o.attestation(b, k, committed, p, seeded, s.now)
 	state, reason, ok := settle(v, committed, attested, withdraw)
 	if !ok {
 		return Proposal{}, false
@@ -491,7 +496,7 @@ func (o *Observer) followEpoch(b *waldenv1.Broker, k lease.Key) {
 // for k expired (promising so durably before it says so the first time),
 // and whether it withdraws an attestation because the broker renews with it
 // again.
-func (o *Observer) attestation(b *waldenv1.Broker, k lease.Key, committed *waldenv1.Observation, p *waldenv1.Policy, seeded bool) (attested, withdraw bool) {
+func (o *Observer) attestation(b *waldenv1.Broker, k lease.Key, committed *waldenv1.Observation, p *waldenv1.Policy, seeded bool, now time.Duration) (attested, withdraw bool) {
 	attested = committed.GetLeaseExpired()
 	if o.cfg.Grantor == nil || !seeded {
 		return attested, false
@@ -507,7 +512,7 @@ func (o *Observer) attestation(b *waldenv1.Broker, k lease.Key, committed *walde
 		attested, withdraw = false, true
 	case attested || promised:
 		attested = true
-	case o.cfg.Grantor.ShouldAttest(k, ttl, drift, requested):
+	case o.cfg.Grantor.ShouldAttestAt(k, ttl, drift, requested, now):
 		attested = true
 	}
 	if attested && !committed.GetLeaseExpired() {
@@ -609,12 +614,6 @@ func committedObservation(b *waldenv1.Broker, nodeID string) *waldenv1.Observati
 		}
 	}
 	return nil
-}
-
-// view folds one probe result into the broker's probe history and judges
-// the broker on what this coordinator then knows of it (judge).
-func (o *Observer) view(b *waldenv1.Broker, probeErr error, probed bool, suspectAfter int) judgement {
-	return judge(o.record(b, probeErr, probed), suspectAfter, o.cfg.ProbeInterval)
 }
 
 // record folds one probe result (probed false: none was made) into the

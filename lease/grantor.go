@@ -158,11 +158,10 @@ func (g *Grantor) grant(k Key, ttl, drift time.Duration, at *time.Duration) erro
 		g.mu.Lock()
 	}
 	defer g.mu.Unlock()
-	now := g.clock.Now()
 	if at != nil {
-		now = *at
+		return g.grantLocked(k, ttl, drift, *at)
 	}
-	return g.grantLocked(k, ttl, drift, now)
+	return g.grantLocked(k, ttl, drift, g.clock.Now())
 }
 
 // grantLocked grants k at now; mu is held, and saveMu too when the grant
@@ -230,14 +229,26 @@ func (g *Grantor) mayAttestLocked(k Key, now time.Duration) bool {
 	return true
 }
 
+// Clock is the clock the grantor reads.
+func (g *Grantor) Clock() Clock { return g.clock }
+
 // ShouldAttest reports whether this coordinator should attest for k now:
 // it may (MayAttest), and it has not heard a renewal of k for ttl + drift
 // (counted from when it first saw k current if it never heard one). A
 // requested failover does not wait for silence.
 func (g *Grantor) ShouldAttest(k Key, ttl, drift time.Duration, failoverRequested bool) bool {
+	return g.ShouldAttestAt(k, ttl, drift, failoverRequested, g.clock.Now())
+}
+
+// ShouldAttestAt is ShouldAttest with a reading of the grantor's clock the
+// caller took before the call (an observer's, taken once for all it
+// decides about k in one round). A reading earlier than the call only
+// makes this coordinator's grants and the renewals it heard look younger:
+// it may delay an attestation, never bring one forward while a grant of
+// its may be live.
+func (g *Grantor) ShouldAttestAt(k Key, ttl, drift time.Duration, failoverRequested bool, now time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := g.clock.Now()
 	if !g.mayAttestLocked(k, now) {
 		return false
 	}

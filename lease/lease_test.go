@@ -117,8 +117,16 @@ func TestGrantorAttestsOnlyAfterItsGrantAndDrift(t *testing.T) {
 	if err := g.Promise(k); err == nil {
 		t.Fatal("promised while a grant may be live")
 	}
+	// A reading taken before the call, as an observer hands one over: an
+	// older one than grant + ttl + drift attests nothing, however late
+	// the call.
+	before := clk.Now()
 	clk.Advance(time.Nanosecond)
-	if !g.MayAttest(k) || !g.ShouldAttest(k, time.Second, 100*time.Millisecond, false) {
+	if g.ShouldAttestAt(k, time.Second, 100*time.Millisecond, false, before) {
+		t.Fatal("attested with a reading from before grant + ttl + drift")
+	}
+	if !g.MayAttest(k) || !g.ShouldAttest(k, time.Second, 100*time.Millisecond, false) ||
+		!g.ShouldAttestAt(k, time.Second, 100*time.Millisecond, false, clk.Now()) {
 		t.Fatal("may not attest after grant + ttl + drift")
 	}
 	if err := g.Promise(k); err != nil {
