@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"walden/internal/testutil"
 	"walden/lease"
@@ -64,13 +63,7 @@ func (r *renewalStream) renew(broker string, epoch uint64) *waldenv1.RenewLeases
 func TestRenewalStreamAnswers(t *testing.T) {
 	cfg := singleMember(t)
 	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
-	s := startServer(t, cfg)
-	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	waitServing(t, conn)
+	s, conn := startServing(t, cfg)
 	ctx := context.Background()
 	ag := waldenv1.NewAgentClient(conn)
 	reg, err := ag.Register(ctx, &waldenv1.RegisterRequest{ClusterName: "solo", BrokerId: "b1", AgentAddr: "127.0.0.1:1"})
@@ -145,13 +138,7 @@ func TestRenewalSlots(t *testing.T) {
 	cfg := singleMember(t)
 	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = tFailureTimeout, tLeaseTTL, tDriftMargin
 	cfg.Renewals.Slot = slot
-	s := startServer(t, cfg)
-	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	waitServing(t, conn)
+	_, conn := startServing(t, cfg)
 	ag := waldenv1.NewAgentClient(conn)
 	reg, err := ag.Register(context.Background(), &waldenv1.RegisterRequest{ClusterName: "solo", BrokerId: "b1", AgentAddr: "127.0.0.1:1"})
 	if err != nil {
@@ -222,13 +209,7 @@ func TestRenewalStreamsBatch(t *testing.T) {
 	// tests' failure_timeout, nothing but the test renews them, and a
 	// failover would refuse the rounds' renewals.
 	cfg.Policy.FailureTimeout, cfg.Policy.LeaseTTL, cfg.Policy.DriftMargin = time.Minute, tLeaseTTL, tDriftMargin
-	s := startServer(t, cfg)
-	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	waitServing(t, conn)
+	s, conn := startServing(t, cfg)
 	const n = 40
 	epochs := make([]uint64, n)
 	for i := range n {

@@ -81,6 +81,21 @@ func startServer(t *testing.T, cfg *config.Server, opts ...Option) *Server {
 
 // waitServing waits until the member is ready (walden.v1.Cluster SERVING:
 // it knows a leader and has caught up).
+// startServing starts a member with cfg and returns it with a client
+// connection to its admin listener, closed when the test ends, once the
+// member serves.
+func startServing(t *testing.T, cfg *config.Server) (*Server, *grpc.ClientConn) {
+	t.Helper()
+	s := startServer(t, cfg)
+	conn, err := grpc.NewClient(s.Addrs().Admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	waitServing(t, conn)
+	return s, conn
+}
+
 func waitServing(t *testing.T, conn *grpc.ClientConn) {
 	t.Helper()
 	hc := healthpb.NewHealthClient(conn)
