@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -571,20 +570,7 @@ func TestRecordBodyIsTheEncodedBatch(t *testing.T) {
 	if !rd.Mapped() {
 		t.Fatal("Open did not map a regular file")
 	}
-	var recs []Record
-	for {
-		r, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, r)
-	}
-	if len(recs) != len(in) {
-		t.Fatalf("%d records, want %d", len(recs), len(in))
-	}
+	recs := scanAll(t, rd, len(in))
 	for i, r := range recs {
 		want := make([]byte, BodyHeaderSize, BodyHeaderSize+len(in[i].Payload))
 		encodeBodyHeader(want, &in[i])
