@@ -189,7 +189,7 @@ func TestRenewalSlots(t *testing.T) {
 		// multiple of slot falls between the least and the most they can
 		// be apart. A machine too slow to tell is tried again.
 		lo, hi := b.earliest-a.latest, b.latest-a.earliest
-		if hi-lo > slot/5 {
+		if hi-lo > slot/2 {
 			continue
 		}
 		if k := (hi / slot) * slot; k < lo {
