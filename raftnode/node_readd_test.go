@@ -35,7 +35,7 @@ func TestMemberAddedAgainUnderItsNameCommits(t *testing.T) {
 	// the waits between them (the removal taking effect, the promotion) may
 	// take longer than one change should.
 	op := func() context.Context {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 		t.Cleanup(cancel)
 		return ctx
 	}
