@@ -236,10 +236,30 @@ func (c *detCluster) brokers(id string) waldenv1.BrokersClient {
 	return waldenv1.NewBrokersClient(c.conns[id])
 }
 
-// broker reads a broker from the leader's replicated state.
+// broker reads a broker from the replicated state (state).
 func (c *detCluster) broker(id string) *waldenv1.Broker {
-	b, _ := c.leader().detector.d.state.Broker(id)
+	b, _ := c.state().Broker(id)
 	return b
+}
+
+// state is the leader's replicated state once it reflects every entry
+// committed before the call (a linearizable read): a member that has just
+// won an election may not have applied the end of its log yet, and must
+// not be taken to show a decision missing.
+func (c *detCluster) state() brokerState {
+	c.t.Helper()
+	var st brokerState
+	c.waitFor("a linearizable read on the leader", 30*time.Second, func() bool {
+		s := c.leader()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if s.node.LinearizableRead(ctx) != nil {
+			return false
+		}
+		st = s.detector.d.state
+		return true
+	})
+	return st
 }
 
 // startAgent starts the agent of broker id, configured with every
@@ -329,15 +349,35 @@ func (c *detCluster) hold(what string, d time.Duration, cond func() bool) {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		if !cond() {
-			c.t.Fatalf("broken while holding: %s", what)
+			c.t.Fatalf("broken while holding: %s\n%s", what, c.views())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// views describes every member's replicated state: its role, how far it
+// has applied the log, the brokers' epochs and the decisions it recorded.
+func (c *detCluster) views() string {
+	var b strings.Builder
+	for _, s := range c.servers {
+		st := s.node.Status()
+		fmt.Fprintf(&b, "%s: leader=%v term=%d commit=%d applied=%d", s.cfg.NodeID, s.node.IsLeader(), st.Term, st.CommitIndex, st.AppliedIndex)
+		for _, br := range s.detector.d.state.Brokers() {
+			fmt.Fprintf(&b, " %s(epoch %d fenced %v failovers %d)", br.GetBrokerId(), br.GetEpoch(), br.GetFenced(), br.GetFailovers())
+		}
+		for _, e := range s.detector.d.state.Events("", 0) {
+			if e.GetEventKind().Name() == "decision" {
+				fmt.Fprintf(&b, " decision(%s)", e.GetBrokerId())
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
 func (c *detCluster) events(broker, kind string) []*waldenv1.Event {
 	var out []*waldenv1.Event
-	for _, e := range c.leader().detector.d.state.Events(broker, 0) {
+	for _, e := range c.state().Events(broker, 0) {
 		if e.GetEventKind().Name() == kind {
 			out = append(out, e)
 		}
