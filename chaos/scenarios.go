@@ -79,6 +79,10 @@ func Catalog() []Scenario {
 		{Name: "kill-coordinator", Description: "kill -9 a follower coordinator under load, restart it", Run: killCoordinator},
 		{Name: "kill-leader", Description: "kill -9 the raft leader under load, restart it", Run: killLeader},
 		{Name: "zombie-broker", Description: "SIGSTOP a broker past its failover, SIGCONT it after", Run: zombieBroker},
+		{Name: "pause-follower", Description: "SIGSTOP a follower coordinator under load (a long stall of its process), SIGCONT it; it grants every lease again",
+			Run: func(ctx context.Context, e *Env) error { return pauseCoordinator(ctx, e, false) }},
+		{Name: "pause-leader", Description: "SIGSTOP the raft leader under load, SIGCONT it once another leads: a stale leader wakes up and grants every lease again",
+			Run: func(ctx context.Context, e *Env) error { return pauseCoordinator(ctx, e, true) }},
 		{Name: "s3-cut-mid-upload", Description: "a broker killed with 64 MiB of WAL not uploaded; S3 cut off from the recovering coordinator mid-upload",
 			Options: backlogOptions, Run: s3CutMidUpload},
 		{Name: "disk-full", Description: "the raft leader's data directory full (a small tmpfs) under load, then freed",
@@ -381,6 +385,90 @@ func waitMember(ctx context.Context, e *Env, m *devcluster.Proc) error {
 		}
 		return nil
 	})
+}
+
+// pauseCoordinator stops a coordinator's process (SIGSTOP: a stall as
+// long as a VM's or a garbage collector's worst, memory and sockets kept)
+// for Cut, then lets it go on. Nothing may fail over and no healthy lease
+// may lapse: the other two grant every lease meanwhile. Woken, the member
+// finds every broker silent for longer than failure_timeout by its own
+// clock, and a leader finds its term over; it must catch up, and grant
+// every lease again — an attestation it made on waking is withdrawn once
+// the broker is heard again.
+func pauseCoordinator(ctx context.Context, e *Env, leader bool) error {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	m := l
+	if !leader {
+		m = e.Cluster.Proc(e.Others(l.Name)[0])
+	}
+	e.Fault()
+	e.Say("SIGSTOP coordinator %s (pid %d, leader %s) for %s", m.Name, m.Pid(), l.Name, e.Cfg.Cut)
+	if err := m.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	serr := e.Sleep(ctx, e.Cfg.Cut)
+	e.Say("SIGCONT %s", m.Name)
+	if err := m.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	if err := waitMember(ctx, e, m); err != nil {
+		return err
+	}
+	return waitGranting(ctx, e, m.Name)
+}
+
+// waitGranting watches coordinator name for twice failure_timeout after it
+// went on, noting the leases it attests expired meanwhile, then waits
+// until it attests none of the brokers' current leases: it grants every
+// lease again.
+func waitGranting(ctx context.Context, e *Env, name string) error {
+	start := time.Now()
+	attested := map[string]bool{}
+	var last error
+	attesting := func() error {
+		var held []string
+		for _, b := range e.Brokers("") {
+			br, err := e.Cluster.GetBroker(ctx, b)
+			if err != nil {
+				return err
+			}
+			for _, o := range br.GetObservations() {
+				if o.GetObserverId() == name && o.GetEpoch() == br.GetEpoch() && o.GetLeaseExpired() {
+					held = append(held, b)
+					attested[b] = true
+				}
+			}
+		}
+		if len(held) > 0 {
+			return fmt.Errorf("%s still attests the leases of %s expired", name, strings.Join(held, ", "))
+		}
+		return nil
+	}
+	for end := start.Add(2 * e.Cfg.FailureTimeout()); time.Now().Before(end); {
+		last = attesting()
+		if err := e.Sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if last != nil {
+		last = devcluster.Poll(ctx, 2*time.Minute, name+" granting every lease again", attesting)
+	}
+	if last != nil {
+		return last
+	}
+	if len(attested) == 0 {
+		e.Note("%s attested no lease expired after it went on", name)
+	} else {
+		e.Note("%s attested %d leases expired after it went on, and grants every one again %.1f s after it went on",
+			name, len(attested), time.Since(start).Seconds())
+	}
+	return nil
 }
 
 func zombieBroker(ctx context.Context, e *Env) error {
