@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -519,7 +518,6 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 		GossipName:  a.cfg.GossipNodeName(),
 		Automq:      a.automqNode(),
 	}
-	backoff := 50 * time.Millisecond
 	waitingLogged := false
 	for attempt := 1; ; attempt++ {
 		if a.sup != nil && !a.sup.gateIsOpen() {
@@ -557,10 +555,9 @@ func (a *Agent) register(ctx context.Context) (epoch uint64, ttl time.Duration, 
 			}
 			a.log.Log(ctx, lvl, "registration failed; retrying", "attempt", attempt, "err", err)
 		}
-		// Jitter (half the backoff) keeps many agents from registering in
+		// From 50ms, doubling, jittered: many agents do not register in
 		// lock-step.
-		wait := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, a.opts.RegisterBackoffMax)
+		wait := Backoff(attempt, 50*time.Millisecond, a.opts.RegisterBackoffMax)
 		select {
 		case <-ctx.Done():
 			return 0, 0, false
@@ -654,9 +651,20 @@ type refusalOf struct {
 
 // renewWith renews the lease of epoch with the coordinator at addr every
 // third of the granted TTL, or sooner on the coordinator's renewal slot
-// (lease.NextRenewal). An attempt is bounded by a sixth of it; after a
-// failure it retries every twelfth, for as long as it takes: the lease rests
-// on a majority, so no single coordinator's trouble needs more than that.
+// (lease.NextRenewal). An attempt is bounded by a sixth of it. After a
+// failure it tries again, for as long as it takes, after RenewalBackoff:
+// the first retry within a twelfth of the TTL, each next wait twice as long
+// up to a third (the renewal interval), jittered, until a grant. The lease
+// rests on a majority, so no single coordinator's trouble needs more; and
+// a fleet behind an overloaded coordinator then sends it about its normal
+// load, not four times it, and not in lock-step.
+//
+// This keeps the ordinary case as it was: a renewal sent at ttl/3 that is
+// lost gives up at ttl/2, and its first retry is sent by 7ttl/12 (no later
+// than with a fixed retry every twelfth) and answered by 3ttl/4 at the
+// latest, while the grant of the renewal before it counts until
+// ttl - lease_safety_margin at the agent (2.5s of 3s by default) and the
+// coordinator's until ttl after it got it: one lost renewal costs nothing.
 func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl time.Duration, refused chan<- refusalOf, discovered chan<- []string) {
 	req := &waldenv1.RenewLeaseRequest{BrokerId: a.cfg.BrokerID, Epoch: epoch}
 	log := a.log.With("coordinator", addr)
@@ -701,9 +709,9 @@ func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl ti
 			if failures == 1 || !l.Valid {
 				lvl = slog.LevelWarn
 			}
+			wait = RenewalBackoff(failures, ttl)
 			log.Log(ctx, lvl, "lease renewal failed", "epoch", epoch, "coordinator_id", coordinator, "attempt", failures,
-				"valid", l.Valid, "remaining", l.Remaining, "err", err)
-			wait = ttl / 12
+				"valid", l.Valid, "remaining", l.Remaining, "next_attempt_in", wait, "err", err)
 		}
 		a.noteValidity()
 		select {

@@ -187,9 +187,10 @@ func TestFollowsRenewalSlots(t *testing.T) {
 // TestRenewsOverOneStream: the agent renews with each coordinator over one
 // long-lived stream, not a call each, and the voters sent once on a stream
 // keep counting for the grants that leave them out. A stream is opened
-// again only after an attempt on it failed (or its answer came as its
-// deadline passed), which a loaded machine makes happen now and then; on a
-// quiet one each coordinator sees one stream for the whole test.
+// again only after attempts on it failed (two unanswered in a row, or one
+// whose stream ended or whose send could not complete in time), which a
+// loaded machine makes happen now and then; on a quiet one each
+// coordinator sees one stream for the whole test.
 func TestRenewsOverOneStream(t *testing.T) {
 	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
 	var failed atomic.Int64
@@ -216,11 +217,9 @@ func TestRenewsOverOneStream(t *testing.T) {
 		opened, streamed = opened+streams, streamed+n
 	}
 	// Read after the streams: a failure is counted before the attempt
-	// after it opens a stream. A tenth of the renewals is the slack for
-	// answers that came just as their deadline passed (the stream is
-	// cancelled, the grant kept).
+	// after it opens a stream.
 	again := opened - len(c.coords)
-	if allowed := int(failed.Load()) + streamed/10; again > allowed {
+	if allowed := int(failed.Load()); again > allowed {
 		t.Errorf("%d streams opened again for %d failed attempts and %d streamed renewals", again, failed.Load(), streamed)
 	}
 	t.Logf("%d streams for %d streamed renewals, %d failed attempts", opened, streamed, failed.Load())

@@ -54,16 +54,23 @@ type fakeCluster struct {
 
 type fakeCoord struct {
 	waldenv1.UnimplementedAgentServer
-	c     *fakeCluster
-	id    string
-	addr  string
+	c    *fakeCluster
+	id   string
+	addr string
+	// stop closes its listener and connections: unreachable from then on.
+	stop  func()
 	clock lease.Clock
 	// incarnation is the coordinator's incarnation in the configuration
 	// (replace gives it another one).
 	incarnation uint64
 
-	mu       sync.Mutex
-	hang     bool // renewals hang until the caller gives up
+	mu sync.Mutex
+	// hang: renewals get no answer (a call waits until its caller gives
+	// up; a stream receives them and answers none).
+	hang bool
+	// refuse, when set, answers every renewal at once with this refusal
+	// (a coordinator that cannot grant now).
+	refuse   refusal.Reason
 	lastRecv time.Duration
 	// recvs are the moments it received the renewals it granted.
 	recvs    []time.Duration
@@ -81,6 +88,14 @@ type fakeCoord struct {
 	breakAfter int
 	// longest is the most renewals one stream carried.
 	longest int
+	// attempts counts every renewal received, answered or not; open the
+	// renewal streams being served now.
+	attempts, open int
+	// lateN renewals from now on a stream are answered lateBy after they
+	// arrived (a coordinator slow to answer); lateSent counts the late
+	// answers sent.
+	lateN, lateSent int
+	lateBy          time.Duration
 }
 
 // newFakeCluster serves n coordinators on loopback until the test ends;
@@ -93,7 +108,7 @@ func newFakeCluster(t testing.TB, n int, ttl, drift time.Duration, clock lease.C
 	c := &fakeCluster{ttl: ttl, drift: drift, nextEpoch: 1, recoveredOffset: -1, conf: 1}
 	for i := range n {
 		fc := &fakeCoord{c: c, id: fmt.Sprintf("c%d", i+1), clock: clock, incarnation: uint64(i + 1)}
-		fc.addr = serveAgent(t, fc)
+		fc.addr, fc.stop = serveAgent(t, fc)
 		c.coords = append(c.coords, fc)
 	}
 	return c
@@ -150,12 +165,21 @@ func (f *fakeCoord) Register(ctx context.Context, req *waldenv1.RegisterRequest)
 func (f *fakeCoord) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
 	f.mu.Lock()
 	f.unary++
+	f.attempts++
+	hang := f.hang
 	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	return f.renew(ctx, req)
 }
 
 // RenewLeases answers each renewal of the stream as RenewLease does, with
 // the voters once per configuration on a stream, as a coordinator does.
+// While it hangs it receives renewals and answers none (the stream stays
+// open); a renewal setLate names is answered late, and the renewals after
+// it wait (a coordinator answers a stream in order).
 func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 	f.mu.Lock()
 	if f.noStream {
@@ -163,8 +187,14 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 		return status.Error(codes.Unimplemented, "unknown method RenewLeases for service walden.v1.Agent")
 	}
 	f.streams++
+	f.open++
 	breakAfter := f.breakAfter
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.open--
+		f.mu.Unlock()
+	}()
 	var sentConf uint64
 	sentVoters := false
 	answered := 0
@@ -175,6 +205,24 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 		req, err := stream.Recv()
 		if err != nil {
 			return nil
+		}
+		f.mu.Lock()
+		f.attempts++
+		hang, late := f.hang, time.Duration(0)
+		if f.lateN > 0 && !hang {
+			f.lateN--
+			late = f.lateBy
+		}
+		f.mu.Unlock()
+		if hang {
+			continue // received, never answered
+		}
+		if late > 0 {
+			select {
+			case <-stream.Context().Done():
+				return nil
+			case <-time.After(late):
+			}
 		}
 		resp, err := f.renew(stream.Context(), &waldenv1.RenewLeaseRequest{BrokerId: req.GetBrokerId(), Epoch: req.GetEpoch()})
 		out := &waldenv1.RenewLeasesResponse{Seq: req.GetSeq()}
@@ -196,16 +244,20 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 		if err := stream.Send(out); err != nil {
 			return err
 		}
+		if late > 0 {
+			f.mu.Lock()
+			f.lateSent++
+			f.mu.Unlock()
+		}
 	}
 }
 
 func (f *fakeCoord) renew(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
 	f.mu.Lock()
-	hang := f.hang
+	refuse := f.refuse
 	f.mu.Unlock()
-	if hang {
-		<-ctx.Done()
-		return nil, status.FromContextError(ctx.Err()).Err()
+	if refuse != "" {
+		return nil, rpcerr.New(refuse, "refused by "+f.id, nil)
 	}
 	c := f.c
 	c.mu.Lock()
@@ -325,6 +377,28 @@ func (f *fakeCoord) setBreakAfter(n int) {
 	f.mu.Unlock()
 }
 
+func (f *fakeCoord) setRefuse(reason refusal.Reason) {
+	f.mu.Lock()
+	f.refuse = reason
+	f.mu.Unlock()
+}
+
+// setLate makes the next n streamed renewals answered by after they
+// arrive.
+func (f *fakeCoord) setLate(n int, by time.Duration) {
+	f.mu.Lock()
+	f.lateN, f.lateBy = n, by
+	f.mu.Unlock()
+}
+
+// received counts the renewals received (answered or not), the streams
+// being served and the late answers sent.
+func (f *fakeCoord) received() (attempts, open, lateSent int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.attempts, f.open, f.lateSent
+}
+
 func (f *fakeCoord) setNoStream(on bool) {
 	f.mu.Lock()
 	f.noStream = on
@@ -345,8 +419,9 @@ func (f *fakeCoord) attestAt() time.Duration {
 	return f.lastRecv + f.c.ttl + f.c.drift
 }
 
-// serveAgent serves srv on a free loopback port until the test ends.
-func serveAgent(t testing.TB, srv waldenv1.AgentServer) string {
+// serveAgent serves srv on a free loopback port until the test ends or
+// stop is called.
+func serveAgent(t testing.TB, srv waldenv1.AgentServer) (addr string, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -356,7 +431,7 @@ func serveAgent(t testing.TB, srv waldenv1.AgentServer) string {
 	waldenv1.RegisterAgentServer(gs, srv)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
-	return ln.Addr().String()
+	return ln.Addr().String(), gs.Stop
 }
 
 // closedAddr is a loopback address nobody listens on.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
+	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,9 +25,42 @@ const streamRetryAfter = 5 * time.Minute
 // connections to the coordinators (grpc's initial window).
 const renewalWindow = 64 << 10
 
+// unansweredLimit is how many attempts in a row may go unanswered on one
+// stream before it is closed: one slow answer costs its attempt only, but
+// a stream that is stuck must not hold the renewals of its coordinator.
+const unansweredLimit = 2
+
 // errNoStream marks a coordinator that answered the renewal stream with
 // Unimplemented.
 var errNoStream = errors.New("agent: the coordinator does not serve streamed renewals")
+
+// Backoff is the wait before the next attempt after failures consecutive
+// failed ones (1 after the first): first, doubled with each failure after
+// it up to ceiling, with equal jitter — half of it fixed, half uniformly
+// random — so that the agents that failed together (behind a coordinator
+// that restarted or is overloaded) do not try again together. It is never
+// less than half of first, never more than ceiling. The agent's
+// registrations and its renewals with each coordinator (RenewalBackoff)
+// wait by it.
+func Backoff(failures int, first, ceiling time.Duration) time.Duration {
+	d := max(min(first, ceiling), 0)
+	for i := 1; i < failures && 0 < d && d < ceiling; i++ {
+		d = min(d, ceiling/2) * 2
+	}
+	d = min(d, ceiling)
+	return d/2 + rand.N(d/2+1)
+}
+
+// RenewalBackoff is the wait before the next renewal with a coordinator
+// after failures consecutive failed ones, for a lease of ttl: Backoff from a
+// twelfth of the lease up to a third, the interval of the renewals
+// themselves. So the first retry comes no later than a twelfth of the lease
+// after the failure, and a coordinator that keeps failing (silent,
+// unreachable, refusing at once) gets about one attempt per renewal
+// interval, not four or more.
+func RenewalBackoff(failures int, ttl time.Duration) time.Duration {
+	return Backoff(failures, ttl/12, ttl/3)
+}
 
 // Renewer renews a lease with one coordinator, one renewal after the
 // other: over one long-lived stream (Agent.RenewLeases), which costs both
@@ -51,14 +84,12 @@ type Renewer struct {
 	// (each stream has its own).
 	answers chan *waldenv1.RenewLeasesResponse
 	failed  chan error
-	// timedOut is set when an attempt's deadline cancelled the stream.
-	timedOut *atomic.Bool
-	seq      uint64
-	// voters and conf are the voters the stream sent last, and their
-	// configuration's index: an answer of the same configuration leaves
-	// them out.
-	voters []*waldenv1.Voter
-	conf   uint64
+	// unanswered counts the attempts in a row on the stream that got no
+	// answer in time.
+	unanswered int
+	// seq numbers the renewals of all the Renewer's streams: an answer is
+	// taken for the renewal of its seq only.
+	seq uint64
 }
 
 // NewRenewer returns a Renewer over the connection conn returns (the same
@@ -97,49 +128,69 @@ func (r *Renewer) renewOnce(ctx context.Context, req *waldenv1.RenewLeaseRequest
 }
 
 // renewStreamed sends one renewal on the stream, opening it first if
-// needed, and waits for the answer with its seq until deadline. A deadline
-// that passes, or any failure of the stream, closes the stream: the next
-// renewal opens a new one.
+// needed, and waits for the answer with its seq until deadline. An answer
+// that does not come in time costs the attempt, not the stream: the next
+// renewal goes on the same stream, and the late answer is skipped by its
+// seq. The stream is closed — the next renewal opens another — when it
+// fails, when the send itself could not complete before deadline (flow
+// control), and when unansweredLimit attempts in a row went unanswered.
 func (r *Renewer) renewStreamed(ctx context.Context, req *waldenv1.RenewLeaseRequest, deadline time.Time) (*waldenv1.RenewLeaseResponse, error) {
 	if r.stream == nil {
 		if err := r.open(ctx, deadline); err != nil {
 			return nil, err
 		}
 	}
-	// The deadline cancels the stream, which ends a send held by flow
-	// control as well as the wait.
-	timedOut, cancel := r.timedOut, r.cancel
-	guard := time.AfterFunc(time.Until(deadline), func() {
-		timedOut.Store(true)
-		cancel()
-	})
-	resp, err := r.exchange(ctx, req)
-	if !guard.Stop() && r.stream != nil {
-		// The deadline passed as the answer came: the stream is cancelled.
-		r.Close()
-	}
-	return resp, err
-}
-
-// exchange sends one renewal on the open stream and waits for its answer.
-func (r *Renewer) exchange(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
 	r.seq++
 	seq := r.seq
-	// A send that fails ended the stream: the receiver reports why (a send
-	// on an ended stream says io.EOF only).
-	_ = r.stream.Send(&waldenv1.RenewLeasesRequest{BrokerId: req.GetBrokerId(), Epoch: req.GetEpoch(), Seq: seq})
+	if err := r.send(&waldenv1.RenewLeasesRequest{BrokerId: req.GetBrokerId(), Epoch: req.GetEpoch(), Seq: seq}, deadline); err != nil {
+		return nil, err
+	}
+	return r.await(ctx, seq, deadline)
+}
+
+// send sends m on the open stream, at most until deadline. A send held by
+// flow control past deadline can only be ended by cancelling the stream:
+// then the stream is closed and the error is DeadlineExceeded. A send that
+// fails otherwise ended the stream, and the receiver reports why (a send on
+// an ended stream says io.EOF only): send returns nil, and the wait for the
+// answer gets the stream's error.
+func (r *Renewer) send(m *waldenv1.RenewLeasesRequest, deadline time.Time) error {
+	guard := time.AfterFunc(time.Until(deadline), r.cancel)
+	_ = r.stream.Send(m)
+	if !guard.Stop() {
+		r.Close()
+		return status.Error(codes.DeadlineExceeded, "renewal: the renewal could not be sent on the stream in time")
+	}
+	return nil
+}
+
+// await waits until deadline for the answer to the renewal seq on the open
+// stream, and closes the stream when this was the unansweredLimit-th
+// attempt in a row without one. The answers to earlier renewals, given up
+// on, are skipped: only the answer to seq was granted after this renewal
+// was sent, and a grant counts from the send of the renewal it answers (an
+// earlier one's, taken for this one, would count from too late).
+func (r *Renewer) await(ctx context.Context, seq uint64, deadline time.Time) (*waldenv1.RenewLeaseResponse, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	for {
 		select {
 		case a := <-r.answers:
 			if a.GetSeq() != seq {
-				continue // the answer to a renewal given up on
+				continue // the late answer to a renewal given up on
 			}
+			r.unanswered = 0
 			return r.answer(a)
 		case err := <-r.failed:
 			return nil, r.ended(err)
 		case <-ctx.Done():
 			r.Close()
 			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-timer.C:
+			if r.unanswered++; r.unanswered >= unansweredLimit {
+				r.Close()
+			}
+			return nil, status.Error(codes.DeadlineExceeded, "renewal: no answer on the stream in time")
 		}
 	}
 }
@@ -162,35 +213,54 @@ func (r *Renewer) open(ctx context.Context, deadline time.Time) error {
 		cancel()
 		return err
 	}
+	// Room for the answers of every renewal the stream may have
+	// outstanding (unansweredLimit - 1 given up on and the current one),
+	// and more.
 	answers, failed := make(chan *waldenv1.RenewLeasesResponse, 4), make(chan error, 1)
-	go func() {
-		for {
-			a, err := stream.Recv()
-			if err != nil {
-				failed <- err
-				return
-			}
-			select {
-			case answers <- a:
-			default: // answers nobody waits for
-			}
-		}
-	}()
+	go receive(stream, answers, failed)
 	r.stream, r.cancel, r.answers, r.failed = stream, cancel, answers, failed
-	r.timedOut = new(atomic.Bool)
-	r.voters, r.conf = nil, 0
+	r.unanswered = 0
 	return nil
 }
 
+// receive hands the answers of stream to answers, in order, until the
+// stream ends, then its error to failed. A grant that leaves the voters out
+// gets the voters the stream sent last: that is what the coordinator
+// meant, answer by answer, whether or not anyone still waits for the
+// answer (so it is done here, where every answer passes). An answer that
+// does not fit in answers is dropped: nobody waits for it.
+func receive(stream waldenv1.Agent_RenewLeasesClient, answers chan<- *waldenv1.RenewLeasesResponse, failed chan<- error) {
+	// voters and conf are the voters the stream sent last, and their
+	// configuration's index: an answer of the same configuration leaves
+	// them out.
+	var voters []*waldenv1.Voter
+	var conf uint64
+	for {
+		a, err := stream.Recv()
+		if err != nil {
+			failed <- err
+			return
+		}
+		if g := a.GetGrant(); g != nil {
+			switch {
+			case len(g.GetVoters()) > 0:
+				voters, conf = g.GetVoters(), g.GetConfIndex()
+			case g.GetConfIndex() == conf:
+				g.Voters = voters
+			}
+		}
+		select {
+		case answers <- a:
+		default:
+		}
+	}
+}
+
 // ended closes the stream that failed with err and says why, in the terms
-// of a RenewLease call: DeadlineExceeded when the attempt's deadline
-// cancelled it, errNoStream when the coordinator does not serve it.
+// of a RenewLease call: errNoStream when the coordinator does not serve it.
 func (r *Renewer) ended(err error) error {
-	timedOut := r.timedOut.Load()
 	r.Close()
 	switch {
-	case timedOut:
-		return status.Error(codes.DeadlineExceeded, "renewal: no answer on the stream in time")
 	case status.Code(err) == codes.Unimplemented:
 		return errNoStream
 	case err == nil:
@@ -208,9 +278,9 @@ func (r *Renewer) Close() {
 	r.stream, r.cancel, r.answers, r.failed = nil, nil, nil, nil
 }
 
-// answer turns a stream's answer into RenewLease's: the grant, with the
-// voters the stream sent last when it left them out, or the refusal as
-// the status error RenewLease would fail with.
+// answer turns a stream's answer into RenewLease's: the grant (receive
+// gave it the voters it left out), or the refusal as the status error
+// RenewLease would fail with.
 func (r *Renewer) answer(a *waldenv1.RenewLeasesResponse) (*waldenv1.RenewLeaseResponse, error) {
 	if f := a.GetRefusal(); f != nil {
 		if codes.Code(f.GetCode()) == codes.OK {
@@ -222,12 +292,6 @@ func (r *Renewer) answer(a *waldenv1.RenewLeasesResponse) (*waldenv1.RenewLeaseR
 	g := a.GetGrant()
 	if g == nil {
 		return nil, status.Error(codes.Internal, "renewal: an answer with neither a grant nor a refusal")
-	}
-	switch {
-	case len(g.GetVoters()) > 0:
-		r.voters, r.conf = g.GetVoters(), g.GetConfIndex()
-	case g.GetConfIndex() == r.conf:
-		g.Voters = r.voters
 	}
 	return g, nil
 }

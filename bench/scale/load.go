@@ -38,7 +38,7 @@ import (
 // 127.0.0.0/8 of its own), a registration, the probe endpoint (GET /healthz
 // through the agent's own HTTP limits), its lease renewed with every voter
 // on connections of its own (every lease_ttl/3, attempts bounded by /6,
-// retries every /12, as package agent does; over one stream per
+// retries after agent.RenewalBackoff, as package agent does; over one stream per
 // coordinator with package agent's Renewer, or with one call each as
 // agents before streamed renewals did), and, for the brokers asked to,
 // a memberlist gossip member. What a real agent also does for its broker
@@ -538,8 +538,8 @@ func (a *simAgent) register(ctx context.Context) (uint64, time.Duration, bool) {
 	if a.b.Gossip {
 		req.GossipName = "agent/" + a.b.ID
 	}
-	backoff := 50 * time.Millisecond
-	for i := rand.IntN(len(a.conns)); ; i++ {
+	first := rand.IntN(len(a.conns))
+	for i := first; ; i++ {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		resp, err := waldenv1.NewAgentClient(a.conns[i%len(a.conns)]).Register(cctx, req)
 		cancel()
@@ -555,12 +555,10 @@ func (a *simAgent) register(ctx context.Context) (uint64, time.Duration, bool) {
 			a.mu.Unlock()
 			return resp.GetEpoch(), time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond, true
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, 2*time.Second)
 		select {
 		case <-ctx.Done():
 			return 0, 0, false
-		case <-time.After(wait):
+		case <-time.After(agent.Backoff(i-first+1, 50*time.Millisecond, 2*time.Second)):
 		}
 	}
 }
@@ -608,6 +606,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 		return false
 	case <-time.After(rand.N(ttl / 3)):
 	}
+	failures := 0
 	for {
 		perTry := max(ttl/6, 50*time.Millisecond)
 		sent := lease.BootClock.Now()
@@ -632,6 +631,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			a.mu.Lock()
 			a.holder.Granted(lease.Grant{Coordinator: resp.GetCoordinatorId(), Epoch: epoch, Sent: sent, TTL: ttl}, v)
 			a.mu.Unlock()
+			failures = 0
 			wait = lease.NextRenewal(ttl, lease.BootClock.Now()-sent, time.Duration(resp.GetRenewInUs())*time.Microsecond)
 		case reason == "NODE_FENCED" || reason == "EPOCH_EXPIRED" || reason == "UNKNOWN_NODE":
 			a.p.refuse(reason)
@@ -653,7 +653,8 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			} else {
 				a.p.failed.Add(1)
 			}
-			wait = ttl / 12
+			failures++
+			wait = agent.RenewalBackoff(failures, ttl)
 		}
 		a.noteValidity()
 		select {
