@@ -95,128 +95,205 @@ type edge struct {
 // an epoch not below the one before, then, last, the run of a WAL that
 // holds the offset reached. A stream epoch below the stream's floor is
 // never taken.
+//
+// It runs in three steps: each stream's ranges and runs are gathered; each
+// stream, in id order, is planned on its own (planStream); the candidates
+// none of whose ranges was taken are counted by why, and the ranges taken
+// are put in an order in which each starts at its stream's end (order).
 func Plan(in Input) Output {
-	byStream := map[uint64][]edge{}
-	runsOf := map[uint64][]Run{}
-	for i, c := range in.Candidates {
-		for _, r := range c.Object.GetRanges() {
-			byStream[r.GetStreamId()] = append(byStream[r.GetStreamId()],
-				edge{cand: i, r: r, start: r.GetStartOffset(), end: r.GetEndOffset(), epoch: r.GetStreamEpoch()})
-		}
-	}
-	for _, r := range in.Runs {
-		if r.Start < r.End {
-			runsOf[r.Stream] = append(runsOf[r.Stream], r)
-		}
-	}
-	ids := map[uint64]bool{}
-	for id := range byStream {
-		ids[id] = true
-	}
-	for id := range runsOf {
-		ids[id] = true
-	}
+	g := gather(in)
 	var out Output
-	taken := map[int][]*waldenv1.ObjectRange{} // candidate → its ranges taken
-	chains := map[uint64][]edge{}
-	superseded := map[int]bool{}
-	final := map[uint64]uint64{}
-	for _, id := range sortedIDs(ids) {
-		st := in.Streams[id]
-		chain, tail, excluded, gap := planStream(id, st, byStream[id], runsOf[id])
-		final[id] = st.End
-		if len(chain) > 0 {
-			final[id] = chain[len(chain)-1].end
-		}
-		if tail != nil {
-			final[id] = tail.GetEndOffset()
-		}
-		for _, e := range excluded {
-			superseded[e.cand] = true
-		}
-		chains[id] = chain
-		for _, e := range chain {
-			taken[e.cand] = append(taken[e.cand], e.r)
-		}
-		if tail != nil {
-			out.Tails = append(out.Tails, tail)
-		}
-		if len(chain) > 0 || tail != nil {
-			out.StreamsExtended++
-		}
-		if gap != "" {
-			out.Gaps = append(out.Gaps, gap)
-		}
+	p := planned{
+		taken:      map[int][]*waldenv1.ObjectRange{},
+		chains:     map[uint64][]edge{},
+		superseded: map[int]bool{},
+		final:      map[uint64]uint64{},
 	}
-	for i := range in.Candidates {
-		if len(taken[i]) > 0 {
-			continue
-		}
-		covered := true
-		for _, r := range in.Candidates[i].Object.GetRanges() {
-			if r.GetEndOffset() > final[r.GetStreamId()] {
-				covered = false
-			}
-		}
-		switch {
-		case superseded[i]:
-			out.Superseded++
-		case covered:
-			out.Redundant++
-		default:
-			out.Unreached++
-		}
+	for _, id := range g.ids() {
+		p.add(&out, id, in.Streams[id], g.edges[id], g.runs[id])
 	}
-	out.Commits = order(in.Candidates, chains)
+	p.countLeft(&out, in.Candidates)
+	out.Commits = order(in.Candidates, p.chains)
 	for _, c := range out.Commits {
 		out.RangesCommitted += uint64(len(c.GetObject().GetRanges()))
 	}
 	return out
 }
 
+// gathered are the candidates' ranges and the non-empty WAL runs, by
+// stream.
+type gathered struct {
+	edges map[uint64][]edge
+	runs  map[uint64][]Run
+}
+
+// gather sorts the candidates' ranges (in candidate order) and the WAL runs
+// that hold a record by stream.
+func gather(in Input) gathered {
+	g := gathered{edges: map[uint64][]edge{}, runs: map[uint64][]Run{}}
+	for i, c := range in.Candidates {
+		for _, r := range c.Object.GetRanges() {
+			g.edges[r.GetStreamId()] = append(g.edges[r.GetStreamId()],
+				edge{cand: i, r: r, start: r.GetStartOffset(), end: r.GetEndOffset(), epoch: r.GetStreamEpoch()})
+		}
+	}
+	for _, r := range in.Runs {
+		if r.Start < r.End {
+			g.runs[r.Stream] = append(g.runs[r.Stream], r)
+		}
+	}
+	return g
+}
+
+// ids are the streams with a range or a run, in id order: the streams the
+// plan may extend.
+func (g gathered) ids() []uint64 {
+	ids := map[uint64]bool{}
+	for id := range g.edges {
+		ids[id] = true
+	}
+	for id := range g.runs {
+		ids[id] = true
+	}
+	return sortedKeys(ids)
+}
+
+// planned is what the streams planned so far decided about the candidates.
+type planned struct {
+	// taken are the ranges taken from each candidate (by index).
+	taken map[int][]*waldenv1.ObjectRange
+	// chains are each stream's ranges taken, in order.
+	chains map[uint64][]edge
+	// superseded are the candidates with a range set aside.
+	superseded map[int]bool
+	// final is each stream's end once its continuation is committed.
+	final map[uint64]uint64
+}
+
+// add plans stream id and records its continuation: its end, the ranges
+// taken and set aside, its WAL tail and its gap in out.
+func (p *planned) add(out *Output, id uint64, st Stream, edges []edge, runs []Run) {
+	chain, tail, excluded, gap := planStream(id, st, edges, runs)
+	p.final[id] = st.End
+	if len(chain) > 0 {
+		p.final[id] = chain[len(chain)-1].end
+	}
+	if tail != nil {
+		p.final[id] = tail.GetEndOffset()
+	}
+	for _, e := range excluded {
+		p.superseded[e.cand] = true
+	}
+	p.chains[id] = chain
+	for _, e := range chain {
+		p.taken[e.cand] = append(p.taken[e.cand], e.r)
+	}
+	if tail != nil {
+		out.Tails = append(out.Tails, tail)
+	}
+	if len(chain) > 0 || tail != nil {
+		out.StreamsExtended++
+	}
+	if gap != "" {
+		out.Gaps = append(out.Gaps, gap)
+	}
+}
+
+// countLeft counts the candidates none of whose ranges was taken, by why:
+// one of their ranges was set aside (superseded); every record of theirs is
+// below its stream's final end, so other objects or a WAL hold them
+// (redundant); else a range of theirs lies beyond a hole (unreached).
+func (p *planned) countLeft(out *Output, cands []Candidate) {
+	for i, c := range cands {
+		if len(p.taken[i]) > 0 {
+			continue
+		}
+		switch {
+		case p.superseded[i]:
+			out.Superseded++
+		case p.covers(c):
+			out.Redundant++
+		default:
+			out.Unreached++
+		}
+	}
+}
+
+// covers says whether every range of c ends within its stream's final end.
+func (p *planned) covers(c Candidate) bool {
+	for _, r := range c.Object.GetRanges() {
+		if r.GetEndOffset() > p.final[r.GetStreamId()] {
+			return false
+		}
+	}
+	return true
+}
+
 // planStream chooses one stream's continuation: the ranges to take in
 // order, the WAL tail (or nil), the ranges set aside as superseded, and a
 // gap's description when records beyond the continuation are out of reach.
 func planStream(id uint64, st Stream, edges []edge, runs []Run) (chain []edge, tail *waldenv1.StreamTail, excluded []edge, gap string) {
-	// cutoff(e): the lowest start of anything of an epoch above e.
-	type start struct{ epoch, at uint64 }
-	var starts []start
+	// 1. What a later epoch replaced is set aside (ranges) or cut (runs),
+	// and what is below the floor or the catalog's end is left out.
+	cut := newCutoffs(edges, runs)
+	usable, excluded := splitRanges(st, edges, cut)
+	live := liveRuns(st, runs, cut)
+	// 2. Every offset the usable ranges reach from the stream's end.
+	reached := reach(st, usable)
+	// 3. The continuation that reaches furthest, and the ranges that lead
+	// to it.
+	best := furthest(st, reached, live)
+	chain = chainTo(reached, usable, best.at)
+	if best.run != nil {
+		tail = &waldenv1.StreamTail{StreamId: id, BrokerId: best.run.Broker, StreamEpoch: best.run.Epoch, FromOffset: best.at, EndOffset: best.run.End}
+	}
+	// 4. Whatever starts beyond its end is out of reach.
+	return chain, tail, excluded, gapBeyond(id, best.end, usable, live)
+}
+
+// cutoffs are the starts of a stream's ranges and runs with their epochs.
+type cutoffs []epochStart
+
+type epochStart struct{ epoch, at uint64 }
+
+func newCutoffs(edges []edge, runs []Run) cutoffs {
+	var c cutoffs
 	for _, e := range edges {
-		starts = append(starts, start{e.epoch, e.start})
+		c = append(c, epochStart{e.epoch, e.start})
 	}
 	for _, r := range runs {
-		starts = append(starts, start{r.Epoch, r.Start})
+		c = append(c, epochStart{r.Epoch, r.Start})
 	}
-	cutoff := func(epoch uint64) uint64 {
-		c := uint64(1<<64 - 1)
-		for _, s := range starts {
-			if s.epoch > epoch {
-				c = min(c, s.at)
-			}
+	return c
+}
+
+// of is the lowest start of anything of an epoch above epoch: nothing of
+// epoch was committed or acknowledged from there on.
+func (c cutoffs) of(epoch uint64) uint64 {
+	at := uint64(1<<64 - 1)
+	for _, s := range c {
+		if s.epoch > epoch {
+			at = min(at, s.at)
 		}
-		return c
 	}
-	var usable []edge
+	return at
+}
+
+// splitRanges sets aside (excluded) the ranges of an epoch below the floor
+// and those that run past the start of a later epoch; of the rest, those
+// that end beyond the catalog's end are usable, in the order in which the
+// continuation considers them.
+func splitRanges(st Stream, edges []edge, cut cutoffs) (usable, excluded []edge) {
 	for _, e := range edges {
 		switch {
 		case e.epoch < st.Floor:
 			excluded = append(excluded, e)
-		case e.end > cutoff(e.epoch):
+		case e.end > cut.of(e.epoch):
 			excluded = append(excluded, e)
 		case e.end <= st.End:
 			// Below the catalog's end: nothing to take.
 		default:
 			usable = append(usable, e)
-		}
-	}
-	var live []Run
-	for _, r := range runs {
-		if r.Epoch < st.Floor {
-			continue
-		}
-		r.End = min(r.End, cutoff(r.Epoch))
-		if r.Start < r.End && r.End > st.End {
-			live = append(live, r)
 		}
 	}
 	sort.SliceStable(usable, func(i, j int) bool {
@@ -234,13 +311,37 @@ func planStream(id uint64, st Stream, edges []edge, runs []Run) (chain []edge, t
 		// keeps its id.
 		return a.cand > b.cand
 	})
-	// Reach every offset from the end by ranges, each node with the lowest
-	// epoch it can be reached at (the most ranges may follow it).
-	type node struct {
-		epoch uint64
-		via   int // index in usable, -1 for the start
-		from  uint64
+	return usable, excluded
+}
+
+// liveRuns are the runs the continuation may end with: not below the
+// floor, cut where a later epoch starts, and still holding records beyond
+// the catalog's end.
+func liveRuns(st Stream, runs []Run, cut cutoffs) []Run {
+	var live []Run
+	for _, r := range runs {
+		if r.Epoch < st.Floor {
+			continue
+		}
+		r.End = min(r.End, cut.of(r.Epoch))
+		if r.Start < r.End && r.End > st.End {
+			live = append(live, r)
+		}
 	}
+	return live
+}
+
+// node is an offset the ranges reach: the lowest epoch it is reached at
+// (the most ranges may follow it) and the range that reaches it there.
+type node struct {
+	epoch uint64
+	via   int // index in usable, -1 for the start
+	from  uint64
+}
+
+// reach reaches every offset it can from the stream's end by the usable
+// ranges (in their order), each range at an epoch not below the one before.
+func reach(st Stream, usable []edge) map[uint64]*node {
 	reached := map[uint64]*node{st.End: {epoch: st.Floor, via: -1}}
 	for i, e := range usable {
 		n := reached[e.start]
@@ -251,74 +352,92 @@ func planStream(id uint64, st Stream, edges []edge, runs []Run) (chain []edge, t
 			reached[e.end] = &node{epoch: e.epoch, via: i, from: e.start}
 		}
 	}
-	// The furthest continuation: a node, or a node and a WAL run that holds
-	// its offset at an epoch not below the node's. Objects are preferred to
-	// a WAL that reaches as far, a higher epoch to a lower one.
-	offsets := make([]uint64, 0, len(reached))
-	for o := range reached {
-		offsets = append(offsets, o)
+	return reached
+}
+
+// continuation is how far a stream goes on: by ranges to at, then, with
+// run, by that WAL's records to end.
+type continuation struct {
+	at, end uint64
+	run     *Run
+}
+
+// beats says whether c is the better continuation than d: further; then
+// from objects alone; then from more objects (offsets are visited in
+// order); then the higher epoch's WAL, the broker id.
+func (c continuation) beats(d continuation) bool {
+	switch {
+	case c.end != d.end:
+		return c.end > d.end
+	case (c.run == nil) != (d.run == nil):
+		return c.run == nil
+	case c.run == nil:
+		return false
+	case c.at != d.at:
+		return c.at > d.at
+	case c.run.Epoch != d.run.Epoch:
+		return c.run.Epoch > d.run.Epoch
+	default:
+		return c.run.Broker < d.run.Broker
 	}
-	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
-	best, bestEnd := st.End, st.End
-	var bestRun *Run
-	// better: further; then from objects alone; then from more objects
-	// (offsets are visited in order); then the higher epoch's WAL, the
-	// broker id.
-	better := func(o, end uint64, r *Run) bool {
-		switch {
-		case end != bestEnd:
-			return end > bestEnd
-		case (r == nil) != (bestRun == nil):
-			return r == nil
-		case r == nil:
-			return false
-		case o != best:
-			return o > best
-		case r.Epoch != bestRun.Epoch:
-			return r.Epoch > bestRun.Epoch
-		default:
-			return r.Broker < bestRun.Broker
-		}
-	}
-	for _, o := range offsets {
+}
+
+// furthest is the continuation that reaches furthest: an offset reached,
+// or one and a live run that holds it at an epoch not below the one it is
+// reached at. Objects are preferred to a WAL that reaches as far, a higher
+// epoch to a lower one.
+func furthest(st Stream, reached map[uint64]*node, live []Run) continuation {
+	best := continuation{at: st.End, end: st.End}
+	for _, o := range sortedKeys(reached) {
 		n := reached[o]
-		if better(o, o, nil) {
-			best, bestEnd, bestRun = o, o, nil
+		if c := (continuation{at: o, end: o}); c.beats(best) {
+			best = c
 		}
 		for k := range live {
 			r := &live[k]
-			if r.Start <= o && o < r.End && r.Epoch >= n.epoch && better(o, r.End, r) {
-				best, bestEnd, bestRun = o, r.End, r
+			if r.Start <= o && o < r.End && r.Epoch >= n.epoch {
+				if c := (continuation{at: o, end: r.End, run: r}); c.beats(best) {
+					best = c
+				}
 			}
 		}
 	}
-	for o := best; reached[o].via >= 0; o = reached[o].from {
+	return best
+}
+
+// chainTo is the ranges that reach offset at from the stream's end, in
+// order.
+func chainTo(reached map[uint64]*node, usable []edge, at uint64) []edge {
+	var chain []edge
+	for o := at; reached[o].via >= 0; o = reached[o].from {
 		chain = append(chain, usable[reached[o].via])
 	}
 	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
 		chain[i], chain[j] = chain[j], chain[i]
 	}
-	if bestRun != nil {
-		tail = &waldenv1.StreamTail{StreamId: id, BrokerId: bestRun.Broker, StreamEpoch: bestRun.Epoch, FromOffset: best, EndOffset: bestRun.End}
-	}
-	// Anything that starts beyond the continuation's end is out of reach.
+	return chain
+}
+
+// gapBeyond describes the first range and the first run that start beyond
+// the continuation's end, or is empty when there are none.
+func gapBeyond(id, end uint64, usable []edge, live []Run) string {
 	var beyond []string
 	for _, e := range usable {
-		if e.start > bestEnd {
+		if e.start > end {
 			beyond = append(beyond, fmt.Sprintf("an object from %d (epoch %d)", e.start, e.epoch))
 			break
 		}
 	}
 	for _, r := range live {
-		if r.Start > bestEnd {
+		if r.Start > end {
 			beyond = append(beyond, fmt.Sprintf("%s's WAL from %d (epoch %d)", r.Broker, r.Start, r.Epoch))
 			break
 		}
 	}
-	if len(beyond) > 0 {
-		gap = fmt.Sprintf("stream %d stops at %d: %s beyond it, the records between are in no object and no WAL", id, bestEnd, strings.Join(beyond, " and "))
+	if len(beyond) == 0 {
+		return ""
 	}
-	return chain, tail, excluded, gap
+	return fmt.Sprintf("stream %d stops at %d: %s beyond it, the records between are in no object and no WAL", id, end, strings.Join(beyond, " and "))
 }
 
 // order returns the commits: each candidate with the ranges taken from it,
@@ -328,80 +447,109 @@ func planStream(id uint64, st Stream, edges []edge, runs []Run) (chain []edge, t
 // candidate with a range next is committed in part, under an id naming
 // its streams, and the rest of it later.
 func order(cands []Candidate, chains map[uint64][]edge) []*waldenv1.ReconciledObject {
-	pos := map[uint64]int{}
-	left := map[int]map[uint64]*waldenv1.ObjectRange{}
+	o := newOrdering(cands, chains)
+	for {
+		progress, remaining := o.emitWhole()
+		if !remaining {
+			return o.out
+		}
+		if !progress {
+			// Every stream's next range is in some candidate: commit the
+			// first one's ready ranges on their own.
+			o.emitFirstPart()
+		}
+	}
+}
+
+// ordering is order's progress: each stream's position in its chain, the
+// ranges of each candidate still to commit, and the commits so far.
+type ordering struct {
+	cands  []Candidate
+	chains map[uint64][]edge
+	pos    map[uint64]int
+	left   map[int]map[uint64]*waldenv1.ObjectRange
+	out    []*waldenv1.ReconciledObject
+}
+
+func newOrdering(cands []Candidate, chains map[uint64][]edge) *ordering {
+	o := &ordering{cands: cands, chains: chains, pos: map[uint64]int{}, left: map[int]map[uint64]*waldenv1.ObjectRange{}}
 	for id, chain := range chains {
 		for _, e := range chain {
-			if left[e.cand] == nil {
-				left[e.cand] = map[uint64]*waldenv1.ObjectRange{}
+			if o.left[e.cand] == nil {
+				o.left[e.cand] = map[uint64]*waldenv1.ObjectRange{}
 			}
-			left[e.cand][id] = e.r
+			o.left[e.cand][id] = e.r
 		}
 	}
-	next := func(stream uint64, r *waldenv1.ObjectRange) bool {
-		c := chains[stream]
-		return pos[stream] < len(c) && c[pos[stream]].r == r
+	return o
+}
+
+// next says whether r is stream's next range to commit.
+func (o *ordering) next(stream uint64, r *waldenv1.ObjectRange) bool {
+	c := o.chains[stream]
+	return o.pos[stream] < len(c) && c[o.pos[stream]].r == r
+}
+
+// nextStreams are the streams, in id order, whose next range candidate i
+// holds.
+func (o *ordering) nextStreams(i int) []uint64 {
+	var ready []uint64
+	for _, sid := range sortedKeys(o.left[i]) {
+		if o.next(sid, o.left[i][sid]) {
+			ready = append(ready, sid)
+		}
 	}
-	var out []*waldenv1.ReconciledObject
-	emit := func(i int, streams []uint64, whole bool) {
-		c := cands[i]
-		o := cloneObject(c.Object)
-		o.Ranges = nil
-		var prods []*waldenv1.StreamProducers
-		for _, sid := range streams {
-			o.Ranges = append(o.Ranges, left[i][sid])
-			if ps := c.Producers[sid]; len(ps) > 0 {
-				prods = append(prods, &waldenv1.StreamProducers{StreamId: sid, Producers: ps})
-			}
-			delete(left[i], sid)
-			pos[sid]++
-		}
-		sort.Slice(o.Ranges, func(a, b int) bool { return o.Ranges[a].GetPosition() < o.Ranges[b].GetPosition() })
-		if !whole || !c.Whole || len(o.Ranges) != len(c.Object.GetRanges()) {
-			o.ObjectId = partialID(c.Object.GetObjectId(), streams)
-		}
-		out = append(out, &waldenv1.ReconciledObject{Object: o, Producers: prods})
-	}
-	for {
-		progress, remaining := false, false
-		for i := range cands {
-			if len(left[i]) == 0 {
-				continue
-			}
-			remaining = true
-			streams := sortedStreams(left[i])
-			ready := true
-			for _, sid := range streams {
-				if !next(sid, left[i][sid]) {
-					ready = false
-				}
-			}
-			if ready {
-				emit(i, streams, true)
-				progress = true
-			}
-		}
-		if !remaining {
-			return out
-		}
-		if progress {
+	return ready
+}
+
+// emitWhole commits, in candidate order, every candidate whose ranges left
+// are all next in their streams. It says whether it committed any, and
+// whether any candidate had ranges left.
+func (o *ordering) emitWhole() (progress, remaining bool) {
+	for i := range o.cands {
+		if len(o.left[i]) == 0 {
 			continue
 		}
-		// Every stream's next range is in some candidate: commit the first
-		// one's ready ranges on their own.
-		for i := range cands {
-			var ready []uint64
-			for _, sid := range sortedStreams(left[i]) {
-				if next(sid, left[i][sid]) {
-					ready = append(ready, sid)
-				}
-			}
-			if len(ready) > 0 {
-				emit(i, ready, false)
-				break
-			}
+		remaining = true
+		if streams := sortedKeys(o.left[i]); len(o.nextStreams(i)) == len(streams) {
+			o.emit(i, streams, true)
+			progress = true
 		}
 	}
+	return progress, remaining
+}
+
+// emitFirstPart commits the ranges of the first candidate that holds a
+// stream's next range, those that are next.
+func (o *ordering) emitFirstPart() {
+	for i := range o.cands {
+		if ready := o.nextStreams(i); len(ready) > 0 {
+			o.emit(i, ready, false)
+			return
+		}
+	}
+}
+
+// emit commits the ranges of candidate i in streams, with their producers;
+// whole says they are all its ranges left.
+func (o *ordering) emit(i int, streams []uint64, whole bool) {
+	c := o.cands[i]
+	obj := cloneObject(c.Object)
+	obj.Ranges = nil
+	var prods []*waldenv1.StreamProducers
+	for _, sid := range streams {
+		obj.Ranges = append(obj.Ranges, o.left[i][sid])
+		if ps := c.Producers[sid]; len(ps) > 0 {
+			prods = append(prods, &waldenv1.StreamProducers{StreamId: sid, Producers: ps})
+		}
+		delete(o.left[i], sid)
+		o.pos[sid]++
+	}
+	sort.Slice(obj.Ranges, func(a, b int) bool { return obj.Ranges[a].GetPosition() < obj.Ranges[b].GetPosition() })
+	if !whole || !c.Whole || len(obj.Ranges) != len(c.Object.GetRanges()) {
+		obj.ObjectId = partialID(c.Object.GetObjectId(), streams)
+	}
+	o.out = append(o.out, &waldenv1.ReconciledObject{Object: obj, Producers: prods})
 }
 
 // partialID is the id of a commit of some of an object's ranges.
@@ -413,16 +561,8 @@ func partialID(id string, streams []uint64) string {
 	return id + "+" + strings.Join(parts, "+")
 }
 
-func sortedStreams(m map[uint64]*waldenv1.ObjectRange) []uint64 {
-	out := make([]uint64, 0, len(m))
-	for id := range m {
-		out = append(out, id)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
-func sortedIDs(m map[uint64]bool) []uint64 {
+// sortedKeys are m's keys in increasing order.
+func sortedKeys[V any](m map[uint64]V) []uint64 {
 	out := make([]uint64, 0, len(m))
 	for id := range m {
 		out = append(out, id)

@@ -233,6 +233,41 @@ type checked struct {
 func (r *Reconciler) plan(ctx context.Context, term uint64, rs *waldenv1.RestoreState) error {
 	start := time.Now()
 	rep := &waldenv1.RestoreReport{ObjectsListed: rs.GetReport().GetObjectsListed()}
+	// 1. What the restore jobs found in the brokers' WALs.
+	runs := r.surveyedRuns(rs)
+	// 2. The objects written after the backup that the catalog does not
+	// hold whole, read and checked against their own index.
+	objs, err := r.store.List(ctx, r.listPrefix())
+	if err != nil {
+		return fmt.Errorf("reconcile: plan: %w", err)
+	}
+	rep.ObjectsListed = uint64(len(objs))
+	committed := r.state.CommittedKeys()
+	todo := r.toCheck(rs, objs, rep)
+	if err := r.check(ctx, term, todo, committed); err != nil {
+		return err
+	}
+	// 3. Each stream's continuation, from the catalog as it stands now.
+	out := Plan(r.planInput(todo, runs, rep))
+	// 4. The objects committed again, in the plan's order, then the plan.
+	if err := r.proposeCommits(ctx, term, out.Commits); err != nil {
+		return err
+	}
+	r.reportPlan(rep, out)
+	_, err = r.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_ReconcilePlan{ReconcilePlan: &waldenv1.ReconcilePlan{
+		Term: term, Tails: out.Tails, Report: rep}}})
+	if err != nil {
+		return err
+	}
+	r.log.Info("restore: the objects written after the backup are committed again", "objects", len(out.Commits),
+		"ranges", out.RangesCommitted, "tails", len(out.Tails), "redundant", out.Redundant, "superseded", out.Superseded,
+		"damaged", len(rep.GetDamaged()), "gaps", len(out.Gaps), "elapsed", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// surveyedRuns are the runs of records the restore jobs' surveys found in
+// their brokers' WALs.
+func (r *Reconciler) surveyedRuns(rs *waldenv1.RestoreState) []Run {
 	var runs []Run
 	for _, id := range rs.GetJobIds() {
 		j, ok := r.state.Job(id)
@@ -244,12 +279,13 @@ func (r *Reconciler) plan(ctx context.Context, term uint64, rs *waldenv1.Restore
 				Start: run.GetStartOffset(), End: run.GetEndOffset()})
 		}
 	}
-	objs, err := r.store.List(ctx, r.listPrefix())
-	if err != nil {
-		return fmt.Errorf("reconcile: plan: %w", err)
-	}
-	rep.ObjectsListed = uint64(len(objs))
-	committed := r.state.CommittedKeys()
+	return runs
+}
+
+// toCheck are the objects of the listing to read and check: walden's,
+// written after the backup, and not held whole by the catalog. The others
+// are counted in rep by why they are left.
+func (r *Reconciler) toCheck(rs *waldenv1.RestoreState, objs []objstore.ObjectInfo, rep *waldenv1.RestoreReport) []checked {
 	var todo []checked
 	for _, o := range objs {
 		kp, ok := objformat.ParseKey(r.store.Prefix(), o.Key)
@@ -266,9 +302,13 @@ func (r *Reconciler) plan(ctx context.Context, term uint64, rs *waldenv1.Restore
 			todo = append(todo, checked{info: o, kp: kp})
 		}
 	}
-	if err := r.check(ctx, term, todo, committed); err != nil {
-		return err
-	}
+	return todo
+}
+
+// planInput is the plan's input: the catalog's streams, the objects checked
+// that have ranges left to commit (in key order) and the WALs' runs. A
+// damaged object is logged and reported, never a candidate.
+func (r *Reconciler) planInput(todo []checked, runs []Run, rep *waldenv1.RestoreReport) Input {
 	in := Input{Streams: map[uint64]Stream{}, Runs: runs}
 	for _, st := range r.state.Streams("", "") {
 		in.Streams[st.GetStreamId()] = Stream{End: st.GetEndOffset(), Floor: r.state.StreamEpochFloor(st.GetStreamId())}
@@ -289,14 +329,25 @@ func (r *Reconciler) plan(ctx context.Context, term uint64, rs *waldenv1.Restore
 		}
 	}
 	sort.SliceStable(in.Candidates, func(i, j int) bool { return in.Candidates[i].Object.GetKey() < in.Candidates[j].Object.GetKey() })
-	out := Plan(in)
-	for i := 0; i < len(out.Commits); i += r.cfg.Chunk {
-		chunk := out.Commits[i:min(len(out.Commits), i+r.cfg.Chunk)]
+	return in
+}
+
+// proposeCommits proposes the plan's commits in order, Chunk objects to an
+// entry.
+func (r *Reconciler) proposeCommits(ctx context.Context, term uint64, commits []*waldenv1.ReconciledObject) error {
+	for i := 0; i < len(commits); i += r.cfg.Chunk {
+		chunk := commits[i:min(len(commits), i+r.cfg.Chunk)]
 		if _, err := r.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_ReconcileObjects{ReconcileObjects: &waldenv1.ReconcileObjects{
 			Term: term, Objects: chunk}}}); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// reportPlan records the plan's outcome in rep and logs its gaps and the
+// tails the restore jobs commit from their WALs.
+func (r *Reconciler) reportPlan(rep *waldenv1.RestoreReport, out Output) {
 	rep.ObjectsCommitted = uint64(len(out.Commits))
 	rep.RangesCommitted = out.RangesCommitted
 	rep.ObjectsRedundant = out.Redundant
@@ -312,15 +363,6 @@ func (r *Reconciler) plan(ctx context.Context, term uint64, rs *waldenv1.Restore
 		r.log.Info("restore: a stream's tail is in a WAL", "stream_id", t.GetStreamId(), "broker_id", t.GetBrokerId(),
 			"stream_epoch", t.GetStreamEpoch(), "from_offset", t.GetFromOffset(), "end_offset", t.GetEndOffset())
 	}
-	_, err = r.propose(ctx, &waldenv1.Command{Op: &waldenv1.Command_ReconcilePlan{ReconcilePlan: &waldenv1.ReconcilePlan{
-		Term: term, Tails: out.Tails, Report: rep}}})
-	if err != nil {
-		return err
-	}
-	r.log.Info("restore: the objects written after the backup are committed again", "objects", len(out.Commits),
-		"ranges", out.RangesCommitted, "tails", len(out.Tails), "redundant", out.Redundant, "superseded", out.Superseded,
-		"damaged", len(rep.GetDamaged()), "gaps", len(out.Gaps), "elapsed", time.Since(start).Round(time.Millisecond))
-	return nil
 }
 
 // maxReportItems bounds the damaged objects and gaps a report carries
