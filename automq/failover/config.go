@@ -147,18 +147,43 @@ func (e *ConfigError) Error() string { return "automq failover: " + e.Key + ": "
 // Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
-// Validate checks the section and names the first offending key. It reads
-// no file; ControllerClientConfig reads the TLS and password files.
+// Validate checks the section and names the first offending key, in the
+// order of the keys: the cluster id, the controller's client settings, its
+// TLS, its SASL login, the S3 bucket, the objects' layout and the batches.
+// It reads no file; ControllerClientConfig reads the TLS and password files.
 func (c Config) Validate() error {
-	bad := func(key, format string, args ...any) error {
-		return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	for _, check := range []func() error{
+		c.validateClusterID, c.validateController, c.validateTLS, c.validateSASL,
+		c.validateS3, c.validateLayout, c.validateBatches,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// bad is the ConfigError of key.
+func bad(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
+}
+
+// validateClusterID checks that the cluster id is given and can name
+// object keys.
+func (c Config) validateClusterID() error {
 	if strings.TrimSpace(c.ClusterID) == "" {
 		return bad("cluster_id", "required: the AutoMQ cluster's id (cluster.id), which names its objects' keys")
 	}
 	if _, err := object.Key(c.ClusterID, 0); err != nil {
 		return bad("cluster_id", "%q cannot name object keys: %v", c.ClusterID, err)
 	}
+	return nil
+}
+
+// validateController checks the controller client's settings as the client
+// does, under the key controller.<key>; a password file stands for the
+// password it will hold.
+func (c Config) validateController() error {
 	cc := c.controllerConfig()
 	if c.Controller.SASL.PasswordFile != "" {
 		cc.SASL.Password = "read from password_file" // read when the client is built
@@ -170,6 +195,12 @@ func (c Config) Validate() error {
 		}
 		return bad("controller", "%v", err)
 	}
+	return nil
+}
+
+// validateTLS checks that a client certificate comes with its key, and
+// that no TLS file is set while TLS is off.
+func (c Config) validateTLS() error {
 	t := c.Controller.TLS
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		return bad("controller.tls.cert_file", "set both cert_file and key_file, or neither")
@@ -177,6 +208,12 @@ func (c Config) Validate() error {
 	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") {
 		return bad("controller.tls.enabled", "TLS files are set but TLS is not enabled")
 	}
+	return nil
+}
+
+// validateSASL checks the mechanism and that it comes with a username and
+// a password file, and those with a mechanism.
+func (c Config) validateSASL() error {
 	s := c.Controller.SASL
 	switch s.Mechanism {
 	case "":
@@ -193,18 +230,32 @@ func (c Config) Validate() error {
 	default:
 		return bad("controller.sasl.mechanism", "%q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
 	}
-	if c.S3.Bucket != "" {
-		if err := c.S3.Validate(); err != nil {
-			var se *objstore.ConfigError
-			if errors.As(err, &se) {
-				return bad("s3."+se.Key, "%s", se.Reason)
-			}
-			return bad("s3", "%v", err)
-		}
-		if c.S3.Prefix != "" {
-			return bad("s3.prefix", "must be empty: AutoMQ's object keys start at the bucket's root")
-		}
+	return nil
+}
+
+// validateS3 checks the bucket's section as package objstore does, under
+// the key s3.<key>, when a bucket is given; AutoMQ's keys start at the
+// bucket's root, so it has no prefix.
+func (c Config) validateS3() error {
+	if c.S3.Bucket == "" {
+		return nil
 	}
+	if err := c.S3.Validate(); err != nil {
+		var se *objstore.ConfigError
+		if errors.As(err, &se) {
+			return bad("s3."+se.Key, "%s", se.Reason)
+		}
+		return bad("s3", "%v", err)
+	}
+	if c.S3.Prefix != "" {
+		return bad("s3.prefix", "must be empty: AutoMQ's object keys start at the bucket's root")
+	}
+	return nil
+}
+
+// validateLayout checks the settings the objects are laid out with: the
+// bucket index their attributes carry, the block and split sizes.
+func (c Config) validateLayout() error {
 	if c.BucketIndex < 0 || c.BucketIndex > object.MaxBucket {
 		return bad("bucket_index", "%d: want 0..%d", c.BucketIndex, object.MaxBucket)
 	}
@@ -214,6 +265,12 @@ func (c Config) Validate() error {
 	if c.StreamSplitSize < 1 {
 		return bad("stream_split_size", "%d: must be positive (AutoMQ's default is %d)", c.StreamSplitSize, DefaultStreamSplitSize)
 	}
+	return nil
+}
+
+// validateBatches checks the bounds of a batch: its size, the lifetime of
+// its prepared object ids and how many of its objects upload at once.
+func (c Config) validateBatches() error {
 	if c.BatchSize < 1<<20 || c.BatchSize > MaxBatchSize {
 		return bad("batch_size", "%d: want 1 MiB .. 1 GiB (AutoMQ's is 512 MiB)", c.BatchSize)
 	}

@@ -172,33 +172,75 @@ func (r *run) emit(step Step, done bool, format string, args ...any) error {
 	return r.f.opts.Observe(Event{Step: step, Done: done, Detail: detail, Report: r.rep.Clone()})
 }
 
+// run is the failover's sequence, in AutoMQ's order (see the package
+// doc): each step is told to the observer as it starts and ends, and a
+// step that fails stops the run with what was done in the report.
 func (r *run) run(ctx context.Context) error {
 	if r.req.NodeID < 0 {
 		return fmt.Errorf("automq failover: %w: node id %d is negative", ErrInvalidRequest, r.req.NodeID)
 	}
 	// 1. The WAL's header: whose it is and which epoch it last ran.
-	if err := r.emit(StepHeader, false, "reading the header of %s", r.req.WALPath); err != nil {
+	empty, err := r.readHeader(ctx)
+	if err != nil {
 		return err
+	}
+	// 2. Fence the node at the controller and learn its opening streams.
+	opening, ends, err := r.fence(ctx)
+	if err != nil {
+		return err
+	}
+	if empty {
+		return r.neverWritten(opening)
+	}
+	// 3.–5. Read, upload and commit, batch by batch.
+	invalid, trim, err := r.recoverWAL(ctx, ends)
+	if err != nil {
+		return err
+	}
+	// 6. Reset the WAL, unless streams with missing records stay opened
+	// (then the WAL stays as it is, for an operator).
+	if err := r.resetWAL(invalid, trim); err != nil {
+		return err
+	}
+	// 7. Close the opening streams as the dead node.
+	if err := r.closeStreams(ctx, opening, invalid); err != nil {
+		return err
+	}
+	return r.leftOpened(invalid)
+}
+
+// readHeader is step 1: it reads the WAL's header and chooses the node
+// epoch. empty says the WAL was never written.
+func (r *run) readHeader(ctx context.Context) (bool, error) {
+	if err := r.emit(StepHeader, false, "reading the header of %s", r.req.WALPath); err != nil {
+		return false, err
 	}
 	hdr, empty, err := r.header()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := r.chooseEpoch(ctx, hdr, empty); err != nil {
-		return err
+		return false, err
 	}
 	r.rep.NodeEpoch = r.epoch
 	if err := r.emit(StepHeader, true, "node %d, epoch %d", r.req.NodeID, r.epoch); err != nil {
-		return err
+		return false, err
 	}
+	return empty, nil
+}
 
-	// 2. Fence the node at the controller and learn its opening streams.
+// fence is step 2: GetOpeningStreams in failover mode fences the node at
+// the controller and names its opening streams, whose end offsets (by
+// stream id) the read starts from. The report records each opening stream
+// at its epoch and end, not closed; a problem an earlier run recorded of it
+// is kept only when it is a gap.
+func (r *run) fence(ctx context.Context) ([]controller.OpeningStream, map[int64]int64, error) {
 	if err := r.emit(StepFence, false, "fencing node %d at the controller", r.req.NodeID); err != nil {
-		return err
+		return nil, nil, err
 	}
 	opening, err := r.f.ctl.GetOpeningStreams(ctx, r.req.NodeID, r.epoch, true)
 	if err != nil {
-		return r.controllerError(err)
+		return nil, nil, r.controllerError(err)
 	}
 	r.rep.Fenced = true
 	ends := map[int64]int64{}
@@ -217,57 +259,64 @@ func (r *run) run(ctx context.Context) error {
 		}
 	}
 	if err := r.emit(StepFence, true, "node %d fenced at the controller: %d opening streams", r.req.NodeID, len(opening)); err != nil {
-		return err
+		return nil, nil, err
 	}
-	if empty {
-		if len(opening) > 0 {
-			return fmt.Errorf("automq failover: %w: the WAL at %s was never written (no header), but the controller lists %d opening streams of node %d: "+
-				"is it the node's WAL device? Nothing was uploaded or closed", ErrWrongWAL, r.req.WALPath, len(opening), r.req.NodeID)
-		}
-		r.rep.WALReset = true
-		return nil
-	}
+	return opening, ends, nil
+}
 
-	// 3.–5. Read, upload and commit, batch by batch.
-	invalid, trim, err := r.recoverWAL(ctx, ends)
-	if err != nil {
-		return err
+// neverWritten ends the failover of a WAL that was never written: there is
+// nothing to recover, unless the controller lists opening streams, which
+// such a WAL cannot be the node's.
+func (r *run) neverWritten(opening []controller.OpeningStream) error {
+	if len(opening) > 0 {
+		return fmt.Errorf("automq failover: %w: the WAL at %s was never written (no header), but the controller lists %d opening streams of node %d: "+
+			"is it the node's WAL device? Nothing was uploaded or closed", ErrWrongWAL, r.req.WALPath, len(opening), r.req.NodeID)
 	}
+	r.rep.WALReset = true
+	return nil
+}
 
-	// 6. Reset the WAL, unless streams with missing records stay opened
-	// (then the WAL stays as it is, for an operator).
-	keepWAL := len(invalid) > 0 && !r.f.cfg.CloseStreamsWithGaps
+// keepsOpened says whether streams with a problem are left opened (with
+// the WAL as it is), rather than closed as AutoMQ does.
+func (r *run) keepsOpened(invalid map[int64]string) bool {
+	return len(invalid) > 0 && !r.f.cfg.CloseStreamsWithGaps
+}
+
+// resetWAL is step 6: it empties the WAL from trim on, unless streams are
+// left opened; a WAL that held no record beyond its trim offset is empty
+// already.
+func (r *run) resetWAL(invalid map[int64]string, trim int64) error {
 	switch {
-	case keepWAL:
+	case r.keepsOpened(invalid):
 		r.log.Warn("the WAL is not reset: streams are left opened", "streams", len(invalid))
+		return nil
 	case !r.walRecords:
 		r.rep.WALReset = true // nothing in it beyond its trim offset
-	default:
-		if err := r.emit(StepReset, false, "resetting %s", r.req.WALPath); err != nil {
-			return err
-		}
-		res, err := wal.Reset(r.req.WALPath, wal.ResetOptions{NodeID: uint32(r.req.NodeID), TrimOffset: trim})
-		if err != nil {
-			return fmt.Errorf("automq failover: reset the WAL: %w", err)
-		}
-		r.rep.WALReset = true
-		if err := r.emit(StepReset, true, "the WAL at %s is empty: trim offset %d (%s)", r.req.WALPath, res.After.TrimOffset, res.Outcome); err != nil {
-			return err
-		}
+		return nil
 	}
-
-	// 7. Close the opening streams as the dead node.
-	if err := r.closeStreams(ctx, opening, invalid); err != nil {
+	if err := r.emit(StepReset, false, "resetting %s", r.req.WALPath); err != nil {
 		return err
 	}
-	if len(invalid) > 0 && !r.f.cfg.CloseStreamsWithGaps {
-		var lines []string
-		for _, id := range sortedKeys(invalid) {
-			lines = append(lines, invalid[id])
-		}
-		return fmt.Errorf("automq failover: %w: %s", ErrDataMayBeLost, strings.Join(lines, "; "))
+	res, err := wal.Reset(r.req.WALPath, wal.ResetOptions{NodeID: uint32(r.req.NodeID), TrimOffset: trim})
+	if err != nil {
+		return fmt.Errorf("automq failover: reset the WAL: %w", err)
 	}
-	return nil
+	r.rep.WALReset = true
+	return r.emit(StepReset, true, "the WAL at %s is empty: trim offset %d (%s)", r.req.WALPath, res.After.TrimOffset, res.Outcome)
+}
+
+// leftOpened is the failover's outcome once the streams are closed:
+// ErrDataMayBeLost naming every stream left opened, in stream id order, or
+// nil.
+func (r *run) leftOpened(invalid map[int64]string) error {
+	if !r.keepsOpened(invalid) {
+		return nil
+	}
+	var lines []string
+	for _, id := range sortedKeys(invalid) {
+		lines = append(lines, invalid[id])
+	}
+	return fmt.Errorf("automq failover: %w: %s", ErrDataMayBeLost, strings.Join(lines, "; "))
 }
 
 // header reads the WAL's header. empty says the WAL was never written: both

@@ -90,17 +90,19 @@ func newScanner(rd *wal.Reader, ends map[int64]int64, batchSize int64) *scanner 
 // next returns the next batch (empty and not full at the end of the WAL).
 // s.ends must hold each stream's end offset after the previous batch's
 // commit.
+//
+// It reads records into the batch until they count batchSize bytes or the
+// WAL ends, keeping those AutoMQ keeps; then it reports the records left
+// waiting after a gap, sets aside the streams that do not start at their
+// end offset, and holds the pages of the records taken.
 func (s *scanner) next() (*batch, error) {
 	b := &batch{invalid: map[int64]string{}, gaps: map[int64]string{}}
 	if s.done {
 		return b, nil
 	}
-	streams := map[int64]*streamRecs{}
-	nextOff := map[int64]int64{}
-	pending := map[int64][]rec{}
-	var size int64
+	f := filling{streams: map[int64]*streamRecs{}, nextOff: map[int64]int64{}, pending: map[int64][]rec{}}
 	copyBodies := !s.rd.Mapped()
-	for size < s.batchSize {
+	for f.size < s.batchSize {
 		r, err := s.rd.Next()
 		if errors.Is(err, io.EOF) {
 			s.done = true
@@ -110,49 +112,95 @@ func (s *scanner) next() (*batch, error) {
 			return nil, err
 		}
 		s.records++
-		bt := r.Batch
-		id := int64(bt.StreamID)
-		end, opening := s.ends[id]
-		if !opening || s.invalid[id] || int64(bt.BaseOffset) < end {
-			continue // closed already, or committed already
+		if kr, ok := s.keep(r, copyBodies); ok {
+			f.take(int64(r.Batch.StreamID), kr)
 		}
-		body := r.Body
-		if copyBodies {
-			body = append([]byte(nil), body...)
-		}
-		kr := rec{body: body, base: int64(bt.BaseOffset), count: int64(bt.Count), epoch: int64(bt.Epoch), walOffset: r.Offset}
-		exp, started := nextOff[id]
-		if started && exp != kr.base {
-			pending[id] = append(pending[id], kr)
-			continue
-		}
-		sr := streams[id]
-		if sr == nil {
-			sr = &streamRecs{id: id}
-			streams[id] = sr
-		}
-		// Only records taken count toward the batch's size, as in AutoMQ's
-		// cache block.
-		size += sr.add(kr)
-		// Take the waiting records that now continue the stream.
-		q := pending[id]
-		sort.SliceStable(q, func(i, j int) bool { return q[i].base < q[j].base })
-		for len(q) > 0 && q[0].base == sr.end() {
-			size += sr.add(q[0])
-			q = q[1:]
-		}
-		pending[id] = q
-		nextOff[id] = sr.end()
 	}
-	b.full = size >= s.batchSize
-	for id, q := range pending {
+	b.full = f.size >= s.batchSize
+	f.reportGaps(b)
+	s.settle(b, f.streams)
+	// The batch's records are read twice more (laid out, then uploaded):
+	// map their pages in once rather than a fault per page.
+	if !copyBodies {
+		s.hold(b)
+	}
+	return b, nil
+}
+
+// keep returns the record AutoMQ's recovery keeps of r: one of an opening
+// stream not found invalid, at or beyond its end offset (else it is closed
+// already, or committed already). Its body is copied unless the WAL is
+// mapped.
+func (s *scanner) keep(r wal.Record, copyBody bool) (rec, bool) {
+	bt := r.Batch
+	id := int64(bt.StreamID)
+	end, opening := s.ends[id]
+	if !opening || s.invalid[id] || int64(bt.BaseOffset) < end {
+		return rec{}, false
+	}
+	body := r.Body
+	if copyBody {
+		body = append([]byte(nil), body...)
+	}
+	return rec{body: body, base: int64(bt.BaseOffset), count: int64(bt.Count), epoch: int64(bt.Epoch), walOffset: r.Offset}, true
+}
+
+// filling is a batch being filled: the records taken of each stream, the
+// offset each stream continues at, the records waiting for the ones before
+// them, and the size the records taken count.
+type filling struct {
+	streams map[int64]*streamRecs
+	nextOff map[int64]int64
+	pending map[int64][]rec
+	size    int64
+}
+
+// take adds a kept record of stream id: a stream's first record whatever
+// its base offset, then records that continue it; a record that does not
+// waits among the stream's out-of-order records until those before it
+// arrive.
+func (f *filling) take(id int64, kr rec) {
+	exp, started := f.nextOff[id]
+	if started && exp != kr.base {
+		f.pending[id] = append(f.pending[id], kr)
+		return
+	}
+	sr := f.streams[id]
+	if sr == nil {
+		sr = &streamRecs{id: id}
+		f.streams[id] = sr
+	}
+	// Only records taken count toward the batch's size, as in AutoMQ's
+	// cache block.
+	f.size += sr.add(kr)
+	// Take the waiting records that now continue the stream.
+	q := f.pending[id]
+	sort.SliceStable(q, func(i, j int) bool { return q[i].base < q[j].base })
+	for len(q) > 0 && q[0].base == sr.end() {
+		f.size += sr.add(q[0])
+		q = q[1:]
+	}
+	f.pending[id] = q
+	f.nextOff[id] = sr.end()
+}
+
+// reportGaps records in b the streams whose records still wait when the
+// batch ends: they follow a gap and are dropped, as AutoMQ drops them.
+func (f *filling) reportGaps(b *batch) {
+	for id, q := range f.pending {
 		if len(q) == 0 {
 			continue
 		}
-		sr := streams[id]
+		sr := f.streams[id]
 		b.gaps[id] = fmt.Sprintf("stream %d: %s after offset %d dropped (the next starts at %d, WAL offset %d), as AutoMQ drops records after a gap",
 			id, plural(int64(len(q)), "record", "records"), sr.end(), minBase(q), q[0].walOffset)
 	}
+}
+
+// settle puts in b, in stream id order, the streams whose records start at
+// their end offset at the controller. Those that do not are invalid: their
+// records are dropped, now and in later batches, and b says why.
+func (s *scanner) settle(b *batch, streams map[int64]*streamRecs) {
 	for id, sr := range streams {
 		if sr.start() != s.ends[id] {
 			s.invalid[id] = true
@@ -166,18 +214,17 @@ func (s *scanner) next() (*batch, error) {
 		b.payload += sr.payload
 	}
 	sort.Slice(b.streams, func(i, j int) bool { return b.streams[i].id < b.streams[j].id })
-	// The batch's records are read twice more (laid out, then uploaded):
-	// map their pages in once rather than a fault per page.
-	if !copyBodies {
-		bodies := make([][]byte, 0, b.count)
-		for _, sr := range b.streams {
-			for _, r := range sr.recs {
-				bodies = append(bodies, r.body)
-			}
+}
+
+// hold maps in the pages of the batch's records at once.
+func (s *scanner) hold(b *batch) {
+	bodies := make([][]byte, 0, b.count)
+	for _, sr := range b.streams {
+		for _, r := range sr.recs {
+			bodies = append(bodies, r.body)
 		}
-		s.rd.Hold(bodies)
 	}
-	return b, nil
+	s.rd.Hold(bodies)
 }
 
 // add appends r and returns what it counts toward a batch's size.
