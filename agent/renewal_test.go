@@ -234,9 +234,10 @@ func TestRenewerSkipsLateAnswers(t *testing.T) {
 	if _, err := r.Renew(context.Background(), req, testutil.Deadline(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	// Answered 300ms after it arrived: the attempt gives up at 100ms.
-	fc.setLate(1, 300*time.Millisecond)
-	if _, err := r.Renew(context.Background(), req, 100*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+	// Answered 750ms after it arrived: the attempt gives up at 250ms (room
+	// for a loaded machine to run the send before its guard fires).
+	fc.setLate(1, 750*time.Millisecond)
+	if _, err := r.Renew(context.Background(), req, 250*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a renewal answered after its deadline: %v, want DeadlineExceeded", err)
 	}
 	waitLateAnswer(t, fc)
