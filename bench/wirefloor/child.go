@@ -135,7 +135,14 @@ func serve(ctx context.Context, cancel context.CancelFunc, o childOptions, stdou
 		}
 	})
 	switch o.serve {
-	case "raw":
+	case "raw", "raw-tls":
+		if o.serve == "raw-tls" {
+			cert, err := tls.LoadX509KeyPair(o.cert, o.key)
+			if err != nil {
+				return err
+			}
+			lis = tls.NewListener(lis, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		}
 		go func() { <-ctx.Done(); lis.Close() }()
 		fmt.Fprintf(out, "addr %s\n", lis.Addr())
 		return serveRaw(ctx, lis, o, &answered)
@@ -163,7 +170,7 @@ func serve(ctx context.Context, cancel context.CancelFunc, o childOptions, stdou
 		}
 		return nil
 	default:
-		return fmt.Errorf("wirefloor: -serve %q: not one of raw, grpc, grpc-tls", o.serve)
+		return fmt.Errorf("wirefloor: -serve %q: not one of raw, raw-tls, grpc, grpc-tls", o.serve)
 	}
 }
 
@@ -314,11 +321,19 @@ func (gc *grpcConn) close() { gc.cc.Close() }
 func dial(ctx context.Context, o childOptions, roots *x509.CertPool) (exchanger, error) {
 	var x exchanger
 	switch o.client {
-	case "raw":
+	case "raw", "raw-tls":
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", o.addr)
 		if err != nil {
 			return nil, err
+		}
+		if o.client == "raw-tls" {
+			tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+			if err := tc.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			c = tc
 		}
 		deadline, _ := ctx.Deadline()
 		_ = c.SetDeadline(deadline)
@@ -340,7 +355,7 @@ func dial(ctx context.Context, o childOptions, roots *x509.CertPool) (exchanger,
 		}
 		x = &grpcConn{cc: cc, stream: stream}
 	default:
-		return nil, fmt.Errorf("wirefloor: -client %q: not one of raw, grpc, grpc-tls", o.client)
+		return nil, fmt.Errorf("wirefloor: -client %q: not one of raw, raw-tls, grpc, grpc-tls", o.client)
 	}
 	if err := x.exchange(0); err != nil {
 		x.close()
@@ -372,7 +387,7 @@ func clients(ctx context.Context, cancel context.CancelFunc, o childOptions, std
 		}
 	})
 	var roots *x509.CertPool
-	if o.client == "grpc-tls" {
+	if o.client == "grpc-tls" || o.client == "raw-tls" {
 		pem, err := os.ReadFile(o.cert)
 		if err != nil {
 			return err

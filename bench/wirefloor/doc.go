@@ -7,6 +7,9 @@
 //   - raw: plain TCP, a 30-byte length-prefixed frame (2 bytes of length,
 //     28 of payload) each way, read and answered by one goroutine per
 //     connection; the cheapest a Go server can answer a message.
+//   - raw-tls: the same frames over TLS (the certificate of grpc-tls): the
+//     floor of walden's renewals over their own connection (package
+//     renewframe), one goroutine per connection.
 //   - grpc: a gRPC bidirectional stream per connection, walden's own
 //     walden.v1.Agent/RenewLeases with RenewLeasesRequest and
 //     RenewLeasesResponse, the handler answering every request with a fixed
@@ -49,7 +52,7 @@
 // Usage (from the bench module):
 //
 //	go run ./wirefloor [-conns 1000] [-rate 1] [-warmup 5s] [-window 20s] [-rounds 3]
-//		[-transports raw,grpc,grpc-tls] [-slots 0[,20ms,100ms...]] [-client-procs 2] [-o table|json]
+//		[-transports raw,raw-tls,grpc,grpc-tls] [-slots 0[,20ms,100ms...]] [-client-procs 2] [-o table|json]
 //
 // The figures and what they say: docs/scale.md.
 package main

@@ -39,7 +39,7 @@ import (
 var errUsage = errors.New("wirefloor: usage")
 
 // transports are the transports a run can measure, in their order.
-var transports = []string{"raw", "grpc", "grpc-tls"}
+var transports = []string{"raw", "raw-tls", "grpc", "grpc-tls"}
 
 // options are the command-line flags.
 type options struct {
@@ -83,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.Warmup, "warmup", 5*time.Second, "unmeasured time once every connection sends, per transport, slot and round")
 	fs.DurationVar(&o.Window, "window", 20*time.Second, "measured window per transport, slot and round")
 	fs.IntVar(&o.Rounds, "rounds", 3, "rounds (each measures every transport with every slot); the table shows the median and range")
-	ts := fs.String("transports", strings.Join(transports, ","), "comma-separated transports: raw, grpc, grpc-tls")
+	ts := fs.String("transports", strings.Join(transports, ","), "comma-separated transports: raw, raw-tls, grpc, grpc-tls")
 	slots := fs.String("slots", "0", "comma-separated send slots: 0 spreads the sends evenly over each period; a duration d in 1ms..period/2 rounds each connection's send time down to a multiple of d, so that the connections of a slot send together")
 	fs.IntVar(&o.ClientProcs, "client-procs", 2, "client processes the connections are spread over, in 1..16")
 	fs.StringVar(&o.Format, "o", "table", "output: table (for people) or json (for scripts)")
@@ -292,7 +292,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	var cert, key string
-	if slices.Contains(o.Transports, "grpc-tls") {
+	if slices.Contains(o.Transports, "grpc-tls") || slices.Contains(o.Transports, "raw-tls") {
 		if cert, key, err = selfSigned(dir); err != nil {
 			return err
 		}

@@ -91,7 +91,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Conns != 1000 || o.Rate != 1 || o.Window != 20*time.Second || o.Rounds != 3 || o.Format != "table" ||
-		strings.Join(o.Transports, ",") != "raw,grpc,grpc-tls" {
+		strings.Join(o.Transports, ",") != "raw,raw-tls,grpc,grpc-tls" {
 		t.Fatalf("defaults %+v", o)
 	}
 	if o, err = parseFlags([]string{"-transports", "grpc, raw,grpc", "-conns", "1", "-client-procs", "4"}, io.Discard); err != nil {
