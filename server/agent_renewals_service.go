@@ -30,20 +30,9 @@ const renewalConfirmTimeout = 5 * time.Second
 // to this member for as long as the agent runs; a renewal for another
 // broker than its certificate names ends it (PermissionDenied).
 func (s *agentService) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
-	d := s.d
+	defer s.renewalsOpened()()
 	ctx := stream.Context()
-	d.decisions.RenewalStreams(1)
-	s.streams.Add(1)
-	defer func() {
-		d.decisions.RenewalStreams(-1)
-		s.streams.Add(-1)
-	}()
-	// The broker id checked last on this stream: an agent renews one.
-	var checked string
-	// The voters travel once per configuration on a stream: the agent
-	// keeps the last ones it was sent.
-	var sentConf uint64
-	sentVoters := false
+	var sess renewalSession
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -52,38 +41,77 @@ func (s *agentService) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) erro
 		if err != nil {
 			return err
 		}
-		ticket := s.readings.Arrived()
-		broker, epoch := req.GetBrokerId(), req.GetEpoch()
-		var grant *waldenv1.RenewLeaseResponse
-		if broker != checked || epoch == 0 {
-			err = checkRenewalRequest(broker, epoch)
-		}
-		if err == nil {
-			checked = broker
-			grant, err = s.renewStreamed(ctx, broker, epoch, ticket)
-		}
-		countRenewal(d.decisions, err)
-		resp := &waldenv1.RenewLeasesResponse{Seq: req.GetSeq()}
-		if err != nil {
-			p := rpcerr.Split(err)
-			lvl := slog.LevelDebug
-			if p.Code == codes.InvalidArgument {
-				lvl = slog.LevelInfo
-			}
-			d.logger.Log(ctx, lvl, "streamed renewal refused", "broker_id", broker, "epoch", epoch, "err", err)
-			resp.Refusal = &waldenv1.RenewalRefusal{Code: uint32(p.Code), Message: p.Message, Reason: string(p.Reason), Metadata: p.Metadata}
-		} else {
-			if sentVoters && grant.GetConfIndex() == sentConf {
-				grant.Voters = nil
-			} else {
-				sentConf, sentVoters = grant.GetConfIndex(), true
-			}
-			resp.Grant = grant
-		}
-		if err := stream.Send(resp); err != nil {
+		if err := stream.Send(s.renew(ctx, &sess, req, s.readings.Arrived())); err != nil {
 			return err
 		}
 	}
+}
+
+// renewalsOpened counts one more agent's renewal connection open (a
+// stream or a framed connection, walden_lease_renewal_streams); the
+// function it returns counts it closed.
+func (s *agentService) renewalsOpened() func() {
+	s.d.decisions.RenewalStreams(1)
+	s.streams.Add(1)
+	return func() {
+		s.d.decisions.RenewalStreams(-1)
+		s.streams.Add(-1)
+	}
+}
+
+// renewalSession is what one agent's renewal connection (a stream or a
+// framed connection) keeps from one renewal to the next.
+type renewalSession struct {
+	// checked is the broker id checked last: an agent renews one.
+	checked string
+	// The voters travel once per configuration on a connection: the
+	// agent keeps the last ones it was sent.
+	sentConf   uint64
+	sentVoters bool
+}
+
+// renew answers one renewal of a stream or framed connection, whose
+// authorization was checked, that arrived with ticket: RenewLease's grant,
+// without the voters the connection was sent for the same configuration,
+// or its refusal.
+func (s *agentService) renew(ctx context.Context, sess *renewalSession, req *waldenv1.RenewLeasesRequest, ticket lease.Ticket) *waldenv1.RenewLeasesResponse {
+	d := s.d
+	broker, epoch := req.GetBrokerId(), req.GetEpoch()
+	var grant *waldenv1.RenewLeaseResponse
+	var err error
+	if broker != sess.checked || epoch == 0 {
+		err = checkRenewalRequest(broker, epoch)
+	}
+	if err == nil {
+		sess.checked = broker
+		grant, err = s.renewStreamed(ctx, broker, epoch, ticket)
+	}
+	countRenewal(d.decisions, err)
+	resp := &waldenv1.RenewLeasesResponse{Seq: req.GetSeq()}
+	if err != nil {
+		p := rpcerr.Split(err)
+		lvl := slog.LevelDebug
+		if p.Code == codes.InvalidArgument {
+			lvl = slog.LevelInfo
+		}
+		d.logger.Log(ctx, lvl, "streamed renewal refused", "broker_id", broker, "epoch", epoch, "err", err)
+		resp.Refusal = renewalRefusal(err)
+		return resp
+	}
+	if sess.sentVoters && grant.GetConfIndex() == sess.sentConf {
+		grant.Voters = nil
+	} else {
+		sess.sentConf, sess.sentVoters = grant.GetConfIndex(), true
+	}
+	resp.Grant = grant
+	return resp
+}
+
+// renewalRefusal is the refusal a stream or framed connection answers for
+// err: its gRPC code, message, reason and metadata.
+func renewalRefusal(err error) *waldenv1.RenewalRefusal {
+	p := rpcerr.Split(err)
+	return &waldenv1.RenewalRefusal{Code: uint32(p.Code), Message: p.Message, Reason: string(p.Reason), Metadata: p.Metadata}
 }
 
 // renewStreamed grants or refuses one streamed renewal that arrived with
