@@ -8,6 +8,12 @@ PKGS      := ./...
 # Packages with goroutines of their own: run under the race detector.
 RACE_PKGS ?= ./raftnode/... ./raftlog/... ./server/... ./wal/... ./gossip/... ./agent/... ./detect/... ./lease/... ./objstore/... ./fencing/... ./fsm/... ./broker/... ./recovery/... ./loadgen/... ./coordclient/... ./chaos/history/... ./chaos/netfault/... ./authz/... ./httplimit/... ./connlimit/... ./mtls/... ./automq/controller/... ./automq/devcontroller/... ./automq/failover/...
 FUZZTIME  ?= 10s
+# How long fuzz-short minimizes each input that finds new coverage. Go's
+# default (60s) outlasts FUZZTIME: the workers stop exploring to minimize the
+# first new input (quadratic in its length), the run ends before the
+# minimization does, the input is never kept, and the next run finds and
+# minimizes it again.
+FUZZMINIMIZETIME ?= 1s
 # The version and commit stamped into the binaries (walden version,
 # waldenctl version, walden_build_info). Without git they stay empty and
 # the binaries report what the Go toolchain recorded.
@@ -78,13 +84,13 @@ test-race:
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 fuzz-short:
-	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./wal
-	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) ./objformat
-	$(GO) test -run='^$$' -fuzz=FuzzReadObject -fuzztime=$(FUZZTIME) ./automq/object
-	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) ./raftlog
-	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) ./raftlog
-	$(GO) test -run='^$$' -fuzz=FuzzAPI -fuzztime=$(FUZZTIME) ./server
-	$(GO) test -run='^$$' -fuzz=FuzzDecodeFrames -fuzztime=$(FUZZTIME) ./automq/protocol
+	$(GO) test -run='^$$' -fuzz=FuzzReader -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./wal
+	$(GO) test -run='^$$' -fuzz=FuzzReadAll -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./objformat
+	$(GO) test -run='^$$' -fuzz=FuzzReadObject -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./automq/object
+	$(GO) test -run='^$$' -fuzz=FuzzReadLog -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./raftlog
+	$(GO) test -run='^$$' -fuzz=FuzzReplayFrames -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./raftlog
+	$(GO) test -run='^$$' -fuzz=FuzzAPI -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./server
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeFrames -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./automq/protocol
 
 # deps installs what the tests need beyond Go modules: the pinned versitygw
 # S3 gateway (end-to-end tests) and the system packages of
