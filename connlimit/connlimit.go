@@ -330,21 +330,20 @@ func (m *Metrics) Creds(listener string, c credentials.TransportCredentials, log
 	if c.Info().SecurityProtocol != "tls" {
 		return c
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &countingCreds{TransportCredentials: c, m: m, name: listener, log: &rateLog{log: logger}}
+	return &countingCreds{TransportCredentials: c, m: m, name: listener, log: NewRateLog(logger)}
 }
 
 type countingCreds struct {
 	credentials.TransportCredentials
 	m    *Metrics
 	name string
-	log  *rateLog
+	log  *RateLog
 }
 
-// rateLog writes at most one line a second, saying how many it left out.
-type rateLog struct {
+// RateLog writes warnings at most one line a second, saying how many it
+// left out (not_logged_since), so that a flood of bad connections cannot
+// flood the log.
+type RateLog struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	last   time.Time
@@ -359,7 +358,7 @@ func (c *countingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Aut
 		if c.m != nil {
 			c.m.handshake.WithLabelValues(c.name, reason).Inc()
 		}
-		c.log.warn("TLS handshake refused", "listener", c.name, "reason", reason, "err", err)
+		c.log.Warn("TLS handshake refused", "listener", c.name, "reason", reason, "err", err)
 	}
 	return conn, info, err
 }
@@ -381,7 +380,17 @@ func refusalReason(err error) string {
 	return "other"
 }
 
-func (r *rateLog) warn(msg string, args ...any) {
+// NewRateLog writes to logger (nil discards).
+func NewRateLog(logger *slog.Logger) *RateLog {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &RateLog{log: logger}
+}
+
+// Warn writes msg with args at warn, unless a line was written less than a
+// second ago.
+func (r *RateLog) Warn(msg string, args ...any) {
 	r.mu.Lock()
 	now := time.Now()
 	if r.inited && now.Sub(r.last) < time.Second {

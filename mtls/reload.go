@@ -131,10 +131,26 @@ func (r *Reloader) ServerConfig(nextProtos ...string) *tls.Config {
 // ServerCreds are the gRPC credentials of a listener: each handshake uses
 // the current server settings; plain when TLS is off.
 func (r *Reloader) ServerCreds() credentials.TransportCredentials {
+	return r.ServerCredsWith()
+}
+
+// ServerCredsWith are ServerCreds whose handshakes offer the application
+// protocols alpn besides gRPC's "h2", which comes first (a client that
+// offers both speaks gRPC). The caller serves a connection that
+// negotiated one of them (credentials.TLSInfo's NegotiatedProtocol).
+func (r *Reloader) ServerCredsWith(alpn ...string) credentials.TransportCredentials {
 	if !r.Enabled() {
 		return Creds(nil)
 	}
-	return &reloadingCreds{r: r, side: func(c *Configs) *tls.Config { return c.Server }}
+	if len(alpn) == 0 {
+		return &reloadingCreds{r: r, side: func(c *Configs) *tls.Config { return c.Server }}
+	}
+	protos := append([]string{"h2"}, alpn...)
+	return &reloadingCreds{r: r, side: func(c *Configs) *tls.Config {
+		tc := c.Server.Clone()
+		tc.NextProtos = protos
+		return tc
+	}}
 }
 
 // ClientCreds are the gRPC credentials of connections to other members:

@@ -265,3 +265,74 @@ func TestFilesReloadsAnotherSection(t *testing.T) {
 		t.Fatalf("reload of the section in use: %v", err)
 	}
 }
+
+// TestServerCredsWithOffersMoreProtocols: ServerCredsWith's handshakes
+// offer the extra protocols beside "h2" (which a client offering both gets),
+// and keep offering them with the files of a reload.
+func TestServerCredsWithOffersMoreProtocols(t *testing.T) {
+	dir := t.TempDir()
+	sc := writePKI(t, dir, "first CA")
+	srv, err := NewReloader(func() (Configs, error) { return Load(sc) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	negotiateWith := func(creds credentials.TransportCredentials, protos ...string) (string, error) {
+		t.Helper()
+		cli, err := Load(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		got := make(chan string, 1)
+		go func() {
+			_, info, err := creds.ServerHandshake(b)
+			if err != nil {
+				got <- "refused: " + err.Error()
+				return
+			}
+			got <- info.(credentials.TLSInfo).State.NegotiatedProtocol
+		}()
+		tc := cli.Client.Clone()
+		tc.NextProtos, tc.ServerName = protos, "127.0.0.1"
+		c := tls.Client(a, tc)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		herr := c.Handshake()
+		if herr != nil {
+			a.Close()
+		}
+		server := <-got
+		if herr != nil {
+			return "", herr
+		}
+		if server != c.ConnectionState().NegotiatedProtocol {
+			t.Fatalf("server negotiated %q, client %q", server, c.ConnectionState().NegotiatedProtocol)
+		}
+		return server, nil
+	}
+	negotiate := func(protos ...string) (string, error) {
+		return negotiateWith(srv.ServerCredsWith("walden-test/1"), protos...)
+	}
+	for round := range 2 {
+		if p, err := negotiate("walden-test/1"); err != nil || p != "walden-test/1" {
+			t.Fatalf("round %d: asking for walden-test/1: %q, %v", round, p, err)
+		}
+		if p, err := negotiate("walden-test/1", "h2"); err != nil || p != "h2" {
+			t.Fatalf("round %d: asking for both: %q, %v; want h2 (the server's first)", round, p, err)
+		}
+		if _, err := negotiate("other/1"); err == nil {
+			t.Fatalf("round %d: a protocol not offered was negotiated", round)
+		}
+		writePKI(t, dir, "second CA")
+		if err := srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, err := negotiateWith(srv.ServerCreds(), "walden-test/1"); err == nil {
+		t.Fatalf("ServerCreds without extra protocols negotiated %q", p)
+	}
+	if p, err := negotiateWith(srv.ServerCreds(), "h2"); err != nil || p != "h2" {
+		t.Fatalf("ServerCreds: asking for h2: %q, %v", p, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
 	"walden/authz"
@@ -30,6 +31,7 @@ import (
 	"walden/raftnode"
 	"walden/reconcile"
 	"walden/recovery"
+	"walden/renewframe"
 	"walden/version"
 	"walden/webui"
 )
@@ -58,8 +60,11 @@ type Server struct {
 	reconciler *reconcile.Reconciler
 	health     *health.Server
 	adminGRPC  *grpc.Server
-	raftGRPC   *grpc.Server
-	httpSrv    *http.Server
+	// frames serves the agents' framed renewal connections on the admin
+	// listener (nil when renewals.frames is off).
+	frames   *renewalFrames
+	raftGRPC *grpc.Server
+	httpSrv  *http.Server
 	// metricsSrv serves /metrics, /healthz and /readyz in plain HTTP
 	// (listen.metrics), nil when off.
 	metricsSrv *http.Server
@@ -287,7 +292,7 @@ func (s *Server) adminAPI(a *assembly, failovers *failoversService) error {
 	s.health = health.NewServer()
 	s.admin = newAdminService(s.node, cfg.NodeID, s.tls.ClientCreds(), logger.With("component", "admin"))
 	var err error
-	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, a.lm.Creds(connlimit.Admin, s.tls.ServerCreds(), s.listenLog()), a.az, a.reg,
+	if s.adminGRPC, err = newAdminGRPC(s.admin, s.health, s.adminCreds(a), a.az, a.reg,
 		logger.With("component", "grpc"), a.lm.ServerOptions(connlimit.Admin, cfg.Limits.Admin)...); err != nil {
 		return fmt.Errorf("server: admin grpc: %w", err)
 	}
@@ -313,6 +318,16 @@ func (s *Server) adminAPI(a *assembly, failovers *failoversService) error {
 	return nil
 }
 
+// adminCreds are the admin listener's credentials: TLS (or plain) with
+// its failed handshakes counted, and the agents' framed renewal
+// connections served beside gRPC (renewalFrames; under TLS the handshake
+// offers renewframe.ALPN besides "h2").
+func (s *Server) adminCreds(a *assembly) credentials.TransportCredentials {
+	s.frames = newRenewalFrames(a.az, s.cfg.Limits.Admin.MaxConnectionIdle, s.logger.With("component", "renewals"))
+	inner := a.lm.Creds(connlimit.Admin, s.tls.ServerCredsWith(renewframe.ALPN), s.listenLog())
+	return s.frames.creds(inner, s.tls.Enabled())
+}
+
 // detection makes failure detection (gossip, observer, decider) with its
 // metrics, and registers the Agent and Brokers APIs.
 func (s *Server) detection(a *assembly) error {
@@ -335,6 +350,9 @@ func (s *Server) detection(a *assembly) error {
 		Help: "Boot-clock readings this member took to grant streamed renewals: the renewals granted at about the same time share one, taken after they all arrived."},
 		func() float64 { return float64(s.detector.agent.readings.Taken()) })); err != nil {
 		return fmt.Errorf("server: metrics: %w", err)
+	}
+	if s.frames != nil {
+		s.frames.agent = s.detector.agent
 	}
 	waldenv1.RegisterAgentServer(s.adminGRPC, s.detector.agent)
 	waldenv1.RegisterBrokersServer(s.adminGRPC, s.detector.brokers)
@@ -478,6 +496,9 @@ func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		s.health.Shutdown()
 		s.handOffLeadership()
+		if s.frames != nil {
+			s.frames.close() // the admin server's stop waits for their goroutines
+		}
 		done := make(chan struct{})
 		go func() {
 			s.adminGRPC.GracefulStop()
