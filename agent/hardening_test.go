@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,35 +89,15 @@ func TestHardeningIdleConnectionFlood(t *testing.T) {
 // closed at once and counted), while the probes and the broker's lease
 // questions from another address are answered.
 func TestHardeningFloodFromOneSource(t *testing.T) {
+	// Before anything starts: a skip ends the test where it stands.
+	testutil.SkipFloodUnderRace(t)
+	testutil.GoroutinesEnd(t, 15*time.Second)
 	const flood = 20_000
 	c := newFakeCluster(t, 1, testTTL, testDrift, nil)
 	m := connlimit.NewMetrics()
 	a := startAgent(t, testConfig(c.addrs()...), Options{ListenerMetrics: m})
 	perSource := DefaultHTTPLimits.MaxConnsPerSource
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	stop := make(chan struct{})
-	answered := make(chan int, 1)
-	var failed []error
-	go func() {
-		n := 0
-		defer func() { answered <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			for _, path := range []string{"/healthz", "/v1/lease"} {
-				resp, err := client.Get("http://" + a.Addr() + path)
-				if err != nil {
-					failed = append(failed, err)
-					continue
-				}
-				resp.Body.Close()
-				n++
-			}
-		}
-	}()
+	questions := askUnderFlood(t, a.Addr())
 	f := testutil.NewFlood(t, a.Addr(), "127.0.0.2", flood, time.Minute)
 	if f.Held < flood*9/10 {
 		t.Fatalf("only %d of %d connections opened (%d failed)", f.Held, flood, f.Failed)
@@ -130,8 +112,7 @@ func TestHardeningFloodFromOneSource(t *testing.T) {
 	if open := m.Open("agent_http"); open > float64(perSource+4) {
 		t.Fatalf("%v connections open under the flood, bound %d", open, perSource)
 	}
-	close(stop)
-	n := <-answered
+	n, failed := questions()
 	for _, err := range failed {
 		t.Errorf("a question to the agent under the flood: %v", err)
 	}
@@ -139,5 +120,71 @@ func TestHardeningFloodFromOneSource(t *testing.T) {
 		f.Held, f.Took.Round(time.Millisecond), m.Refused("agent_http", "max_conns_per_source"), m.Accepted("agent_http"), m.Open("agent_http"), n)
 	if n == 0 {
 		t.Fatal("nothing answered under the flood")
+	}
+}
+
+// askUnderFlood asks the agent at addr what a probe and the broker ask
+// (/healthz, /v1/lease) every 100ms from 127.0.0.1 until the returned
+// function is called, which returns how many were answered and the errors
+// of those that were not. The test's cleanup ends the questions too, and
+// fails the test if they do not end.
+func askUnderFlood(t *testing.T, addr string) func() (answered int, failed []error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	type result struct {
+		answered int
+		failed   []error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { done <- r }()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for _, path := range []string{"/healthz", "/v1/lease"} {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+				if err != nil {
+					r.failed = append(r.failed, err)
+					return
+				}
+				resp, err := client.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				switch {
+				case ctx.Err() != nil:
+					return // ended by the test, not refused by the agent
+				case err != nil:
+					r.failed = append(r.failed, err)
+				default:
+					r.answered++
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	var r result
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case r = <-done:
+			case <-time.After(testutil.Deadline(10 * time.Second)):
+				t.Errorf("the questions to the agent did not end within %s", testutil.Deadline(10*time.Second))
+			}
+			client.CloseIdleConnections()
+		})
+	}
+	t.Cleanup(stop)
+	return func() (int, []error) {
+		stop()
+		return r.answered, r.failed
 	}
 }

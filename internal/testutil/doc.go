@@ -6,8 +6,9 @@
 // (Addrs); waits with a deadline instead of single-instant assertions;
 // floods of idle connections held by helper processes (the test binary run
 // again: see NewFlood); copies of data directories (CopyTree); checks of a
-// generated region of a page. It imports nothing of walden's, so the tests
-// of every package can use it; certificates of a test CA are in the
+// generated region of a page; a check that every goroutine a test started
+// has ended with it (GoroutinesEnd). It imports nothing of walden's, so the
+// tests of every package can use it; certificates of a test CA are in the
 // sub-package testpki.
 //
 // Only tests import it.
