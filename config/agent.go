@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,9 +66,44 @@ type Agent struct {
 	Watchdog AgentWatchdog `yaml:"watchdog"`
 	// Automq names the broker's AutoMQ node, for a broker that is AutoMQ's.
 	Automq AgentAutomq `yaml:"automq"`
+	// Renewals is how the agent sends its lease renewals to the
+	// coordinators.
+	Renewals AgentRenewals `yaml:"renewals"`
 
 	src *source
 }
+
+// AgentRenewals is how an agent renews its lease with each coordinator.
+type AgentRenewals struct {
+	// Transport is what the renewals travel over: auto (over a connection
+	// of their own with each coordinator that serves it, else over a gRPC
+	// stream, else with one gRPC call each), frames (a connection of their
+	// own only), stream (a gRPC stream, else one call each: for a network
+	// that breaks the frames' TLS application protocol) or call (one gRPC
+	// call each). Default auto (docs/agent.md).
+	Transport string `yaml:"transport"`
+}
+
+// The values of renewals.transport.
+const (
+	// RenewalsAuto renews over a connection of their own (frames) with a
+	// coordinator that serves it, else over a gRPC stream, else with one
+	// gRPC call each: each coordinator as far down as it needs, trying
+	// the better transport again every few minutes.
+	RenewalsAuto = "auto"
+	// RenewalsFrames renews over a connection of their own only: a
+	// coordinator that does not serve it fails every renewal.
+	RenewalsFrames = "frames"
+	// RenewalsStream renews over a gRPC stream (Agent.RenewLeases), with
+	// one call each with a coordinator that does not serve it: for a
+	// network that breaks the frames' TLS application protocol.
+	RenewalsStream = "stream"
+	// RenewalsCall renews with one gRPC call (Agent.RenewLease) each.
+	RenewalsCall = "call"
+)
+
+// RenewalTransports are the values renewals.transport takes, in order.
+var RenewalTransports = []string{RenewalsAuto, RenewalsFrames, RenewalsStream, RenewalsCall}
 
 // AgentBroker is how an agent watches its broker. A broker is dead when its
 // process is gone, or when its checks failed FailureThreshold times in a
@@ -200,6 +236,7 @@ func DefaultAgentConfig() *Agent {
 			Restart:          true,
 		},
 		Watchdog: AgentWatchdog{KillMargin: DefaultWatchdogKillMargin, KillTimeout: DefaultWatchdogKillTimeout},
+		Renewals: AgentRenewals{Transport: RenewalsAuto},
 	}
 }
 
@@ -259,6 +296,9 @@ func (c *Agent) Validate() error {
 	v.agentBroker(c.Broker)
 	v.agentWatchdog(c.Watchdog, c.Broker)
 	v.agentAutomq(c.Automq, c.Watchdog)
+	if t := c.Renewals.Transport; t != "" && !slices.Contains(RenewalTransports, t) {
+		v.add("renewals.transport", "must be one of %s, got %q", strings.Join(RenewalTransports, ", "), t)
+	}
 
 	v.logSection(c.Log)
 	v.limit("limits.http", c.Limits.HTTP)

@@ -30,7 +30,8 @@ func TestParseAgentValid(t *testing.T) {
 		t.Fatalf("gossip %+v", cfg.Gossip)
 	}
 	// Defaults for the keys the file leaves out.
-	if cfg.LeaseSafetyMargin != 500*time.Millisecond || cfg.Gossip.ProbeInterval != time.Second || cfg.Log.Level != "info" || cfg.Log.Format != "json" {
+	if cfg.LeaseSafetyMargin != 500*time.Millisecond || cfg.Gossip.ProbeInterval != time.Second || cfg.Log.Level != "info" || cfg.Log.Format != "json" ||
+		cfg.Renewals.Transport != RenewalsAuto {
 		t.Fatalf("defaults %+v", cfg)
 	}
 	if cfg.GossipNodeName() != "agent/b1" || cfg.Source() != "agent.yaml" {
@@ -42,6 +43,7 @@ func TestParseAgentOptionalKeys(t *testing.T) {
 	y := validAgentYAML + `broker_addr: 127.0.0.1:9092
 lease_safety_margin: 250ms
 log: {level: debug, format: text}
+renewals: {transport: stream}
 `
 	y = strings.Replace(y, "gossip: {listen: 127.0.0.1:7401, join: [127.0.0.1:7201]}",
 		"gossip: {listen: 127.0.0.1:7401, join: [127.0.0.1:7201], probe_interval: 200ms, probe_timeout: 100ms, encryption_key_file: /etc/walden/gossip.key}", 1)
@@ -50,7 +52,8 @@ log: {level: debug, format: text}
 		t.Fatal(err)
 	}
 	if cfg.BrokerAddr != "127.0.0.1:9092" || cfg.LeaseSafetyMargin != 250*time.Millisecond || cfg.Log.Format != "text" ||
-		cfg.Gossip.ProbeInterval != 200*time.Millisecond || cfg.Gossip.EncryptionKeyFile != "/etc/walden/gossip.key" {
+		cfg.Gossip.ProbeInterval != 200*time.Millisecond || cfg.Gossip.EncryptionKeyFile != "/etc/walden/gossip.key" ||
+		cfg.Renewals.Transport != RenewalsStream {
 		t.Fatalf("decoded %+v", cfg)
 	}
 }
@@ -78,6 +81,8 @@ func TestParseAgentErrors(t *testing.T) {
 		{"same port twice", strings.Replace(validAgentYAML, "listen: 127.0.0.1:7401", "listen: 127.0.0.1:7501", 1), "gossip.listen", 4, "already used by listen"},
 		{"negative margin", validAgentYAML + "lease_safety_margin: -1s\n", "lease_safety_margin", 7, "must not be negative"},
 		{"bad log level", validAgentYAML + "log: {level: loud}\n", "log.level", 7, "must be one of"},
+		{"bad renewal transport", validAgentYAML + "renewals: {transport: grpc}\n", "renewals.transport", 7, "must be one of auto, frames, stream, call, got \"grpc\""},
+		{"renewals unknown key", validAgentYAML + "renewals:\n  transprot: stream\n", "renewals.transprot", 8, `did you mean "transport"`},
 		{"partial tls", validAgentYAML + "tls: {cert_file: a.pem}\n", "tls.key_file", 7, "must be set"},
 		{"bad broker_addr", validAgentYAML + "broker_addr: b1\n", "broker_addr", 7, "want host:port"},
 		{"bad broker_id", strings.Replace(validAgentYAML, "broker_id: b1", "broker_id: 'b 1'", 1), "broker_id", 1, "invalid name"},
