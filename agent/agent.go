@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,10 @@ type Options struct {
 	// DialOptions are added to the options of the gRPC connections to the
 	// coordinators (after the transport credentials from the tls keys).
 	DialOptions []grpc.DialOption
+	// Dial, when set, opens the TCP connections that renewals travel over
+	// on their own (renewals.transport auto or frames; the gRPC
+	// connections follow DialOptions). Default: a plain TCP dial.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// RegisterBackoffMax bounds the wait between registration attempts.
 	// Default 2s.
 	RegisterBackoffMax time.Duration
@@ -118,7 +123,10 @@ type Agent struct {
 	// conns are the direct connections to each coordinator the lease is
 	// renewed with, by admin address.
 	conns *coordclient.Conns
-	opts  Options
+	// tls is the client side of mutual TLS with the coordinators (nil:
+	// off), for the connections renewals travel over on their own.
+	tls  *tls.Config
+	opts Options
 
 	mu      sync.Mutex
 	st      state
@@ -163,10 +171,11 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 	if opts.RegisterBackoffMax <= 0 {
 		opts.RegisterBackoffMax = 2 * time.Second
 	}
-	creds, err := mtls.ClientCreds(cfg.TLS)
+	tlsConfigs, err := mtls.Load(cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	creds := mtls.Creds(tlsConfigs.Client)
 	if err := mtls.CheckGossipKey(cfg.TLS, cfg.Gossip.EncryptionKeyFile); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -195,6 +204,7 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		clock:   opts.Clock,
 		coords:  newCoordinators(cfg.Coordinators, dial, log),
 		conns:   coordclient.NewConns(dial...),
+		tls:     tlsConfigs.Client,
 		opts:    opts,
 		st:      state{holder: lease.NewHolder(cfg.LeaseSafetyMargin)},
 		changed: make(chan struct{}),
@@ -668,7 +678,8 @@ type refusalOf struct {
 func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl time.Duration, refused chan<- refusalOf, discovered chan<- []string) {
 	req := &waldenv1.RenewLeaseRequest{BrokerId: a.cfg.BrokerID, Epoch: epoch}
 	log := a.log.With("coordinator", addr)
-	r := NewRenewer(func() (*grpc.ClientConn, error) { return a.conns.Get(addr) }, log)
+	r := NewRenewer(RenewerOptions{Conn: func() (*grpc.ClientConn, error) { return a.conns.Get(addr) },
+		Addr: addr, TLS: a.tls, Dial: a.opts.Dial, Transport: a.cfg.Renewals.Transport, Log: log})
 	defer r.Close()
 	failures := 0
 	var coordinator string

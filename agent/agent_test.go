@@ -43,6 +43,8 @@ func testConfig(coords ...string) *config.Agent {
 	c.Gossip.RejoinInterval = 0
 	c.WAL = config.WALLocation{VolumeID: "vol-b1", Path: "/var/lib/broker/b1.wal"}
 	c.LeaseSafetyMargin = testMargin
+	// The fake coordinators serve gRPC only: the tests of frames say so.
+	c.Renewals.Transport = config.RenewalsStream
 	return c
 }
 
@@ -184,55 +186,65 @@ func TestFollowsRenewalSlots(t *testing.T) {
 	}
 }
 
-// TestRenewsOverOneStream: the agent renews with each coordinator over one
-// long-lived stream, not a call each, and the voters sent once on a stream
-// keep counting for the grants that leave them out. A stream is opened
+// TestRenewsOverOneStream: the agent renews with every coordinator over
+// one connection of its own (frames, by default) or one gRPC stream
+// (renewals.transport: stream), never a call each, and the voters sent once
+// on one keep counting for the grants that leave them out. One is opened
 // again only after attempts on it failed (two unanswered in a row, or one
 // whose stream ended or whose send could not complete in time), which a
 // loaded machine makes happen now and then; on a quiet one each
-// coordinator sees one stream for the whole test.
+// coordinator sees one for the whole test.
 func TestRenewsOverOneStream(t *testing.T) {
-	c := newFakeCluster(t, 3, testTTL, testDrift, nil)
-	var failed atomic.Int64
-	a := startAgent(t, testConfig(c.coords[0].addr), Options{ObserveRenewal: func(result string) {
-		if result == "failed" {
-			failed.Add(1)
-		}
-	}})
-	waitRegistered(t, a)
-	testutil.Eventually(t, 30*time.Second, "six renewals on one stream of each coordinator", func() error {
-		for _, fc := range c.coords {
-			if n := fc.longestStream(); n < 6 {
-				return errorf("the longest stream of %s carried %d renewals", fc.id, n)
+	for _, transport := range []string{config.RenewalsAuto, config.RenewalsStream} {
+		t.Run(transport, func(t *testing.T) {
+			c := newFakeCluster(t, 3, testTTL, testDrift, nil)
+			cfg := testConfig(c.coords[0].addr)
+			cfg.Renewals.Transport = transport
+			var failed atomic.Int64
+			a := startAgent(t, cfg, Options{ObserveRenewal: func(result string) {
+				if result == "failed" {
+					failed.Add(1)
+				}
+			}})
+			waitRegistered(t, a)
+			testutil.Eventually(t, 30*time.Second, "six renewals on one stream of each coordinator", func() error {
+				for _, fc := range c.coords {
+					if n := fc.longestStream(); n < 6 {
+						return errorf("the longest stream of %s carried %d renewals", fc.id, n)
+					}
+				}
+				return nil
+			})
+			opened, renewed := 0, 0
+			for _, fc := range c.coords {
+				streams, streamed, unary := fc.transport()
+				_, conns, framed := fc.frames()
+				if transport == config.RenewalsAuto && (streams != 0 || streamed != 0 || framed == 0) ||
+					transport == config.RenewalsStream && (conns != 0 || streamed == 0) || unary != 0 {
+					t.Errorf("%s: %d streams with %d renewals, %d connections of frames with %d, %d calls", fc.id, streams, streamed, conns, framed, unary)
+				}
+				opened, renewed = opened+streams+conns, renewed+streamed+framed
 			}
-		}
-		return nil
-	})
-	opened, streamed := 0, 0
-	for _, fc := range c.coords {
-		streams, n, unary := fc.transport()
-		if unary != 0 {
-			t.Errorf("%s: %d calls beside %d streamed renewals, want none", fc.id, unary, n)
-		}
-		opened, streamed = opened+streams, streamed+n
-	}
-	// Read after the streams: a failure is counted before the attempt
-	// after it opens a stream.
-	again := opened - len(c.coords)
-	if allowed := int(failed.Load()); again > allowed {
-		t.Errorf("%d streams opened again for %d failed attempts and %d streamed renewals", again, failed.Load(), streamed)
-	}
-	t.Logf("%d streams for %d streamed renewals, %d failed attempts", opened, streamed, failed.Load())
-	// Every grant after the first on a stream came without the voters:
-	// the lease still rests on all three, each by its incarnation.
-	if l := a.Lease(); !l.Valid {
-		t.Fatalf("lease with grants that leave the voters out: %+v", l)
-	}
-	a.mu.Lock()
-	live := a.st.holder.Live(a.clock.Now())
-	a.mu.Unlock()
-	if len(live) != 3 {
-		t.Fatalf("grants counted %v, want all three voters", live)
+			// Read after the streams: a failure is counted before the
+			// attempt after it opens a stream.
+			again := opened - len(c.coords)
+			if allowed := int(failed.Load()); again > allowed {
+				t.Errorf("%d streams opened again for %d failed attempts and %d renewals on them", again, failed.Load(), renewed)
+			}
+			t.Logf("%d streams for %d renewals, %d failed attempts", opened, renewed, failed.Load())
+			// Every grant after the first on a stream came without the
+			// voters: the lease still rests on all three, each by its
+			// incarnation.
+			if l := a.Lease(); !l.Valid {
+				t.Fatalf("lease with grants that leave the voters out: %+v", l)
+			}
+			a.mu.Lock()
+			live := a.st.holder.Live(a.clock.Now())
+			a.mu.Unlock()
+			if len(live) != 3 {
+				t.Fatalf("grants counted %v, want all three voters", live)
+			}
+		})
 	}
 }
 
@@ -323,7 +335,7 @@ func TestRenewerTriesTheStreamAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	r := NewRenewer(func() (*grpc.ClientConn, error) { return conn, nil }, slog.New(slog.DiscardHandler))
+	r := NewRenewer(RenewerOptions{Conn: func() (*grpc.ClientConn, error) { return conn, nil }, Transport: config.RenewalsStream})
 	defer r.Close()
 	r.streamRetry = time.Hour
 	renew := func() {
@@ -977,7 +989,7 @@ func TestRenewerBoundsAnAttemptWhoseConnectionHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	r := NewRenewer(func() (*grpc.ClientConn, error) { return conn, nil }, slog.New(slog.DiscardHandler))
+	r := NewRenewer(RenewerOptions{Conn: func() (*grpc.ClientConn, error) { return conn, nil }, Transport: config.RenewalsStream})
 	defer r.Close()
 	for range 3 {
 		start := time.Now()

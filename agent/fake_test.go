@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
+	"walden/renewframe"
 	"walden/rpcerr"
 )
 
@@ -96,6 +99,17 @@ type fakeCoord struct {
 	// answers sent.
 	lateN, lateSent int
 	lateBy          time.Duration
+	// noFrames makes the coordinator one that does not serve renewals
+	// over their own connection: under TLS it offers only h2, without it
+	// gRPC gets the connections that start with the preface (and closes
+	// them). framesAsked counts the connections that asked for frames,
+	// frameConns those it served, framedRenewals the renewals granted on
+	// them.
+	noFrames                                bool
+	framesAsked, frameConns, framedRenewals int
+	// refuseConn: the next renewals on a stream are refused
+	// (PermissionDenied) and the stream ended.
+	refuseConn bool
 }
 
 // newFakeCluster serves n coordinators on loopback until the test ends;
@@ -108,7 +122,7 @@ func newFakeCluster(t testing.TB, n int, ttl, drift time.Duration, clock lease.C
 	c := &fakeCluster{ttl: ttl, drift: drift, nextEpoch: 1, recoveredOffset: -1, conf: 1}
 	for i := range n {
 		fc := &fakeCoord{c: c, id: fmt.Sprintf("c%d", i+1), clock: clock, incarnation: uint64(i + 1)}
-		fc.addr, fc.stop = serveAgent(t, fc)
+		fc.addr, fc.stop = serveCoordinator(t, fc, nil)
 		c.coords = append(c.coords, fc)
 	}
 	return c
@@ -175,11 +189,7 @@ func (f *fakeCoord) RenewLease(ctx context.Context, req *waldenv1.RenewLeaseRequ
 	return f.renew(ctx, req)
 }
 
-// RenewLeases answers each renewal of the stream as RenewLease does, with
-// the voters once per configuration on a stream, as a coordinator does.
-// While it hangs it receives renewals and answers none (the stream stays
-// open); a renewal setLate names is answered late, and the renewals after
-// it wait (a coordinator answers a stream in order).
+// RenewLeases serves the gRPC stream of renewals (serveRenewals).
 func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 	f.mu.Lock()
 	if f.noStream {
@@ -187,6 +197,28 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 		return status.Error(codes.Unimplemented, "unknown method RenewLeases for service walden.v1.Agent")
 	}
 	f.streams++
+	f.mu.Unlock()
+	return f.serveRenewals(stream, false)
+}
+
+// renewalServer is the coordinator's side of a stream of renewals: the
+// gRPC stream, or a connection of frames.
+type renewalServer interface {
+	Recv() (*waldenv1.RenewLeasesRequest, error)
+	Send(*waldenv1.RenewLeasesResponse) error
+	Context() context.Context
+}
+
+// serveRenewals answers each renewal of the stream (framed: a connection
+// of frames) as RenewLease does, with the voters once per configuration on
+// a stream, as a coordinator does. While it hangs it receives renewals and
+// answers none (the stream stays open); a renewal setLate names is answered
+// late, and the renewals after it wait (a coordinator answers a stream in
+// order). With refuseConn set it answers the first renewal with a
+// PermissionDenied refusal and ends the stream, as a coordinator does with
+// a renewal of another broker on a connection of frames.
+func (f *fakeCoord) serveRenewals(stream renewalServer, framed bool) error {
+	f.mu.Lock()
 	f.open++
 	breakAfter := f.breakAfter
 	f.mu.Unlock()
@@ -208,12 +240,17 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 		}
 		f.mu.Lock()
 		f.attempts++
-		hang, late := f.hang, time.Duration(0)
+		hang, late, refuseConn := f.hang, time.Duration(0), f.refuseConn
 		if f.lateN > 0 && !hang {
 			f.lateN--
 			late = f.lateBy
 		}
 		f.mu.Unlock()
+		if refuseConn {
+			_ = stream.Send(&waldenv1.RenewLeasesResponse{Seq: req.GetSeq(), Refusal: &waldenv1.RenewalRefusal{
+				Code: uint32(codes.PermissionDenied), Message: "this agent may not renew the lease of another broker"}})
+			return nil
+		}
 		if hang {
 			continue // received, never answered
 		}
@@ -237,7 +274,11 @@ func (f *fakeCoord) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
 			out.Grant = resp
 			answered++
 			f.mu.Lock()
-			f.streamed++
+			if framed {
+				f.framedRenewals++
+			} else {
+				f.streamed++
+			}
 			f.longest = max(f.longest, answered)
 			f.mu.Unlock()
 		}
@@ -419,21 +460,6 @@ func (f *fakeCoord) attestAt() time.Duration {
 	return f.lastRecv + f.c.ttl + f.c.drift
 }
 
-// serveAgent serves srv on a free loopback port until the test ends or
-// stop is called.
-func serveAgent(t testing.TB, srv waldenv1.AgentServer) (addr string, stop func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	waldenv1.RegisterAgentServer(gs, srv)
-	go func() { _ = gs.Serve(ln) }()
-	t.Cleanup(gs.Stop)
-	return ln.Addr().String(), gs.Stop
-}
-
 // closedAddr is a loopback address nobody listens on.
 func closedAddr(t testing.TB) string {
 	t.Helper()
@@ -447,3 +473,186 @@ func closedAddr(t testing.TB) string {
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// serveCoordinator serves fc on a free loopback port until the test ends
+// or stop is called, as a coordinator serves its admin listener: gRPC,
+// and renewals over frames unless fc.noFrames — under TLS (tc, the server
+// side of mutual TLS) the connections that negotiate renewframe.ALPN,
+// without it those that start with renewframe.Preface.
+func serveCoordinator(t testing.TB, fc *fakeCoord, tc *tls.Config) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	waldenv1.RegisterAgentServer(gs, fc)
+	toGRPC := &chanListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
+	var mu sync.Mutex
+	framed := map[net.Conn]bool{}
+	serve := func(raw net.Conn) {
+		fc.mu.Lock()
+		noFrames := fc.noFrames
+		fc.mu.Unlock()
+		conn, frames := raw, false
+		if tc != nil {
+			cfg := tc.Clone()
+			cfg.NextProtos = []string{"h2"}
+			if !noFrames {
+				cfg.NextProtos = []string{renewframe.ALPN, "h2"}
+			}
+			cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				if slices.Contains(hello.SupportedProtos, renewframe.ALPN) {
+					fc.mu.Lock()
+					fc.framesAsked++
+					fc.mu.Unlock()
+				}
+				return nil, nil
+			}
+			tconn := tls.Server(raw, cfg)
+			_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := tconn.Handshake(); err != nil {
+				_ = raw.Close()
+				return
+			}
+			_ = raw.SetDeadline(time.Time{})
+			conn, frames = tconn, tconn.ConnectionState().NegotiatedProtocol == renewframe.ALPN
+		} else {
+			c, preface, err := renewframe.Sniff(raw)
+			if err != nil {
+				_ = raw.Close()
+				return
+			}
+			if preface {
+				fc.mu.Lock()
+				fc.framesAsked++
+				fc.mu.Unlock()
+				if noFrames { // an older coordinator: gRPC gets it as it came
+					c = &prefacedConn{Conn: c, head: []byte(renewframe.Preface)}
+				}
+			}
+			conn, frames = c, preface && !noFrames
+		}
+		if !frames {
+			select {
+			case toGRPC.conns <- conn:
+			case <-toGRPC.done:
+				_ = conn.Close()
+			}
+			return
+		}
+		mu.Lock()
+		framed[conn] = true
+		mu.Unlock()
+		fc.mu.Lock()
+		fc.frameConns++
+		fc.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		_ = fc.serveRenewals(&frameServer{ctx: ctx, r: renewframe.NewReader(conn, renewframe.MaxRequest), w: renewframe.NewWriter(conn, renewframe.MaxResponse)}, true)
+		cancel()
+		_ = conn.Close()
+		mu.Lock()
+		delete(framed, conn)
+		mu.Unlock()
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	go func() { _ = gs.Serve(toGRPC) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = ln.Close()
+			_ = toGRPC.Close()
+			gs.Stop()
+			mu.Lock()
+			for c := range framed {
+				_ = c.Close()
+			}
+			mu.Unlock()
+		})
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+// frameServer is the coordinator's side of a connection of frames.
+type frameServer struct {
+	ctx context.Context
+	r   *renewframe.Reader
+	w   *renewframe.Writer
+}
+
+func (s *frameServer) Recv() (*waldenv1.RenewLeasesRequest, error) {
+	m := &waldenv1.RenewLeasesRequest{}
+	return m, s.r.Read(m)
+}
+
+func (s *frameServer) Send(m *waldenv1.RenewLeasesResponse) error { return s.w.Write(m) }
+
+func (s *frameServer) Context() context.Context { return s.ctx }
+
+// prefacedConn reads head before the rest of its connection.
+type prefacedConn struct {
+	net.Conn
+	head []byte
+}
+
+func (c *prefacedConn) Read(p []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(p, c.head)
+		c.head = c.head[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// chanListener hands the gRPC server the connections sent on conns.
+type chanListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+func (f *fakeCoord) setNoFrames(on bool) {
+	f.mu.Lock()
+	f.noFrames = on
+	f.mu.Unlock()
+}
+
+func (f *fakeCoord) setRefuseConn(on bool) {
+	f.mu.Lock()
+	f.refuseConn = on
+	f.mu.Unlock()
+}
+
+// frames counts the connections that asked for frames, those served with
+// frames and the renewals granted on them.
+func (f *fakeCoord) frames() (asked, conns, renewals int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.framesAsked, f.frameConns, f.framedRenewals
+}

@@ -2,23 +2,34 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"os"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"walden/authz"
+	"walden/config"
+	"walden/mtls"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
+	"walden/renewframe"
 	"walden/rpcerr"
 )
 
-// streamRetryAfter is how long an agent renews with one call each with a
-// coordinator that does not serve the renewal stream (a walden before it,
-// during a rolling upgrade) before it tries the stream again.
+// streamRetryAfter is how long an agent renews over the gRPC stream with a
+// coordinator that does not serve renewals over their own connection, or
+// with one call each with one that does not serve the stream either (a
+// walden before them, during a rolling upgrade), before it tries the
+// better transport again.
 const streamRetryAfter = 5 * time.Minute
 
 // renewalWindow is the fixed flow-control window of the agent's
@@ -26,13 +37,20 @@ const streamRetryAfter = 5 * time.Minute
 const renewalWindow = 64 << 10
 
 // unansweredLimit is how many attempts in a row may go unanswered on one
-// stream before it is closed: one slow answer costs its attempt only, but
+// stream (or connection of frames) before it is closed: one slow answer costs its attempt only, but
 // a stream that is stuck must not hold the renewals of its coordinator.
 const unansweredLimit = 2
 
 // errNoStream marks a coordinator that answered the renewal stream with
 // Unimplemented.
 var errNoStream = errors.New("agent: the coordinator does not serve streamed renewals")
+
+// errNoFrames marks a coordinator that does not serve renewals over their
+// own connection: under TLS it refused the handshake that asked for
+// renewframe.ALPN only (or chose no protocol); without TLS it ended a new
+// connection before its first answer (a gRPC server closes one that
+// starts with renewframe.Preface).
+var errNoFrames = errors.New("agent: the coordinator does not serve renewals over their own connection")
 
 // Backoff is the wait before the next attempt after failures consecutive
 // failed ones (1 after the first): first, doubled with each failure after
@@ -63,23 +81,35 @@ func RenewalBackoff(failures int, ttl time.Duration) time.Duration {
 }
 
 // Renewer renews a lease with one coordinator, one renewal after the
-// other: over one long-lived stream (Agent.RenewLeases), which costs both
-// sides a few bytes a renewal instead of a call each, or with one
-// RenewLease call each with a coordinator that does not serve the stream
-// (a walden before it, during a rolling upgrade), trying the stream again
-// every streamRetryAfter. The agent keeps one per coordinator; it is not
-// safe for concurrent use.
+// other, over the best transport the coordinator serves (and the setting,
+// renewals.transport, allows): over a connection of their own (package
+// renewframe), without a gRPC stream's per-message work on either side;
+// else over one long-lived gRPC stream (Agent.RenewLeases),
+// a few bytes a renewal instead of a call each; else with one RenewLease
+// call each (a walden before both, during a rolling upgrade). Whenever it
+// falls back, it tries the better transport again after streamRetryAfter.
+// The connection of frames and the gRPC stream are the same to it (a
+// renewalStream): renewals numbered by seq, answered in order, the late
+// answers skipped. The agent keeps one per coordinator; it is not safe for
+// concurrent use.
 type Renewer struct {
-	conn func() (*grpc.ClientConn, error)
-	log  *slog.Logger
-	// unaryUntil: until then, renew with one call each. streamRetry is
-	// how long after an Unimplemented answer (streamRetryAfter).
-	unaryUntil  time.Time
-	streamRetry time.Duration
+	conn      func() (*grpc.ClientConn, error)
+	addr      string
+	tls       *tls.Config
+	dial      func(ctx context.Context, addr string) (net.Conn, error)
+	transport string
+	log       *slog.Logger
+	// framesUntil: until then, renew over the gRPC stream; unaryUntil:
+	// until then, with one call each. streamRetry is how long after the
+	// coordinator showed it does not serve the better one
+	// (streamRetryAfter).
+	framesUntil, unaryUntil time.Time
+	streamRetry             time.Duration
 
-	// The open stream; nil when there is none.
-	stream waldenv1.Agent_RenewLeasesClient
-	cancel context.CancelFunc
+	// The open stream, framed when it is a connection of frames; nil when
+	// there is none.
+	stream renewalStream
+	framed bool
 	// answers carries the stream's answers, failed the error that ended it
 	// (each stream has its own).
 	answers chan *waldenv1.RenewLeasesResponse
@@ -92,21 +122,69 @@ type Renewer struct {
 	seq uint64
 }
 
-// NewRenewer returns a Renewer over the connection conn returns (the same
-// one each time, dialled on first use); log gets the fallback to calls.
-func NewRenewer(conn func() (*grpc.ClientConn, error), log *slog.Logger) *Renewer {
-	return &Renewer{conn: conn, log: log, streamRetry: streamRetryAfter}
+// RenewerOptions say how a Renewer reaches its coordinator.
+type RenewerOptions struct {
+	// Conn returns the gRPC connection to the coordinator (the same one
+	// each time, dialled on first use), for the stream and the calls.
+	Conn func() (*grpc.ClientConn, error)
+	// Addr is the coordinator's admin address (the one Conn dials), which
+	// the connections of frames dial.
+	Addr string
+	// TLS is the client side of mutual TLS (mtls.Load's Client: the
+	// agent's certificate, the cluster's CA, the coordinator role
+	// required); nil: the connections of frames are plain and open with
+	// renewframe.Preface.
+	TLS *tls.Config
+	// Dial opens the TCP connections of frames; nil: net.Dialer.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Transport is renewals.transport (config.RenewalsAuto when empty).
+	Transport string
+	// Log gets the fallbacks; nil discards them.
+	Log *slog.Logger
+}
+
+// NewRenewer returns a Renewer of the coordinator o names.
+func NewRenewer(o RenewerOptions) *Renewer {
+	r := &Renewer{conn: o.Conn, addr: o.Addr, dial: o.Dial, transport: o.Transport, log: o.Log, streamRetry: streamRetryAfter}
+	if r.transport == "" {
+		r.transport = config.RenewalsAuto
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if r.dial == nil {
+		var d net.Dialer
+		r.dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	if o.TLS != nil {
+		r.tls = o.TLS.Clone()
+		r.tls.NextProtos = []string{renewframe.ALPN}
+	}
+	return r
 }
 
 // Renew sends one renewal and waits for its answer, at most perTry. Its
 // answers are RenewLease's: the grant, or the refusal as a gRPC status
-// error; DeadlineExceeded when no answer came in time.
+// error; DeadlineExceeded when no answer came in time. A coordinator that
+// does not serve a transport costs no attempt: the same renewal goes over
+// the next one at once.
 func (r *Renewer) Renew(ctx context.Context, req *waldenv1.RenewLeaseRequest, perTry time.Duration) (*waldenv1.RenewLeaseResponse, error) {
-	deadline := time.Now().Add(perTry)
-	if time.Now().Before(r.unaryUntil) {
+	now := time.Now()
+	deadline := now.Add(perTry)
+	if r.transport == config.RenewalsCall || now.Before(r.unaryUntil) {
 		return r.renewOnce(ctx, req, deadline)
 	}
-	resp, err := r.renewStreamed(ctx, req, deadline)
+	framed := r.transport == config.RenewalsFrames || (r.transport == config.RenewalsAuto && !now.Before(r.framesUntil))
+	resp, err := r.renewStreamed(ctx, req, framed, deadline)
+	if errors.Is(err, errNoFrames) {
+		if r.transport == config.RenewalsFrames {
+			return nil, status.Errorf(codes.Unimplemented, "the coordinator at %s does not serve renewals over their own connection (an older walden, or renewals.frames: false there), and renewals.transport is frames", r.addr)
+		}
+		r.framesUntil = time.Now().Add(r.streamRetry)
+		r.log.Info("this coordinator does not serve renewals over their own connection (an older walden, or renewals.frames: false there): renewing over the gRPC stream",
+			"try_frames_again_in", r.streamRetry)
+		resp, err = r.renewStreamed(ctx, req, false, deadline)
+	}
 	if errors.Is(err, errNoStream) {
 		r.unaryUntil = time.Now().Add(r.streamRetry)
 		r.log.Info("this coordinator does not serve streamed renewals (an older walden): renewing with one call each",
@@ -127,41 +205,30 @@ func (r *Renewer) renewOnce(ctx context.Context, req *waldenv1.RenewLeaseRequest
 	return waldenv1.NewAgentClient(conn).RenewLease(cctx, req)
 }
 
-// renewStreamed sends one renewal on the stream, opening it first if
-// needed, and waits for the answer with its seq until deadline. An answer
-// that does not come in time costs the attempt, not the stream: the next
-// renewal goes on the same stream, and the late answer is skipped by its
-// seq. The stream is closed — the next renewal opens another — when it
-// fails, when the send itself could not complete before deadline (flow
-// control), and when unansweredLimit attempts in a row went unanswered.
-func (r *Renewer) renewStreamed(ctx context.Context, req *waldenv1.RenewLeaseRequest, deadline time.Time) (*waldenv1.RenewLeaseResponse, error) {
+// renewStreamed sends one renewal on the stream — a connection of frames
+// when framed, else the gRPC stream —, opening it first if needed, and
+// waits for the answer with its seq until deadline. An answer that does
+// not come in time costs the attempt, not the stream: the next renewal
+// goes on the same stream, and the late answer is skipped by its seq. The
+// stream is closed — the next renewal opens another — when it fails, when
+// the send itself could not complete before deadline (flow control, a full
+// socket), and when unansweredLimit attempts in a row went unanswered.
+func (r *Renewer) renewStreamed(ctx context.Context, req *waldenv1.RenewLeaseRequest, framed bool, deadline time.Time) (*waldenv1.RenewLeaseResponse, error) {
+	if r.stream != nil && r.framed != framed {
+		r.Close() // the other transport's: the time to try frames again came
+	}
 	if r.stream == nil {
-		if err := r.open(ctx, deadline); err != nil {
+		if err := r.open(ctx, framed, deadline); err != nil {
 			return nil, err
 		}
 	}
 	r.seq++
 	seq := r.seq
-	if err := r.send(&waldenv1.RenewLeasesRequest{BrokerId: req.GetBrokerId(), Epoch: req.GetEpoch(), Seq: seq}, deadline); err != nil {
-		return nil, err
+	if !r.stream.send(&waldenv1.RenewLeasesRequest{BrokerId: req.GetBrokerId(), Epoch: req.GetEpoch(), Seq: seq}, deadline) {
+		r.Close()
+		return nil, status.Error(codes.DeadlineExceeded, "renewal: the renewal could not be sent in time")
 	}
 	return r.await(ctx, seq, deadline)
-}
-
-// send sends m on the open stream, at most until deadline. A send held by
-// flow control past deadline can only be ended by cancelling the stream:
-// then the stream is closed and the error is DeadlineExceeded. A send that
-// fails otherwise ended the stream, and the receiver reports why (a send on
-// an ended stream says io.EOF only): send returns nil, and the wait for the
-// answer gets the stream's error.
-func (r *Renewer) send(m *waldenv1.RenewLeasesRequest, deadline time.Time) error {
-	guard := time.AfterFunc(time.Until(deadline), r.cancel)
-	_ = r.stream.Send(m)
-	if !guard.Stop() {
-		r.Close()
-		return status.Error(codes.DeadlineExceeded, "renewal: the renewal could not be sent on the stream in time")
-	}
-	return nil
 }
 
 // await waits until deadline for the answer to the renewal seq on the open
@@ -169,20 +236,37 @@ func (r *Renewer) send(m *waldenv1.RenewLeasesRequest, deadline time.Time) error
 // attempt in a row without one. The answers to earlier renewals, given up
 // on, are skipped: only the answer to seq was granted after this renewal
 // was sent, and a grant counts from the send of the renewal it answers (an
-// earlier one's, taken for this one, would count from too late).
+// earlier one's, taken for this one, would count from too late). The
+// answers a stream carried before it ended are taken before its end.
 func (r *Renewer) await(ctx context.Context, seq uint64, deadline time.Time) (*waldenv1.RenewLeaseResponse, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for {
 		select {
 		case a := <-r.answers:
-			if a.GetSeq() != seq {
-				continue // the late answer to a renewal given up on
+			if !answers(a, seq) {
+				continue
 			}
 			r.unanswered = 0
+			if codes.Code(a.GetRefusal().GetCode()) == codes.PermissionDenied {
+				// The coordinator refuses this agent the renewals it
+				// sent, and ends the stream after the refusal.
+				r.Close()
+			}
 			return r.answer(a)
 		case err := <-r.failed:
-			return nil, r.ended(err)
+			for {
+				select {
+				case a := <-r.answers:
+					if answers(a, seq) {
+						r.Close()
+						return r.answer(a)
+					}
+					continue
+				default:
+				}
+				return nil, r.ended(err)
+			}
 		case <-ctx.Done():
 			r.Close()
 			return nil, status.FromContextError(ctx.Err()).Err()
@@ -190,38 +274,184 @@ func (r *Renewer) await(ctx context.Context, seq uint64, deadline time.Time) (*w
 			if r.unanswered++; r.unanswered >= unansweredLimit {
 				r.Close()
 			}
-			return nil, status.Error(codes.DeadlineExceeded, "renewal: no answer on the stream in time")
+			return nil, status.Error(codes.DeadlineExceeded, "renewal: no answer from the coordinator in time")
 		}
 	}
 }
 
-// open opens a stream and starts its receiver. Opening waits for the
-// connection, at most until deadline.
-func (r *Renewer) open(ctx context.Context, deadline time.Time) error {
-	conn, err := r.conn()
-	if err != nil {
-		return err
+// answers says whether a is the answer to the renewal seq: its own, or a
+// refusal of seq 0, which a coordinator sends for every renewal of a
+// connection it refuses (it grants nothing).
+func answers(a *waldenv1.RenewLeasesResponse, seq uint64) bool {
+	return a.GetSeq() == seq || (a.GetSeq() == 0 && a.GetRefusal() != nil)
+}
+
+// open opens a stream — a connection of frames when framed, else a gRPC
+// stream — and starts its receiver. Opening is bounded by deadline.
+func (r *Renewer) open(ctx context.Context, framed bool, deadline time.Time) error {
+	var s renewalStream
+	var err error
+	if framed {
+		s, err = r.openFrames(ctx, deadline)
+	} else {
+		s, err = r.openStream(ctx, deadline)
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	guard := time.AfterFunc(time.Until(deadline), cancel)
-	stream, err := waldenv1.NewAgentClient(conn).RenewLeases(sctx)
-	if !guard.Stop() {
-		cancel()
-		return status.Error(codes.DeadlineExceeded, "renewal: the stream did not open in time")
-	}
 	if err != nil {
-		cancel()
 		return err
 	}
 	// Room for the answers of every renewal the stream may have
 	// outstanding (unansweredLimit - 1 given up on and the current one),
 	// and more.
 	answers, failed := make(chan *waldenv1.RenewLeasesResponse, 4), make(chan error, 1)
-	go receive(stream, answers, failed)
-	r.stream, r.cancel, r.answers, r.failed = stream, cancel, answers, failed
+	go receive(s, answers, failed)
+	r.stream, r.framed, r.answers, r.failed = s, framed, answers, failed
 	r.unanswered = 0
 	return nil
 }
+
+// openStream opens a gRPC stream. Opening waits for the connection, at
+// most until deadline.
+func (r *Renewer) openStream(ctx context.Context, deadline time.Time) (renewalStream, error) {
+	conn, err := r.conn()
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	guard := time.AfterFunc(time.Until(deadline), cancel)
+	stream, err := waldenv1.NewAgentClient(conn).RenewLeases(sctx)
+	if !guard.Stop() {
+		cancel()
+		return nil, status.Error(codes.DeadlineExceeded, "renewal: the stream did not open in time")
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &grpcRenewals{stream: stream, cancel: cancel}, nil
+}
+
+// openFrames dials a connection of frames to the coordinator, bounded by
+// deadline: under TLS asking for renewframe.ALPN only (errNoFrames when
+// the coordinator refuses it), plain with renewframe.Preface first.
+func (r *Renewer) openFrames(ctx context.Context, deadline time.Time) (renewalStream, error) {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	conn, err := r.dial(dctx, r.addr)
+	if err != nil {
+		return nil, r.dialFailed(ctx, dctx, err)
+	}
+	if r.tls != nil {
+		tc, cs, err := mtls.Client(dctx, conn, r.tls, authz.RoleCoordinator, r.addr)
+		switch {
+		case errors.Is(err, mtls.ErrNoApplicationProtocol):
+			return nil, errNoFrames
+		case err != nil:
+			return nil, r.dialFailed(ctx, dctx, err)
+		case cs.NegotiatedProtocol != renewframe.ALPN:
+			// A TLS server that knows no application protocols at all.
+			_ = tc.Close()
+			return nil, errNoFrames
+		}
+		conn = tc
+	} else {
+		_ = conn.SetWriteDeadline(deadline)
+		if _, err := io.WriteString(conn, renewframe.Preface); err != nil {
+			_ = conn.Close()
+			return nil, r.dialFailed(ctx, dctx, err)
+		}
+	}
+	return &frameRenewals{conn: conn, w: renewframe.NewWriter(conn, renewframe.MaxRequest),
+		r: renewframe.NewReader(conn, renewframe.MaxResponse), plain: r.tls == nil}, nil
+}
+
+// dialFailed is the error of a connection of frames that could not be
+// opened (dctx bounds the opening within ctx): an ordinary failed attempt,
+// not a coordinator that does not serve frames.
+func (r *Renewer) dialFailed(ctx, dctx context.Context, err error) error {
+	var pe *mtls.PeerError
+	switch {
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case dctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "renewal: the connection to the coordinator at %s did not open in time", r.addr)
+	case errors.As(err, &pe):
+		return status.Error(codes.Unavailable, pe.Error())
+	}
+	return status.Errorf(codes.Unavailable, "renewal: cannot connect to the coordinator at %s: %v", r.addr, err)
+}
+
+// renewalStream is one open stream of renewals with a coordinator: the
+// gRPC stream Agent.RenewLeases, or a connection of frames. The Renewer
+// sends on it and one receiver reads it, concurrently.
+type renewalStream interface {
+	// send sends m, at most until deadline; false when it could not
+	// complete in time (the stream is then of no more use). A send that
+	// fails otherwise ended the stream, and recv reports why.
+	send(m *waldenv1.RenewLeasesRequest, deadline time.Time) bool
+	// recv returns the next answer, or the error that ended the stream.
+	recv() (*waldenv1.RenewLeasesResponse, error)
+	// close ends the stream; a send or recv blocked on it returns.
+	close()
+}
+
+// grpcRenewals is the gRPC stream Agent.RenewLeases.
+type grpcRenewals struct {
+	stream waldenv1.Agent_RenewLeasesClient
+	cancel context.CancelFunc
+}
+
+// send: a send held by flow control past deadline can only be ended by
+// cancelling the stream. A send on an ended stream says io.EOF only: the
+// receiver reports why it ended.
+func (s *grpcRenewals) send(m *waldenv1.RenewLeasesRequest, deadline time.Time) bool {
+	guard := time.AfterFunc(time.Until(deadline), s.cancel)
+	_ = s.stream.Send(m)
+	return guard.Stop()
+}
+
+func (s *grpcRenewals) recv() (*waldenv1.RenewLeasesResponse, error) { return s.stream.Recv() }
+
+func (s *grpcRenewals) close() { s.cancel() }
+
+// frameRenewals is a connection of frames (package renewframe): one frame
+// a renewal, written at once with a write deadline, and one frame an
+// answer, in order.
+type frameRenewals struct {
+	conn net.Conn
+	w    *renewframe.Writer
+	r    *renewframe.Reader
+	// plain: without TLS, where a coordinator that does not serve frames
+	// shows it only by ending the connection before its first answer.
+	plain bool
+	// answered is set by the receiver at the first answer.
+	answered bool
+}
+
+func (s *frameRenewals) send(m *waldenv1.RenewLeasesRequest, deadline time.Time) bool {
+	_ = s.conn.SetWriteDeadline(deadline)
+	return !errors.Is(s.w.Write(m), os.ErrDeadlineExceeded)
+}
+
+func (s *frameRenewals) recv() (*waldenv1.RenewLeasesResponse, error) {
+	a := &waldenv1.RenewLeasesResponse{}
+	if err := s.r.Read(a); err != nil {
+		if s.plain && !s.answered {
+			return nil, fmt.Errorf("%w: %w", errNoFrames, err)
+		}
+		var pe *mtls.PeerError
+		switch {
+		case errors.As(err, &pe):
+			return nil, status.Error(codes.Unavailable, pe.Error())
+		case errors.Is(err, io.EOF):
+			return nil, status.Error(codes.Unavailable, "renewal: the coordinator closed the connection")
+		}
+		return nil, status.Errorf(codes.Unavailable, "renewal: the connection to the coordinator failed: %v", err)
+	}
+	s.answered = true
+	return a, nil
+}
+
+func (s *frameRenewals) close() { _ = s.conn.Close() }
 
 // receive hands the answers of stream to answers, in order, until the
 // stream ends, then its error to failed. A grant that leaves the voters out
@@ -229,14 +459,14 @@ func (r *Renewer) open(ctx context.Context, deadline time.Time) error {
 // meant, answer by answer, whether or not anyone still waits for the
 // answer (so it is done here, where every answer passes). An answer that
 // does not fit in answers is dropped: nobody waits for it.
-func receive(stream waldenv1.Agent_RenewLeasesClient, answers chan<- *waldenv1.RenewLeasesResponse, failed chan<- error) {
+func receive(stream renewalStream, answers chan<- *waldenv1.RenewLeasesResponse, failed chan<- error) {
 	// voters and conf are the voters the stream sent last, and their
 	// configuration's index: an answer of the same configuration leaves
 	// them out.
 	var voters []*waldenv1.Voter
 	var conf uint64
 	for {
-		a, err := stream.Recv()
+		a, err := stream.recv()
 		if err != nil {
 			failed <- err
 			return
@@ -257,13 +487,16 @@ func receive(stream waldenv1.Agent_RenewLeasesClient, answers chan<- *waldenv1.R
 }
 
 // ended closes the stream that failed with err and says why, in the terms
-// of a RenewLease call: errNoStream when the coordinator does not serve it.
+// of a RenewLease call: errNoStream when the coordinator does not serve the
+// gRPC stream, errNoFrames when it does not serve frames.
 func (r *Renewer) ended(err error) error {
 	r.Close()
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return errNoStream
-	case err == nil:
+	case errors.Is(err, errNoFrames):
+		return errNoFrames
+	case err == nil, errors.Is(err, io.EOF):
 		return status.Error(codes.Unavailable, "renewal: the coordinator ended the stream")
 	}
 	return err
@@ -274,8 +507,8 @@ func (r *Renewer) Close() {
 	if r.stream == nil {
 		return
 	}
-	r.cancel()
-	r.stream, r.cancel, r.answers, r.failed = nil, nil, nil, nil
+	r.stream.close()
+	r.stream, r.answers, r.failed = nil, nil, nil
 }
 
 // answer turns a stream's answer into RenewLease's: the grant (receive

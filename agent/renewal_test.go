@@ -3,17 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"walden/config"
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
@@ -216,62 +214,71 @@ func TestALateAnswerKeepsTheStream(t *testing.T) {
 // TestRenewerSkipsLateAnswers: an answer that comes after its attempt gave
 // up is never taken for a later renewal's (its grant would count from the
 // later renewal's send), and a stream whose renewals went unanswered twice
-// in a row is closed: the next renewal opens another.
+// in a row is closed: the next renewal opens another. The same over a gRPC
+// stream and over a connection of frames.
 func TestRenewerSkipsLateAnswers(t *testing.T) {
-	c := newFakeCluster(t, 1, testTTL, testDrift, nil)
-	c.mu.Lock()
-	c.epoch, c.nextEpoch = 1, 2
-	c.mu.Unlock()
-	fc := c.coords[0]
-	conn, err := grpc.NewClient(fc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	for _, transport := range []string{config.RenewalsStream, config.RenewalsFrames} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			c := newFakeCluster(t, 1, testTTL, testDrift, nil)
+			c.mu.Lock()
+			c.epoch, c.nextEpoch = 1, 2
+			c.mu.Unlock()
+			fc := c.coords[0]
+			r := renewerOf(t, fc, transport, nil, nil)
+			opened := func() int {
+				if transport == config.RenewalsFrames {
+					_, conns, _ := fc.frames()
+					return conns
+				}
+				streams, _, _ := fc.transport()
+				return streams
+			}
+			req := &waldenv1.RenewLeaseRequest{BrokerId: "b1", Epoch: 1}
+			if _, err := r.Renew(context.Background(), req, testutil.Deadline(5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			// Answered 750ms after it arrived: the attempt gives up at
+			// 250ms (room for a loaded machine to run the send before its
+			// guard fires).
+			fc.setLate(1, 750*time.Millisecond)
+			if _, err := r.Renew(context.Background(), req, 250*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+				t.Fatalf("a renewal answered after its deadline: %v, want DeadlineExceeded", err)
+			}
+			waitLateAnswer(t, fc)
+			// The next renewal gets no answer: the only one on the stream
+			// is the late answer to the one before.
+			fc.setHang(true)
+			if resp, err := r.Renew(context.Background(), req, 500*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+				t.Fatalf("a renewal nobody answered: %v, %v, want DeadlineExceeded (the late answer to another was taken for it)", resp, err)
+			}
+			if n := opened(); n != 1 {
+				t.Fatalf("%d streams opened, want the first kept across an unanswered attempt", n)
+			}
+			// Two attempts in a row unanswered: the stream is closed.
+			testutil.Eventually(t, 10*time.Second, "the unanswered stream closed", func() error {
+				if _, open, _ := fc.received(); open != 0 {
+					return errorf("%d streams open", open)
+				}
+				return nil
+			})
+			fc.setHang(false)
+			if _, err := r.Renew(context.Background(), req, testutil.Deadline(5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if n := opened(); n != 2 {
+				t.Fatalf("%d streams opened, want a second one after two unanswered attempts", n)
+			}
+			// Closing the renewer ends its stream (and so its receiver).
+			r.Close()
+			testutil.Eventually(t, 10*time.Second, "the stream closed", func() error {
+				if _, open, _ := fc.received(); open != 0 {
+					return errorf("%d streams open", open)
+				}
+				return nil
+			})
+		})
 	}
-	defer conn.Close()
-	r := NewRenewer(func() (*grpc.ClientConn, error) { return conn, nil }, slog.New(slog.DiscardHandler))
-	defer r.Close()
-	req := &waldenv1.RenewLeaseRequest{BrokerId: "b1", Epoch: 1}
-	if _, err := r.Renew(context.Background(), req, testutil.Deadline(5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	// Answered 750ms after it arrived: the attempt gives up at 250ms (room
-	// for a loaded machine to run the send before its guard fires).
-	fc.setLate(1, 750*time.Millisecond)
-	if _, err := r.Renew(context.Background(), req, 250*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("a renewal answered after its deadline: %v, want DeadlineExceeded", err)
-	}
-	waitLateAnswer(t, fc)
-	// The next renewal gets no answer: the only one on the stream is the
-	// late answer to the one before.
-	fc.setHang(true)
-	if resp, err := r.Renew(context.Background(), req, 500*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("a renewal nobody answered: %v, %v, want DeadlineExceeded (the late answer to another was taken for it)", resp, err)
-	}
-	if streams, _, _ := fc.transport(); streams != 1 {
-		t.Fatalf("%d streams opened, want the first kept across an unanswered attempt", streams)
-	}
-	// Two attempts in a row unanswered: the stream is closed.
-	testutil.Eventually(t, 10*time.Second, "the unanswered stream closed", func() error {
-		if _, open, _ := fc.received(); open != 0 {
-			return errorf("%d streams open", open)
-		}
-		return nil
-	})
-	fc.setHang(false)
-	if _, err := r.Renew(context.Background(), req, testutil.Deadline(5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if streams, _, _ := fc.transport(); streams != 2 {
-		t.Fatalf("%d streams opened, want a second one after two unanswered attempts", streams)
-	}
-	// Closing the renewer ends its stream (and so its receiver).
-	r.Close()
-	testutil.Eventually(t, 10*time.Second, "the stream closed", func() error {
-		if _, open, _ := fc.received(); open != 0 {
-			return errorf("%d streams open", open)
-		}
-		return nil
-	})
 }
 
 // waitLateAnswer waits until fc sent its late answer on its one stream,

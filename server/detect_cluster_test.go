@@ -274,14 +274,15 @@ func (c *detCluster) startAgent(id string, proxies map[string]*cutProxy) *agent.
 	for _, m := range []string{"c1", "c2", "c3"} {
 		cfg.Coordinators = append(cfg.Coordinators, c.conns[m].Target())
 	}
-	// Every connection the agent opens to a coordinator goes through the
-	// faults of its link (degradeCoordinator), and through a proxy the
-	// test can cut when one is given for that coordinator.
+	// Every connection the agent opens to a coordinator (gRPC, and its
+	// renewals' own) goes through the faults of its link
+	// (degradeCoordinator), and through a proxy the test can cut when one
+	// is given for that coordinator.
 	node := map[string]string{}
 	for id, conn := range c.conns {
 		node[conn.Target()] = id
 	}
-	dial := []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+	dialCoordinator := func(ctx context.Context, addr string) (net.Conn, error) {
 		target := addr
 		if p := proxies[addr]; p != nil {
 			target = p.addr()
@@ -292,7 +293,7 @@ func (c *detCluster) startAgent(id string, proxies map[string]*cutProxy) *agent.
 			return conn, err
 		}
 		return newFaultyDuplex(conn, c.faults.agents, agentLink(id), addr, node[addr]), nil
-	})}
+	}
 	cfg.Listen = "127.0.0.1:0"
 	cfg.WAL = config.WALLocation{VolumeID: "vol-" + id, Path: "/nonexistent/" + id + ".wal"}
 	cfg.LeaseSafetyMargin = c.agentMargin
@@ -301,7 +302,8 @@ func (c *detCluster) startAgent(id string, proxies map[string]*cutProxy) *agent.
 	cfg.Gossip.BindAddr, cfg.Gossip.Listener = gl.Addr(), gl
 	cfg.Gossip.Join = c.gossip
 	cfg.Gossip.Faults = c.faults.gossipFor(id)
-	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), RegisterBackoffMax: 200 * time.Millisecond, DialOptions: dial})
+	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), RegisterBackoffMax: 200 * time.Millisecond,
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(dialCoordinator)}, Dial: dialCoordinator})
 	if err != nil {
 		c.t.Fatal(err)
 	}

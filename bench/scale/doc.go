@@ -12,7 +12,8 @@
 // (this binary run with -load, -per-process agents each), so that the load
 // generator's limits stay apart from the coordinators': each agent has an
 // address of its own in 127.0.0.0/8, registers, renews its lease with every
-// voter on connections of its own as package agent does, answers the
+// voter on connections of its own as package agent does (over frames, a
+// gRPC stream or one call each: -transports), answers the
 // coordinators' probes through the agent's HTTP limits, and, for
 // -gossip-members of them spread evenly over the load processes, is a
 // memberlist gossip member. The load processes' own CPU and memory are
@@ -25,12 +26,18 @@
 // Usage (from the bench module):
 //
 //	go run ./scale [-brokers 10,100,1000,5000] [-kills 20] [-steady 60s]
-//		[-transports stream,unary] [-slots 0,100ms] [-baseline OTHER-WALDEN]
+//		[-transports unary,stream,frames] [-slots 0,100ms] [-baseline OTHER-WALDEN]
 //		[-per-process 1000] [-gossip-members 1000] [-policy default|tuned] [-o table|json]
 //
 // Every number of brokers is measured with every variant side by side: the
 // -baseline binary if given, then each transport with each renewal slot of
-// the coordinators (renewals.slot; 0 turns the slots off).
+// the coordinators (renewals.slot; 0 turns the slots off). The transports:
+// frames (package agent's default: one connection of frames per agent and
+// coordinator, plain with renewframe's preface, as the coordinators here
+// run without TLS; a coordinator that does not serve frames fails those
+// renewals, none is measured over another transport), stream (one gRPC
+// stream each) and unary (one RenewLease call per renewal, as agents
+// before streamed renewals did).
 //
 // The figures and what they say: docs/scale.md.
 package main

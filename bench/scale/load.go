@@ -38,9 +38,10 @@ import (
 // 127.0.0.0/8 of its own), a registration, the probe endpoint (GET /healthz
 // through the agent's own HTTP limits), its lease renewed with every voter
 // on connections of its own (every lease_ttl/3, attempts bounded by /6,
-// retries after agent.RenewalBackoff, as package agent does; over one stream per
-// coordinator with package agent's Renewer, or with one call each as
-// agents before streamed renewals did), and, for the brokers asked to,
+// retries after agent.RenewalBackoff, as package agent does; with package
+// agent's Renewer over a connection of frames or one gRPC stream per
+// coordinator, or with one call each as agents before streamed renewals
+// did), and, for the brokers asked to,
 // a memberlist gossip member. What a real agent also does for its broker
 // (the local lease endpoint's other routes, epoch hooks) is left out: no
 // coordinator sees it.
@@ -60,9 +61,11 @@ type loadConfig struct {
 	JoinRate int `json:"join_rate"`
 	// Margin is the agents' lease_safety_margin.
 	Margin time.Duration `json:"margin"`
-	// Transport is how the agents renew: "stream" (one stream per
-	// coordinator, as package agent does) or "unary" (one RenewLease call
-	// per renewal, as agents before streamed renewals did).
+	// Transport is how the agents renew: "frames" (one connection of
+	// frames per coordinator, as package agent does by default), "stream"
+	// (one gRPC stream per coordinator, as package agent does with
+	// renewals.transport: stream) or "unary" (one RenewLease call per
+	// renewal, as agents before streamed renewals did).
 	Transport string `json:"transport"`
 }
 
@@ -334,11 +337,13 @@ func (p *loadProc) revive(ctx context.Context, id string) {
 
 // simAgent is one lightweight agent.
 type simAgent struct {
-	p      *loadProc
-	b      simBroker
-	addr   string
-	srv    *http.Server
-	conns  []*grpc.ClientConn // by coordinator index
+	p     *loadProc
+	b     simBroker
+	addr  string
+	srv   *http.Server
+	conns []*grpc.ClientConn // by coordinator index
+	// dial opens the agent's connections of frames from its own address.
+	dial   func(ctx context.Context, addr string) (net.Conn, error)
 	pool   *gossip.Pool
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -378,7 +383,8 @@ func (p *loadProc) start(ctx context.Context, b simBroker) (*simAgent, error) {
 			return dialer.DialContext(ctx, "tcp", addr)
 		}),
 		grpc.WithReadBufferSize(4 << 10), grpc.WithWriteBufferSize(4 << 10), grpc.WithSharedWriteBuffer(true)}
-	if p.cfg.Transport == "stream" {
+	a.dial = func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }
+	if p.cfg.Transport != "unary" {
 		// As package agent dials: a fixed window (no bandwidth probe).
 		opts = append(opts, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	}
@@ -582,8 +588,9 @@ func (a *simAgent) renew(ctx context.Context, epoch uint64, ttl time.Duration) {
 }
 
 // renewWith renews with coordinator i as package agent does (over a
-// stream with agent.Renewer, or with one call each as agents before it
-// did); it reports whether the epoch was refused for good.
+// connection of frames or a gRPC stream with agent.Renewer, or with one
+// call each as agents before them did); it reports whether the epoch was
+// refused for good.
 func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.Duration) bool {
 	req := &waldenv1.RenewLeaseRequest{BrokerId: a.b.ID, Epoch: epoch}
 	cl := waldenv1.NewAgentClient(a.conns[i])
@@ -592,8 +599,13 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 		defer cancel()
 		return cl.RenewLease(cctx, req)
 	}
-	if a.p.cfg.Transport == "stream" {
-		r := agent.NewRenewer(func() (*grpc.ClientConn, error) { return a.conns[i], nil }, slog.New(slog.DiscardHandler))
+	if t := a.p.cfg.Transport; t == "stream" || t == "frames" {
+		// Frames pinned, without fallback: a coordinator that does not
+		// serve them fails the renewals (Unimplemented), they are not
+		// measured over the stream. The stream falls back to calls, as
+		// package agent's does.
+		r := agent.NewRenewer(agent.RenewerOptions{Conn: func() (*grpc.ClientConn, error) { return a.conns[i], nil },
+			Addr: a.p.cfg.Coordinators[i], Dial: a.dial, Transport: t})
 		defer r.Close()
 		renew = func(ctx context.Context, perTry time.Duration) (*waldenv1.RenewLeaseResponse, error) {
 			return r.Renew(ctx, req, perTry)

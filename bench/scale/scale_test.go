@@ -30,7 +30,7 @@ func TestFlags(t *testing.T) {
 	if o.Transports[0] != "stream" || len(o.Transports) != 1 {
 		t.Fatalf("default transports %v", o.Transports)
 	}
-	if o, err := parseFlags([]string{"-transports", "unary, stream"}, io.Discard); err != nil || len(o.Transports) != 2 || o.Transports[0] != "unary" {
+	if o, err := parseFlags([]string{"-transports", "unary, stream,frames"}, io.Discard); err != nil || len(o.Transports) != 3 || o.Transports[0] != "unary" || o.Transports[2] != "frames" {
 		t.Fatalf("%+v %v", o, err)
 	}
 	if len(o.Slots) != 1 || o.Slots[0] != 100*time.Millisecond {
