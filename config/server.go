@@ -194,6 +194,15 @@ type Renewals struct {
 	// after each renewal they sent. A slot longer than a sixth of the
 	// lease is off too. Default 100ms; 0 or from 1ms to 1s.
 	Slot time.Duration `yaml:"slot"`
+	// Frames lets agents renew over their own connection on the admin
+	// port: the renewals and answers of the RenewLeases stream, each in a
+	// frame of its own (package renewframe; under TLS the handshake offers
+	// the protocol walden-renewals/1, without TLS the connection opens
+	// with a preface): one goroutine a connection on this member and no
+	// HTTP/2 buffers, instead of a gRPC stream's. The grants are the same.
+	// With false this member offers no such protocol and agents renew
+	// over gRPC streams. Default true.
+	Frames bool `yaml:"frames"`
 }
 
 // Policy is the `policy:` section: the failover policy's bootstrap values.
@@ -298,7 +307,7 @@ func DefaultServerConfig() *Server {
 		Limits:   DefaultServerLimits(),
 		Gossip:   func() gossip.Config { g := gossip.DefaultConfig(); g.BindAddr = ""; return g }(),
 		Policy:   DefaultPolicy(),
-		Renewals: Renewals{Slot: 100 * time.Millisecond},
+		Renewals: Renewals{Slot: 100 * time.Millisecond, Frames: true},
 		Recovery: recovery.DefaultConfig(),
 		S3:       objstore.DefaultConfig(),
 	}

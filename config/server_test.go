@@ -79,6 +79,13 @@ func TestParseRenewalsSection(t *testing.T) {
 		if cfg.Renewals.Slot != tc.want {
 			t.Fatalf("%q: slot %v, want %v", tc.yaml, cfg.Renewals.Slot, tc.want)
 		}
+		if !cfg.Renewals.Frames {
+			t.Fatalf("%q: renewals.frames off, want the default (on)", tc.yaml)
+		}
+	}
+	cfg, err := ParseServer("c1.yaml", []byte(validYAML+"renewals:\n  frames: false\n"))
+	if err != nil || cfg.Renewals.Frames || cfg.Renewals.Slot != 100*time.Millisecond {
+		t.Fatalf("renewals.frames: false: %+v, %v", cfg.Renewals, err)
 	}
 }
 
@@ -115,6 +122,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad duration", func(t *testing.T) string { return validYAML + "raft:\n  tick_interval: 100\n" }, 16, "raft.tick_interval", "expected a duration"},
 		{"unparsable duration", func(t *testing.T) string { return validYAML + "raft:\n  tick_interval: 10 parsecs\n" }, 16, "raft.tick_interval", "invalid duration"},
 		{"renewal slot too long", func(t *testing.T) string { return validYAML + "renewals:\n  slot: 2s\n" }, 16, "renewals.slot", "must be 0 (off) or from 1ms to 1s, got 2s"},
+		{"renewal frames not a bool", func(t *testing.T) string { return validYAML + "renewals:\n  frames: sometimes\n" }, 16, "renewals.frames", "expected true or false"},
 		{"renewal slot too short", func(t *testing.T) string { return validYAML + "renewals:\n  slot: 10us\n" }, 16, "renewals.slot", "must be 0 (off) or from 1ms to 1s"},
 		{"list instead of mapping", func(t *testing.T) string { return replace(t, "initial_cluster:\n", "initial_cluster: 3\nx:\n") }, 9, "initial_cluster", "expected a list"},
 		{"missing node_id", func(t *testing.T) string { return replace(t, "node_id: c1\n", "") }, 1, "node_id", "missing required key"},

@@ -9,7 +9,7 @@ import (
 //
 //	walden_lease_renewals_total{result}         renewals answered by this member (granted, refused)
 //	walden_lease_refusals_total{reason}         refused renewals by reason
-//	walden_lease_renewal_streams                agents' renewal streams open on this member
+//	walden_lease_renewal_streams                agents' renewal streams and framed renewal connections open on this member
 //	walden_failover_decisions_total{outcome,reason}
 //	walden_failover_holds{gate}                 suspect brokers the leader holds back, by the gate that holds them
 //	walden_failover_frozen                      1 while automatic failover is frozen
@@ -29,7 +29,7 @@ func NewDecisions() *Decisions {
 	d := &Decisions{
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walden_lease_renewals_total",
-			Help: "Lease renewals this coordinator answered, by result (granted, refused).",
+			Help: "Lease renewals this coordinator answered, by result (granted, refused): calls, streamed and framed renewals alike.",
 		}, []string{"result"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walden_lease_refusals_total",
@@ -37,7 +37,7 @@ func NewDecisions() *Decisions {
 		}, []string{"reason"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walden_lease_renewal_streams",
-			Help: "Agents' lease renewal streams (Agent.RenewLeases) open on this coordinator: one per agent of this walden or later; agents of an older walden renew with one call each.",
+			Help: "Agents' lease renewal connections open on this coordinator: gRPC streams (Agent.RenewLeases) and framed connections on the admin port (renewals.frames), one per agent of this walden or later; agents of an older walden renew with one call each.",
 		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walden_failover_decisions_total",
@@ -90,7 +90,8 @@ func (d *Decisions) RenewalRefused(reason string) {
 	}
 }
 
-// RenewalStreams adds delta (1 or -1) to the renewal streams open.
+// RenewalStreams adds delta (1 or -1) to the renewal streams and framed
+// renewal connections open.
 func (d *Decisions) RenewalStreams(delta int) {
 	if d != nil {
 		d.streams.Add(float64(delta))

@@ -388,3 +388,32 @@ func TestRenewalFramesClosedAtOnceAfterClose(t *testing.T) {
 		t.Fatalf("read from a connection dispatched after close: %v, want EOF", err)
 	}
 }
+
+// TestRenewalFramesOff: with renewals.frames false a member offers no
+// framed renewals: under TLS a handshake that asks for renewframe.ALPN
+// only fails (the agent renews over gRPC), and without TLS a connection
+// that opens with renewframe.Preface is gRPC's, which refuses it; gRPC
+// is served as before.
+func TestRenewalFramesOff(t *testing.T) {
+	off := func(c *config.Server) { c.Renewals.Frames = false }
+	s, p, conn := startTLSMember(t, off)
+	epoch := registerB1(t, conn)
+	if fc, err := dialFramesTLS(t, s.Addrs().Admin, p.TLS(t, roleIdentity(authz.RoleAgent))); err == nil {
+		resp, err := fc.renew("b1", epoch)
+		t.Fatalf("a handshake asking for %s only succeeded with frames off: %v, %v", renewframe.ALPN, resp, err)
+	}
+	grantLease(t, context.Background(), "b1", epoch, conn)
+
+	cfg := singleMember(t)
+	off(cfg)
+	plain, pconn := startServing(t, cfg)
+	epoch = registerB1(t, pconn)
+	fc := dialFramesPlain(t, plain.Addrs().Admin)
+	if resp, err := fc.renew("b1", epoch); err == nil && (resp.GetGrant() != nil || resp.GetRefusal() != nil) {
+		t.Fatalf("a preface connection was answered with frames off: %v", resp)
+	}
+	if plain.frames != nil || plain.detector.agent.streams.Load() != 0 {
+		t.Fatal("framed renewals served with frames off")
+	}
+	grantLease(t, context.Background(), "b1", epoch, pconn)
+}

@@ -31,8 +31,8 @@ type agentService struct {
 	// readings shares boot-clock readings between the streamed renewals
 	// granted together.
 	readings *lease.Readings
-	// streams counts the renewal streams open (as the
-	// walden_lease_renewal_streams gauge does).
+	// streams counts the renewal streams and framed renewal connections
+	// open (as the walden_lease_renewal_streams gauge does).
 	streams atomic.Int64
 }
 

@@ -11,6 +11,9 @@
 //   - *_service.go: the gRPC services and nothing else — Cluster, Agent
 //     (agent_renewals_service.go: the agents' renewal streams), Brokers,
 //     Catalog, Jobs, Failovers, Maintenance, Watch.
+//   - agent_renewal_frames.go: the agents' renewals over their own
+//     connection on the admin port (renewframe), dispatched from the
+//     listener's TLS handshake and answered as on the stream.
 //   - services.go: serviceDeps, what the services share (the node, the
 //     state, the lease grantor, the decider, the config's policy).
 //   - forward.go: every call a follower forwards to the leader, and the

@@ -319,10 +319,13 @@ func (s *Server) adminAPI(a *assembly, failovers *failoversService) error {
 }
 
 // adminCreds are the admin listener's credentials: TLS (or plain) with
-// its failed handshakes counted, and the agents' framed renewal
-// connections served beside gRPC (renewalFrames; under TLS the handshake
-// offers renewframe.ALPN besides "h2").
+// its failed handshakes counted, and, with renewals.frames on, the agents'
+// framed renewal connections served beside gRPC (renewalFrames; under TLS
+// the handshake offers renewframe.ALPN besides "h2").
 func (s *Server) adminCreds(a *assembly) credentials.TransportCredentials {
+	if !s.cfg.Renewals.Frames {
+		return a.lm.Creds(connlimit.Admin, s.tls.ServerCreds(), s.listenLog())
+	}
 	s.frames = newRenewalFrames(a.az, s.cfg.Limits.Admin.MaxConnectionIdle, s.logger.With("component", "renewals"))
 	inner := a.lm.Creds(connlimit.Admin, s.tls.ServerCredsWith(renewframe.ALPN), s.listenLog())
 	return s.frames.creds(inner, s.tls.Enabled())
@@ -347,7 +350,7 @@ func (s *Server) detection(a *assembly) error {
 	}
 	s.detector.d.driftKeys = driftKeys
 	if err := a.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "walden_lease_renewal_clock_readings_total",
-		Help: "Boot-clock readings this member took to grant streamed renewals: the renewals granted at about the same time share one, taken after they all arrived."},
+		Help: "Boot-clock readings this member took to grant streamed and framed renewals: the renewals granted at about the same time share one, taken after they all arrived."},
 		func() float64 { return float64(s.detector.agent.readings.Taken()) })); err != nil {
 		return fmt.Errorf("server: metrics: %w", err)
 	}
