@@ -417,3 +417,20 @@ func TestRenewalFramesOff(t *testing.T) {
 	}
 	grantLease(t, context.Background(), "b1", epoch, pconn)
 }
+
+// TestIdleFramedConnectionCloses: a framed connection that sends nothing
+// for the admin listener's max_connection_idle is closed and released.
+func TestIdleFramedConnectionCloses(t *testing.T) {
+	cfg := singleMember(t)
+	cfg.Limits.Admin.MaxConnectionIdle = time.Second
+	s, conn := startServing(t, cfg)
+	epoch := registerB1(t, conn)
+	fc := dialFramesPlain(t, s.Addrs().Admin)
+	if resp := fc.mustRenew("b1", epoch); resp.GetGrant() == nil && resp.GetRefusal() == nil {
+		t.Fatalf("empty answer: %v", resp)
+	}
+	if err := fc.closed(); err != nil {
+		t.Fatalf("an idle framed connection: %v", err)
+	}
+	testutil.EventuallyTrue(t, 10*time.Second, "the idle connection released", func() bool { return s.frames.open() == 0 })
+}
