@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,7 +57,20 @@ func TestAgentWithRealCluster(t *testing.T) {
 	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
 	cfg.Gossip.GossipInterval = 50 * time.Millisecond
 	logs := &lockedBuffer{}
-	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), RegisterBackoffMax: 200 * time.Millisecond})
+	// The renewals go over connections of their own (the default), not
+	// over gRPC streams: count both.
+	var framesDialed, streams atomic.Int64
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		framesDialed.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	countStreams := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		streams.Add(1)
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), RegisterBackoffMax: 200 * time.Millisecond,
+		Dial: dial, DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(countStreams)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +86,9 @@ func TestAgentWithRealCluster(t *testing.T) {
 	}
 	if l.Epoch == 0 || !l.Valid || l.Fenced {
 		t.Fatalf("lease after registration %+v", l)
+	}
+	if n, s := framesDialed.Load(), streams.Load(); n == 0 || s != 0 {
+		t.Fatalf("a valid lease after %d connections of frames and %d gRPC streams: want frames only", n, s)
 	}
 
 	brokers := waldenv1.NewBrokersClient(conns[leaderID])
@@ -103,6 +121,9 @@ func TestAgentWithRealCluster(t *testing.T) {
 	})
 	if err := a.Check(); !errors.Is(err, agent.ErrFenced) {
 		t.Fatalf("Check = %v, want ErrFenced", err)
+	}
+	if s := streams.Load(); s != 0 || strings.Contains(logs.String(), "does not serve renewals over their own connection") {
+		t.Fatalf("the agent fell back from frames (%d gRPC streams): %s", s, logs.String())
 	}
 	resp, err := http.Get("http://" + a.Addr() + "/v1/lease")
 	if err != nil {

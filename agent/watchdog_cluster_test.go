@@ -208,6 +208,9 @@ func startWatchedAgent(t *testing.T) (*testCluster, *agent.Agent, *cutDialer, *g
 	cfg.Watchdog = config.AgentWatchdog{Enabled: true, KillMargin: wdKill, KillTimeout: time.Second}
 	node := int32(1)
 	cfg.Automq.NodeID = &node
+	// The grants are observed by gRPC interceptors: the renewals go over
+	// the stream (its cut by the cut dialer too).
+	cfg.Renewals.Transport = config.RenewalsStream
 
 	cut := &cutDialer{}
 	grants := &grantLog{sent: map[string]int64{}}
@@ -221,8 +224,8 @@ func startWatchedAgent(t *testing.T) (*testCluster, *agent.Agent, *cutDialer, *g
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("test", t.Name())
 	}
 	a, err := agent.New(cfg, agent.Options{Logger: logger, RegisterBackoffMax: 200 * time.Millisecond,
-		DialOptions:     []grpc.DialOption{grpc.WithContextDialer(cut.dial), grpc.WithChainUnaryInterceptor(grants.intercept), grpc.WithChainStreamInterceptor(grants.interceptStream)},
-		WatchdogCommand: helperCommand(t, "watchdog"), BrokerStdout: null, BrokerStderr: null})
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(cut.dial), grpc.WithChainUnaryInterceptor(grants.intercept), grpc.WithChainStreamInterceptor(grants.interceptStream)},
+		Dial:        cut.dial, WatchdogCommand: helperCommand(t, "watchdog"), BrokerStdout: null, BrokerStderr: null})
 	if err != nil {
 		t.Fatal(err)
 	}
