@@ -27,7 +27,7 @@ func TestFlags(t *testing.T) {
 	if err != nil || len(o.Brokers) != 2 || o.Brokers[1] != 1000 || o.Policy != "tuned" {
 		t.Fatalf("%+v %v", o, err)
 	}
-	if o.Transports[0] != "stream" || len(o.Transports) != 1 {
+	if o.Transports[0] != "frames" || len(o.Transports) != 1 {
 		t.Fatalf("default transports %v", o.Transports)
 	}
 	if o, err := parseFlags([]string{"-transports", "unary, stream,frames"}, io.Discard); err != nil || len(o.Transports) != 3 || o.Transports[0] != "unary" || o.Transports[2] != "frames" {
