@@ -16,6 +16,7 @@ import (
 
 	"walden/authz"
 	"walden/internal/devcluster"
+	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/raftnode"
 )
@@ -27,7 +28,9 @@ import (
 // frames claiming another member at term 1000, and a client without a
 // certificate calls. Each is refused with the right code naming the method
 // and the identity, and nothing changes: b2 keeps its epoch and lease,
-// no term jumps, the leader stays.
+// no term jumps, the leader stays, and every agent still renews with every
+// coordinator over a connection of its own (frames), none over the gRPC
+// stream.
 func TestE2EShortSecurity(t *testing.T) {
 	c := startCluster(t, func(o *devcluster.Options) { o.Brokers = 2 })
 	if c.PKI == "" {
@@ -149,6 +152,50 @@ func TestE2EShortSecurity(t *testing.T) {
 	}
 	if _, err := c.WaitLeader(ctx, "", 10*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	waitRenewalTransports(ctx, t, c)
+}
+
+// waitRenewalTransports waits until every live coordinator counts one
+// framed renewal connection per live broker's agent and no renewal stream
+// (walden_lease_renewal_streams by transport): with TLS on and the default
+// settings every agent renews over frames. It scrapes every quarter of a
+// second (each scrape opens connections of its own).
+func waitRenewalTransports(ctx context.Context, t *testing.T, c *devcluster.Cluster) {
+	t.Helper()
+	agents := 0
+	for _, b := range c.Brokers {
+		if b.Alive() {
+			agents++
+		}
+	}
+	counted := func() error {
+		for _, m := range c.Coords {
+			if !m.Alive() {
+				continue
+			}
+			smp, err := c.Scrape(ctx, m.Metrics)
+			if err != nil {
+				return err
+			}
+			frames := smp.Value("walden_lease_renewal_streams", "transport", "frames")
+			stream := smp.Value("walden_lease_renewal_streams", "transport", "stream")
+			if frames != float64(agents) || stream != 0 {
+				return fmt.Errorf("%s counts %v renewal connections over frames and %v over the gRPC stream, want %d and 0", m.Name, frames, stream, agents)
+			}
+		}
+		return nil
+	}
+	deadline := time.Now().Add(testutil.Deadline(30 * time.Second))
+	for {
+		err := counted()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("every coordinator counting the agents' renewals over frames: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 

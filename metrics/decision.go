@@ -9,7 +9,7 @@ import (
 //
 //	walden_lease_renewals_total{result}         renewals answered by this member (granted, refused)
 //	walden_lease_refusals_total{reason}         refused renewals by reason
-//	walden_lease_renewal_streams                agents' renewal streams and framed renewal connections open on this member
+//	walden_lease_renewal_streams{transport}     agents' renewal connections open on this member (frames, stream)
 //	walden_failover_decisions_total{outcome,reason}
 //	walden_failover_holds{gate}                 suspect brokers the leader holds back, by the gate that holds them
 //	walden_failover_frozen                      1 while automatic failover is frozen
@@ -18,7 +18,7 @@ import (
 type Decisions struct {
 	renewals  *prometheus.CounterVec
 	refusals  *prometheus.CounterVec
-	streams   prometheus.Gauge
+	streams   *prometheus.GaugeVec
 	decisions *prometheus.CounterVec
 	holds     *prometheus.GaugeVec
 	frozen    prometheus.Gauge
@@ -35,10 +35,10 @@ func NewDecisions() *Decisions {
 			Name: "walden_lease_refusals_total",
 			Help: "Lease renewals this coordinator refused, by reason: node_fenced, epoch_expired, unknown_node (the epoch is gone for good), lease_attested (this coordinator attested that its grant ran out), failover_requested, unavailable (no policy yet, not a voter, the quiet period after a start, not caught up), invalid_argument.",
 		}, []string{"reason"}),
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "walden_lease_renewal_streams",
-			Help: "Agents' lease renewal connections open on this coordinator: gRPC streams (Agent.RenewLeases) and framed connections on the admin port (renewals.frames), one per agent of this walden or later; agents of an older walden renew with one call each.",
-		}),
+			Help: "Agents' lease renewal connections open on this coordinator, one per agent of this walden or later, by transport: frames (a connection of their own on the admin port, renewals.frames) or stream (the gRPC stream Agent.RenewLeases). Agents of an older walden, or set to renewals.transport call, renew with one call each and are not counted.",
+		}, []string{"transport"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walden_failover_decisions_total",
 			Help: "Failover decisions this coordinator proposed as leader, by outcome (failed_over, dry_run, refused by the state machine) and reason (automatic, manual).",
@@ -54,6 +54,9 @@ func NewDecisions() *Decisions {
 	}
 	for _, r := range LeaseResults {
 		d.renewals.WithLabelValues(r)
+	}
+	for _, tr := range RenewalTransports {
+		d.streams.WithLabelValues(tr)
 	}
 	for _, r := range append(LeaseRefusalReasons, other) {
 		d.refusals.WithLabelValues(r)
@@ -90,11 +93,11 @@ func (d *Decisions) RenewalRefused(reason string) {
 	}
 }
 
-// RenewalStreams adds delta (1 or -1) to the renewal streams and framed
-// renewal connections open.
-func (d *Decisions) RenewalStreams(delta int) {
+// RenewalStreams adds delta (1 or -1) to the agents' renewal connections
+// open over transport (one of RenewalTransports).
+func (d *Decisions) RenewalStreams(transport string, delta int) {
 	if d != nil {
-		d.streams.Add(float64(delta))
+		d.streams.WithLabelValues(bounded(transport, RenewalTransports)).Add(float64(delta))
 	}
 }
 

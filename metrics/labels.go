@@ -38,6 +38,11 @@ var (
 	// lease state cannot be saved; policy_not_seeded), or unavailable (not
 	// caught up).
 	LeaseRefusalReasons = []string{"node_fenced", "epoch_expired", "unknown_node", "lease_attested", "failover_requested", "lease_not_granted", "policy_not_seeded", "unavailable", "invalid_argument"}
+	// RenewalTransports are what an agent's renewal connection to a
+	// coordinator travels over (the agents' renewals.transport values that
+	// hold one open): frames, a connection of its own on the admin port;
+	// stream, the gRPC stream Agent.RenewLeases.
+	RenewalTransports = []string{"frames", "stream"}
 	// AgentRenewalResults are the outcomes of one renewal with one
 	// coordinator as the agent sees them: granted, refused (the coordinator
 	// answered no) or failed (no answer in time).

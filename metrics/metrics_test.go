@@ -66,6 +66,16 @@ func TestDecisionsBoundLabels(t *testing.T) {
 	d.Decided("exploded", "cosmic rays")
 	d.SetHolds(map[string]int{"quorum": 2, "lease": 1, "a gate nobody listed": 1})
 	d.SetFrozen(true)
+	d.RenewalStreams("frames", 1)
+	d.RenewalStreams("frames", 1)
+	d.RenewalStreams("stream", 1)
+	d.RenewalStreams("frames", -1)
+	d.RenewalStreams("carrier pigeon", 1)
+	for tr, want := range map[string]float64{"frames": 1, "stream": 1, "other": 1} {
+		if got := testutil.ToFloat64(d.streams.WithLabelValues(tr)); got != want {
+			t.Fatalf("renewal connections over %s = %v, want %v", tr, got, want)
+		}
+	}
 	if got := testutil.ToFloat64(d.renewals.WithLabelValues("refused")); got != 2 {
 		t.Fatalf("refused renewals = %v", got)
 	}
@@ -94,6 +104,7 @@ func TestDecisionsBoundLabels(t *testing.T) {
 	none.Decided("dry_run", "manual")
 	none.SetHolds(map[string]int{"quorum": 1})
 	none.SetFrozen(true)
+	none.RenewalStreams("frames", 1)
 	var noRecovery *Recovery
 	noRecovery.StepRun(waldenv1.JobStep_JOB_STEP_READ, time.Second, false)
 	noRecovery.Uploaded(10)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"walden/authz"
+	"walden/config"
 	"walden/connlimit"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/renewframe"
@@ -114,7 +115,7 @@ func (f *renewalFrames) serve(conn net.Conn, info credentials.AuthInfo) {
 		return
 	}
 	defer f.untrack(conn)
-	defer f.agent.renewalsOpened()()
+	defer f.agent.renewalsOpened(config.RenewalsFrames)()
 	addr := conn.RemoteAddr()
 	ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr, LocalAddr: conn.LocalAddr(), AuthInfo: info})
 	const method = waldenv1.Agent_RenewLeases_FullMethodName

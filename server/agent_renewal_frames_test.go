@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -203,6 +205,7 @@ func TestFramedRenewalsOverMTLS(t *testing.T) {
 	if n := s.detector.agent.streams.Load(); n != 1 {
 		t.Fatalf("%d renewal connections counted, want 1", n)
 	}
+	wantRenewalConnections(t, s, 1, 0)
 	// gRPC on the same port, at the same time: a call and a stream.
 	if _, err := ag.RenewLease(ctx, &waldenv1.RenewLeaseRequest{BrokerId: "b1", Epoch: epoch}); err != nil {
 		t.Fatalf("RenewLease beside the framed connection: %v", err)
@@ -211,6 +214,7 @@ func TestFramedRenewalsOverMTLS(t *testing.T) {
 	if sg := st.renew("b1", epoch).GetGrant(); sg == nil {
 		t.Fatal("the stream beside the framed connection was refused")
 	}
+	wantRenewalConnections(t, s, 1, 1)
 	if g := fc.mustRenew("b1", epoch).GetGrant(); g == nil {
 		t.Fatal("the framed connection was refused beside the stream")
 	}
@@ -226,12 +230,50 @@ func TestFramedRenewalsOverMTLS(t *testing.T) {
 	testutil.EventuallyTrue(t, 10*time.Second, "the framed connection released", func() bool {
 		return s.listeners.Open(connlimit.Admin) == openBefore && s.detector.agent.streams.Load() == 1 // the stream
 	})
+	wantRenewalConnections(t, s, 0, 1)
 	if _, err := ag.RenewLease(ctx, &waldenv1.RenewLeaseRequest{BrokerId: "b1", Epoch: epoch}); err != nil {
 		t.Fatalf("RenewLease after the framed connection closed: %v", err)
 	}
 	// A connection served as frames is no failed handshake.
 	if n := s.listeners.HandshakeFailures(connlimit.Admin, "other"); n != 0 {
 		t.Fatalf("%v handshake failures counted", n)
+	}
+}
+
+// renewalConnections reads walden_lease_renewal_streams of s by its
+// transport label, as a scrape would.
+func renewalConnections(t *testing.T, s *Server) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.detector.d.decisions.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "walden_lease_renewal_streams" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "transport" {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// wantRenewalConnections checks that s counts frames framed renewal
+// connections and stream renewal streams open, each under its transport
+// and nothing under another.
+func wantRenewalConnections(t *testing.T, s *Server, frames, stream float64) {
+	t.Helper()
+	want := map[string]float64{config.RenewalsFrames: frames, config.RenewalsStream: stream}
+	if got := renewalConnections(t, s); !maps.Equal(got, want) {
+		t.Fatalf("walden_lease_renewal_streams by transport: %v, want %v", got, want)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"walden/config"
 	"walden/detect"
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
@@ -30,7 +31,7 @@ const renewalConfirmTimeout = 5 * time.Second
 // to this member for as long as the agent runs; a renewal for another
 // broker than its certificate names ends it (PermissionDenied).
 func (s *agentService) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) error {
-	defer s.renewalsOpened()()
+	defer s.renewalsOpened(config.RenewalsStream)()
 	ctx := stream.Context()
 	var sess renewalSession
 	for {
@@ -47,14 +48,15 @@ func (s *agentService) RenewLeases(stream waldenv1.Agent_RenewLeasesServer) erro
 	}
 }
 
-// renewalsOpened counts one more agent's renewal connection open (a
-// stream or a framed connection, walden_lease_renewal_streams); the
-// function it returns counts it closed.
-func (s *agentService) renewalsOpened() func() {
-	s.d.decisions.RenewalStreams(1)
+// renewalsOpened counts one more agent's renewal connection open over
+// transport (config.RenewalsStream or config.RenewalsFrames, the
+// transport label of walden_lease_renewal_streams); the function it
+// returns counts it closed.
+func (s *agentService) renewalsOpened(transport string) func() {
+	s.d.decisions.RenewalStreams(transport, 1)
 	s.streams.Add(1)
 	return func() {
-		s.d.decisions.RenewalStreams(-1)
+		s.d.decisions.RenewalStreams(transport, -1)
 		s.streams.Add(-1)
 	}
 }

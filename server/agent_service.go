@@ -32,7 +32,8 @@ type agentService struct {
 	// granted together.
 	readings *lease.Readings
 	// streams counts the renewal streams and framed renewal connections
-	// open (as the walden_lease_renewal_streams gauge does).
+	// open over either transport (as walden_lease_renewal_streams does,
+	// by its transport label).
 	streams atomic.Int64
 }
 
