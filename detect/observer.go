@@ -301,11 +301,15 @@ func (o *Observer) round(ctx context.Context, spread time.Duration) {
 	results := make([]error, len(brokers))
 	probed := make([]bool, len(brokers))
 	var todo []int
+	// One reading of the boot clock for the whole choice, and one for the
+	// whole plan once the probes are done: a reading is a system call,
+	// and a round goes over every broker.
+	now := o.cfg.Clock.Now()
 	for i, b := range brokers {
 		// A broker that renewed its lease with this coordinator within the
 		// last interval is known alive: its probe would only repeat it
 		// (and counts as heard meanwhile, view).
-		if observed(b) && b.GetAgentAddr() != "" && !o.renewedLately(b) {
+		if observed(b) && b.GetAgentAddr() != "" && !o.renewedLately(b, now) {
 			todo = append(todo, i)
 			probed[i] = true
 		}
@@ -321,13 +325,14 @@ func (o *Observer) round(ctx context.Context, spread time.Duration) {
 	}
 	seen := make(map[string]bool, len(brokers))
 	var plans []Proposal
+	now = o.cfg.Clock.Now()
 	for i, b := range brokers {
 		seen[b.GetBrokerId()] = true
 		if !observed(b) {
 			o.retire(b)
 			continue
 		}
-		if pr, ok := o.Plan(b, results[i], probed[i], p, seeded); ok {
+		if pr, ok := o.PlanAt(b, results[i], probed[i], p, seeded, now); ok {
 			plans = append(plans, pr)
 		}
 	}
@@ -344,9 +349,9 @@ func (o *Observer) round(ctx context.Context, spread time.Duration) {
 }
 
 // renewedLately reports whether this coordinator heard b renew its lease
-// within the last probe interval.
-func (o *Observer) renewedLately(b *waldenv1.Broker) bool {
-	return o.cfg.Grantor != nil && o.cfg.Grantor.HeardWithin(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}, o.cfg.ProbeInterval)
+// within the probe interval before now.
+func (o *Observer) renewedLately(b *waldenv1.Broker, now time.Duration) bool {
+	return o.cfg.Grantor != nil && o.cfg.Grantor.HeardWithinAt(lease.Key{Broker: b.GetBrokerId(), Epoch: b.GetEpoch()}, o.cfg.ProbeInterval, now)
 }
 
 // forEach calls f(0) … f(n-1) from at most workers goroutines, starting
@@ -453,10 +458,18 @@ func (o *Observer) Withdrawn(op *waldenv1.ObserveBroker) {
 // attestation is promised durably before it is returned. Plan does no I/O
 // but the promise.
 func (o *Observer) Plan(b *waldenv1.Broker, probeErr error, probed bool, p *waldenv1.Policy, seeded bool) (Proposal, bool) {
+	return o.PlanAt(b, probeErr, probed, p, seeded, o.cfg.Clock.Now())
+}
+
+// PlanAt is Plan at now, a reading of the observer's clock taken after the
+// probe result was known (a round takes one for all its brokers). A
+// reading taken before the moment of the plan can only make the attestation
+// come later (ShouldAttestAt) and a broker look heard more lately.
+func (o *Observer) PlanAt(b *waldenv1.Broker, probeErr error, probed bool, p *waldenv1.Policy, seeded bool, now time.Duration) (Proposal, bool) {
 	id, epoch := b.GetBrokerId(), b.GetEpoch()
 	k := lease.Key{Broker: id, Epoch: epoch}
 	o.followEpoch(b, k)
-	s := o.record(b, probeErr, probed)
+	s := o.record(b, probeErr, probed, now)
 	v := judge(s, o.suspectAfter(p, seeded), o.cfg.ProbeInterval)
 	committed := committedObservation(b, o.cfg.NodeID)
 	attested, withdraw := o.attestation(b, k, committed, p, seeded, s.now)
@@ -621,8 +634,7 @@ func committedObservation(b *waldenv1.Broker, nodeID string) *waldenv1.Observati
 // broker now: the history, the last lease renewal it heard and gossip's
 // verdict. A renewal heard within the last probe interval breaks the run of
 // failed probes: those before it are not consecutive with the ones to come.
-func (o *Observer) record(b *waldenv1.Broker, probeErr error, probed bool) sightings {
-	now := o.cfg.Clock.Now()
+func (o *Observer) record(b *waldenv1.Broker, probeErr error, probed bool, now time.Duration) sightings {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ps := o.probes[b.GetBrokerId()]

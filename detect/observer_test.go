@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -510,5 +511,62 @@ func TestObserverSaysItNeverGranted(t *testing.T) {
 				t.Fatalf("observation %v, want never_granted %t", ob, c.want)
 			}
 		})
+	}
+}
+
+// countingClock counts its readings.
+type countingClock struct {
+	lease.ManualClock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Duration {
+	c.reads.Add(1)
+	return c.ManualClock.Now()
+}
+
+// TestObserverRoundReadsTheClockTwice: a round reads the boot clock once to
+// choose the brokers it probes and once to plan, however many brokers it
+// observes (a reading is a system call; a round per second over thousands
+// of brokers made them a seventh of a coordinator's CPU), and a broker
+// that renewed lately is still spared its probe and seen alive.
+func TestObserverRoundReadsTheClockTwice(t *testing.T) {
+	p := policy.Defaults()
+	st := newClusterState(t, p)
+	const n = 50
+	clk := &countingClock{ManualClock: lease.ManualClock{T: time.Hour}}
+	g, err := lease.NewGrantor(clk, &lease.MemStore{}, 3*time.Second, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.ClusterHorizon(3500 * time.Millisecond)
+	clk.Advance(3500 * time.Millisecond) // the quiet period after start
+	for i := range n {
+		id := fmt.Sprintf("b%d", i)
+		epoch := st.register(t, id)
+		if err := g.Grant(lease.Key{Broker: id, Epoch: epoch}, 3*time.Second, 500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr := &countingProber{probed: map[string]int{}} // a probe would fail
+	o := NewObserver(ObserverConfig{NodeID: "c1", ProbeInterval: time.Second, Grantor: g, Clock: clk}, st, st.propose, pr)
+	ctx := context.Background()
+	o.Round(ctx) // the first round observes every broker alive
+	clk.reads.Store(0)
+	clk.Advance(100 * time.Millisecond)
+	o.Round(ctx)
+	if got := clk.reads.Load(); got != 2 {
+		t.Fatalf("a round over %d brokers read the clock %d times, want 2", n, got)
+	}
+	pr.mu.Lock()
+	probed := len(pr.probed)
+	pr.mu.Unlock()
+	if probed != 0 {
+		t.Fatalf("%d brokers that renewed within the probe interval were probed", probed)
+	}
+	for i := range n {
+		if s := mine(st.broker(fmt.Sprintf("b%d", i)), "c1").GetObservationState(); s != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE {
+			t.Fatalf("b%d observed %v", i, s)
+		}
 	}
 }

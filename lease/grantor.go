@@ -276,10 +276,18 @@ func (g *Grantor) Heard(k Key) (time.Duration, bool) {
 
 // HeardWithin reports whether a renewal of k was heard within d.
 func (g *Grantor) HeardWithin(k Key, d time.Duration) bool {
+	return g.HeardWithinAt(k, d, g.clock.Now())
+}
+
+// HeardWithinAt reports whether a renewal of k was heard within d of now,
+// a reading of the grantor's clock the caller took (one for many keys: a
+// reading each would be a system call each). A renewal heard after now
+// was heard within d.
+func (g *Grantor) HeardWithinAt(k Key, d, now time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	last, ok := g.heard[k]
-	return ok && g.clock.Now()-last < d
+	return ok && now-last < d
 }
 
 // Promise durably promises to grant k nothing more; the attestation may be
