@@ -42,6 +42,12 @@ type Options struct {
 	// on their own (renewals.transport auto or frames; the gRPC
 	// connections follow DialOptions). Default: a plain TCP dial.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// TLS, when set, returns the client side of mutual TLS for each new
+	// connection that renewals travel over on their own: a process that
+	// reads its certificates again (SIGHUP) passes the current ones, as its
+	// DialOptions do for the gRPC connections. Default: the tls files as
+	// read by New.
+	TLS func() *tls.Config
 	// RegisterBackoffMax bounds the wait between registration attempts.
 	// Default 2s.
 	RegisterBackoffMax time.Duration
@@ -123,9 +129,9 @@ type Agent struct {
 	// conns are the direct connections to each coordinator the lease is
 	// renewed with, by admin address.
 	conns *coordclient.Conns
-	// tls is the client side of mutual TLS with the coordinators (nil:
-	// off), for the connections renewals travel over on their own.
-	tls  *tls.Config
+	// tls returns the client side of mutual TLS with the coordinators
+	// (nil: off) for each connection renewals travel over on their own.
+	tls  func() *tls.Config
 	opts Options
 
 	mu      sync.Mutex
@@ -204,7 +210,7 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		clock:   opts.Clock,
 		coords:  newCoordinators(cfg.Coordinators, dial, log),
 		conns:   coordclient.NewConns(dial...),
-		tls:     tlsConfigs.Client,
+		tls:     renewalTLS(opts.TLS, tlsConfigs.Client),
 		opts:    opts,
 		st:      state{holder: lease.NewHolder(cfg.LeaseSafetyMargin)},
 		changed: make(chan struct{}),
@@ -825,4 +831,17 @@ func (a *Agent) refused(epoch uint64, reason refusal.Reason, err error) {
 	a.leaseChanged()
 	a.log.Warn("the cluster refused the broker's epoch; stop acknowledging writes and register again",
 		"epoch", epoch, "reason", reason, "err", err)
+}
+
+// renewalTLS is what the renewals' own connections read their TLS
+// configuration from: current when set, else the one read at start (nil:
+// TLS is off).
+func renewalTLS(current func() *tls.Config, atStart *tls.Config) func() *tls.Config {
+	if current != nil {
+		return current
+	}
+	if atStart == nil {
+		return nil
+	}
+	return func() *tls.Config { return atStart }
 }

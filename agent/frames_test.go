@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func renewerOf(t *testing.T, fc *fakeCoord, transport string, agentTLS *tls.Conf
 			*calls++
 		}
 		return conn, nil
-	}, Addr: fc.addr, TLS: agentTLS, Transport: transport})
+	}, Addr: fc.addr, TLS: renewalTLS(nil, agentTLS), Transport: transport})
 	t.Cleanup(r.Close)
 	return r
 }
@@ -231,5 +232,51 @@ func TestRefusedConnectionOfFrames(t *testing.T) {
 	}
 	if _, conns, _ := fc.frames(); conns != 20 || !r.framesUntil.IsZero() {
 		t.Fatalf("%d connections of frames for 20 refused renewals (fell back: %v)", conns, !r.framesUntil.IsZero())
+	}
+}
+
+// TestFramesTakeReloadedCertificates: the connections of frames read the
+// TLS configuration at every new connection, so that certificates read
+// again (SIGHUP: Options.TLS returns the current ones) are presented from
+// the next connection on, as the gRPC connections' reloading credentials
+// do. An agent whose certificate the coordinator refuses renews once its
+// configuration names one it takes, with the same Renewer.
+func TestFramesTakeReloadedCertificates(t *testing.T) {
+	p := testpki.New(t)
+	server, err := mtls.Load(p.Member(t, "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := mtls.Load(p.TLS(t, authz.Identity{Name: "b1-agent", Role: authz.RoleAgent, BrokerID: "b1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A certificate of another CA, as one that expired or was replaced
+	// would be refused: the coordinator does not take it.
+	other := testpki.New(t)
+	stale, err := mtls.Load(other.TLS(t, authz.Identity{Name: "b1-agent", Role: authz.RoleAgent, BrokerID: "b1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleClient := stale.Client.Clone()
+	staleClient.RootCAs = good.Client.RootCAs // it trusts the coordinator; the coordinator does not trust it
+	fc := oneCoordinator(t, server.Server)
+	var current atomic.Pointer[tls.Config]
+	current.Store(staleClient)
+	conn, err := grpc.NewClient(fc.addr, grpc.WithTransportCredentials(mtls.Creds(good.Client)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	r := NewRenewer(RenewerOptions{Conn: func() (*grpc.ClientConn, error) { return conn, nil }, Addr: fc.addr,
+		TLS: func() *tls.Config { return current.Load() }, Transport: config.RenewalsFrames})
+	t.Cleanup(r.Close)
+	if _, err := r.Renew(context.Background(), renewB1, testutil.Deadline(5*time.Second)); err == nil {
+		t.Fatal("renewed with a certificate the coordinator does not trust")
+	}
+	current.Store(good.Client) // the certificates were read again
+	mustRenew(t, r)
+	if _, conns, framed := fc.frames(); conns != 1 || framed != 1 {
+		t.Fatalf("%d connections of frames served, %d renewals on them: want the renewal on the one made with the new certificate", conns, framed)
 	}
 }

@@ -95,7 +95,7 @@ func RenewalBackoff(failures int, ttl time.Duration) time.Duration {
 type Renewer struct {
 	conn      func() (*grpc.ClientConn, error)
 	addr      string
-	tls       *tls.Config
+	tls       func() *tls.Config
 	dial      func(ctx context.Context, addr string) (net.Conn, error)
 	transport string
 	log       *slog.Logger
@@ -130,11 +130,13 @@ type RenewerOptions struct {
 	// Addr is the coordinator's admin address (the one Conn dials), which
 	// the connections of frames dial.
 	Addr string
-	// TLS is the client side of mutual TLS (mtls.Load's Client: the
+	// TLS returns the client side of mutual TLS (mtls.Load's Client: the
 	// agent's certificate, the cluster's CA, the coordinator role
-	// required); nil: the connections of frames are plain and open with
-	// renewframe.Preface.
-	TLS *tls.Config
+	// required) for each new connection of frames, so that certificates
+	// read again (SIGHUP) are presented from the next connection on; nil,
+	// or a nil configuration: the connections of frames are plain and open
+	// with renewframe.Preface.
+	TLS func() *tls.Config
 	// Dial opens the TCP connections of frames; nil: net.Dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Transport is renewals.transport (config.RenewalsAuto when empty).
@@ -156,10 +158,7 @@ func NewRenewer(o RenewerOptions) *Renewer {
 		var d net.Dialer
 		r.dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
-	if o.TLS != nil {
-		r.tls = o.TLS.Clone()
-		r.tls.NextProtos = []string{renewframe.ALPN}
-	}
+	r.tls = o.TLS
 	return r
 }
 
@@ -340,8 +339,14 @@ func (r *Renewer) openFrames(ctx context.Context, deadline time.Time) (renewalSt
 	if err != nil {
 		return nil, r.dialFailed(ctx, dctx, err)
 	}
+	var cfg *tls.Config
 	if r.tls != nil {
-		tc, cs, err := mtls.Client(dctx, conn, r.tls, authz.RoleCoordinator, r.addr)
+		cfg = r.tls()
+	}
+	if cfg != nil {
+		cfg = cfg.Clone()
+		cfg.NextProtos = []string{renewframe.ALPN}
+		tc, cs, err := mtls.Client(dctx, conn, cfg, authz.RoleCoordinator, r.addr)
 		switch {
 		case errors.Is(err, mtls.ErrNoApplicationProtocol):
 			return nil, errNoFrames
@@ -361,7 +366,7 @@ func (r *Renewer) openFrames(ctx context.Context, deadline time.Time) (renewalSt
 		}
 	}
 	return &frameRenewals{conn: conn, w: renewframe.NewWriter(conn, renewframe.MaxRequest),
-		r: renewframe.NewReader(conn, renewframe.MaxResponse), plain: r.tls == nil}, nil
+		r: renewframe.NewReader(conn, renewframe.MaxResponse), plain: cfg == nil}, nil
 }
 
 // dialFailed is the error of a connection of frames that could not be

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,7 +100,8 @@ take effect at the next start.`,
 			listeners := connlimit.NewMetrics()
 			reg.MustRegister(listeners.Collectors()...)
 			opts := agent.Options{Logger: logger, Metrics: handler(reg), ObserveRenewal: renewals.Renewal, ListenerMetrics: listeners,
-				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.ClientCreds())}}
+				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(files.ClientCreds())},
+				TLS:         func() *tls.Config { return files.Current().Client }}
 			if cfg.Broker.Watched() || cfg.Watchdog.Enabled {
 				opts.BrokerObserver = newAgentBrokerMetrics(reg, cfg.BrokerID)
 			}
