@@ -136,11 +136,28 @@ func eligible(b *waldenv1.Broker) bool {
 func current(b *waldenv1.Broker, voters []string) []*waldenv1.Observation {
 	out := make([]*waldenv1.Observation, 0, len(b.GetObservations()))
 	for _, o := range b.GetObservations() {
-		if o.GetEpoch() == b.GetEpoch() && slices.Contains(voters, o.GetObserverId()) {
+		if isCurrent(b, o, voters) {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// isCurrent says whether o is one of current(b, voters).
+func isCurrent(b *waldenv1.Broker, o *waldenv1.Observation, voters []string) bool {
+	return o.GetEpoch() == b.GetEpoch() && slices.Contains(voters, o.GetObserverId())
+}
+
+// attestedAmong counts the observations of obs that attest the lease
+// expired: len(Attested(b, voters)) for obs = current(b, voters).
+func attestedAmong(obs []*waldenv1.Observation) int {
+	n := 0
+	for _, o := range obs {
+		if o.GetLeaseExpired() {
+			n++
+		}
+	}
+	return n
 }
 
 // Attested returns the voters that attest that their lease grant for b's
@@ -295,8 +312,10 @@ func carriedMemory(in Input) Memory {
 		if e, ok := in.Memory.DryRunDone[id]; ok && e == epoch {
 			mem.DryRunDone[id] = e
 		}
-		for _, o := range current(b, in.Voters) {
-			mem.Seen[o.GetIndex()] = firstSeen(in.Memory.Seen, o.GetIndex(), in.Now, in.LeaderSince)
+		for _, o := range b.GetObservations() {
+			if isCurrent(b, o, in.Voters) {
+				mem.Seen[o.GetIndex()] = firstSeen(in.Memory.Seen, o.GetIndex(), in.Now, in.LeaderSince)
+			}
 		}
 	}
 	return mem
@@ -399,7 +418,7 @@ func gateBroker(in Input, seen map[uint64]time.Time, b *waldenv1.Broker) verdict
 	id := b.GetBrokerId()
 	quorum, majority := Quorum(in.Policy, len(in.Voters)), len(in.Voters)/2+1
 	obs := current(b, in.Voters)
-	attested := len(Attested(b, in.Voters))
+	attested := attestedAmong(obs)
 	if fr := b.GetFailoverRequested(); fr != nil && fr.GetEpoch() == b.GetEpoch() {
 		if attested < majority {
 			return verdict{hold: holdf(id, HoldLease, "manual failover requested: %d of %d coordinators attest its lease expired, %d needed",
