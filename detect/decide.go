@@ -291,8 +291,15 @@ func (d *Decision) hold(h hold) {
 
 // carriedMemory is the memory this call starts from: the cooldown and
 // dry-run records of brokers still at the epoch they were made for, and
-// when this leader first saw each current observation (never before its
-// election).
+// when this leader first saw each current observation that is not alive
+// (never before its election).
+//
+// Only those are remembered: an observer's silence is read for suspect and
+// dead observations alone (quorumSilence, declaration), and an observation
+// never changes state at its index (a new state is a new entry, at a new
+// index), so the first sight of an alive one is never asked for. In a
+// healthy fleet the map is empty, where remembering every observation was
+// most of what a decision cost at a thousand brokers.
 func carriedMemory(in Input) Memory {
 	// Sized as the memory carried in: a leader decides every 150ms over
 	// every broker, and growing these maps entry by entry was most of what
@@ -313,7 +320,7 @@ func carriedMemory(in Input) Memory {
 			mem.DryRunDone[id] = e
 		}
 		for _, o := range b.GetObservations() {
-			if isCurrent(b, o, in.Voters) {
+			if o.GetObservationState() != waldenv1.ObservationState_OBSERVATION_STATE_ALIVE && isCurrent(b, o, in.Voters) {
 				mem.Seen[o.GetIndex()] = firstSeen(in.Memory.Seen, o.GetIndex(), in.Now, in.LeaderSince)
 			}
 		}
@@ -370,8 +377,12 @@ type gated struct {
 // gateBrokers runs the per-broker gates on every broker, in broker id order.
 func gateBrokers(in Input, seen map[uint64]time.Time) gated {
 	var g gated
-	brokers := slices.Clone(in.Brokers)
-	slices.SortFunc(brokers, func(a, b *waldenv1.Broker) int { return strings.Compare(a.GetBrokerId(), b.GetBrokerId()) })
+	byID := func(a, b *waldenv1.Broker) int { return strings.Compare(a.GetBrokerId(), b.GetBrokerId()) }
+	brokers := in.Brokers
+	if !slices.IsSortedFunc(brokers, byID) { // the registry hands them sorted
+		brokers = slices.Clone(brokers)
+		slices.SortFunc(brokers, byID)
+	}
 	for _, b := range brokers {
 		v := gateBroker(in, seen, b)
 		if v.eligible {
@@ -415,6 +426,11 @@ func gateBroker(in Input, seen map[uint64]time.Time, b *waldenv1.Broker) verdict
 	if b.GetFenced() {
 		return verdict{}
 	}
+	if b.GetFailoverRequested() == nil && eligible(b) && !suspectedBy(b, in.Voters) {
+		// What the gates below conclude of a healthy broker, without
+		// gathering its observations: most of a fleet, every 150 ms.
+		return verdict{eligible: true}
+	}
 	id := b.GetBrokerId()
 	quorum, majority := Quorum(in.Policy, len(in.Voters)), len(in.Voters)/2+1
 	obs := current(b, in.Voters)
@@ -452,11 +468,28 @@ func gateBroker(in Input, seen map[uint64]time.Time, b *waldenv1.Broker) verdict
 		attested: attested, silentFor: silentFor, timeout: timeout}}
 }
 
+// suspectedBy reports whether a voter's current observation of b says
+// suspect or dead: whether suspecting(current(b, voters)) is not empty.
+func suspectedBy(b *waldenv1.Broker, voters []string) bool {
+	for _, o := range b.GetObservations() {
+		if isSuspecting(o) && isCurrent(b, o, voters) {
+			return true
+		}
+	}
+	return false
+}
+
+// isSuspecting reports whether o says suspect or dead.
+func isSuspecting(o *waldenv1.Observation) bool {
+	s := o.GetObservationState()
+	return s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT || s == waldenv1.ObservationState_OBSERVATION_STATE_DEAD
+}
+
 // suspecting returns the observations that say suspect or dead.
 func suspecting(obs []*waldenv1.Observation) []*waldenv1.Observation {
 	var out []*waldenv1.Observation
 	for _, o := range obs {
-		if s := o.GetObservationState(); s == waldenv1.ObservationState_OBSERVATION_STATE_SUSPECT || s == waldenv1.ObservationState_OBSERVATION_STATE_DEAD {
+		if isSuspecting(o) {
 			out = append(out, o)
 		}
 	}
