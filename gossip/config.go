@@ -37,7 +37,11 @@ type Config struct {
 	// Listener, when set, holds the sockets the member uses instead of
 	// binding BindAddr, which becomes its address: a test binds port 0
 	// (Listen) and hands the sockets over, so that no port is picked free
-	// and then taken by someone else. Start takes it over.
+	// and then taken by someone else. Start takes it over. Its transport
+	// reads each packet into one buffer kept for every read and hands
+	// memberlist a copy of the packet's own size, where memberlist's own
+	// transport allocates 64 KiB per packet: the scale benchmark's load
+	// generator, which hosts hundreds of members, binds their sockets so.
 	Listener *Listener `yaml:"-"`
 	// BindAddr is the "ip:port" memberlist listens on, UDP and TCP on the
 	// same port. The host must be an IP literal; port 0 picks a free port.
@@ -112,7 +116,8 @@ type Config struct {
 	// once); beyond it they are dropped and learned again from a
 	// retransmission or the next state sync, which memberlist spaces out
 	// as the pool grows (every 180 s at 1,000 members, 270 s at 5,000). A
-	// held message may keep its whole 64 KiB receive buffer. Default 1024.
+	// held message may keep its whole 64 KiB receive buffer (not on a
+	// Listener, whose packets are copies of their own size). Default 1024.
 	HandoffQueueDepth int `yaml:"handoff_queue_depth"`
 	// Compression LZW-compresses the messages this member sends: a packet
 	// when that makes it smaller, a state sync always (about fourfold).

@@ -224,12 +224,18 @@ func (t *listenerTransport) acceptStreams() {
 	}
 }
 
-// readPackets hands every packet received to memberlist, each in a buffer
-// of its own, stamped as close to the read as possible.
+// readPackets hands every packet received to memberlist, stamped as close
+// to the read as possible. Each is read into one buffer of the largest
+// packet's size, kept for every read, and handed over as a copy of exactly
+// its length: memberlist keeps what it is handed (its handoff queues hold
+// gossip messages, slices of their packet, until its handler takes them),
+// and memberlist's own transport reads each packet into a fresh 64 KiB
+// buffer, which is garbage at thousands of packets a second and, held in a
+// queue, 64 KiB for a message of a hundred bytes.
 func (t *listenerTransport) readPackets() {
 	defer t.wg.Done()
+	buf := make([]byte, maxPacketSize)
 	for {
-		buf := make([]byte, maxPacketSize)
 		n, from, err := t.l.packet.ReadFrom(buf)
 		at := time.Now()
 		if err != nil {
@@ -242,8 +248,10 @@ func (t *listenerTransport) readPackets() {
 		if n == 0 {
 			continue
 		}
+		own := make([]byte, n)
+		copy(own, buf)
 		select {
-		case t.packets <- &memberlist.Packet{Buf: buf[:n], From: from, Timestamp: at}:
+		case t.packets <- &memberlist.Packet{Buf: own, From: from, Timestamp: at}:
 		case <-t.done:
 			return
 		}
