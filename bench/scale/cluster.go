@@ -340,9 +340,13 @@ type loadProcess struct {
 }
 
 // startLoad starts a load process (this binary with -load) hosting
-// brokers.
-func startLoad(self, logPath string, cfg loadConfig) (*loadProcess, error) {
+// brokers, at nice value nice (through nice(1), so that every thread of
+// the process has it from its start).
+func startLoad(self string, nice int, logPath string, cfg loadConfig) (*loadProcess, error) {
 	cmd := exec.Command(self, "-load")
+	if nice > 0 {
+		cmd = exec.Command("nice", "-n", strconv.Itoa(nice), self, "-load")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
 	if err != nil {
