@@ -51,6 +51,10 @@ type Options struct {
 	// RegisterBackoffMax bounds the wait between registration attempts.
 	// Default 2s.
 	RegisterBackoffMax time.Duration
+	// CallIdleTimeout is how long a gRPC connection to a coordinator stays
+	// open with no call or stream on it before it closes (the next call
+	// opens another). Default DefaultCallIdleTimeout.
+	CallIdleTimeout time.Duration
 	// Metrics, when set, is served at GET /metrics on the agent's local
 	// endpoint (the process's Prometheus registry).
 	Metrics http.Handler
@@ -75,6 +79,22 @@ type Options struct {
 	// agent starts; default the agent's own.
 	BrokerStdout, BrokerStderr *os.File
 }
+
+// DefaultCallIdleTimeout is how long a gRPC connection of the agent to a
+// coordinator stays open with no call or stream on it. The one a
+// registration goes over carries a call once an epoch (its retries come at
+// most RegisterBackoffMax apart) and nothing more until the broker is
+// failed over: the renewals travel on connections of their own. Left open
+// for gRPC's default of 30 minutes, it holds on each coordinator that
+// answered it a server transport (three goroutines and HTTP/2 buffers per
+// broker, a third of a coordinator's goroutines at 1,000 brokers); closed,
+// it costs the next registration one TCP and TLS handshake. The gRPC
+// connections renewals fall back to (renewals.transport stream or call, or
+// a coordinator that serves no frames) stay open while they carry them, as
+// an open stream is never idle and one call each comes every third of
+// lease_ttl (a reconnection each when that is longer than this), and close
+// once the renewals have gone back to frames.
+const DefaultCallIdleTimeout = 30 * time.Second
 
 // DefaultHTTPLimits bound the agent's HTTP endpoint (httplimit.AgentDefaults:
 // its clients are one broker and the coordinators' probes).
@@ -177,6 +197,9 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 	if opts.RegisterBackoffMax <= 0 {
 		opts.RegisterBackoffMax = 2 * time.Second
 	}
+	if opts.CallIdleTimeout <= 0 {
+		opts.CallIdleTimeout = DefaultCallIdleTimeout
+	}
 	tlsConfigs, err := mtls.Load(cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -194,7 +217,10 @@ func New(cfg *config.Agent, opts Options) (*Agent, error) {
 		// A fixed window: the answers are a few bytes, and grpc's estimate
 		// of the bandwidth-delay product would cost a ping and its answer
 		// after each of them.
-		grpc.WithInitialWindowSize(renewalWindow), grpc.WithInitialConnWindowSize(renewalWindow)}, opts.DialOptions...)
+		grpc.WithInitialWindowSize(renewalWindow), grpc.WithInitialConnWindowSize(renewalWindow),
+		// The registration's connection closes once used (renewals go on
+		// connections of their own): see DefaultCallIdleTimeout.
+		grpc.WithIdleTimeout(opts.CallIdleTimeout)}, opts.DialOptions...)
 	if len(opts.WatchdogCommand) == 0 {
 		opts.WatchdogCommand = defaultWatchdogCommand()
 	}

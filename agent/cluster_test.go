@@ -164,6 +164,13 @@ type clusterMember struct{ id, admin, raft, gossip string }
 // stop when the test ends.
 func startTestCluster(t *testing.T, policy func(*config.Policy)) *testCluster {
 	t.Helper()
+	return startTestClusterWith(t, policy, nil)
+}
+
+// startTestClusterWith is startTestCluster with each member's admin
+// listener wrapped by wrapAdmin (nil: as bound).
+func startTestClusterWith(t *testing.T, policy func(*config.Policy), wrapAdmin func(net.Listener) net.Listener) *testCluster {
+	t.Helper()
 	cl := &testCluster{conns: map[string]*grpc.ClientConn{}}
 	var initial []config.Member
 	listeners := map[string]server.Listeners{}
@@ -172,6 +179,9 @@ func startTestCluster(t *testing.T, policy func(*config.Policy)) *testCluster {
 	gossipSockets := map[string]*gossip.Listener{}
 	for _, id := range []string{"c1", "c2", "c3"} {
 		l := server.Listeners{Admin: testutil.Listen(t, "127.0.0.1"), Raft: testutil.Listen(t, "127.0.0.1")}
+		if wrapAdmin != nil {
+			l.Admin = wrapAdmin(l.Admin)
+		}
 		listeners[id] = l
 		g, err := gossip.Listen("127.0.0.1:0")
 		if err != nil {

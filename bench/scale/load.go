@@ -385,8 +385,11 @@ func (p *loadProc) start(ctx context.Context, b simBroker) (*simAgent, error) {
 		grpc.WithReadBufferSize(4 << 10), grpc.WithWriteBufferSize(4 << 10), grpc.WithSharedWriteBuffer(true)}
 	a.dial = func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }
 	if p.cfg.Transport != "unary" {
-		// As package agent dials: a fixed window (no bandwidth probe).
-		opts = append(opts, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+		// As package agent dials: a fixed window (no bandwidth probe), and
+		// a connection that closes once idle, as the registration's does
+		// when the renewals go over frames (a stream keeps its own open).
+		opts = append(opts, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+			grpc.WithIdleTimeout(agent.DefaultCallIdleTimeout))
 	}
 	for _, c := range p.cfg.Coordinators {
 		conn, err := grpc.NewClient("passthrough:///"+c, opts...)
