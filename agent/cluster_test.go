@@ -194,7 +194,7 @@ func startTestClusterWith(t *testing.T, policy func(*config.Policy), wrapAdmin f
 		initial = append(initial, config.Member{ID: id, Raft: m.raft, Admin: m.admin})
 		cl.gossip = append(cl.gossip, m.gossip)
 	}
-	for _, m := range cl.members {
+	for i, m := range cl.members {
 		cfg := config.DefaultServerConfig()
 		cfg.ClusterName, cfg.NodeID = "demo", m.id
 		cfg.DataDir = filepath.Join(t.TempDir(), m.id)
@@ -202,7 +202,10 @@ func startTestClusterWith(t *testing.T, policy func(*config.Policy), wrapAdmin f
 		cfg.InitialCluster = initial
 		cfg.Raft.TickInterval = 20 * time.Millisecond
 		cfg.Gossip.BindAddr, cfg.Gossip.Listener = m.gossip, gossipSockets[m.id]
-		cfg.Gossip.Join = cl.gossip
+		// Each joins the members started before it (and itself): a
+		// member's start waits for its join, and one not started yet
+		// would answer only at gossip's TCP timeout (10 s).
+		cfg.Gossip.Join = cl.gossip[:i+1]
 		cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
 		cfg.Gossip.GossipInterval = 50 * time.Millisecond
 		policy(&cfg.Policy)
