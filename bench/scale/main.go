@@ -144,9 +144,13 @@ type row struct {
 	Brokers       int     `json:"brokers"`
 	GossipMembers int     `json:"gossip_members"`
 	// GossipSeen is the fewest agents a coordinator's gossip pool had
-	// alive when the steady window started.
-	GossipSeen    int `json:"gossip_seen"`
-	LoadProcesses int `json:"load_processes"`
+	// alive once the members had joined, before the agents registered.
+	GossipSeen int `json:"gossip_seen"`
+	// GossipAliveSteady is the fewest agents a coordinator's gossip pool
+	// had alive at the start and at the end of the steady window: the
+	// members that still held their place while the agents renewed.
+	GossipAliveSteady [2]int `json:"gossip_alive_steady"`
+	LoadProcesses     int    `json:"load_processes"`
 	// LoadNice is the load processes' nice value (-load-nice).
 	LoadNice int    `json:"load_nice"`
 	Policy   string `json:"policy"`
@@ -194,8 +198,10 @@ type row struct {
 	DetectMaxMs    float64 `json:"detection_max_ms"`
 	FalseFailovers int     `json:"false_failovers"`
 	// Lapses counts live agents whose lease went from valid to not valid
-	// during the whole measurement (never a killed one).
-	Lapses uint64 `json:"lease_lapses"`
+	// during the whole measurement (never a killed one); SteadyLapses those
+	// within the steady window.
+	Lapses       uint64 `json:"lease_lapses"`
+	SteadyLapses uint64 `json:"steady_lease_lapses"`
 	// CoordWait and LoadWait are how long the coordinators (the most
 	// waiting one) and the load processes (together) waited runnable for
 	// a CPU per second they ran, over the steady window: above 1 the
@@ -293,10 +299,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func summary(r row) string {
-	return fmt.Sprintf("cores %.3f/%.3f/%.3f, rss %.0f/%.0f/%.0f MB, entries/s %.1f, renewals/s %.0f (p99 ≤%.0f ms), ms/renewal %.3f/%.3f/%.3f (load %.3f), lapses %d, CPU wait/run %.1f coordinators %.1f load; detection p50 %.0f ms p99 %.0f ms (%d of %d)",
+	return fmt.Sprintf("cores %.3f/%.3f/%.3f, rss %.0f/%.0f/%.0f MB, entries/s %.1f, renewals/s %.0f (p99 ≤%.0f ms), ms/renewal %.3f/%.3f/%.3f (load %.3f), lapses %d (%d in the steady window), gossip members alive %d→%d of %d, CPU wait/run %.1f coordinators %.1f load; detection p50 %.0f ms p99 %.0f ms (%d of %d)",
 		r.CoordCores[0], r.CoordCores[1], r.CoordCores[2], r.CoordRSSMB[0], r.CoordRSSMB[1], r.CoordRSSMB[2],
 		r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, r.CoordMsPerRenewal[0], r.CoordMsPerRenewal[1], r.CoordMsPerRenewal[2], r.LoadMsPerRenewal,
-		r.Lapses, r.CoordWait, r.LoadWait, r.DetectP50Ms, r.DetectP99Ms, r.Detected, r.Kills)
+		r.Lapses, r.SteadyLapses, r.GossipAliveSteady[0], r.GossipAliveSteady[1], r.GossipMembers, r.CoordWait, r.LoadWait, r.DetectP50Ms, r.DetectP99Ms, r.Detected, r.Kills)
 }
 
 // marginal fills the marginal CPU per renewal of every row above the
@@ -334,7 +340,7 @@ func renewalsOf(r row) string {
 
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "build\trenewals\tbrokers\tgossip (seen)\tcores c1/c2/c3\tRSS MB c1/c2/c3\tgoroutines\tentries/s\trenewals/s\trenewal p99\tms/renewal c1/c2/c3 (marginal)\tprobes/s\tdetection p50\tp99\tmin–max\tfalse failovers\tlapses\tload cores\tload ms/renewal\tload RSS MB\tCPU wait/run coord, load\tjoin, startup (ready)\tload avg")
+	fmt.Fprintln(tw, "build\trenewals\tbrokers\tgossip (seen; alive in the window)\tcores c1/c2/c3\tRSS MB c1/c2/c3\tgoroutines\tentries/s\trenewals/s\trenewal p99\tms/renewal c1/c2/c3 (marginal)\tprobes/s\tdetection p50\tp99\tmin–max\tfalse failovers\tlapses (in the window)\tload cores\tload ms/renewal\tload RSS MB\tCPU wait/run coord, load\tjoin, startup (ready)\tload avg")
 	for _, r := range rows {
 		mark := func(i int, s string) string {
 			if fmt.Sprintf("c%d", i+1) == r.Leader {
@@ -354,10 +360,10 @@ func printTable(w io.Writer, rows []row) {
 			fmt.Fprintf(tw, "%s\t%s\t%d\tstopped: %s\n", r.Build, renewalsOf(r), r.Brokers, r.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d (%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%s (%s)\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d\t%.2f\t%.3f\t%.0f\t%.1f, %.1f\t%.0f s, %.0f s (%.0f %%)\t%s→%s\n",
-			r.Build, renewalsOf(r), r.Brokers, r.GossipMembers, r.GossipSeen, strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d (%d; %d→%d)\t%s\t%s\t%s\t%.1f\t%.0f\t≤%.0f ms\t%s (%s)\t%.0f\t%.0f ms\t%.0f ms\t%.0f–%.0f\t%d\t%d (%d)\t%.2f\t%.3f\t%.0f\t%.1f, %.1f\t%.0f s, %.0f s (%.0f %%)\t%s→%s\n",
+			r.Build, renewalsOf(r), r.Brokers, r.GossipMembers, r.GossipSeen, r.GossipAliveSteady[0], r.GossipAliveSteady[1], strings.Join(c, "/"), strings.Join(m, "/"), strings.Join(g, "/"),
 			r.RaftEntriesPerS, r.RenewalsPerS, r.RenewalP99Ms, strings.Join(ms, "/"), strings.Join(mg, "/"), r.ProbesPerS,
-			r.DetectP50Ms, r.DetectP99Ms, r.DetectMinMs, r.DetectMaxMs, r.FalseFailovers, r.Lapses,
+			r.DetectP50Ms, r.DetectP99Ms, r.DetectMinMs, r.DetectMaxMs, r.FalseFailovers, r.Lapses, r.SteadyLapses,
 			r.LoadCores, r.LoadMsPerRenewal, r.LoadRSSMB, r.CoordWait, r.LoadWait, r.JoinS, r.StartupS, 100*r.ReadyFraction, r.LoadBefore, r.LoadAfter)
 	}
 	tw.Flush()
@@ -502,10 +508,7 @@ func measure(ctx context.Context, o options, bin, transport string, slot time.Du
 		}
 	}
 	for deadline := time.Now().Add(5 * time.Minute); ; {
-		r.GossipSeen = r.GossipMembers
-		for _, m := range cl.coords {
-			r.GossipSeen = min(r.GossipSeen, cl.gossipAgents(ctx, m))
-		}
+		r.GossipSeen = gossipAlive(ctx, cl, r.GossipMembers)
 		if r.GossipSeen >= r.GossipMembers || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
@@ -608,6 +611,16 @@ func traceLapses(ctx context.Context, stop <-chan struct{}, l *loads, log io.Wri
 	}
 }
 
+// gossipAlive is the fewest agents any coordinator's gossip pool holds
+// alive, at most members.
+func gossipAlive(ctx context.Context, cl *cluster, members int) int {
+	fewest := members
+	for _, m := range cl.coords {
+		fewest = min(fewest, cl.gossipAgents(ctx, m))
+	}
+	return fewest
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
@@ -701,6 +714,7 @@ func steady(ctx context.Context, o options, cl *cluster, l *loads, r *row) error
 		ss := procstat.ReadSched(lp.cmd.Process.Pid)
 		ls0.Run, ls0.Wait = ls0.Run+ss.Run, ls0.Wait+ss.Wait
 	}
+	r.GossipAliveSteady[0] = gossipAlive(ctx, cl, r.GossipMembers)
 	t0 := time.Now()
 	var rssSum [3]float64
 	samples := 0
@@ -770,6 +784,8 @@ func steady(ctx context.Context, o options, cl *cluster, l *loads, r *row) error
 	}
 	r.ProbesPerS = float64(s1.Probes-s0.Probes) / wall
 	r.RenewalsFailed = s1.Failed - s0.Failed
+	r.SteadyLapses = s1.Lapses - s0.Lapses
+	r.GossipAliveSteady[1] = gossipAlive(ctx, cl, r.GossipMembers)
 	r.RenewalsRefused = map[string]uint64{}
 	for k, v := range s1.Refused {
 		if d := v - s0.Refused[k]; d > 0 {

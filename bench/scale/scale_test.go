@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,18 @@ func TestLimitsYAML(t *testing.T) {
 	}
 	if cfg.Limits.Admin.MaxConns != 6000 {
 		t.Fatalf("max_conns %d", cfg.Limits.Admin.MaxConns)
+	}
+}
+
+// The table tells the lapses and the gossip members of the steady window
+// from those of the whole measurement.
+func TestTableShowsTheSteadyWindow(t *testing.T) {
+	var b strings.Builder
+	printTable(&b, []row{{Build: "walden", Transport: "frames", Brokers: 1000, GossipMembers: 1000, GossipSeen: 1000,
+		GossipAliveSteady: [2]int{998, 997}, Lapses: 759, SteadyLapses: 2}})
+	for _, want := range []string{"1000 (1000; 998→997)", "759 (2)", "lapses (in the window)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
 	}
 }
