@@ -24,6 +24,9 @@ type harness struct {
 	// waldenv1.ToLegacy (an entry as a walden before the enums wrote it)
 	// or waldenv1.UpgradeLegacy (enums only).
 	form func(*waldenv1.Command)
+	// viewUnchecked skips checkView (benchmarks over thousands of
+	// brokers, where it would copy the registry at every entry).
+	viewUnchecked bool
 }
 
 // newHarness returns a state with members c1, c2 and c3.
@@ -124,7 +127,27 @@ func (h *harness) apply(op any) (*waldenv1.Result, error) {
 		cmd = proto.Clone(cmd).(*waldenv1.Command)
 		h.form(cmd)
 	}
-	return h.s.Apply(h.index, h.term, cmd)
+	res, err := h.s.Apply(h.index, h.term, cmd)
+	if !h.viewUnchecked {
+		h.checkView()
+	}
+	return res, err
+}
+
+// checkView fails the test when the registry copy the failure detector
+// reads (BrokersView, kept up to date entry by entry) differs from the
+// registry: every entry every test applies checks it.
+func (h *harness) checkView() {
+	h.t.Helper()
+	view, all := h.s.BrokersView(), h.s.Brokers()
+	if len(view) != len(all) {
+		h.t.Fatalf("after index %d the brokers view holds %d brokers, the registry %d", h.index, len(view), len(all))
+	}
+	for i := range all {
+		if !proto.Equal(view[i], all[i]) {
+			h.t.Fatalf("after index %d the brokers view holds\n%v\nthe registry\n%v", h.index, view[i], all[i])
+		}
+	}
 }
 
 // ok applies op and fails the test on a refusal.

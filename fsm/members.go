@@ -34,6 +34,7 @@ func (s *State) ApplyConfChange(index uint64, cc *raftpb.ConfChangeV2, ctx *wald
 		return err
 	}
 	defer s.notifyLocked()
+	s.brokersView.invalidate() // a member's observations may go with it
 	s.confIndex = index
 	mc := ctx.GetMember()
 	ctxUsed := false

@@ -157,6 +157,7 @@ func (s *State) Restore(data []byte) error {
 	s.restore = clone(snap.GetRestore())
 	s.indexStreamObjects()
 	s.watch.reset(s.applied)
+	s.brokersView.invalidate()
 	s.notifyLocked()
 	return nil
 }

@@ -90,9 +90,8 @@ type State struct {
 	watch changeLog
 	// derived are views recomputed at every change (renewal.go).
 	derived derived
-	// changes counts the changes (notifyLocked); brokersView is the
-	// registry copy shared until the next one (brokersview.go).
-	changes     uint64
+	// brokersView is the registry copy shared until an entry changes a
+	// broker (brokersview.go).
 	brokersView brokersView
 }
 
@@ -105,6 +104,7 @@ func New(clusterName string) *State {
 
 // reset empties every domain of the state (not the cluster name).
 func (s *State) reset() {
+	s.brokersView.invalidate()
 	s.applied = 0
 	s.lastAppliedUnixMs = 0
 	s.members = map[uint64]*waldenv1.Member{}
@@ -139,7 +139,6 @@ func (s *State) Changed() <-chan struct{} {
 // Changed; every apply, membership change and restore that changes
 // anything calls it.
 func (s *State) notifyLocked() {
-	s.changes++
 	s.deriveLocked()
 	if s.changed != nil {
 		close(s.changed)
@@ -172,6 +171,7 @@ func (s *State) Apply(index, term uint64, cmd *waldenv1.Command) (*waldenv1.Resu
 		return nil, err
 	}
 	s.afterApply(index, before, res)
+	s.viewApplied(before)
 	s.notifyLocked()
 	res.Index = index
 	return res, nil
