@@ -8,13 +8,19 @@ import (
 const MaxEvents = 1000
 
 // appendEvent appends e to the bounded event log, dropping the oldest.
+//
+// The oldest are dropped by moving the slice's start, and append copies the
+// kept events to a new array only once the old one is full: once every few
+// hundred events, where a copy of the whole log at every event made each
+// apply of a busy cluster (a fleet registering, every observation an event)
+// allocate and copy 8 KB.
 func (s *State) appendEvent(e *waldenv1.Event) {
-	s.events = append(s.events, e)
-	if n := len(s.events); n > MaxEvents {
-		kept := make([]*waldenv1.Event, MaxEvents)
-		copy(kept, s.events[n-MaxEvents:])
-		s.events = kept
+	if n := len(s.events); n >= MaxEvents {
+		drop := n - MaxEvents + 1
+		clear(s.events[:drop]) // the array may outlive them
+		s.events = s.events[drop:]
 	}
+	s.events = append(s.events, e)
 }
 
 // recordEvent appends event e of the entry at index, with its typed
