@@ -533,6 +533,8 @@ func measure(ctx context.Context, o options, bin, transport string, slot time.Du
 		if err != nil {
 			return r, err
 		}
+		fmt.Fprintf(log, "  %3.0f s: %d registered, %d hold a valid lease; lease lapses %d, renewals failed %d, refused %v\n",
+			time.Since(registered).Seconds(), s.Registered, s.Valid, s.Lapses, s.Failed, s.Refused)
 		if s.Valid >= need {
 			fmt.Fprintf(log, "%d brokers: %d agents hold a valid lease after %v\n", n, s.Valid, time.Since(registered).Round(time.Second))
 			break
@@ -549,7 +551,11 @@ func measure(ctx context.Context, o options, bin, transport string, slot time.Du
 	r.ReadyFraction = float64(alive) / float64(n)
 	r.StartupS = time.Since(registered).Seconds()
 	fmt.Fprintf(log, "%d brokers: every coordinator observes %d brokers alive %.0f s after they started registering; settling %v\n", n, alive, r.StartupS, o.Settle)
-	sleep(ctx, o.Settle)
+	// Lapses while the fleet settles are told as they come, as while
+	// brokers are killed: a fleet that lapses here has not settled.
+	settled := make(chan struct{})
+	time.AfterFunc(o.Settle, func() { close(settled) })
+	traceLapses(ctx, settled, l, log)
 
 	if err := steady(ctx, o, cl, l, &r); err != nil {
 		return r, err
