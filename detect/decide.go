@@ -55,9 +55,10 @@ type Input struct {
 // silence it judges is measured from no earlier than its election, and a
 // leader change can only lengthen a wait, never shorten it.
 type Memory struct {
-	// Seen maps the raft index of a committed observation to when this
-	// leader first saw it. An observer's silence is the silence it reported
-	// plus the time since then: never more than the real silence.
+	// Seen maps the raft index of a committed observation that is not
+	// alive to when this leader first saw it. An observer's silence is the
+	// silence it reported plus the time since then: never more than the
+	// real silence.
 	Seen map[uint64]time.Time
 	// Frozen is set while automatic failover is frozen; CalmSince is when
 	// the number of suspected brokers last fell to the resume threshold
