@@ -15,7 +15,7 @@ import (
 // harness drives one State through commands with consecutive indexes and a
 // clock that the test moves.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	s     *fsm.State
 	index uint64
 	term  uint64
@@ -30,7 +30,7 @@ type harness struct {
 }
 
 // newHarness returns a state with members c1, c2 and c3.
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	h := &harness{t: t, s: fsm.New("demo"), nowMs: 1_700_000_000_000, term: 1}
 	for _, id := range []string{"c1", "c2", "c3"} {
@@ -176,7 +176,7 @@ func (h *harness) refuse(op any, want error) error {
 }
 
 // domainSnapshot is the state's snapshot without the applied index and time.
-func domainSnapshot(t *testing.T, s *fsm.State) *waldenv1.StateSnapshot {
+func domainSnapshot(t testing.TB, s *fsm.State) *waldenv1.StateSnapshot {
 	t.Helper()
 	snap := &waldenv1.StateSnapshot{}
 	if err := proto.Unmarshal(mustSnapshot(t, s), snap); err != nil {

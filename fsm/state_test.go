@@ -47,7 +47,7 @@ func noopCount(t *testing.T, res *waldenv1.Result) uint64 {
 	return n.Noop.GetCount()
 }
 
-func mustSnapshot(t *testing.T, s *fsm.State) []byte {
+func mustSnapshot(t testing.TB, s *fsm.State) []byte {
 	t.Helper()
 	b, err := s.Snapshot()
 	if err != nil {
