@@ -527,17 +527,20 @@ func (a *simAgent) valid() (bool, bool) {
 }
 
 // noteValidity counts a live agent's lease going from valid to not valid.
-func (a *simAgent) noteValidity() {
+// It returns the boot clock's reading it checked at.
+func (a *simAgent) noteValidity() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := lease.BootClock.Now()
 	if a.stopped || !a.registered {
-		return
+		return now
 	}
-	ok, _ := a.holder.Valid(lease.BootClock.Now())
+	ok, _ := a.holder.Valid(now)
 	if a.wasValid && !ok {
 		a.p.lapses.Add(1)
 	}
 	a.wasValid = ok
+	return now
 }
 
 // loop registers, renews with every coordinator until the epoch is
@@ -615,7 +618,14 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 		defer cancel()
 		return cl.RenewLease(cctx, req)
 	}
-	if t := a.p.cfg.Transport; t == "stream" || t == "frames" {
+	switch t := a.p.cfg.Transport; t {
+	case "frames-direct":
+		d := &directRenewer{addr: a.p.cfg.Coordinators[i], dial: a.dial}
+		defer d.Close()
+		renew = func(ctx context.Context, perTry time.Duration) (*waldenv1.RenewLeaseResponse, error) {
+			return d.Renew(ctx, req, perTry)
+		}
+	case "stream", "frames":
 		// Frames pinned, without fallback: a coordinator that does not
 		// serve them fails the renewals (Unimplemented), they are not
 		// measured over the stream. The stream falls back to calls, as
@@ -644,6 +654,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			return false
 		}
 		var wait time.Duration
+		var renewIn time.Duration // after a grant: the renewal slot the coordinator asked for (renew_in_us)
 		switch reason := string(rpcerr.Reason(err)); {
 		case err == nil:
 			a.p.granted[i].Add(1)
@@ -660,7 +671,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			a.holder.Granted(lease.Grant{Coordinator: resp.GetCoordinatorId(), Epoch: epoch, Sent: sent, TTL: ttl}, v)
 			a.mu.Unlock()
 			failures = 0
-			wait = lease.NextRenewal(ttl, lease.BootClock.Now()-sent, time.Duration(resp.GetRenewInUs())*time.Microsecond)
+			renewIn = time.Duration(resp.GetRenewInUs()) * time.Microsecond
 		case reason == "NODE_FENCED" || reason == "EPOCH_EXPIRED" || reason == "UNKNOWN_NODE":
 			a.p.refuse(reason)
 			a.mu.Lock()
@@ -684,7 +695,13 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			failures++
 			wait = agent.RenewalBackoff(failures, ttl)
 		}
-		a.noteValidity()
+		// One reading of the boot clock, taken for the validity check,
+		// times the next renewal too: a reading is a system call, and the
+		// load side makes thousands a second.
+		now := a.noteValidity()
+		if err == nil {
+			wait = lease.NextRenewal(ttl, now-sent, renewIn)
+		}
 		select {
 		case <-ctx.Done():
 			return false

@@ -31,7 +31,7 @@ func TestFlags(t *testing.T) {
 	if o.Transports[0] != "frames" || len(o.Transports) != 1 {
 		t.Fatalf("default transports %v", o.Transports)
 	}
-	if o, err := parseFlags([]string{"-transports", "unary, stream,frames"}, io.Discard); err != nil || len(o.Transports) != 3 || o.Transports[0] != "unary" || o.Transports[2] != "frames" {
+	if o, err := parseFlags([]string{"-transports", "unary, stream,frames,frames-direct"}, io.Discard); err != nil || len(o.Transports) != 4 || o.Transports[0] != "unary" || o.Transports[2] != "frames" || o.Transports[3] != "frames-direct" {
 		t.Fatalf("%+v %v", o, err)
 	}
 	if len(o.Slots) != 1 || o.Slots[0] != 100*time.Millisecond {
