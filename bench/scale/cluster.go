@@ -341,11 +341,15 @@ type loadProcess struct {
 
 // startLoad starts a load process (this binary with -load) hosting
 // brokers, at nice value nice (through nice(1), so that every thread of
-// the process has it from its start).
-func startLoad(self string, nice int, logPath string, cfg loadConfig) (*loadProcess, error) {
+// the process has it from its start), with GOMAXPROCS procs (0: Go's
+// default).
+func startLoad(self string, nice, procs int, logPath string, cfg loadConfig) (*loadProcess, error) {
 	cmd := exec.Command(self, "-load")
 	if nice > 0 {
 		cmd = exec.Command("nice", "-n", strconv.Itoa(nice), self, "-load")
+	}
+	if procs > 0 {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(procs))
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()

@@ -44,6 +44,7 @@ type options struct {
 	RegisterRate  int
 	JoinRate      int
 	LoadNice      int
+	LoadProcs     int
 	MinReady      float64
 	Policy        string
 	Format        string
@@ -85,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.GossipMembers, "gossip-members", 1000, "how many of the agents are memberlist gossip members, spread evenly over the load processes (each holds the whole pool: memory grows as its square in the load processes)")
 	fs.IntVar(&o.RegisterRate, "register-rate", 100, "registrations per second per load process at start")
 	fs.IntVar(&o.LoadNice, "load-nice", 0, "the load processes' nice value (0 to 19): above 0, the coordinators are served first when the host's cores are all busy, as on a fleet where every agent runs on its broker's own host; the rows' CPU wait of the load processes says what it cost them")
+	fs.IntVar(&o.LoadProcs, "load-procs", 0, "the load processes' GOMAXPROCS (0: Go's default, one per core of the host): 1 keeps a load process's scheduler from spinning on a second core in search of work, CPU that a host shared with the coordinators takes from them")
 	fs.IntVar(&o.JoinRate, "gossip-join-rate", 5, "gossip joins per second at start, all load processes together (the members join before any agent registers)")
 	fs.Float64Var(&o.MinReady, "min-ready", 1, "the steady window starts once this fraction of the agents hold a valid lease and are observed alive by every coordinator (1: all; below 1 for loads the load generator cannot hold whole; kills pick among those)")
 	fs.StringVar(&o.Policy, "policy", "default", "default (walden's defaults) or tuned (failure_timeout 2s, lease_ttl 1s, drift_margin 200ms)")
@@ -122,6 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("%w: -o: table or json, not %q", errUsage, o.Format)
 	case o.LoadNice < 0 || o.LoadNice > 19:
 		return o, fmt.Errorf("%w: -load-nice: from 0 to 19, not %d", errUsage, o.LoadNice)
+	case o.LoadProcs < 0:
+		return o, fmt.Errorf("%w: -load-procs: 0 (Go's default) or more, not %d", errUsage, o.LoadProcs)
 	case o.Kills < 0 || o.PerProcess < 1 || o.RegisterRate < 1 || o.JoinRate < 1 || o.GossipMembers < 0:
 		return o, fmt.Errorf("%w: -kills, -per-process, -register-rate, -gossip-join-rate and -gossip-members must be positive", errUsage)
 	case !(o.MinReady > 0 && o.MinReady <= 1):
@@ -153,8 +157,11 @@ type row struct {
 	GossipAliveSteady [2]int `json:"gossip_alive_steady"`
 	LoadProcesses     int    `json:"load_processes"`
 	// LoadNice is the load processes' nice value (-load-nice).
-	LoadNice int    `json:"load_nice"`
-	Policy   string `json:"policy"`
+	LoadNice int `json:"load_nice"`
+	// LoadProcs is the load processes' GOMAXPROCS (-load-procs; 0: Go's
+	// default).
+	LoadProcs int    `json:"load_procs"`
+	Policy    string `json:"policy"`
 	// JoinS is from the first agent started to every coordinator's pool
 	// holding every gossip member; StartupS from the registrations' start
 	// to every coordinator observing the brokers alive (-min-ready of
@@ -478,7 +485,7 @@ func measure(ctx context.Context, o options, bin, transport string, slot time.Du
 	procs := (n + o.PerProcess - 1) / o.PerProcess
 	for i := 0; i < n; i += o.PerProcess {
 		part := brokers[i:min(i+o.PerProcess, n)]
-		lp, err := startLoad(self, o.LoadNice, filepath.Join(dir, fmt.Sprintf("load-%d.log", len(l.procs))), loadConfig{
+		lp, err := startLoad(self, o.LoadNice, o.LoadProcs, filepath.Join(dir, fmt.Sprintf("load-%d.log", len(l.procs))), loadConfig{
 			ClusterName: "scale", Coordinators: coordAddrs, GossipJoin: join, Brokers: part,
 			RegisterRate: o.RegisterRate, JoinRate: max(1, o.JoinRate/procs), Margin: 500 * time.Millisecond, Transport: transport,
 		})
@@ -492,7 +499,7 @@ func measure(ctx context.Context, o options, bin, transport string, slot time.Du
 		}
 		go l.dispatch(lp, log)
 	}
-	r.LoadProcesses, r.LoadNice = len(l.procs), o.LoadNice
+	r.LoadProcesses, r.LoadNice, r.LoadProcs = len(l.procs), o.LoadNice, o.LoadProcs
 
 	// The gossip members join first, a few per second, and the agents
 	// register only once every coordinator's pool holds them all (bounded)

@@ -49,7 +49,7 @@ func TestFlags(t *testing.T) {
 	if got := renewalsOf(row{Transport: "stream", SlotMs: 100}); got != "stream, 100ms slots" {
 		t.Fatalf("renewalsOf: %q", got)
 	}
-	for _, bad := range [][]string{{"-slots", "2s"}, {"-slots", "-1ms"}, {"-slots", "10us"}, {"-slots", "x"}, {"-transports", "http"}, {"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}, {"-min-ready", "0"}, {"-min-ready", "1.5"}, {"-gossip-join-rate", "0"}, {"-load-nice", "20"}, {"-load-nice", "-1"}} {
+	for _, bad := range [][]string{{"-slots", "2s"}, {"-slots", "-1ms"}, {"-slots", "10us"}, {"-slots", "x"}, {"-transports", "http"}, {"-brokers", "0"}, {"-brokers", "x"}, {"-policy", "fast"}, {"-o", "yaml"}, {"-per-process", "0"}, {"-min-ready", "0"}, {"-min-ready", "1.5"}, {"-gossip-join-rate", "0"}, {"-load-nice", "20"}, {"-load-nice", "-1"}, {"-load-procs", "-1"}} {
 		if _, err := parseFlags(bad, io.Discard); !errors.Is(err, errUsage) {
 			t.Fatalf("%v: %v, want a usage error", bad, err)
 		}
