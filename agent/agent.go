@@ -696,7 +696,9 @@ type refusalOf struct {
 // (lease.NextRenewal). An attempt is bounded by a sixth of it. After a
 // failure it tries again, for as long as it takes, after RenewalBackoff:
 // the first retry within a twelfth of the TTL, each next wait twice as long
-// up to a third (the renewal interval), jittered, until a grant. The lease
+// up to a third (the renewal interval), jittered, until a grant; a
+// coordinator that refuses because it restarted less than a lease ago, and
+// says when it grants again, is asked again then (QuietRetry). The lease
 // rests on a majority, so no single coordinator's trouble needs more; and
 // a fleet behind an overloaded coordinator then sends it about its normal
 // load, not four times it, and not in lock-step.
@@ -753,6 +755,9 @@ func (a *Agent) renewWith(ctx context.Context, addr string, epoch uint64, ttl ti
 				lvl = slog.LevelWarn
 			}
 			wait = RenewalBackoff(failures, ttl)
+			if q, ok := QuietRetry(err, ttl); ok {
+				wait = q
+			}
 			log.Log(ctx, lvl, "lease renewal failed", "epoch", epoch, "coordinator_id", coordinator, "attempt", failures,
 				"valid", l.Valid, "remaining", l.Remaining, "next_attempt_in", wait, "err", err)
 		}

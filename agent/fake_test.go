@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -73,8 +74,13 @@ type fakeCoord struct {
 	hang bool
 	// refuse, when set, answers every renewal at once with this refusal
 	// (a coordinator that cannot grant now).
-	refuse   refusal.Reason
-	lastRecv time.Duration
+	refuse refusal.Reason
+	// quietUntil, when set, refuses every renewal until then as a
+	// coordinator waiting out its first lease does (LEASE_NOT_GRANTED,
+	// cause starting, retry_after_ms); quietRefused counts them.
+	quietUntil   time.Time
+	quietRefused int
+	lastRecv     time.Duration
 	// recvs are the moments it received the renewals it granted.
 	recvs    []time.Duration
 	renewals int
@@ -296,9 +302,17 @@ func (f *fakeCoord) serveRenewals(stream renewalServer, framed bool) error {
 func (f *fakeCoord) renew(ctx context.Context, req *waldenv1.RenewLeaseRequest) (*waldenv1.RenewLeaseResponse, error) {
 	f.mu.Lock()
 	refuse := f.refuse
+	quiet := time.Until(f.quietUntil)
+	if quiet > 0 {
+		f.quietRefused++
+	}
 	f.mu.Unlock()
 	if refuse != "" {
 		return nil, rpcerr.New(refuse, "refused by "+f.id, nil)
+	}
+	if quiet > 0 {
+		return nil, rpcerr.New(refusal.LeaseNotGranted, f.id+" started less than a lease ago",
+			map[string]string{"cause": "starting", "retry_after_ms": strconv.FormatInt(int64((quiet+time.Millisecond-1)/time.Millisecond), 10)})
 	}
 	c := f.c
 	c.mu.Lock()
@@ -416,6 +430,21 @@ func (f *fakeCoord) setBreakAfter(n int) {
 	f.mu.Lock()
 	f.breakAfter = n
 	f.mu.Unlock()
+}
+
+// setQuiet makes the coordinator refuse every renewal for d, as one that
+// restarted waits out its first lease.
+func (f *fakeCoord) setQuiet(d time.Duration) {
+	f.mu.Lock()
+	f.quietUntil = time.Now().Add(d)
+	f.mu.Unlock()
+}
+
+// quiet returns how many renewals the quiet period refused, and its end.
+func (f *fakeCoord) quiet() (int, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.quietRefused, f.quietUntil
 }
 
 func (f *fakeCoord) setRefuse(reason refusal.Reason) {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -78,6 +79,26 @@ func Backoff(failures int, first, ceiling time.Duration) time.Duration {
 // interval, not four or more.
 func RenewalBackoff(failures int, ttl time.Duration) time.Duration {
 	return Backoff(failures, ttl/12, ttl/3)
+}
+
+// QuietRetry is the wait before the next renewal with a coordinator whose
+// refusal err says it restarted less than a lease ago and when it grants
+// again (LEASE_NOT_GRANTED with retry_after_ms): until then, plus up to a
+// 24th of ttl so that a fleet does not ask all at once, and never more than
+// twice ttl (a quiet period is one lease and its drift margin). Retrying
+// sooner only meets another refusal; on the backoff instead, the agent
+// would count that coordinator again up to a third of the lease after its
+// quiet ended. false when err is no such refusal.
+func QuietRetry(err error, ttl time.Duration) (time.Duration, bool) {
+	p := rpcerr.Split(err)
+	if p.Reason != refusal.LeaseNotGranted {
+		return 0, false
+	}
+	ms, perr := strconv.ParseInt(p.Metadata["retry_after_ms"], 10, 64)
+	if perr != nil || ms < 0 {
+		return 0, false
+	}
+	return min(time.Duration(ms)*time.Millisecond, 2*ttl) + rand.N(ttl/24+1), true
 }
 
 // Renewer renews a lease with one coordinator, one renewal after the

@@ -15,6 +15,7 @@ import (
 	"walden/internal/testutil"
 	waldenv1 "walden/proto/walden/v1"
 	"walden/refusal"
+	"walden/rpcerr"
 )
 
 // TestBackoff: the wait after each consecutive failure lies in the upper
@@ -168,6 +169,73 @@ func TestRenewalRetriesBackOff(t *testing.T) {
 			})
 			t.Logf("renewed by %s again %v after it answered again", down.id, time.Since(start))
 		})
+	}
+}
+
+// TestQuietRetry: the wait after a quiet period's refusal is the time it
+// names, jittered by at most a 24th of the lease and bounded by two leases;
+// any other refusal, or one without a readable time, leaves the backoff.
+func TestQuietRetry(t *testing.T) {
+	const ttl = 3 * time.Second
+	quiet := func(ms string) error {
+		return rpcerr.New(refusal.LeaseNotGranted, "starting", map[string]string{"cause": "starting", "retry_after_ms": ms})
+	}
+	for range 50 {
+		if w, ok := QuietRetry(quiet("1500"), ttl); !ok || w < 1500*time.Millisecond || w > 1500*time.Millisecond+ttl/24 {
+			t.Fatalf("after retry_after_ms 1500: %v %v", w, ok)
+		}
+		if w, ok := QuietRetry(quiet("3600000"), ttl); !ok || w < 2*ttl || w > 2*ttl+ttl/24 {
+			t.Fatalf("after an hour's retry_after_ms: %v %v, want two leases at most", w, ok)
+		}
+	}
+	for _, err := range []error{
+		quiet(""), quiet("-5"), quiet("soon"),
+		rpcerr.New(refusal.LeaseNotGranted, "not a voter", map[string]string{"cause": "not_voter"}),
+		rpcerr.New(refusal.LeaseAttested, "attested", map[string]string{"retry_after_ms": "100"}),
+		status.Error(codes.DeadlineExceeded, "no answer"),
+	} {
+		if w, ok := QuietRetry(err, ttl); ok {
+			t.Errorf("%v: wait %v, want the backoff", err, w)
+		}
+	}
+}
+
+// TestRenewalAfterAQuietPeriod: a coordinator that refuses renewals while
+// it waits out its first lease, saying when it grants again
+// (retry_after_ms), is asked again then — one refusal, two for a renewal
+// already on its way, where the backoff (125ms, 250ms, 500ms ... with this
+// lease) would meet three at least in its 2.5s — and grants the next one.
+func TestRenewalAfterAQuietPeriod(t *testing.T) {
+	const ttl = 3 * time.Second
+	const quiet = 2500 * time.Millisecond
+	c := newFakeCluster(t, 3, ttl, testDrift, nil)
+	a := startAgent(t, testConfig(c.addrs()...), Options{})
+	waitRegistered(t, a)
+	testutil.Eventually(t, 10*time.Second, "every coordinator's grant live", func() error {
+		if live := a.grants(); len(live) != 3 {
+			return errorf("grants %v", live)
+		}
+		return nil
+	})
+	down := c.coords[0]
+	down.setQuiet(quiet)
+	time.Sleep(50 * time.Millisecond) // a grant decided before the quiet began
+	renewed, _ := down.count()
+	_, end := down.quiet()
+	testutil.Eventually(t, quiet+2*ttl, "a grant by "+down.id+" after its quiet period", func() error {
+		if n, _ := down.count(); n == renewed {
+			return errorf("none yet")
+		}
+		return nil
+	})
+	late := time.Since(end)
+	refused, _ := down.quiet()
+	t.Logf("%d renewals refused in the quiet period; granted again %v after it ended", refused, late)
+	if refused == 0 || refused > 2 {
+		t.Errorf("%d renewals refused in a quiet period of %v, want 1 or 2: the agent asks again when the coordinator said it grants", refused, quiet)
+	}
+	if l := a.Lease(); !l.Valid {
+		t.Errorf("the lease is not valid: %+v", l)
 	}
 }
 

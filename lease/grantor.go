@@ -35,6 +35,19 @@ var (
 	ErrNoHorizon = errors.New("lease: the cluster's lease horizon is not applied here yet")
 )
 
+// QuietError is ErrQuiet with how long the coordinator still waits: a
+// renewal sent after Remaining can be granted (Grant and GrantAt return
+// it; errors.Is(err, ErrQuiet) holds).
+type QuietError struct {
+	Remaining time.Duration
+}
+
+func (e *QuietError) Error() string {
+	return fmt.Sprintf("%v (%s more)", ErrQuiet, e.Remaining.Round(time.Millisecond))
+}
+
+func (e *QuietError) Unwrap() error { return ErrQuiet }
+
 // Grantor is one coordinator's side of the quorum lease: it grants renewals
 // from its own boot clock, tells when it may attest that its grant for a
 // broker epoch expired, and keeps the promises that attesting makes. Its
@@ -181,7 +194,7 @@ func (g *Grantor) grantLocked(k Key, ttl, drift, now time.Duration) error {
 		return ErrNoHorizon
 	}
 	if now < g.quietUntil {
-		return fmt.Errorf("%w (%s more)", ErrQuiet, (g.quietUntil - now).Round(time.Millisecond))
+		return &QuietError{Remaining: g.quietUntil - now}
 	}
 	if g.promisedLocked(k) {
 		return ErrPromised

@@ -85,7 +85,17 @@ func TestGrantorQuietAfterStart(t *testing.T) {
 	if g.MayAttest(k) {
 		t.Fatal("may attest during the quiet period")
 	}
-	clk.Advance(3500 * time.Millisecond)
+	// The refusal says how long the quiet lasts still.
+	clk.Advance(1200 * time.Millisecond)
+	var q *QuietError
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.As(err, &q) || q.Remaining != 2300*time.Millisecond {
+		t.Fatalf("grant 1.2s into a 3.5s quiet period: %v, want 2.3s more", err)
+	}
+	clk.Advance(2300*time.Millisecond - time.Nanosecond)
+	if err := g.Grant(k, 3*time.Second, 500*time.Millisecond); !errors.As(err, &q) || q.Remaining != time.Nanosecond {
+		t.Fatalf("grant a nanosecond before the quiet period ends: %v", err)
+	}
+	clk.Advance(time.Nanosecond)
 	if err := g.Grant(k, 20*time.Second, 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

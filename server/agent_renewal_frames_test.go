@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,6 +130,14 @@ func grantedOver(t *testing.T, c *frameClient, broker string, epoch uint64) *wal
 	testutil.Eventually(t, 10*time.Second, "a framed grant after the quiet period", func() error {
 		resp := c.mustRenew(broker, epoch)
 		if g = resp.GetGrant(); g == nil {
+			// A refusal of the quiet period says when it ends (a lease and
+			// its drift margin at most: seconds here).
+			if f := resp.GetRefusal(); f.GetMetadata()["cause"] == "starting" {
+				ms, err := strconv.ParseInt(f.GetMetadata()["retry_after_ms"], 10, 64)
+				if err != nil || ms <= 0 || time.Duration(ms)*time.Millisecond > 10*time.Second {
+					t.Errorf("a quiet period's refusal with retry_after_ms %q: %v", f.GetMetadata()["retry_after_ms"], f)
+				}
+			}
 			return fmt.Errorf("refused: %v", resp.GetRefusal())
 		}
 		return nil

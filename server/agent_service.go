@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -129,8 +130,15 @@ func (d *serviceDeps) renewalAnswer(ctx context.Context, broker string, epoch ui
 		return nil, rpcerr.Status(fmt.Errorf("lease of broker %q at epoch %d not renewed by %s: it attested the lease expired; it renews again once the attestation is withdrawn: %w",
 			broker, epoch, d.nodeID, refusal.ErrLeaseAttested)).Err()
 	case errors.Is(err, lease.ErrQuiet):
+		// retry_after_ms tells the agent when its renewal can be granted:
+		// it asks again then, not on its backoff (docs/refusals.md).
+		meta := map[string]string{"cause": "starting"}
+		var q *lease.QuietError
+		if errors.As(err, &q) {
+			meta["retry_after_ms"] = strconv.FormatInt(int64((q.Remaining+time.Millisecond-1)/time.Millisecond), 10) // rounded up
+		}
 		return nil, rpcerr.New(refusal.LeaseNotGranted, fmt.Sprintf("lease not granted: %s started less than a lease ago and waits out the leases it may have granted before (%v)", d.nodeID, err),
-			map[string]string{"cause": "starting"})
+			meta)
 	case errors.Is(err, lease.ErrStore):
 		d.logger.ErrorContext(ctx, "lease not granted: the lease state cannot be saved", "broker_id", broker, "err", err)
 		return nil, rpcerr.New(refusal.LeaseNotGranted, fmt.Sprintf("lease not granted: %s cannot save its lease state", d.nodeID),

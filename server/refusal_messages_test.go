@@ -45,6 +45,7 @@ func TestRefusalMessages(t *testing.T) {
 	_, notSeeded := d.renewalAnswer(t.Context(), "b1", 1, nil, detect.ErrNotSeeded)
 	_, notVoter := d.renewalAnswer(t.Context(), "b1", 1, nil, detect.ErrNotVoter)
 	_, starting := d.renewalAnswer(t.Context(), "b1", 1, nil, lease.ErrQuiet)
+	_, startingFor := d.renewalAnswer(t.Context(), "b1", 1, nil, &lease.QuietError{Remaining: 1500*time.Millisecond + time.Microsecond})
 	_, unsaved := d.renewalAnswer(t.Context(), "b1", 1, nil, fmt.Errorf("save: %w", lease.ErrStore))
 	for _, tc := range []struct {
 		name   string
@@ -63,6 +64,8 @@ func TestRefusalMessages(t *testing.T) {
 			"LEASE_NOT_GRANTED: lease not granted: c1 is not a voting member"},
 		{"lease from a member in its quiet period", starting, refusal.LeaseNotGranted, codes.Unavailable,
 			"LEASE_NOT_GRANTED: lease not granted: c1 started less than a lease ago and waits out the leases it may have granted before (" + lease.ErrQuiet.Error() + ")"},
+		{"lease from a member in its quiet period, with what is left of it", startingFor, refusal.LeaseNotGranted, codes.Unavailable,
+			"LEASE_NOT_GRANTED: lease not granted: c1 started less than a lease ago and waits out the leases it may have granted before (" + lease.ErrQuiet.Error() + " (1.5s more))"},
 		{"lease that cannot be saved", unsaved, refusal.LeaseNotGranted, codes.Unavailable,
 			"LEASE_NOT_GRANTED: lease not granted: c1 cannot save its lease state"},
 		{"no leader to forward to", noLeader, refusal.NoLeader, codes.Unavailable, "no leader"},
@@ -88,6 +91,14 @@ func TestRefusalMessages(t *testing.T) {
 		if packageChain.MatchString(s.Message()) {
 			t.Errorf("%s: %q holds a package chain", tc.name, s.Message())
 		}
+	}
+	// A quiet period's refusal says when to ask again, rounded up to the
+	// millisecond; without the time left it says only the cause.
+	if md := rpcerr.Split(startingFor).Metadata; md["cause"] != "starting" || md["retry_after_ms"] != "1501" {
+		t.Errorf("quiet period's refusal metadata %v, want cause starting and retry_after_ms 1501", md)
+	}
+	if md := rpcerr.Split(starting).Metadata; md["cause"] != "starting" || md["retry_after_ms"] != "" {
+		t.Errorf("quiet period's refusal without its time left: metadata %v", md)
 	}
 	// The web view shows the message the service built, not gRPC's chain.
 	if err := webErr(rpcerr.Err(refusal.ErrPolicyNotSeeded)); err.Error() != "POLICY_NOT_SEEDED: the cluster's policy is not seeded yet: "+
