@@ -38,7 +38,7 @@ import (
 // 127.0.0.0/8 of its own), a registration, the probe endpoint (GET /healthz
 // through the agent's own HTTP limits), its lease renewed with every voter
 // on connections of its own (every lease_ttl/3, attempts bounded by /6,
-// retries after agent.RenewalBackoff, as package agent does; with package
+// retries after agent.RenewalBackoff (or agent.QuietRetry), as package agent does; with package
 // agent's Renewer over a connection of frames or one gRPC stream per
 // coordinator, or with one call each as agents before streamed renewals
 // did), and, for the brokers asked to,
@@ -694,6 +694,9 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			}
 			failures++
 			wait = agent.RenewalBackoff(failures, ttl)
+			if q, ok := agent.QuietRetry(err, ttl); ok {
+				wait = q
+			}
 		}
 		// One reading of the boot clock, taken for the validity check,
 		// times the next renewal too: a reading is a system call, and the
