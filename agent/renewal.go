@@ -98,7 +98,11 @@ func QuietRetry(err error, ttl time.Duration) (time.Duration, bool) {
 	if perr != nil || ms < 0 {
 		return 0, false
 	}
-	return min(time.Duration(ms)*time.Millisecond, 2*ttl) + rand.N(ttl/24+1), true
+	wait := 2 * ttl
+	if ms < int64(wait/time.Millisecond) { // compared before multiplying, which could overflow
+		wait = time.Duration(ms) * time.Millisecond
+	}
+	return wait + rand.N(ttl/24+1), true
 }
 
 // Renewer renews a lease with one coordinator, one renewal after the
