@@ -154,8 +154,9 @@ var Reasons = []Info{
 		"founded. No lease is granted and the policy can be neither read nor set until one is; retrying is safe."},
 	{LeaseNotGranted, "This coordinator grants no lease now: it is not a voter, it started less than a lease ago and " +
 		"waits out the leases it may have granted before it stopped, or it cannot save its lease state. Metadata cause " +
-		"says which (not_voter, starting, store). The agent holds its lease through the other voters meanwhile; " +
-		"retrying is safe."},
+		"says which (not_voter, starting, store); with starting, retry_after_ms says in how many milliseconds the " +
+		"coordinator grants again, and the agent asks it again then rather than on its backoff. The agent holds its " +
+		"lease through the other voters meanwhile; retrying is safe."},
 	{LeaseHeld, "The broker's registration is not removed: it holds a lease, or may still renew one (it registered or " +
 		"renewed within lease_ttl + drift_margin). Stop its agent, or fail it over, first."},
 }
