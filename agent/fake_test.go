@@ -80,6 +80,9 @@ type fakeCoord struct {
 	// cause starting, retry_after_ms); quietRefused counts them.
 	quietUntil   time.Time
 	quietRefused int
+	// quietGranted counts the grants of renewals that found the quiet
+	// period set and over.
+	quietGranted int
 	lastRecv     time.Duration
 	// recvs are the moments it received the renewals it granted.
 	recvs    []time.Duration
@@ -306,6 +309,7 @@ func (f *fakeCoord) renew(ctx context.Context, req *waldenv1.RenewLeaseRequest) 
 	if quiet > 0 {
 		f.quietRefused++
 	}
+	afterQuiet := !f.quietUntil.IsZero() && quiet <= 0
 	f.mu.Unlock()
 	if refuse != "" {
 		return nil, rpcerr.New(refuse, "refused by "+f.id, nil)
@@ -329,6 +333,9 @@ func (f *fakeCoord) renew(ctx context.Context, req *waldenv1.RenewLeaseRequest) 
 	f.lastRecv = f.clock.Now()
 	f.recvs = append(f.recvs, f.lastRecv)
 	f.renewals++
+	if afterQuiet {
+		f.quietGranted++
+	}
 	f.mu.Unlock()
 	resp := &waldenv1.RenewLeaseResponse{Epoch: c.epoch, LeaseTtlMs: c.ttl.Milliseconds(), CoordinatorId: f.id, ConfIndex: c.conf,
 		RenewInUs: c.renewIn.Microseconds()}
@@ -440,11 +447,12 @@ func (f *fakeCoord) setQuiet(d time.Duration) {
 	f.mu.Unlock()
 }
 
-// quiet returns how many renewals the quiet period refused, and its end.
-func (f *fakeCoord) quiet() (int, time.Time) {
+// quiet returns how many renewals the quiet period refused, its end, and
+// how many renewals were granted after it.
+func (f *fakeCoord) quiet() (refused int, end time.Time, granted int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.quietRefused, f.quietUntil
+	return f.quietRefused, f.quietUntil, f.quietGranted
 }
 
 func (f *fakeCoord) setRefuse(reason refusal.Reason) {
