@@ -16,10 +16,12 @@ import (
 )
 
 // frameCoordinator accepts connections of frames and answers each renewal
-// with what answer returns for it (nil: no answer), counting connections.
+// with what answer returns for it (nil: no answer), counting connections
+// opened and ended.
 type frameCoordinator struct {
 	ln     net.Listener
 	conns  chan struct{}
+	ended  chan struct{}
 	answer func(conn int, m *waldenv1.RenewLeasesRequest) []*waldenv1.RenewLeasesResponse
 }
 
@@ -29,7 +31,7 @@ func newFrameCoordinator(t *testing.T, answer func(conn int, m *waldenv1.RenewLe
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &frameCoordinator{ln: ln, conns: make(chan struct{}, 100), answer: answer}
+	c := &frameCoordinator{ln: ln, conns: make(chan struct{}, 100), ended: make(chan struct{}, 100), answer: answer}
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for n := 1; ; n++ {
@@ -45,6 +47,7 @@ func newFrameCoordinator(t *testing.T, answer func(conn int, m *waldenv1.RenewLe
 }
 
 func (c *frameCoordinator) serve(t *testing.T, n int, conn net.Conn) {
+	defer func() { c.ended <- struct{}{} }()
 	defer conn.Close()
 	pre := make([]byte, len(renewframe.Preface))
 	if _, err := io.ReadFull(conn, pre); err != nil || string(pre) != renewframe.Preface {

@@ -26,7 +26,7 @@
 // Usage (from the bench module):
 //
 //	go run ./scale [-brokers 10,100,1000,5000] [-kills 20] [-steady 60s]
-//		[-transports unary,stream,frames,frames-direct] [-slots 0,100ms] [-baseline OTHER-WALDEN]
+//		[-transports unary,stream,frames,frames-direct,frames-epoll] [-slots 0,100ms] [-baseline OTHER-WALDEN]
 //		[-per-process 1000] [-gossip-members 1000] [-policy default|tuned] [-o table|json]
 //
 // Every number of brokers is measured with every variant side by side: the
@@ -39,7 +39,10 @@
 // same connections and frames on the wire, renewed by the load generator's
 // own loop, directRenewer, instead of package agent's Renewer: the
 // coordinators see the same traffic while the load processes spend less on
-// each renewal, so that one host can simulate a larger fleet), stream (one gRPC
+// each renewal, so that one host can simulate a larger fleet), frames-epoll
+// (the same connections and frames again, every connection of a load
+// process driven by one goroutine through an epoll set of its own,
+// renewLoop: the lightest load side, on Linux), stream (one gRPC
 // stream each) and unary (one RenewLease call per renewal, as agents
 // before streamed renewals did).
 //

@@ -62,7 +62,9 @@ type loadConfig struct {
 	// Margin is the agents' lease_safety_margin.
 	Margin time.Duration `json:"margin"`
 	// Transport is how the agents renew: "frames" (one connection of
-	// frames per coordinator, as package agent does by default), "stream"
+	// frames per coordinator, as package agent does by default),
+	// "frames-direct" and "frames-epoll" (the same on the wire, renewed by
+	// the load generator's own loops: directRenewer, renewLoop), "stream"
 	// (one gRPC stream per coordinator, as package agent does with
 	// renewals.transport: stream) or "unary" (one RenewLease call per
 	// renewal, as agents before streamed renewals did).
@@ -132,9 +134,12 @@ type loadProc struct {
 
 	registrations, failed, lapses, probes atomic.Uint64
 	granted                               []atomic.Uint64 // by coordinator index
-	latency                               [len(latencyBuckets) + 1]atomic.Uint64
-	refusedMu                             sync.Mutex
-	refused                               map[string]uint64
+	// loop renews every agent's lease with transport frames-epoll (nil
+	// with the others).
+	loop      *renewLoop
+	latency   [len(latencyBuckets) + 1]atomic.Uint64
+	refusedMu sync.Mutex
+	refused   map[string]uint64
 }
 
 // runLoad is the body of a load process.
@@ -151,6 +156,12 @@ func runLoad(in io.Reader, out io.Writer) error {
 	}
 	p := &loadProc{cfg: cfg, out: json.NewEncoder(out), agents: map[string]*simAgent{}, joins: make(chan struct{}, 4),
 		granted: make([]atomic.Uint64, len(cfg.Coordinators)), refused: map[string]uint64{}}
+	if cfg.Transport == "frames-epoll" {
+		if p.loop, err = newRenewLoop(p); err != nil {
+			return err
+		}
+		go p.loop.run()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -532,15 +543,21 @@ func (a *simAgent) noteValidity() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := lease.BootClock.Now()
+	a.noteValidityLocked(now)
+	return now
+}
+
+// noteValidityLocked is noteValidity at the boot clock's reading now, with
+// a.mu held.
+func (a *simAgent) noteValidityLocked(now time.Duration) {
 	if a.stopped || !a.registered {
-		return now
+		return
 	}
 	ok, _ := a.holder.Valid(now)
 	if a.wasValid && !ok {
 		a.p.lapses.Add(1)
 	}
 	a.wasValid = ok
-	return now
 }
 
 // loop registers, renews with every coordinator until the epoch is
@@ -591,6 +608,10 @@ func (a *simAgent) register(ctx context.Context) (uint64, time.Duration, bool) {
 // renew renews with every coordinator in parallel until one refuses the
 // epoch for good.
 func (a *simAgent) renew(ctx context.Context, epoch uint64, ttl time.Duration) {
+	if a.p.loop != nil {
+		a.p.loop.renew(ctx, a, epoch, ttl)
+		return
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -672,7 +693,7 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			a.mu.Unlock()
 			failures = 0
 			renewIn = time.Duration(resp.GetRenewInUs()) * time.Microsecond
-		case reason == "NODE_FENCED" || reason == "EPOCH_EXPIRED" || reason == "UNKNOWN_NODE":
+		case refusedForGood(reason):
 			a.p.refuse(reason)
 			a.mu.Lock()
 			a.holder.Revoke()
@@ -680,23 +701,8 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 			a.mu.Unlock()
 			return true
 		default:
-			if reason == "" {
-				if s, ok := status.FromError(err); ok && s.Code() != codes.DeadlineExceeded && s.Code() != codes.Unavailable {
-					reason = s.Code().String()
-				} else if ok && s.Code() == codes.Unavailable && s.Message() != "" && !isTransport(s.Message()) {
-					reason = "Unavailable"
-				}
-			}
-			if reason != "" {
-				a.p.refuse(reason)
-			} else {
-				a.p.failed.Add(1)
-			}
 			failures++
-			wait = agent.RenewalBackoff(failures, ttl)
-			if q, ok := agent.QuietRetry(err, ttl); ok {
-				wait = q
-			}
+			wait = a.p.failure(err, failures, ttl)
 		}
 		// One reading of the boot clock, taken for the validity check,
 		// times the next renewal too: a reading is a system call, and the
@@ -711,6 +717,36 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 		case <-time.After(max(wait, time.Millisecond)):
 		}
 	}
+}
+
+// refusedForGood reports whether a refusal's reason ends the epoch: the
+// agent registers again.
+func refusedForGood(reason string) bool {
+	return reason == "NODE_FENCED" || reason == "EPOCH_EXPIRED" || reason == "UNKNOWN_NODE"
+}
+
+// failure counts a renewal attempt that got no grant, err, as a refusal
+// (by reason or gRPC code) or a failure (no answer, a connection's), and
+// returns how long to wait before the next: after the failures-th in a row,
+// as package agent waits.
+func (p *loadProc) failure(err error, failures int, ttl time.Duration) time.Duration {
+	reason := string(rpcerr.Reason(err))
+	if reason == "" {
+		if s, ok := status.FromError(err); ok && s.Code() != codes.DeadlineExceeded && s.Code() != codes.Unavailable {
+			reason = s.Code().String()
+		} else if ok && s.Code() == codes.Unavailable && s.Message() != "" && !isTransport(s.Message()) {
+			reason = "Unavailable"
+		}
+	}
+	if reason != "" {
+		p.refuse(reason)
+	} else {
+		p.failed.Add(1)
+	}
+	if q, ok := agent.QuietRetry(err, ttl); ok {
+		return q
+	}
+	return agent.RenewalBackoff(failures, ttl)
 }
 
 // isTransport tells a connection failure from a coordinator's Unavailable

@@ -76,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Walden, "walden", "", "the walden binary the coordinators run (empty: built from the repository into the run's directory)")
 	fs.StringVar(&o.Baseline, "baseline", "", "another walden binary (e.g. built from an earlier commit), measured side by side: before each measurement of -walden, the same measurement of it")
 	brokers := fs.String("brokers", "10,100,1000,5000", "comma-separated numbers of brokers, one measurement each")
-	transports := fs.String("transports", "frames", "comma-separated renewal transports of the agents, one measurement each: frames (one connection of frames per agent and coordinator, as package agent renews by default), frames-direct (the same connections and frames, renewed by the load generator's own loop instead of package agent's Renewer: the coordinators see the same traffic, the load side spends less on each renewal, for fleets one host cannot simulate otherwise), stream (one gRPC stream per agent and coordinator, as package agent renews with renewals.transport: stream) and unary (one RenewLease call per renewal, as agents before streamed renewals did; the -baseline binary is measured with it)")
+	transports := fs.String("transports", "frames", "comma-separated renewal transports of the agents, one measurement each: frames (one connection of frames per agent and coordinator, as package agent renews by default), frames-direct (the same connections and frames, renewed by the load generator's own loop instead of package agent's Renewer: the coordinators see the same traffic, the load side spends less on each renewal, for fleets one host cannot simulate otherwise), frames-epoll (the same again, every connection of a load process driven by one goroutine through an epoll set of its own: the lightest load side, Linux only), stream (one gRPC stream per agent and coordinator, as package agent renews with renewals.transport: stream) and unary (one RenewLease call per renewal, as agents before streamed renewals did; the -baseline binary is measured with it)")
 	slots := fs.String("slots", "100ms", "comma-separated renewal slots of the coordinators (renewals.slot; 0: off), one measurement each with every transport (the -baseline binary is measured without the key)")
 	fs.IntVar(&o.Kills, "kills", 20, "brokers killed per measurement (in rounds of at most half the brokers, revived between rounds)")
 	fs.DurationVar(&o.Window, "window", 20*time.Second, "the kills of a round happen at random instants over this window")
@@ -98,8 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	for _, f := range strings.Split(*transports, ",") {
 		f = strings.TrimSpace(f)
-		if f != "frames" && f != "frames-direct" && f != "stream" && f != "unary" {
-			return o, fmt.Errorf("%w: -transports: frames, frames-direct, stream or unary, not %q", errUsage, f)
+		if f != "frames" && f != "frames-direct" && f != "frames-epoll" && f != "stream" && f != "unary" {
+			return o, fmt.Errorf("%w: -transports: frames, frames-direct, frames-epoll, stream or unary, not %q", errUsage, f)
 		}
 		o.Transports = append(o.Transports, f)
 	}
@@ -140,8 +140,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 type row struct {
 	// Build is "walden", or "baseline" for the -baseline binary.
 	Build string `json:"build"`
-	// Transport is how the agents renewed: frames, frames-direct, stream
-	// or unary.
+	// Transport is how the agents renewed: frames, frames-direct,
+	// frames-epoll, stream or unary.
 	Transport string `json:"transport"`
 	// SlotMs is the coordinators' renewals.slot in milliseconds (0: off,
 	// or the baseline, whose config does not set it).
