@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,8 +50,9 @@ var errNoStream = errors.New("agent: the coordinator does not serve streamed ren
 // errNoFrames marks a coordinator that does not serve renewals over their
 // own connection: under TLS it refused the handshake that asked for
 // renewframe.ALPN only (or chose no protocol); without TLS it ended a new
-// connection before its first answer (a gRPC server closes one that
-// starts with renewframe.Preface).
+// connection before its first answer, or sent what is not an answer (a
+// gRPC server closes one that starts with renewframe.Preface: see
+// endedByPeer).
 var errNoFrames = errors.New("agent: the coordinator does not serve renewals over their own connection")
 
 // Backoff is the wait before the next attempt after failures consecutive
@@ -451,7 +453,8 @@ type frameRenewals struct {
 	w    *renewframe.Writer
 	r    *renewframe.Reader
 	// plain: without TLS, where a coordinator that does not serve frames
-	// shows it only by ending the connection before its first answer.
+	// shows it only by ending the connection before its first answer
+	// (endedByPeer).
 	plain bool
 	// answered is set by the receiver at the first answer.
 	answered bool
@@ -465,13 +468,17 @@ func (s *frameRenewals) send(m *waldenv1.RenewLeasesRequest, deadline time.Time)
 func (s *frameRenewals) recv() (*waldenv1.RenewLeasesResponse, error) {
 	a := &waldenv1.RenewLeasesResponse{}
 	if err := s.r.Read(a); err != nil {
-		if s.plain && !s.answered {
+		if s.plain && !s.answered && endedByPeer(err) {
 			return nil, fmt.Errorf("%w: %w", errNoFrames, err)
 		}
 		var pe *mtls.PeerError
 		switch {
 		case errors.As(err, &pe):
 			return nil, status.Error(codes.Unavailable, pe.Error())
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, status.Error(codes.DeadlineExceeded, "renewal: no answer from the coordinator in time")
+		case errors.Is(err, net.ErrClosed):
+			return nil, status.Error(codes.Unavailable, "renewal: the connection to the coordinator was closed on the agent's side")
 		case errors.Is(err, io.EOF):
 			return nil, status.Error(codes.Unavailable, "renewal: the coordinator closed the connection")
 		}
@@ -479,6 +486,42 @@ func (s *frameRenewals) recv() (*waldenv1.RenewLeasesResponse, error) {
 	}
 	s.answered = true
 	return a, nil
+}
+
+// endedByPeer says whether err, the end of a plain connection of frames
+// before its first answer, is the coordinator's own doing, as a
+// coordinator that does not serve frames ends it. An older walden's (or
+// one's with renewals.frames: false) gRPC server writes its HTTP/2
+// SETTINGS frame, reads the first 24 bytes (an HTTP/2 client preface's
+// length: renewframe.Preface and the start of the renewal), finds no
+// preface, and closes the connection. The agent reads the SETTINGS
+// frame's header as a frame's length, and then the frame too large or
+// not a message (renewframe.ErrTooLarge, ErrMalformed), or the end inside
+// or before it (io.ErrUnexpectedEOF, io.EOF), or a reset (ECONNRESET):
+// every time against grpc-go's server, which closes with the renewal's
+// last bytes unread, so that its kernel resets the connection instead of
+// ending it. A reset is reported once, to whichever of the agent's read
+// or write meets it first; the reads after it end with io.EOF.
+//
+// So a reset must count, though not only a coordinator without frames
+// sends one: one that stops or crashes with the agent's renewal unread,
+// or that restarted and no longer knows the connection, resets it too,
+// as one that stops with nothing unread ends it (io.EOF). Neither can be
+// told from an older walden here; mistaking one costs renewals over the
+// gRPC stream for streamRetryAfter (one failed attempt with
+// renewals.transport: frames). Lost packets reset nothing: TCP sends
+// them again, and a link that loses everything times out after minutes
+// (ETIMEDOUT, an ordinary failure).
+//
+// Every other error is the agent's side's, or the network's, and an
+// ordinary failed attempt: a read deadline (os.ErrDeadlineExceeded), the
+// connection closed on the agent's side (net.ErrClosed: by the Renewer,
+// or by a connection that Options.Dial wraps, such as one that delays its
+// writes and closes itself when one misses its deadline), an unreachable
+// network.
+func endedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, renewframe.ErrTooLarge) || errors.Is(err, renewframe.ErrMalformed)
 }
 
 func (s *frameRenewals) close() { _ = s.conn.Close() }
