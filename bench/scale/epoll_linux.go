@@ -165,6 +165,9 @@ func (l *renewLoop) renew(ctx context.Context, a *simAgent, epoch uint64, ttl ti
 		l.do(loopCmd{ag: ag, remove: true})
 		return false
 	case <-l.dead:
+		// The loop ended (epoll failed, said on stdout): the agent waits
+		// for its end rather than registering again and again.
+		<-ctx.Done()
 		return false
 	}
 }
