@@ -86,8 +86,7 @@ func (d *directRenewer) Renew(ctx context.Context, req *waldenv1.RenewLeaseReque
 			if codes.Code(f.GetCode()) == codes.PermissionDenied {
 				d.Close() // the coordinator ends the connection after it
 			}
-			return nil, rpcerr.Join(rpcerr.Parts{Code: codes.Code(f.GetCode()), Message: f.GetMessage(),
-				Reason: refusal.Reason(f.GetReason()), Metadata: f.GetMetadata()})
+			return nil, refusalError(f)
 		}
 		g := a.GetGrant()
 		if g == nil {
@@ -96,6 +95,13 @@ func (d *directRenewer) Renew(ctx context.Context, req *waldenv1.RenewLeaseReque
 		}
 		return g, nil
 	}
+}
+
+// refusalError is a coordinator's refusal in a frame, in the terms of a
+// RenewLease call's (its gRPC status error, with the reason and metadata).
+func refusalError(f *waldenv1.RenewalRefusal) error {
+	return rpcerr.Join(rpcerr.Parts{Code: codes.Code(f.GetCode()), Message: f.GetMessage(),
+		Reason: refusal.Reason(f.GetReason()), Metadata: f.GetMetadata()})
 }
 
 // open dials the connection and sends the preface, bounded by deadline.

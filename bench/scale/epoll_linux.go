@@ -21,7 +21,6 @@ import (
 
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
-	"walden/refusal"
 	"walden/renewframe"
 	"walden/rpcerr"
 )
@@ -455,8 +454,7 @@ func (l *renewLoop) answer(s *epSession) bool {
 		return false // the late answer of an attempt given up on
 	}
 	if f := a.GetRefusal(); f != nil {
-		err := rpcerr.Join(rpcerr.Parts{Code: codes.Code(f.GetCode()), Message: f.GetMessage(),
-			Reason: refusal.Reason(f.GetReason()), Metadata: f.GetMetadata()})
+		err := refusalError(f)
 		if reason := string(rpcerr.Reason(err)); refusedForGood(reason) {
 			l.p.refuse(reason)
 			l.endRegistration(s.ag)
