@@ -24,6 +24,10 @@ func (n *Node) SnapshotsApplied() uint64 { return n.snapshotsApplied.Load() }
 // configuration.
 func (n *Node) Role(id uint64) (voter, learner bool) { return n.role(id) }
 
+// RaftApplied is raft's own applied index: what this member acknowledged
+// to raft.Node (Advance), which can trail what it applied.
+func (n *Node) RaftApplied() uint64 { return n.raft.Status().Applied }
+
 // ElectionTimeout is the election timeout in time.
 func (n *Node) ElectionTimeout() time.Duration { return n.electionTimeout() }
 
