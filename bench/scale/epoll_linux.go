@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +59,8 @@ type renewLoop struct {
 	mu   sync.Mutex
 	cmds []loopCmd
 	dead chan struct{} // closed when the loop has ended
+	// stopping ends the loop at its next turn (Close).
+	stopping atomic.Bool
 
 	byFd   []*epSession
 	timers timerHeap
@@ -87,7 +90,6 @@ type epAgent struct {
 	// refused is closed when a coordinator refused the epoch for good
 	// (the agent registers again).
 	refused chan struct{}
-	over    bool
 }
 
 // The states of a session.
@@ -143,6 +145,16 @@ func newRenewLoop(p *loadProc) (*renewLoop, error) {
 	return l, nil
 }
 
+// Close ends the loop and then closes its epoll set and pipe: closed
+// under a running loop, their numbers could go to another loop's, whose
+// events this one would take.
+func (l *renewLoop) Close() {
+	l.stopping.Store(true)
+	_, _ = unix.Write(l.wake[1], []byte{0})
+	<-l.dead
+	l.closeFds()
+}
+
 func (l *renewLoop) closeFds() {
 	_ = unix.Close(l.wake[0])
 	_ = unix.Close(l.wake[1])
@@ -190,11 +202,11 @@ func (l *renewLoop) mono() time.Duration { return time.Since(l.base) }
 // monotonic clock since (see renewLoop).
 func (l *renewLoop) bootNow() time.Duration { return l.boot0 + l.mono() - l.mono0 }
 
-// run is the loop; it returns only when epoll fails.
+// run is the loop; it returns when epoll fails or Close ends it.
 func (l *renewLoop) run() {
 	defer close(l.dead)
 	events := make([]unix.EpollEvent, 512)
-	for {
+	for !l.stopping.Load() {
 		timeout := 1000
 		if len(l.timers) > 0 {
 			d := l.timers[0].due - l.mono()
@@ -270,9 +282,6 @@ func (l *renewLoop) commands() {
 			// Start at a random point of the period: agents that start
 			// together do not renew in lock-step.
 			l.schedule(s, now+rand.N(s.ttl/3))
-		}
-		if c.remove {
-			c.ag.over = true
 		}
 		close(c.done)
 	}
@@ -536,10 +545,9 @@ func (l *renewLoop) endRegistration(ag *epAgent) {
 			heap.Remove(&l.timers, s.hidx)
 		}
 	}
-	if !ag.over {
-		ag.over = true
-		close(ag.refused)
-	}
+	// Its connections are closed and its timers gone: no answer of it
+	// reaches the loop again, so this runs once per registration.
+	close(ag.refused)
 }
 
 func (l *renewLoop) closeConn(s *epSession) {
