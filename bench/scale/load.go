@@ -30,6 +30,7 @@ import (
 	"walden/httplimit"
 	"walden/lease"
 	waldenv1 "walden/proto/walden/v1"
+	"walden/refusal"
 	"walden/rpcerr"
 )
 
@@ -722,7 +723,11 @@ func (a *simAgent) renewWith(ctx context.Context, i int, epoch uint64, ttl time.
 // refusedForGood reports whether a refusal's reason ends the epoch: the
 // agent registers again.
 func refusedForGood(reason string) bool {
-	return reason == "NODE_FENCED" || reason == "EPOCH_EXPIRED" || reason == "UNKNOWN_NODE"
+	switch refusal.Reason(reason) {
+	case refusal.NodeFenced, refusal.EpochExpired, refusal.UnknownNode:
+		return true
+	}
+	return false
 }
 
 // failure counts a renewal attempt that got no grant, err, as a refusal
